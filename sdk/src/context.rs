@@ -1,0 +1,365 @@
+//! What an operator can do during a call: [`OpenContext`] in `open`, [`Context`] in the
+//! other calls that may produce output.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sluice_codec::{BatchWriter, Effect, EffectWriter, TimeDomain};
+
+use crate::host::{Host, Level, StateKind};
+use crate::state::StateCache;
+use crate::{Config, ListState, MapState, Record, Result, ValueState, from_bytes, to_bytes};
+
+/// The SDK's side of one operator instance: declared states with their cache, and the
+/// output of the call in progress.
+#[derive(Debug, Default)]
+pub(crate) struct Runtime {
+    pub(crate) states: StateCache,
+    pub(crate) records: BatchWriter,
+    pub(crate) effects: EffectWriter,
+}
+
+/// What a successful call hands back to the host.
+#[derive(Debug, Default)]
+pub(crate) struct CallOutput {
+    /// Emitted records, in the `records` encoding.
+    pub(crate) records: Vec<u8>,
+    /// Effects, in the `effects` encoding.
+    pub(crate) effects: Vec<u8>,
+}
+
+impl Runtime {
+    /// Ends the current call and takes its output; after a failure the output is dropped
+    /// (the host would discard it) and the state cache forgets the call's writes.
+    pub(crate) fn end_call(&mut self, success: bool) -> CallOutput {
+        self.states.end_call(success);
+        if success {
+            CallOutput {
+                records: self.records.take(),
+                effects: self.effects.take(),
+            }
+        } else {
+            self.records.clear();
+            self.effects.take();
+            CallOutput::default()
+        }
+    }
+
+    fn timer(&mut self, register: bool, domain: TimeDomain, key: &[u8], timestamp: i64) {
+        self.effects.push(if register {
+            Effect::RegisterTimer {
+                domain,
+                timestamp,
+                key,
+            }
+        } else {
+            Effect::DeleteTimer {
+                domain,
+                timestamp,
+                key,
+            }
+        });
+    }
+
+    fn add_counter(&mut self, name: &str, delta: u64) {
+        self.effects.push(Effect::Counter {
+            name: name.as_bytes(),
+            delta,
+        });
+    }
+}
+
+/// Everything `open` learns from the host.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct OpenInfo {
+    pub(crate) job: String,
+    pub(crate) operator_name: String,
+    pub(crate) config: Config,
+    pub(crate) subtask_index: u32,
+    pub(crate) parallelism: u32,
+    pub(crate) max_parallelism: u32,
+    pub(crate) keyed: bool,
+    pub(crate) restored_state: Option<Vec<u8>>,
+    pub(crate) attempt: u32,
+}
+
+/// A timer that fired, as passed to [`Operator::on_timer`](crate::Operator::on_timer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timer<'a> {
+    /// The clock the timer followed.
+    pub domain: TimeDomain,
+    /// The time it was registered for (a processing-time timer may fire later than that).
+    pub timestamp: i64,
+    /// The key it was registered for; use it to reach the key's state.
+    pub key: &'a [u8],
+}
+
+/// Implements the timer, counter, clock and log methods shared by both contexts.
+macro_rules! shared_context_methods {
+    () => {
+        /// The host's wall clock, in milliseconds since the Unix epoch.
+        pub fn processing_time(&self) -> i64 {
+            self.host.processing_time()
+        }
+
+        /// The operator's input watermark: no record with a smaller event timestamp is
+        /// expected any more (`i64::MIN` before the first watermark).
+        pub fn current_watermark(&self) -> i64 {
+            self.host.current_watermark()
+        }
+
+        /// Calls [`Operator::on_timer`](crate::Operator::on_timer) for `key` once the
+        /// watermark reaches `timestamp`. Registering the same timer twice keeps one.
+        /// On unkeyed input use an empty key.
+        pub fn register_event_timer(&mut self, key: &[u8], timestamp: i64) {
+            self.rt.timer(true, TimeDomain::EventTime, key, timestamp);
+        }
+
+        /// Calls [`Operator::on_timer`](crate::Operator::on_timer) for `key` once the
+        /// wall clock reaches `timestamp`. Registering the same timer twice keeps one.
+        pub fn register_processing_timer(&mut self, key: &[u8], timestamp: i64) {
+            self.rt
+                .timer(true, TimeDomain::ProcessingTime, key, timestamp);
+        }
+
+        /// Deletes an event-time timer, if it is registered.
+        pub fn delete_event_timer(&mut self, key: &[u8], timestamp: i64) {
+            self.rt.timer(false, TimeDomain::EventTime, key, timestamp);
+        }
+
+        /// Deletes a processing-time timer, if it is registered.
+        pub fn delete_processing_timer(&mut self, key: &[u8], timestamp: i64) {
+            self.rt
+                .timer(false, TimeDomain::ProcessingTime, key, timestamp);
+        }
+
+        /// Adds `delta` to the operator's counter `name` (a metric the host reports).
+        pub fn add_counter(&mut self, name: &str, delta: u64) {
+            self.rt.add_counter(name, delta);
+        }
+
+        /// Writes a line to the host's log, which tags it with tenant, job, operator and
+        /// subtask. The host may drop lines beyond the tenant's log rate.
+        pub fn log(&self, level: Level, message: &str) {
+            self.host.log(level, message);
+        }
+
+        /// [`log`](Self::log) at [`Level::Debug`].
+        pub fn debug(&self, message: &str) {
+            self.log(Level::Debug, message);
+        }
+
+        /// [`log`](Self::log) at [`Level::Info`].
+        pub fn info(&self, message: &str) {
+            self.log(Level::Info, message);
+        }
+
+        /// [`log`](Self::log) at [`Level::Warn`].
+        pub fn warn(&self, message: &str) {
+            self.log(Level::Warn, message);
+        }
+
+        /// [`log`](Self::log) at [`Level::Error`].
+        pub fn error(&self, message: &str) {
+            self.log(Level::Error, message);
+        }
+    };
+}
+
+/// What [`Operator::open`](crate::Operator::open) can see and do: the configuration and
+/// placement of this instance, its restored state, declaring keyed state and registering
+/// timers. Records cannot be emitted from `open`.
+pub struct OpenContext<'a> {
+    pub(crate) host: &'a dyn Host,
+    pub(crate) rt: &'a mut Runtime,
+    pub(crate) info: &'a OpenInfo,
+}
+
+impl OpenContext<'_> {
+    /// Name of the job.
+    pub fn job(&self) -> &str {
+        &self.info.job
+    }
+
+    /// Name of this operator in the job file.
+    pub fn operator_name(&self) -> &str {
+        &self.info.operator_name
+    }
+
+    /// The operator's `config` table from the job file.
+    pub fn config(&self) -> &Config {
+        &self.info.config
+    }
+
+    /// Index of this parallel instance, `0 .. parallelism`.
+    pub fn subtask_index(&self) -> u32 {
+        self.info.subtask_index
+    }
+
+    /// Number of parallel instances of this operator.
+    pub fn parallelism(&self) -> u32 {
+        self.info.parallelism
+    }
+
+    /// Number of key groups, the unit in which keyed state moves when the parallelism
+    /// changes.
+    pub fn max_parallelism(&self) -> u32 {
+        self.info.max_parallelism
+    }
+
+    /// True when the input is partitioned by key, so keyed state and per-key timers can be
+    /// used.
+    pub fn is_keyed(&self) -> bool {
+        self.info.keyed
+    }
+
+    /// How many times the job has been restarted after a failure (0 on the first start).
+    pub fn attempt(&self) -> u32 {
+        self.info.attempt
+    }
+
+    /// The bytes [`Operator::snapshot`](crate::Operator::snapshot) returned in the
+    /// checkpoint being restored, or `None` on a fresh start. (Keyed state and timers are
+    /// restored by the host.)
+    pub fn restored_state(&self) -> Option<&[u8]> {
+        self.info.restored_state.as_deref()
+    }
+
+    /// The restored state decoded from postcard, as written by returning [`to_bytes`] from
+    /// `snapshot`. `None` on a fresh start and when the snapshot was empty (the default
+    /// `snapshot` returns no bytes).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Failed`](crate::Error::Failed) when the bytes do not decode as `T`.
+    pub fn restore<T: DeserializeOwned>(&self) -> Result<Option<T>> {
+        match self.restored_state() {
+            None | Some([]) => Ok(None),
+            Some(bytes) => from_bytes(bytes)
+                .map(Some)
+                .map_err(|e| e.context("cannot restore the operator state")),
+        }
+    }
+
+    /// Declares a [`ValueState`] named `name`.
+    ///
+    /// States are matched by name on restore, so a name must keep its kind and value type
+    /// across versions of the operator.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Failed`](crate::Error::Failed) naming the state when the host refuses it: the input is not
+    /// keyed, or the name is already declared with another kind.
+    pub fn value_state<T>(&mut self, name: &str) -> Result<ValueState<T>> {
+        self.declare(name, StateKind::Value, None)
+            .map(ValueState::new)
+    }
+
+    /// Declares a [`ValueState`] whose entries expire `ttl` after they were last written
+    /// (measured by the host's processing time).
+    pub fn value_state_with_ttl<T>(&mut self, name: &str, ttl: Duration) -> Result<ValueState<T>> {
+        self.declare(name, StateKind::Value, Some(ttl))
+            .map(ValueState::new)
+    }
+
+    /// Declares a [`ListState`] named `name`; see [`value_state`](Self::value_state).
+    pub fn list_state<T>(&mut self, name: &str) -> Result<ListState<T>> {
+        self.declare(name, StateKind::List, None)
+            .map(ListState::new)
+    }
+
+    /// Declares a [`ListState`] whose elements expire `ttl` after they were appended.
+    pub fn list_state_with_ttl<T>(&mut self, name: &str, ttl: Duration) -> Result<ListState<T>> {
+        self.declare(name, StateKind::List, Some(ttl))
+            .map(ListState::new)
+    }
+
+    /// Declares a [`MapState`] named `name`; see [`value_state`](Self::value_state).
+    pub fn map_state<K, V>(&mut self, name: &str) -> Result<MapState<K, V>> {
+        self.declare(name, StateKind::Map, None).map(MapState::new)
+    }
+
+    /// Declares a [`MapState`] whose entries expire `ttl` after they were last written.
+    pub fn map_state_with_ttl<K, V>(
+        &mut self,
+        name: &str,
+        ttl: Duration,
+    ) -> Result<MapState<K, V>> {
+        self.declare(name, StateKind::Map, Some(ttl))
+            .map(MapState::new)
+    }
+
+    fn declare(&mut self, name: &str, kind: StateKind, ttl: Option<Duration>) -> Result<usize> {
+        self.rt.states.declare(self.host, name, kind, ttl)
+    }
+
+    shared_context_methods!();
+}
+
+/// What an operator can do while it processes records, watermarks and timers, and in
+/// `finish` and `close`: emit records, reach keyed state (through the state handles),
+/// register timers, count and log.
+///
+/// Emitted records go to the next operator of the chain in the order they were emitted.
+pub struct Context<'a> {
+    pub(crate) host: &'a dyn Host,
+    pub(crate) rt: &'a mut Runtime,
+    pub(crate) timestamp: Option<i64>,
+}
+
+impl Context<'_> {
+    /// Emits a record with the timestamp of what is being processed: the input record's
+    /// timestamp in `process`, an event-time timer's time in `on_timer`, and none
+    /// otherwise (see [`timestamp`](Self::timestamp)).
+    pub fn emit(&mut self, key: Option<&[u8]>, value: &[u8]) {
+        self.rt.records.push(key, value, self.timestamp);
+    }
+
+    /// Emits a record with the given timestamp.
+    pub fn emit_at(&mut self, key: Option<&[u8]>, value: &[u8], timestamp: Option<i64>) {
+        self.rt.records.push(key, value, timestamp);
+    }
+
+    /// Emits `record` as it is (for example the input record, unchanged).
+    pub fn emit_record(&mut self, record: Record<'_>) {
+        self.rt
+            .records
+            .push(record.key, record.value, record.timestamp);
+    }
+
+    /// Emits `value` encoded with postcard, readable with [`Record::decode`]; the
+    /// timestamp is as for [`emit`](Self::emit).
+    pub fn emit_typed<T: Serialize + ?Sized>(
+        &mut self,
+        key: Option<&[u8]>,
+        value: &T,
+    ) -> Result<()> {
+        let bytes = to_bytes(value)?;
+        self.emit(key, &bytes);
+        Ok(())
+    }
+
+    /// The timestamp [`emit`](Self::emit) gives records.
+    pub fn timestamp(&self) -> Option<i64> {
+        self.timestamp
+    }
+
+    shared_context_methods!();
+}
+
+impl From<crate::bindings::sluice::operator::types::OpenContext> for OpenInfo {
+    fn from(ctx: crate::bindings::sluice::operator::types::OpenContext) -> Self {
+        OpenInfo {
+            job: ctx.job,
+            operator_name: ctx.operator_name,
+            config: Config::from_pairs(ctx.config),
+            subtask_index: ctx.subtask_index,
+            parallelism: ctx.parallelism,
+            max_parallelism: ctx.max_parallelism,
+            keyed: ctx.keyed,
+            restored_state: ctx.restored_state,
+            attempt: ctx.attempt,
+        }
+    }
+}

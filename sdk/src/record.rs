@@ -1,0 +1,188 @@
+//! Records and the typed (postcard) encoding of values.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::{Error, Result};
+
+/// One input record, borrowed from the batch the host passed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// The record's key, if the operator that emitted it set one. On keyed input this is
+    /// the key the stream is partitioned by, and the key to use for keyed state and timers.
+    pub key: Option<&'a [u8]>,
+    /// The payload.
+    pub value: &'a [u8],
+    /// Event time in milliseconds, if the record has one.
+    pub timestamp: Option<i64>,
+}
+
+impl<'a> Record<'a> {
+    /// A record without key and timestamp.
+    pub fn new(value: &'a [u8]) -> Self {
+        Record {
+            key: None,
+            value,
+            timestamp: None,
+        }
+    }
+
+    /// The value as UTF-8 text.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Failed`] saying that the record value is not valid UTF-8, and where.
+    pub fn value_str(&self) -> Result<&'a str> {
+        std::str::from_utf8(self.value)
+            .map_err(|e| Error::failed(format!("record value is not valid UTF-8: {e}")))
+    }
+
+    /// The key as UTF-8 text.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Failed`] when the record has no key or the key is not valid UTF-8.
+    pub fn key_str(&self) -> Result<&'a str> {
+        std::str::from_utf8(self.require_key()?)
+            .map_err(|e| Error::failed(format!("record key is not valid UTF-8: {e}")))
+    }
+
+    /// The key, for operators that need keyed input.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Failed`] when the record has no key, explaining that the input must be
+    /// keyed.
+    pub fn require_key(&self) -> Result<&'a [u8]> {
+        self.key.ok_or_else(|| {
+            Error::failed(
+                "record has no key: this operator needs keyed input \
+                 (partition its input with `key_by` in the job file)",
+            )
+        })
+    }
+
+    /// The value decoded from postcard, the encoding [`Context::emit_typed`] writes.
+    ///
+    /// [`Context::emit_typed`]: crate::Context::emit_typed
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
+        from_bytes(self.value)
+    }
+
+    /// An owned copy.
+    pub fn to_owned_record(&self) -> OwnedRecord {
+        OwnedRecord {
+            key: self.key.map(<[u8]>::to_vec),
+            value: self.value.to_vec(),
+            timestamp: self.timestamp,
+        }
+    }
+}
+
+impl<'a> From<sluice_codec::RecordRef<'a>> for Record<'a> {
+    fn from(r: sluice_codec::RecordRef<'a>) -> Self {
+        Record {
+            key: r.key,
+            value: r.value,
+            timestamp: r.timestamp,
+        }
+    }
+}
+
+/// A record that owns its bytes, as the [test harness](crate::testing) collects output.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnedRecord {
+    /// The record's key, if any.
+    pub key: Option<Vec<u8>>,
+    /// The payload.
+    pub value: Vec<u8>,
+    /// Event time in milliseconds, if any.
+    pub timestamp: Option<i64>,
+}
+
+impl OwnedRecord {
+    /// A borrowed view.
+    pub fn as_record(&self) -> Record<'_> {
+        Record {
+            key: self.key.as_deref(),
+            value: &self.value,
+            timestamp: self.timestamp,
+        }
+    }
+
+    /// The value as UTF-8 text; see [`Record::value_str`].
+    pub fn value_str(&self) -> Result<&str> {
+        self.as_record().value_str()
+    }
+
+    /// The key as UTF-8 text; see [`Record::key_str`].
+    pub fn key_str(&self) -> Result<&str> {
+        self.as_record().key_str()
+    }
+
+    /// The value decoded from postcard; see [`Record::decode`].
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
+        from_bytes(&self.value)
+    }
+}
+
+/// Encodes `value` with postcard, the encoding the SDK uses for typed values and state.
+pub fn to_bytes<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
+    Ok(postcard::to_stdvec(value)?)
+}
+
+/// Decodes a value written by [`to_bytes`].
+///
+/// # Errors
+///
+/// [`Error::Failed`] when `bytes` is not a postcard encoding of `T` or has bytes left over.
+pub fn from_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    let (value, rest) = postcard::take_from_bytes(bytes)?;
+    if !rest.is_empty() {
+        return Err(Error::failed(format!(
+            "cannot decode a value (postcard): {} bytes left over",
+            rest.len()
+        )));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_accessors_name_the_problem() {
+        let r = Record {
+            key: Some(&[0xff]),
+            value: &[0xc3],
+            timestamp: None,
+        };
+        assert!(
+            r.value_str()
+                .unwrap_err()
+                .message()
+                .contains("record value")
+        );
+        assert!(r.key_str().unwrap_err().message().contains("record key"));
+        let unkeyed = Record::new(b"v");
+        assert!(unkeyed.key_str().unwrap_err().message().contains("key_by"));
+        assert_eq!(unkeyed.value_str().unwrap(), "v");
+    }
+
+    #[test]
+    fn typed_round_trip() {
+        let bytes = to_bytes(&(7u32, "seven")).unwrap();
+        let r = Record::new(&bytes);
+        assert_eq!(
+            r.decode::<(u32, String)>().unwrap(),
+            (7, "seven".to_owned())
+        );
+        assert!(
+            from_bytes::<u8>(&[1, 2])
+                .unwrap_err()
+                .message()
+                .contains("left over")
+        );
+    }
+}

@@ -1,0 +1,351 @@
+//! The glue between the WIT exports and an [`Operator`]: decodes the input buffers, calls
+//! the operator's hooks and encodes what they produced. Used by the code [`crate::export!`]
+//! generates (through [`wasm`]) and by [`crate::testing`] (directly, with its own host), so
+//! the tests exercise the same path as the real host.
+
+use sluice_codec::{BatchReader, TimeDomain, TimerReader};
+
+use crate::context::{CallOutput, OpenInfo, Runtime};
+use crate::host::Host;
+use crate::{Context, Error, OpenContext, Operator, Result, Timer};
+
+/// Where the exports keep the operator instance between calls.
+#[derive(Debug, Default)]
+pub enum Slot<T> {
+    /// `open` has not succeeded yet.
+    #[default]
+    Unopened,
+    /// Between a successful `open` and `dispose`.
+    Open(Instance<T>),
+    /// After `dispose`.
+    Disposed,
+}
+
+/// An opened operator and the SDK's state for it.
+#[derive(Debug)]
+pub struct Instance<T> {
+    operator: T,
+    rt: Runtime,
+}
+
+impl<T> Slot<T> {
+    /// A slot before `open`.
+    pub const fn new() -> Self {
+        Slot::Unopened
+    }
+
+    fn instance(&mut self, call: &str) -> Result<&mut Instance<T>> {
+        match self {
+            Slot::Open(instance) => Ok(instance),
+            Slot::Unopened => Err(Error::failed(format!("{call} called before open"))),
+            Slot::Disposed => Err(Error::failed(format!("{call} called after dispose"))),
+        }
+    }
+
+    /// The operator, if open (for the test harness's inspection helpers).
+    pub(crate) fn operator(&self) -> Option<&T> {
+        match self {
+            Slot::Open(instance) => Some(&instance.operator),
+            _ => None,
+        }
+    }
+}
+
+pub(crate) fn open<T: Operator>(
+    slot: &mut Slot<T>,
+    host: &dyn Host,
+    info: &OpenInfo,
+) -> Result<CallOutput> {
+    match slot {
+        Slot::Unopened => {}
+        Slot::Open(_) => return Err(Error::failed("open called twice")),
+        Slot::Disposed => return Err(Error::failed("open called after dispose")),
+    }
+    let mut rt = Runtime::default();
+    let mut ctx = OpenContext {
+        host,
+        rt: &mut rt,
+        info,
+    };
+    let operator = T::open(&mut ctx)?;
+    let output = rt.end_call(true);
+    *slot = Slot::Open(Instance { operator, rt });
+    Ok(output)
+}
+
+/// Runs `f` as call `call` with a fresh [`Context`] and returns the call's output.
+fn run<T: Operator>(
+    slot: &mut Slot<T>,
+    host: &dyn Host,
+    call: &str,
+    f: impl FnOnce(&mut T, &mut Context<'_>) -> Result<()>,
+) -> Result<CallOutput> {
+    let instance = slot.instance(call)?;
+    let mut ctx = Context {
+        host,
+        rt: &mut instance.rt,
+        timestamp: None,
+    };
+    let result = f(&mut instance.operator, &mut ctx);
+    let output = instance.rt.end_call(result.is_ok());
+    result.map(|()| output)
+}
+
+pub(crate) fn process<T: Operator>(
+    slot: &mut Slot<T>,
+    host: &dyn Host,
+    records: &[u8],
+) -> Result<CallOutput> {
+    run(slot, host, "process", |operator, ctx| {
+        for record in BatchReader::new(records) {
+            let record = record.map_err(|e| Error::failed(format!("process: {e}")))?;
+            ctx.timestamp = record.timestamp;
+            operator.process(record.into(), ctx)?;
+        }
+        Ok(())
+    })
+}
+
+pub(crate) fn process_watermark<T: Operator>(
+    slot: &mut Slot<T>,
+    host: &dyn Host,
+    watermark: i64,
+) -> Result<CallOutput> {
+    run(slot, host, "process-watermark", |operator, ctx| {
+        operator.process_watermark(watermark, ctx)
+    })
+}
+
+pub(crate) fn on_timers<T: Operator>(
+    slot: &mut Slot<T>,
+    host: &dyn Host,
+    timers: &[u8],
+) -> Result<CallOutput> {
+    run(slot, host, "on-timers", |operator, ctx| {
+        for timer in TimerReader::new(timers) {
+            let timer = timer.map_err(|e| Error::failed(format!("on-timers: {e}")))?;
+            // As in Flink: what an event-time timer emits carries the timer's time, what a
+            // processing-time timer emits carries none.
+            ctx.timestamp = match timer.domain {
+                TimeDomain::EventTime => Some(timer.timestamp),
+                TimeDomain::ProcessingTime => None,
+            };
+            let timer = Timer {
+                domain: timer.domain,
+                timestamp: timer.timestamp,
+                key: timer.key,
+            };
+            operator.on_timer(timer, ctx)?;
+        }
+        Ok(())
+    })
+}
+
+pub(crate) fn snapshot<T: Operator>(slot: &mut Slot<T>, checkpoint_id: u64) -> Result<Vec<u8>> {
+    slot.instance("snapshot")?.operator.snapshot(checkpoint_id)
+}
+
+pub(crate) fn notify_complete<T: Operator>(slot: &mut Slot<T>, checkpoint_id: u64) -> Result<()> {
+    slot.instance("notify-complete")?
+        .operator
+        .notify_complete(checkpoint_id)
+}
+
+pub(crate) fn notify_aborted<T: Operator>(slot: &mut Slot<T>, checkpoint_id: u64) -> Result<()> {
+    slot.instance("notify-aborted")?
+        .operator
+        .notify_aborted(checkpoint_id)
+}
+
+pub(crate) fn finish<T: Operator>(slot: &mut Slot<T>, host: &dyn Host) -> Result<CallOutput> {
+    run(slot, host, "finish", |operator, ctx| operator.finish(ctx))
+}
+
+pub(crate) fn close<T: Operator>(slot: &mut Slot<T>, host: &dyn Host) -> Result<CallOutput> {
+    run(slot, host, "close", |operator, ctx| operator.close(ctx))
+}
+
+pub(crate) fn dispose<T: Operator>(slot: &mut Slot<T>) {
+    if let Slot::Open(instance) = slot {
+        instance.operator.dispose();
+    }
+    *slot = Slot::Disposed;
+}
+
+/// The exports in terms of the generated WIT types, against the real host.
+pub mod wasm {
+    use super::Slot;
+    use crate::bindings::sluice::operator::types as wit;
+    use crate::context::{CallOutput, OpenInfo};
+    use crate::host::WasmHost;
+    use crate::{Error, Operator, Result};
+
+    /// The generated `Guest` trait the exports implement.
+    pub use crate::bindings::exports::sluice::operator::stream_operator::Guest;
+    pub use wit::{Error as WitError, OpenContext as WitOpenContext, Output as WitOutput};
+
+    fn to_wit_error(err: Error) -> wit::Error {
+        match err {
+            Error::InvalidConfig(message) => wit::Error::InvalidConfig(message),
+            Error::Failed(message) => wit::Error::Failed(message),
+        }
+    }
+
+    fn to_wit(result: Result<CallOutput>) -> Result<wit::Output, wit::Error> {
+        result
+            .map(|output| wit::Output {
+                records: output.records,
+                effects: output.effects,
+            })
+            .map_err(to_wit_error)
+    }
+
+    /// `open`.
+    pub fn open<T: Operator>(
+        slot: &mut Slot<T>,
+        ctx: wit::OpenContext,
+    ) -> Result<wit::Output, wit::Error> {
+        to_wit(super::open(slot, &WasmHost, &OpenInfo::from(ctx)))
+    }
+
+    /// `process`.
+    pub fn process<T: Operator>(
+        slot: &mut Slot<T>,
+        records: &[u8],
+    ) -> Result<wit::Output, wit::Error> {
+        to_wit(super::process(slot, &WasmHost, records))
+    }
+
+    /// `process-watermark`.
+    pub fn process_watermark<T: Operator>(
+        slot: &mut Slot<T>,
+        watermark: i64,
+    ) -> Result<wit::Output, wit::Error> {
+        to_wit(super::process_watermark(slot, &WasmHost, watermark))
+    }
+
+    /// `on-timers`.
+    pub fn on_timers<T: Operator>(
+        slot: &mut Slot<T>,
+        timers: &[u8],
+    ) -> Result<wit::Output, wit::Error> {
+        to_wit(super::on_timers(slot, &WasmHost, timers))
+    }
+
+    /// `snapshot`.
+    pub fn snapshot<T: Operator>(
+        slot: &mut Slot<T>,
+        checkpoint_id: u64,
+    ) -> Result<Vec<u8>, wit::Error> {
+        super::snapshot(slot, checkpoint_id).map_err(to_wit_error)
+    }
+
+    /// `notify-complete`.
+    pub fn notify_complete<T: Operator>(
+        slot: &mut Slot<T>,
+        checkpoint_id: u64,
+    ) -> Result<(), wit::Error> {
+        super::notify_complete(slot, checkpoint_id).map_err(to_wit_error)
+    }
+
+    /// `notify-aborted`.
+    pub fn notify_aborted<T: Operator>(
+        slot: &mut Slot<T>,
+        checkpoint_id: u64,
+    ) -> Result<(), wit::Error> {
+        super::notify_aborted(slot, checkpoint_id).map_err(to_wit_error)
+    }
+
+    /// `finish`.
+    pub fn finish<T: Operator>(slot: &mut Slot<T>) -> Result<wit::Output, wit::Error> {
+        to_wit(super::finish(slot, &WasmHost))
+    }
+
+    /// `close`.
+    pub fn close<T: Operator>(slot: &mut Slot<T>) -> Result<wit::Output, wit::Error> {
+        to_wit(super::close(slot, &WasmHost))
+    }
+
+    /// `dispose`.
+    pub fn dispose<T: Operator>(slot: &mut Slot<T>) {
+        super::dispose(slot);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Record;
+    use crate::host::{Level, StateKind};
+
+    struct NoHost;
+
+    impl Host for NoHost {
+        fn processing_time(&self) -> i64 {
+            0
+        }
+        fn current_watermark(&self) -> i64 {
+            i64::MIN
+        }
+        fn declare_state(&self, _: &str, _: StateKind, _: Option<u64>) -> Result<u32, String> {
+            Err("no state here".to_owned())
+        }
+        fn state_get(&self, _: u32, _: &[u8], _: &[u8]) -> Option<Vec<u8>> {
+            None
+        }
+        fn state_entries(&self, _: u32, _: &[u8]) -> Vec<u8> {
+            Vec::new()
+        }
+        fn log(&self, _: Level, _: &str) {}
+    }
+
+    struct Echo;
+
+    impl Operator for Echo {
+        fn open(_ctx: &mut OpenContext<'_>) -> Result<Self> {
+            Ok(Echo)
+        }
+
+        fn process(&mut self, record: Record<'_>, ctx: &mut Context<'_>) -> Result<()> {
+            ctx.emit_record(record);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn calls_out_of_order_are_errors() {
+        let mut slot = Slot::<Echo>::new();
+        let err = process(&mut slot, &NoHost, &[]).unwrap_err();
+        assert_eq!(err, Error::failed("process called before open"));
+        assert_eq!(
+            snapshot(&mut slot, 1).unwrap_err(),
+            Error::failed("snapshot called before open")
+        );
+        open(&mut slot, &NoHost, &OpenInfo::default()).unwrap();
+        assert_eq!(
+            open(&mut slot, &NoHost, &OpenInfo::default()).unwrap_err(),
+            Error::failed("open called twice")
+        );
+        dispose(&mut slot);
+        assert_eq!(
+            finish(&mut slot, &NoHost).unwrap_err(),
+            Error::failed("finish called after dispose")
+        );
+    }
+
+    #[test]
+    fn malformed_input_is_an_error_naming_it() {
+        let mut slot = Slot::<Echo>::new();
+        open(&mut slot, &NoHost, &OpenInfo::default()).unwrap();
+        let err = process(&mut slot, &NoHost, &[0x80]).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "process: malformed record batch at byte 0: unknown record flags"
+        );
+        let err = on_timers(&mut slot, &NoHost, &[0]).unwrap_err();
+        assert!(
+            err.message().starts_with("on-timers: malformed timer list"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,779 @@
+//! Keyed state: typed handles, and the cache in guest memory that sits behind them.
+//!
+//! Keyed state belongs to the host, which snapshots it without the operator's help. An
+//! operator declares each state in [`Operator::open`](crate::Operator::open) and keeps the
+//! returned handle; every access names the record key it is for (normally the key of the
+//! record being processed or of the timer that fired). Values, list elements and map keys
+//! are encoded with postcard.
+//!
+//! # What a read sees
+//!
+//! The host answers reads as of the start of the current call and applies the call's
+//! writes (sent as effects) after the call returns successfully. The SDK hides that gap
+//! with a cache in guest memory, so an operator always reads its own writes, within a call
+//! and across calls:
+//!
+//! - Value and map entries are cached per `(state, key, map key)`: a read goes to the host
+//!   once and is then answered from memory, and every write updates the cache as well as
+//!   producing an effect. The cache lives as long as the instance. It is dropped when it
+//!   has taken in more than 100 000 entries or 64 MiB since it was last dropped (checked at
+//!   the end of each call) and after a call that fails, whose effects the host discards.
+//! - [`MapState::entries`] fetches a key's entries from the host once, merges the cached
+//!   writes into them and keeps the whole map of that key cached.
+//! - List state is not cached across calls: [`ListState::get`] reads the list from the host
+//!   and adds the elements this call appended (or drops the host's list if this call
+//!   cleared it).
+//! - States declared with a time-to-live are cached only for the duration of a call: the
+//!   host expires their entries by processing time between calls, which the guest cannot
+//!   see.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sluice_codec::{Effect, EffectWriter, EntryReader};
+
+use crate::host::{Host, StateKind};
+use crate::{Context, Error, Result, from_bytes, to_bytes};
+
+/// The cache is dropped at the end of a call once it took in more entries than this...
+const MAX_CACHED_ENTRIES: usize = 100_000;
+/// ... or more bytes of keys and values than this.
+const MAX_CACHED_BYTES: usize = 64 << 20;
+
+/// One value per key.
+///
+/// Declared with [`OpenContext::value_state`](crate::OpenContext::value_state).
+pub struct ValueState<T> {
+    slot: usize,
+    _type: PhantomData<fn() -> T>,
+}
+
+/// An ordered list per key; appending does not read the list.
+///
+/// Declared with [`OpenContext::list_state`](crate::OpenContext::list_state).
+pub struct ListState<T> {
+    slot: usize,
+    _type: PhantomData<fn() -> T>,
+}
+
+/// A map per key.
+///
+/// The host orders and compares map keys by their postcard encoding, so
+/// [`MapState::entries`] returns them in the order of their encoded bytes, which for
+/// integers (variable-length encoded) and signed numbers differs from their numeric order.
+/// Two keys are the same entry exactly when their encodings are equal.
+///
+/// Declared with [`OpenContext::map_state`](crate::OpenContext::map_state).
+pub struct MapState<K, V> {
+    slot: usize,
+    _type: PhantomData<fn() -> (K, V)>,
+}
+
+macro_rules! handle_impls {
+    ($name:ident < $($t:ident),+ >) => {
+        impl<$($t),+> $name<$($t),+> {
+            pub(crate) fn new(slot: usize) -> Self {
+                $name { slot, _type: PhantomData }
+            }
+        }
+
+        impl<$($t),+> Clone for $name<$($t),+> {
+            fn clone(&self) -> Self {
+                *self
+            }
+        }
+
+        impl<$($t),+> Copy for $name<$($t),+> {}
+
+        impl<$($t),+> fmt::Debug for $name<$($t),+> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($name)).field("slot", &self.slot).finish()
+            }
+        }
+    };
+}
+
+handle_impls!(ValueState<T>);
+handle_impls!(ListState<T>);
+handle_impls!(MapState<K, V>);
+
+impl<T: Serialize + DeserializeOwned> ValueState<T> {
+    /// The value of `key`, if set.
+    pub fn get(&self, ctx: &mut Context<'_>, key: &[u8]) -> Result<Option<T>> {
+        ctx.rt.states.value_get(ctx.host, self.slot, key)
+    }
+
+    /// Sets the value of `key`.
+    pub fn put(&self, ctx: &mut Context<'_>, key: &[u8], value: &T) -> Result<()> {
+        let bytes = to_bytes(value)?;
+        let rt = &mut *ctx.rt;
+        rt.states.value_put(&mut rt.effects, self.slot, key, bytes)
+    }
+
+    /// Removes the value of `key`.
+    pub fn clear(&self, ctx: &mut Context<'_>, key: &[u8]) -> Result<()> {
+        let rt = &mut *ctx.rt;
+        rt.states.clear(&mut rt.effects, self.slot, key)
+    }
+
+    /// Replaces the value of `key` with what `f` makes of the current one (`None` removes
+    /// it) and returns the new value.
+    ///
+    /// ```
+    /// # use sluice_sdk::{Context, Result, ValueState};
+    /// fn increment(count: &ValueState<u64>, ctx: &mut Context<'_>, key: &[u8]) -> Result<u64> {
+    ///     let n = count.update(ctx, key, |n| Some(n.unwrap_or(0) + 1))?;
+    ///     Ok(n.unwrap_or(0))
+    /// }
+    /// ```
+    pub fn update(
+        &self,
+        ctx: &mut Context<'_>,
+        key: &[u8],
+        f: impl FnOnce(Option<T>) -> Option<T>,
+    ) -> Result<Option<T>> {
+        let new = f(self.get(ctx, key)?);
+        match &new {
+            Some(value) => self.put(ctx, key, value)?,
+            None => self.clear(ctx, key)?,
+        }
+        Ok(new)
+    }
+}
+
+impl<T: Serialize + DeserializeOwned> ListState<T> {
+    /// Appends `value` to the list of `key`.
+    pub fn add(&self, ctx: &mut Context<'_>, key: &[u8], value: &T) -> Result<()> {
+        let bytes = to_bytes(value)?;
+        let rt = &mut *ctx.rt;
+        rt.states.list_add(&mut rt.effects, self.slot, key, bytes)
+    }
+
+    /// The list of `key`, in the order of appends (empty when there is none).
+    pub fn get(&self, ctx: &mut Context<'_>, key: &[u8]) -> Result<Vec<T>> {
+        let mut items = Vec::new();
+        ctx.rt
+            .states
+            .list_for_each(ctx.host, self.slot, key, |bytes| {
+                items.push(from_bytes(bytes)?);
+                Ok(())
+            })?;
+        Ok(items)
+    }
+
+    /// Removes the list of `key`.
+    pub fn clear(&self, ctx: &mut Context<'_>, key: &[u8]) -> Result<()> {
+        let rt = &mut *ctx.rt;
+        rt.states.clear(&mut rt.effects, self.slot, key)
+    }
+}
+
+impl<K, V> MapState<K, V>
+where
+    K: Serialize + DeserializeOwned,
+    V: Serialize + DeserializeOwned,
+{
+    /// The value of `map_key` in the map of `key`.
+    pub fn get(&self, ctx: &mut Context<'_>, key: &[u8], map_key: &K) -> Result<Option<V>> {
+        let user_key = to_bytes(map_key)?;
+        ctx.rt.states.map_get(ctx.host, self.slot, key, &user_key)
+    }
+
+    /// Sets `map_key` to `value` in the map of `key`.
+    pub fn put(&self, ctx: &mut Context<'_>, key: &[u8], map_key: &K, value: &V) -> Result<()> {
+        let (user_key, value) = (to_bytes(map_key)?, to_bytes(value)?);
+        let rt = &mut *ctx.rt;
+        rt.states
+            .map_put(&mut rt.effects, self.slot, key, user_key, value)
+    }
+
+    /// Removes `map_key` from the map of `key`.
+    pub fn remove(&self, ctx: &mut Context<'_>, key: &[u8], map_key: &K) -> Result<()> {
+        let user_key = to_bytes(map_key)?;
+        let rt = &mut *ctx.rt;
+        rt.states
+            .map_remove(&mut rt.effects, self.slot, key, user_key)
+    }
+
+    /// All entries of the map of `key`, in the order of the encoded map keys.
+    pub fn entries(&self, ctx: &mut Context<'_>, key: &[u8]) -> Result<Vec<(K, V)>> {
+        let mut entries = Vec::new();
+        ctx.rt
+            .states
+            .map_for_each(ctx.host, self.slot, key, |user_key, value| {
+                entries.push((from_bytes(user_key)?, from_bytes(value)?));
+                Ok(())
+            })?;
+        Ok(entries)
+    }
+
+    /// Removes the whole map of `key`.
+    pub fn clear(&self, ctx: &mut Context<'_>, key: &[u8]) -> Result<()> {
+        let rt = &mut *ctx.rt;
+        rt.states.clear(&mut rt.effects, self.slot, key)
+    }
+}
+
+/// The declared states of an instance and the cache of their entries (see the module
+/// docs for what is cached when).
+#[derive(Debug, Default)]
+pub(crate) struct StateCache {
+    slots: Vec<StateSlot>,
+    usage: Usage,
+}
+
+/// How much went into the cache since it was last dropped. An upper bound: overwritten
+/// entries are counted again, which only makes the cache drop earlier.
+#[derive(Debug, Default)]
+struct Usage {
+    entries: usize,
+    bytes: usize,
+}
+
+impl Usage {
+    fn add(&mut self, ttl: bool, bytes: usize) {
+        // Entries of TTL states leave the cache at the end of the call anyway.
+        if !ttl {
+            self.entries += 1;
+            self.bytes += bytes;
+        }
+    }
+}
+
+#[derive(Debug)]
+struct StateSlot {
+    id: u32,
+    name: String,
+    kind: StateKind,
+    ttl: bool,
+    /// Value state: key -> value (`None`: known to be absent).
+    values: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Map state: key -> cached part of its map.
+    maps: HashMap<Vec<u8>, MapCache>,
+    /// List state: key -> what the current call changed.
+    lists: HashMap<Vec<u8>, ListOverlay>,
+}
+
+#[derive(Debug, Default)]
+struct MapCache {
+    /// `entries` holds every entry of the key, so a missing map key is absent.
+    complete: bool,
+    /// Map key -> value (`None`: known to be absent).
+    entries: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+#[derive(Debug, Default)]
+struct ListOverlay {
+    /// This call cleared the list, so the host's copy no longer counts.
+    cleared: bool,
+    /// Elements this call appended.
+    appended: Vec<Vec<u8>>,
+}
+
+impl StateSlot {
+    fn context(&self) -> impl FnOnce(Error) -> Error + '_ {
+        move |e| e.context(format_args!("state `{}`", self.name))
+    }
+}
+
+fn unknown_handle() -> Error {
+    Error::failed("a state handle was used with an operator instance that did not declare it")
+}
+
+impl StateCache {
+    /// Declares a state with the host and returns the slot its handle refers to.
+    pub(crate) fn declare(
+        &mut self,
+        host: &dyn Host,
+        name: &str,
+        kind: StateKind,
+        ttl: Option<Duration>,
+    ) -> Result<usize> {
+        let ttl_ms = match ttl {
+            None => None,
+            Some(ttl) if ttl < Duration::from_millis(1) => {
+                return Err(Error::failed(format!(
+                    "cannot declare state `{name}`: the time-to-live must be at least 1 ms"
+                )));
+            }
+            Some(ttl) => Some(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)),
+        };
+        let id = host
+            .declare_state(name, kind, ttl_ms)
+            .map_err(|e| Error::failed(format!("cannot declare state `{name}`: {e}")))?;
+        // Declaring a name twice yields the same state: share the slot so the cache stays
+        // coherent between the two handles.
+        if let Some(i) = self.slots.iter().position(|s| s.id == id) {
+            self.slots[i].ttl |= ttl_ms.is_some();
+            return Ok(i);
+        }
+        self.slots.push(StateSlot {
+            id,
+            name: name.to_owned(),
+            kind,
+            ttl: ttl_ms.is_some(),
+            values: HashMap::new(),
+            maps: HashMap::new(),
+            lists: HashMap::new(),
+        });
+        Ok(self.slots.len() - 1)
+    }
+
+    pub(crate) fn value_get<T: DeserializeOwned>(
+        &mut self,
+        host: &dyn Host,
+        slot: usize,
+        key: &[u8],
+    ) -> Result<Option<T>> {
+        let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
+        if !s.values.contains_key(key) {
+            let value = host.state_get(s.id, key, &[]);
+            self.usage
+                .add(s.ttl, key.len() + value.as_ref().map_or(0, Vec::len));
+            s.values.insert(key.to_vec(), value);
+        }
+        s.values[key]
+            .as_deref()
+            .map(from_bytes)
+            .transpose()
+            .map_err(s.context())
+    }
+
+    pub(crate) fn value_put(
+        &mut self,
+        effects: &mut EffectWriter,
+        slot: usize,
+        key: &[u8],
+        value: Vec<u8>,
+    ) -> Result<()> {
+        let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
+        effects.push(Effect::Put {
+            state: s.id,
+            key,
+            user_key: &[],
+            value: &value,
+        });
+        self.usage.add(s.ttl, key.len() + value.len());
+        match s.values.get_mut(key) {
+            Some(cached) => *cached = Some(value),
+            None => {
+                s.values.insert(key.to_vec(), Some(value));
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every entry of `key` (the whole value, list or map).
+    pub(crate) fn clear(
+        &mut self,
+        effects: &mut EffectWriter,
+        slot: usize,
+        key: &[u8],
+    ) -> Result<()> {
+        let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
+        effects.push(Effect::Clear { state: s.id, key });
+        self.usage.add(s.ttl, key.len());
+        match s.kind {
+            StateKind::Value => {
+                s.values.insert(key.to_vec(), None);
+            }
+            StateKind::Map => {
+                let empty = MapCache {
+                    complete: true,
+                    entries: BTreeMap::new(),
+                };
+                s.maps.insert(key.to_vec(), empty);
+            }
+            StateKind::List => {
+                s.lists.insert(
+                    key.to_vec(),
+                    ListOverlay {
+                        cleared: true,
+                        appended: Vec::new(),
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn map_get<V: DeserializeOwned>(
+        &mut self,
+        host: &dyn Host,
+        slot: usize,
+        key: &[u8],
+        user_key: &[u8],
+    ) -> Result<Option<V>> {
+        let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
+        if !s.maps.contains_key(key) {
+            s.maps.insert(key.to_vec(), MapCache::default());
+        }
+        let cache = s.maps.get_mut(key).expect("inserted above");
+        if !cache.entries.contains_key(user_key) {
+            if cache.complete {
+                return Ok(None);
+            }
+            let value = host.state_get(s.id, key, user_key);
+            self.usage.add(
+                s.ttl,
+                key.len() + user_key.len() + value.as_ref().map_or(0, Vec::len),
+            );
+            cache.entries.insert(user_key.to_vec(), value);
+        }
+        let name = &s.name;
+        cache.entries[user_key]
+            .as_deref()
+            .map(from_bytes)
+            .transpose()
+            .map_err(|e| e.context(format_args!("state `{name}`")))
+    }
+
+    pub(crate) fn map_put(
+        &mut self,
+        effects: &mut EffectWriter,
+        slot: usize,
+        key: &[u8],
+        user_key: Vec<u8>,
+        value: Vec<u8>,
+    ) -> Result<()> {
+        let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
+        effects.push(Effect::Put {
+            state: s.id,
+            key,
+            user_key: &user_key,
+            value: &value,
+        });
+        self.usage
+            .add(s.ttl, key.len() + user_key.len() + value.len());
+        map_cache(&mut s.maps, key)
+            .entries
+            .insert(user_key, Some(value));
+        Ok(())
+    }
+
+    pub(crate) fn map_remove(
+        &mut self,
+        effects: &mut EffectWriter,
+        slot: usize,
+        key: &[u8],
+        user_key: Vec<u8>,
+    ) -> Result<()> {
+        let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
+        effects.push(Effect::Delete {
+            state: s.id,
+            key,
+            user_key: &user_key,
+        });
+        self.usage.add(s.ttl, key.len() + user_key.len());
+        let cache = map_cache(&mut s.maps, key);
+        if cache.complete {
+            cache.entries.remove(&user_key);
+        } else {
+            cache.entries.insert(user_key, None);
+        }
+        Ok(())
+    }
+
+    /// Calls `f` with every `(map key, value)` of `key`, in ascending order of map key.
+    pub(crate) fn map_for_each(
+        &mut self,
+        host: &dyn Host,
+        slot: usize,
+        key: &[u8],
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
+        if !s.maps.get(key).is_some_and(|c| c.complete) {
+            // The host's entries as of the start of the call, overlaid with what the cache
+            // knows (which includes every write not yet applied by the host).
+            let encoded = host.state_entries(s.id, key);
+            let mut entries = BTreeMap::new();
+            for entry in EntryReader::new(&encoded) {
+                let (user_key, value) = entry
+                    .map_err(|e| Error::from(e).context(format_args!("state `{}`", s.name)))?;
+                self.usage.add(s.ttl, user_key.len() + value.len());
+                entries.insert(user_key.to_vec(), Some(value.to_vec()));
+            }
+            if let Some(known) = s.maps.remove(key) {
+                for (user_key, value) in known.entries {
+                    match value {
+                        Some(value) => entries.insert(user_key, Some(value)),
+                        None => entries.remove(&user_key),
+                    };
+                }
+            }
+            let complete = MapCache {
+                complete: true,
+                entries,
+            };
+            s.maps.insert(key.to_vec(), complete);
+        }
+        for (user_key, value) in &s.maps[key].entries {
+            if let Some(value) = value {
+                f(user_key, value).map_err(s.context())?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn list_add(
+        &mut self,
+        effects: &mut EffectWriter,
+        slot: usize,
+        key: &[u8],
+        value: Vec<u8>,
+    ) -> Result<()> {
+        let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
+        effects.push(Effect::Append {
+            state: s.id,
+            key,
+            value: &value,
+        });
+        match s.lists.get_mut(key) {
+            Some(overlay) => overlay.appended.push(value),
+            None => {
+                let overlay = ListOverlay {
+                    cleared: false,
+                    appended: vec![value],
+                };
+                s.lists.insert(key.to_vec(), overlay);
+            }
+        }
+        Ok(())
+    }
+
+    /// Calls `f` with every element of the list of `key`, in append order.
+    pub(crate) fn list_for_each(
+        &mut self,
+        host: &dyn Host,
+        slot: usize,
+        key: &[u8],
+        mut f: impl FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let s = self.slots.get(slot).ok_or_else(unknown_handle)?;
+        let overlay = s.lists.get(key);
+        if !overlay.is_some_and(|o| o.cleared) {
+            let encoded = host.state_entries(s.id, key);
+            for entry in EntryReader::new(&encoded) {
+                let (_position, value) = entry
+                    .map_err(|e| Error::from(e).context(format_args!("state `{}`", s.name)))?;
+                f(value).map_err(s.context())?;
+            }
+        }
+        for value in overlay.map_or(&[][..], |o| &o.appended) {
+            f(value).map_err(s.context())?;
+        }
+        Ok(())
+    }
+
+    /// Ends a call: forgets what is only valid within one call and, after a failure (whose
+    /// effects the host drops) or when the cache grew too big, everything.
+    pub(crate) fn end_call(&mut self, success: bool) {
+        let drop_all = !success
+            || self.usage.entries > MAX_CACHED_ENTRIES
+            || self.usage.bytes > MAX_CACHED_BYTES;
+        for s in &mut self.slots {
+            s.lists.clear();
+            if drop_all {
+                s.values = HashMap::new();
+                s.maps = HashMap::new();
+            } else if s.ttl {
+                s.values.clear();
+                s.maps.clear();
+            }
+        }
+        if drop_all {
+            self.usage = Usage::default();
+        }
+    }
+
+    /// Number of value and map entries cached (for tests).
+    #[cfg(test)]
+    pub(crate) fn cached_entries(&self) -> usize {
+        self.slots
+            .iter()
+            .map(|s| s.values.len() + s.maps.values().map(|m| m.entries.len()).sum::<usize>())
+            .sum()
+    }
+}
+
+fn map_cache<'m>(maps: &'m mut HashMap<Vec<u8>, MapCache>, key: &[u8]) -> &'m mut MapCache {
+    if !maps.contains_key(key) {
+        maps.insert(key.to_vec(), MapCache::default());
+    }
+    maps.get_mut(key).expect("inserted above")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use sluice_codec::EntryWriter;
+
+    use super::*;
+    use crate::host::Level;
+
+    /// A host whose every key holds `[0]` (value and map entries) and the entries `a`, `b`,
+    /// and which counts reads.
+    #[derive(Default)]
+    struct CountingHost {
+        gets: Cell<usize>,
+        entry_reads: Cell<usize>,
+    }
+
+    impl Host for CountingHost {
+        fn processing_time(&self) -> i64 {
+            0
+        }
+        fn current_watermark(&self) -> i64 {
+            i64::MIN
+        }
+        fn declare_state(&self, _: &str, kind: StateKind, _: Option<u64>) -> Result<u32, String> {
+            Ok(kind as u32)
+        }
+        fn state_get(&self, _: u32, _: &[u8], _: &[u8]) -> Option<Vec<u8>> {
+            self.gets.set(self.gets.get() + 1);
+            Some(vec![0])
+        }
+        fn state_entries(&self, _: u32, _: &[u8]) -> Vec<u8> {
+            self.entry_reads.set(self.entry_reads.get() + 1);
+            let mut entries = EntryWriter::new();
+            entries.push(&to_bytes("a").unwrap(), &[1]);
+            entries.push(&to_bytes("b").unwrap(), &[2]);
+            entries.into_bytes()
+        }
+        fn log(&self, _: Level, _: &str) {}
+    }
+
+    fn cache(host: &CountingHost, kind: StateKind, ttl: Option<Duration>) -> (StateCache, usize) {
+        let mut cache = StateCache::default();
+        let slot = cache.declare(host, "s", kind, ttl).unwrap();
+        (cache, slot)
+    }
+
+    #[test]
+    fn value_reads_go_to_the_host_once() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Value, None);
+        for _ in 0..3 {
+            assert_eq!(cache.value_get::<u8>(&host, slot, b"k").unwrap(), Some(0));
+            cache.end_call(true);
+        }
+        assert_eq!(host.gets.get(), 1);
+        // A write needs no read, and later reads see it.
+        let mut effects = EffectWriter::new();
+        cache
+            .value_put(&mut effects, slot, b"new", vec![5])
+            .unwrap();
+        cache.end_call(true);
+        assert_eq!(cache.value_get::<u8>(&host, slot, b"new").unwrap(), Some(5));
+        assert_eq!(host.gets.get(), 1);
+        let effects = effects.take();
+        let effects: Vec<_> = sluice_codec::EffectReader::new(&effects)
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(
+            effects,
+            [Effect::Put {
+                state: 0,
+                key: b"new",
+                user_key: b"",
+                value: &[5]
+            }]
+        );
+    }
+
+    #[test]
+    fn ttl_states_are_cached_only_within_a_call() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Value, Some(Duration::from_secs(1)));
+        let mut effects = EffectWriter::new();
+        cache.value_put(&mut effects, slot, b"k", vec![7]).unwrap();
+        assert_eq!(cache.value_get::<u8>(&host, slot, b"k").unwrap(), Some(7));
+        cache.end_call(true);
+        assert_eq!(cache.value_get::<u8>(&host, slot, b"k").unwrap(), Some(0));
+        assert_eq!(host.gets.get(), 1);
+        let err = cache
+            .declare(&host, "zero", StateKind::Value, Some(Duration::ZERO))
+            .unwrap_err();
+        assert!(err.message().contains("at least 1 ms"), "{err}");
+    }
+
+    #[test]
+    fn a_failed_call_drops_the_cache() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Value, None);
+        let mut effects = EffectWriter::new();
+        cache.value_put(&mut effects, slot, b"k", vec![7]).unwrap();
+        cache.end_call(false);
+        assert_eq!(cache.cached_entries(), 0);
+        assert_eq!(cache.value_get::<u8>(&host, slot, b"k").unwrap(), Some(0));
+    }
+
+    #[test]
+    fn the_cache_is_bounded() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Value, None);
+        let mut effects = EffectWriter::new();
+        for i in 0..MAX_CACHED_ENTRIES as u32 {
+            cache
+                .value_put(&mut effects, slot, &i.to_le_bytes(), vec![1])
+                .unwrap();
+        }
+        cache.end_call(true);
+        assert_eq!(cache.cached_entries(), MAX_CACHED_ENTRIES);
+        cache
+            .value_put(&mut effects, slot, b"one more", vec![1])
+            .unwrap();
+        cache.end_call(true);
+        assert_eq!(cache.cached_entries(), 0);
+    }
+
+    #[test]
+    fn map_entries_are_read_once_then_served_from_the_cache() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Map, None);
+        let mut effects = EffectWriter::new();
+        let key = |s: &str| to_bytes(s).unwrap();
+        cache
+            .map_remove(&mut effects, slot, b"k", key("a"))
+            .unwrap();
+        cache
+            .map_put(&mut effects, slot, b"k", key("c"), vec![3])
+            .unwrap();
+        let mut seen = Vec::new();
+        let mut collect = |cache: &mut StateCache| {
+            seen.clear();
+            cache
+                .map_for_each(&host, slot, b"k", |k, v| {
+                    seen.push((from_bytes::<String>(k)?, v[0]));
+                    Ok(())
+                })
+                .unwrap();
+            seen.clone()
+        };
+        let expected = [("b".to_owned(), 2), ("c".to_owned(), 3)];
+        assert_eq!(collect(&mut cache), expected);
+        cache.end_call(true);
+        assert_eq!(collect(&mut cache), expected);
+        assert_eq!(host.entry_reads.get(), 1);
+        // The complete map also answers point reads, including absent ones.
+        assert_eq!(
+            cache.map_get::<u8>(&host, slot, b"k", &key("zz")).unwrap(),
+            None
+        );
+        assert_eq!(host.gets.get(), 0);
+    }
+
+    #[test]
+    fn decode_errors_name_the_state() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Value, None);
+        let err = cache.value_get::<(u8, u8)>(&host, slot, b"k").unwrap_err();
+        assert!(err.message().starts_with("state `s`: "), "{err}");
+    }
+}
