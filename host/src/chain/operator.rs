@@ -1,0 +1,459 @@
+//! The operator interface of the host: what a chain calls, whether the operator is a Wasm
+//! component or native code (sinks, test operators).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use sluice_codec::{Effect, EffectReader};
+
+use crate::state::{KeyedStateBackend, StateError, key_groups::key_group_of};
+use crate::timers::TimerQueues;
+
+/// Who an operator instance is: used in every log line and error about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorIdentity {
+    /// Tenant the job runs for.
+    pub tenant: String,
+    /// Job name.
+    pub job: String,
+    /// Operator name from the job file.
+    pub operator: String,
+    /// Index of this parallel instance.
+    pub subtask: u32,
+    /// Parallelism of the operator.
+    pub parallelism: u32,
+}
+
+impl fmt::Display for OperatorIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "operator '{}' (subtask {}/{}) of job '{}' (tenant '{}')",
+            self.operator,
+            self.subtask + 1,
+            self.parallelism,
+            self.job,
+            self.tenant
+        )
+    }
+}
+
+/// The calls of the operator contract, for error messages and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Call {
+    /// `open`
+    Open,
+    /// `process`
+    Process,
+    /// `process-watermark`
+    ProcessWatermark,
+    /// `on-timers`
+    OnTimers,
+    /// `snapshot`
+    Snapshot,
+    /// `notify-complete`
+    NotifyComplete,
+    /// `notify-aborted`
+    NotifyAborted,
+    /// `finish`
+    Finish,
+    /// `close`
+    Close,
+    /// `dispose`
+    Dispose,
+}
+
+impl Call {
+    /// The call's name in the WIT.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Call::Open => "open",
+            Call::Process => "process",
+            Call::ProcessWatermark => "process-watermark",
+            Call::OnTimers => "on-timers",
+            Call::Snapshot => "snapshot",
+            Call::NotifyComplete => "notify-complete",
+            Call::NotifyAborted => "notify-aborted",
+            Call::Finish => "finish",
+            Call::Close => "close",
+            Call::Dispose => "dispose",
+        }
+    }
+}
+
+impl fmt::Display for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What `open` is told.
+#[derive(Debug, Clone, Default)]
+pub struct OpenInfo {
+    /// Job name.
+    pub job: String,
+    /// Operator name.
+    pub operator: String,
+    /// The operator's config table, as strings.
+    pub config: Vec<(String, String)>,
+    /// Index of this instance.
+    pub subtask: u32,
+    /// Parallelism of the operator.
+    pub parallelism: u32,
+    /// Number of key groups.
+    pub max_parallelism: u32,
+    /// Whether the input is partitioned by key.
+    pub keyed: bool,
+    /// What this subtask's `snapshot` returned in the restored checkpoint.
+    pub restored_state: Option<Vec<u8>>,
+    /// Restart attempt (0 on first start).
+    pub attempt: u32,
+}
+
+/// What a call produced: records in the batch encoding and effects in the effect
+/// encoding (see `sluice-codec`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallOutput {
+    /// Emitted records.
+    pub records: Vec<u8>,
+    /// State and timer mutations, counter increments.
+    pub effects: Vec<u8>,
+}
+
+/// Why a trap happened, as far as the host can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TrapKind {
+    /// The guest panicked or aborted (`unreachable` executed).
+    Panic,
+    /// The task was cancelled while the operator was running.
+    Cancelled,
+    /// The call ran longer than the tenant's deadline per call.
+    Deadline,
+    /// The operator tried to grow its memory past the tenant's limit.
+    Memory,
+    /// The call stack overflowed.
+    StackOverflow,
+    /// The call used up its fuel.
+    Fuel,
+    /// A host import refused to continue the call (contract violation).
+    Host,
+    /// Anything else (out-of-bounds access, division by zero, ...).
+    Other,
+}
+
+impl TrapKind {
+    /// A short name for metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrapKind::Panic => "panic",
+            TrapKind::Cancelled => "cancelled",
+            TrapKind::Deadline => "deadline",
+            TrapKind::Memory => "memory",
+            TrapKind::StackOverflow => "stack-overflow",
+            TrapKind::Fuel => "fuel",
+            TrapKind::Host => "host",
+            TrapKind::Other => "other",
+        }
+    }
+}
+
+/// How a call into an operator failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// The operator rejected its configuration: restarting will not help.
+    InvalidConfig(String),
+    /// The operator reported a failure.
+    Failed(String),
+    /// The call trapped; the instance can no longer be used.
+    Trap {
+        /// What kind of trap.
+        kind: TrapKind,
+        /// What happened (with the guest's panic message when there is one).
+        message: String,
+    },
+    /// The operator broke the contract in what it returned (malformed buffers, output
+    /// over its limit, effects it may not have); the instance is not trusted further.
+    Contract(String),
+}
+
+impl CallError {
+    /// True when retrying cannot succeed (the job should fail, not restart).
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, CallError::InvalidConfig(_))
+    }
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallError::InvalidConfig(m) => write!(f, "invalid configuration: {m}"),
+            CallError::Failed(m) => write!(f, "operator error: {m}"),
+            CallError::Trap { kind, message } => match kind {
+                TrapKind::Panic => write!(f, "panicked: {message}"),
+                _ => write!(f, "trapped ({}): {message}", kind.as_str()),
+            },
+            CallError::Contract(m) => write!(f, "broke the operator contract: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for CallError {}
+
+/// A failed call, with the operator and call it happened in. This is the error a user
+/// sees at the top of a failed job's error chain.
+#[derive(Debug, Clone)]
+pub struct OperatorFailure {
+    /// The instance that failed.
+    pub identity: OperatorIdentity,
+    /// The call that failed.
+    pub call: Call,
+    /// How it failed.
+    pub error: CallError,
+}
+
+impl fmt::Display for OperatorFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} failed in `{}`: {}",
+            self.identity, self.call, self.error
+        )
+    }
+}
+
+impl std::error::Error for OperatorFailure {}
+
+/// The host-managed part of an operator instance: its keyed state, timers, current
+/// watermark and counters. The host reads it during calls (`state-get`) and changes it
+/// only by applying a call's effects after the call returned.
+#[derive(Debug, Clone)]
+pub struct OperatorState {
+    /// Keyed state; `None` when the operator's input is not keyed.
+    pub keyed: Option<KeyedStateBackend>,
+    /// Event- and processing-time timers.
+    pub timers: TimerQueues,
+    /// The operator's current input watermark.
+    pub watermark: i64,
+    /// Counters the operator incremented.
+    pub counters: BTreeMap<String, u64>,
+    /// True while `open` runs: the only time states may be declared.
+    pub opening: bool,
+}
+
+impl OperatorState {
+    /// State for an instance; `keyed` holds the backend when the input is keyed.
+    pub fn new(keyed: Option<KeyedStateBackend>) -> Self {
+        OperatorState {
+            keyed,
+            timers: TimerQueues::new(),
+            watermark: i64::MIN,
+            counters: BTreeMap::new(),
+            opening: false,
+        }
+    }
+
+    /// Applies the effects of a successful call, in order. `now` is the processing
+    /// time (for state TTL). An error means the operator sent effects it may not
+    /// (malformed, state of an unkeyed operator, a key of another subtask); effects
+    /// before the bad one stay applied, and the task fails anyway.
+    pub fn apply_effects(&mut self, effects: &[u8], now: i64) -> Result<(), CallError> {
+        for effect in EffectReader::new(effects) {
+            let effect = effect.map_err(|e| CallError::Contract(e.to_string()))?;
+            self.apply(effect, now).map_err(CallError::Contract)?;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, effect: Effect<'_>, now: i64) -> Result<(), String> {
+        let state_err = |e: StateError| e.to_string();
+        match effect {
+            Effect::Put {
+                state,
+                key,
+                user_key,
+                value,
+            } => self
+                .backend()?
+                .put(state, key, user_key, value, now)
+                .map_err(state_err),
+            Effect::Delete {
+                state,
+                key,
+                user_key,
+            } => self
+                .backend()?
+                .delete(state, key, user_key)
+                .map_err(state_err),
+            Effect::Clear { state, key } => self.backend()?.clear(state, key).map_err(state_err),
+            Effect::Append { state, key, value } => self
+                .backend()?
+                .append(state, key, value, now)
+                .map_err(state_err),
+            Effect::RegisterTimer {
+                domain,
+                timestamp,
+                key,
+            } => {
+                self.check_timer_key(key)?;
+                self.timers.register(domain, timestamp, key);
+                Ok(())
+            }
+            Effect::DeleteTimer {
+                domain,
+                timestamp,
+                key,
+            } => {
+                self.timers.delete(domain, timestamp, key);
+                Ok(())
+            }
+            Effect::Counter { name, delta } => {
+                let counter = self
+                    .counters
+                    .entry(String::from_utf8_lossy(name).into_owned())
+                    .or_default();
+                *counter = counter.saturating_add(delta);
+                Ok(())
+            }
+        }
+    }
+
+    fn backend(&mut self) -> Result<&mut KeyedStateBackend, String> {
+        self.keyed.as_mut().ok_or_else(|| {
+            "keyed state used, but the operator's input is not keyed (set `key_by` in the job file)"
+                .to_string()
+        })
+    }
+
+    /// A keyed operator may only set timers for keys of its own key groups.
+    fn check_timer_key(&self, key: &[u8]) -> Result<(), String> {
+        let Some(backend) = &self.keyed else {
+            return Ok(());
+        };
+        let owned = backend.key_groups();
+        let kg = key_group_of(key, backend.max_parallelism());
+        if owned.contains(&kg) {
+            Ok(())
+        } else {
+            Err(StateError::ForeignKey {
+                key_group: kg,
+                owned,
+            }
+            .to_string())
+        }
+    }
+}
+
+/// One operator instance as the chain sees it.
+///
+/// Calls happen on the task thread, one at a time, in the order the WIT documents. A
+/// returned [`CallOutput`] has not been applied yet: the chain applies its effects to
+/// [`Operator::state`] and passes its records on.
+pub trait Operator: Send {
+    /// Who this instance is.
+    fn identity(&self) -> &OperatorIdentity;
+    /// The host-managed state of this instance.
+    fn state(&mut self) -> &mut OperatorState;
+    /// `open`.
+    fn open(&mut self, info: &OpenInfo) -> Result<CallOutput, CallError>;
+    /// `process`.
+    fn process(&mut self, records: &[u8]) -> Result<CallOutput, CallError>;
+    /// `process-watermark`.
+    fn process_watermark(&mut self, watermark: i64) -> Result<CallOutput, CallError>;
+    /// `on-timers`.
+    fn on_timers(&mut self, timers: &[u8]) -> Result<CallOutput, CallError>;
+    /// `snapshot`.
+    fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, CallError>;
+    /// `notify-complete`.
+    fn notify_complete(&mut self, checkpoint_id: u64) -> Result<(), CallError>;
+    /// `notify-aborted`.
+    fn notify_aborted(&mut self, checkpoint_id: u64) -> Result<(), CallError>;
+    /// `finish`.
+    fn finish(&mut self) -> Result<CallOutput, CallError>;
+    /// `close`.
+    fn close(&mut self) -> Result<CallOutput, CallError>;
+    /// `dispose`; errors are reported but never stop the disposal of other operators.
+    fn dispose(&mut self) -> Result<(), CallError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{StateDescriptor, StateKind};
+    use sluice_codec::{EffectWriter, TimeDomain};
+
+    #[test]
+    fn effects_update_state_timers_and_counters() {
+        let mut backend = KeyedStateBackend::new(128, 0..128);
+        let s = backend
+            .declare(StateDescriptor {
+                name: "count".into(),
+                kind: StateKind::Value,
+                ttl_ms: None,
+            })
+            .unwrap();
+        let mut state = OperatorState::new(Some(backend));
+        let mut w = EffectWriter::new();
+        w.push(Effect::Put {
+            state: s,
+            key: b"k",
+            user_key: b"",
+            value: b"1",
+        });
+        w.push(Effect::RegisterTimer {
+            domain: TimeDomain::EventTime,
+            timestamp: 5,
+            key: b"k",
+        });
+        w.push(Effect::Counter {
+            name: b"seen",
+            delta: 2,
+        });
+        w.push(Effect::Counter {
+            name: b"seen",
+            delta: 3,
+        });
+        state.apply_effects(&w.take(), 0).unwrap();
+        let keyed = state.keyed.as_ref().unwrap();
+        assert_eq!(&*keyed.get(s, b"k", b"", 0).unwrap().unwrap(), b"1");
+        assert_eq!(state.timers.next(TimeDomain::EventTime), Some(5));
+        assert_eq!(state.counters["seen"], 5);
+    }
+
+    #[test]
+    fn state_effects_of_an_unkeyed_operator_are_a_contract_violation() {
+        let mut state = OperatorState::new(None);
+        let mut w = EffectWriter::new();
+        w.push(Effect::Put {
+            state: 0,
+            key: b"k",
+            user_key: b"",
+            value: b"1",
+        });
+        let err = state.apply_effects(&w.take(), 0).unwrap_err();
+        assert!(err.to_string().contains("set `key_by`"), "{err}");
+        let err = state.apply_effects(&[42], 0).unwrap_err();
+        assert!(err.to_string().contains("unknown effect tag"), "{err}");
+    }
+
+    #[test]
+    fn failure_message_names_operator_subtask_job_tenant_and_call() {
+        let failure = OperatorFailure {
+            identity: OperatorIdentity {
+                tenant: "acme".into(),
+                job: "wc".into(),
+                operator: "count".into(),
+                subtask: 1,
+                parallelism: 4,
+            },
+            call: Call::Process,
+            error: CallError::Trap {
+                kind: TrapKind::Panic,
+                message: "boom".into(),
+            },
+        };
+        assert_eq!(
+            failure.to_string(),
+            "operator 'count' (subtask 2/4) of job 'wc' (tenant 'acme') failed in `process`: panicked: boom"
+        );
+    }
+}

@@ -1,0 +1,200 @@
+//! The asynchronous part of a checkpoint: writing a task's snapshot to storage on a
+//! worker thread while the task goes on processing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Sender, unbounded};
+
+use super::coordinator::{Acknowledgement, CoordinatorMessage};
+use super::snapshot::{OperatorSnapshot, TaskId};
+use super::storage::{CheckpointStorage, SnapshotKind};
+use crate::network::{Barrier, CheckpointKind};
+
+const RUNNING: u8 = 0;
+const COMPLETED: u8 = 1;
+const DISCARDED: u8 = 2;
+
+/// A fixed pool of threads for asynchronous checkpoint parts, shared by a job's tasks.
+pub struct AsyncPool {
+    tx: Sender<Box<dyn FnOnce() + Send>>,
+}
+
+impl AsyncPool {
+    /// A pool of `threads` workers.
+    pub fn new(threads: usize) -> Self {
+        let (tx, rx) = unbounded::<Box<dyn FnOnce() + Send>>();
+        for i in 0..threads.max(1) {
+            let rx = rx.clone();
+            thread::Builder::new()
+                .name(format!("checkpoint writer {i}"))
+                .spawn(move || {
+                    for job in rx {
+                        job();
+                    }
+                })
+                .expect("spawning a checkpoint writer");
+        }
+        AsyncPool { tx }
+    }
+
+    fn submit(&self, job: Box<dyn FnOnce() + Send>) {
+        // The workers live as long as the pool; a send only fails after they exited.
+        let _ = self.tx.send(job);
+    }
+}
+
+/// The state of one asynchronous part: it ends COMPLETED (acknowledged) or DISCARDED
+/// (its files deleted), exactly once, whichever of finishing and discarding comes first.
+#[derive(Debug, Clone)]
+pub struct AsyncPartHandle {
+    state: Arc<AtomicU8>,
+}
+
+impl AsyncPartHandle {
+    /// Discards the part if it is still running; it will not acknowledge. Returns
+    /// whether this call discarded it.
+    pub fn discard(&self) -> bool {
+        self.state
+            .compare_exchange(RUNNING, DISCARDED, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// True once completed or discarded.
+    pub fn is_done(&self) -> bool {
+        self.state.load(Ordering::SeqCst) != RUNNING
+    }
+
+    /// True when it completed (was acknowledged).
+    pub fn is_completed(&self) -> bool {
+        self.state.load(Ordering::SeqCst) == COMPLETED
+    }
+}
+
+/// What a task needs to take part in checkpoints.
+#[derive(Clone)]
+pub struct CheckpointLink {
+    coordinator: Sender<CoordinatorMessage>,
+    storage: Arc<CheckpointStorage>,
+    pool: Arc<AsyncPool>,
+}
+
+impl CheckpointLink {
+    /// A link reporting to `coordinator`, writing to `storage` on `pool`.
+    pub fn new(
+        coordinator: Sender<CoordinatorMessage>,
+        storage: Arc<CheckpointStorage>,
+        pool: Arc<AsyncPool>,
+    ) -> Self {
+        CheckpointLink {
+            coordinator,
+            storage,
+            pool,
+        }
+    }
+
+    /// Tells the coordinator that `task` declines checkpoint `id`.
+    pub fn decline(&self, id: u64, task: TaskId, reason: String) {
+        let _ = self
+            .coordinator
+            .send(CoordinatorMessage::Decline { id, task, reason });
+    }
+
+    /// Starts writing `operators` (and the source position) for checkpoint `barrier`,
+    /// taken in `sync_duration` on the task thread. The part acknowledges when done, or
+    /// declines when writing fails.
+    pub fn start_async_part(
+        &self,
+        barrier: Barrier,
+        task: TaskId,
+        sync_duration: Duration,
+        source_position: Option<Vec<u8>>,
+        operators: Vec<OperatorSnapshot>,
+    ) -> AsyncPartHandle {
+        let handle = AsyncPartHandle {
+            state: Arc::new(AtomicU8::new(RUNNING)),
+        };
+        let state = handle.clone();
+        let storage = self.storage.clone();
+        let coordinator = self.coordinator.clone();
+        let kind = match barrier.kind {
+            CheckpointKind::Checkpoint => SnapshotKind::Checkpoint,
+            CheckpointKind::Savepoint { .. } => SnapshotKind::Savepoint,
+        };
+        self.pool.submit(Box::new(move || {
+            let start = Instant::now();
+            let folder = storage.folder(barrier.id, kind);
+            let mut handles = Vec::with_capacity(operators.len());
+            let mut failure = None;
+            for op in &operators {
+                match storage.write_operator_state(&folder, op, task.subtask) {
+                    Ok(h) => handles.push(h),
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+            }
+            let remove_files = |handles: &[super::StateHandle]| {
+                for h in handles {
+                    let _ = std::fs::remove_file(folder.join(&h.file));
+                }
+            };
+            match failure {
+                None if state
+                    .state
+                    .compare_exchange(RUNNING, COMPLETED, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok() =>
+                {
+                    let bytes = handles.iter().map(|h| h.size).sum();
+                    let _ = coordinator.send(CoordinatorMessage::Ack(Acknowledgement {
+                        id: barrier.id,
+                        task,
+                        source_position,
+                        handles,
+                        sync_duration,
+                        async_duration: start.elapsed(),
+                        bytes,
+                    }));
+                }
+                None => {
+                    tracing::debug!(
+                        "asynchronous part of checkpoint {} for {task:?} discarded",
+                        barrier.id
+                    );
+                    remove_files(&handles);
+                }
+                Some(e) => {
+                    remove_files(&handles);
+                    if state.discard() {
+                        let _ = coordinator.send(CoordinatorMessage::Decline {
+                            id: barrier.id,
+                            task,
+                            reason: format!("writing the snapshot failed: {e:#}"),
+                        });
+                    }
+                }
+            }
+        }));
+        handle
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_ends_exactly_once() {
+        let h = AsyncPartHandle {
+            state: Arc::new(AtomicU8::new(RUNNING)),
+        };
+        assert!(!h.is_done());
+        assert!(h.discard());
+        assert!(!h.discard());
+        assert!(h.is_done());
+        assert!(!h.is_completed());
+    }
+}

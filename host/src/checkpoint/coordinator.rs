@@ -1,0 +1,611 @@
+//! The checkpoint coordinator of a job: triggers checkpoints at the sources, collects the
+//! tasks' acknowledgements, completes (writes metadata, notifies every task) or aborts.
+//!
+//! The decisions — when to trigger the next checkpoint, whether a checkpoint is complete
+//! — are small pure functions; the coordinator thread only feeds them what it observes
+//! and carries out what they return.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use super::snapshot::{StateHandle, TaskId};
+use super::storage::{
+    CheckpointMetadata, CheckpointStorage, OperatorMeta, SnapshotKind, SourcePosition,
+};
+use crate::network::{Barrier, CheckpointKind, CheckpointingMode};
+use crate::task::TaskHandle;
+use crate::timers::now_millis;
+
+/// Checkpoint settings of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointSettings {
+    /// Time between periodic checkpoints; zero disables them (savepoints still work).
+    pub interval: Duration,
+    /// A checkpoint not complete after this long is aborted.
+    pub timeout: Duration,
+    /// Least time between the end of one checkpoint and the start of the next.
+    pub min_pause: Duration,
+    /// Most checkpoints in flight at once.
+    pub max_concurrent: usize,
+    /// Complete checkpoints to keep.
+    pub retain: usize,
+    /// Exactly-once (aligned) or at-least-once.
+    pub mode: CheckpointingMode,
+    /// Where checkpoints are stored.
+    pub dir: PathBuf,
+}
+
+/// A task's report that its part of a checkpoint is written.
+#[derive(Debug, Clone)]
+pub struct Acknowledgement {
+    /// Checkpoint id.
+    pub id: u64,
+    /// The task.
+    pub task: TaskId,
+    /// The source's position, for source tasks.
+    pub source_position: Option<Vec<u8>>,
+    /// The files written.
+    pub handles: Vec<StateHandle>,
+    /// How long the task thread spent in the synchronous part.
+    pub sync_duration: Duration,
+    /// How long writing took.
+    pub async_duration: Duration,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+/// What reaches the coordinator.
+#[derive(Debug)]
+pub enum CoordinatorMessage {
+    /// A task finished its part of a checkpoint.
+    Ack(Acknowledgement),
+    /// A task cannot take a checkpoint.
+    Decline {
+        /// Checkpoint id.
+        id: u64,
+        /// The task.
+        task: TaskId,
+        /// Why.
+        reason: String,
+    },
+    /// A task ended; it will acknowledge nothing more.
+    TaskFinished(TaskId),
+    /// Take a savepoint now; with `stop` the job finishes once it completes.
+    TriggerSavepoint {
+        /// Stop the job after the savepoint.
+        stop: bool,
+        /// Advance event time to the end first.
+        drain: bool,
+        /// Gets the savepoint's folder, or why it failed.
+        reply: Sender<Result<PathBuf, String>>,
+    },
+    /// The job is over.
+    Shutdown,
+}
+
+/// A completed checkpoint, for reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletedCheckpoint {
+    /// Id.
+    pub id: u64,
+    /// Checkpoint or savepoint.
+    pub kind: SnapshotKind,
+    /// Its folder.
+    pub path: PathBuf,
+    /// From trigger to completion.
+    pub duration: Duration,
+    /// The longest synchronous part of any task.
+    pub max_sync: Duration,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+/// What the coordinator did, readable while it runs.
+#[derive(Debug, Clone, Default)]
+pub struct CheckpointStats {
+    /// Completed checkpoints, oldest first.
+    pub completed: Vec<CompletedCheckpoint>,
+    /// Aborted checkpoints with the reason.
+    pub aborted: Vec<(u64, String)>,
+}
+
+/// When the next periodic checkpoint is due; `None` when none should be triggered
+/// (periodic checkpoints off, too many in flight, or the sources are done).
+pub fn next_trigger(
+    settings: &CheckpointSettings,
+    last_trigger: Option<Instant>,
+    last_completion: Option<Instant>,
+    in_flight: usize,
+    sources_running: bool,
+    started: Instant,
+) -> Option<Instant> {
+    if settings.interval.is_zero() || !sources_running || in_flight >= settings.max_concurrent {
+        return None;
+    }
+    let after_interval = last_trigger.unwrap_or(started) + settings.interval;
+    let after_pause = last_completion.map_or(after_interval, |c| c + settings.min_pause);
+    Some(after_interval.max(after_pause))
+}
+
+/// A checkpoint in flight.
+#[derive(Debug)]
+pub struct PendingCheckpoint {
+    /// Id.
+    pub id: u64,
+    /// Kind.
+    pub kind: CheckpointKind,
+    triggered: Instant,
+    timestamp: i64,
+    waiting: BTreeSet<TaskId>,
+    acks: Vec<Acknowledgement>,
+    reply: Option<Sender<Result<PathBuf, String>>>,
+}
+
+/// What an acknowledgement did to a pending checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckOutcome {
+    /// Every task has acknowledged.
+    Complete,
+    /// More acknowledgements are needed.
+    Waiting,
+    /// The task was not expected (already acknowledged, or not part of it).
+    Unexpected,
+}
+
+impl PendingCheckpoint {
+    /// A checkpoint waiting for `tasks`.
+    pub fn new(id: u64, kind: CheckpointKind, tasks: impl IntoIterator<Item = TaskId>) -> Self {
+        PendingCheckpoint {
+            id,
+            kind,
+            triggered: Instant::now(),
+            timestamp: now_millis(),
+            waiting: tasks.into_iter().collect(),
+            acks: Vec::new(),
+            reply: None,
+        }
+    }
+
+    /// Records an acknowledgement.
+    pub fn acknowledge(&mut self, ack: Acknowledgement) -> AckOutcome {
+        if !self.waiting.remove(&ack.task) {
+            return AckOutcome::Unexpected;
+        }
+        self.acks.push(ack);
+        if self.waiting.is_empty() {
+            AckOutcome::Complete
+        } else {
+            AckOutcome::Waiting
+        }
+    }
+
+    /// True when `task` has not acknowledged yet.
+    pub fn is_waiting_for(&self, task: TaskId) -> bool {
+        self.waiting.contains(&task)
+    }
+
+    fn snapshot_kind(&self) -> SnapshotKind {
+        match self.kind {
+            CheckpointKind::Checkpoint => SnapshotKind::Checkpoint,
+            CheckpointKind::Savepoint { .. } => SnapshotKind::Savepoint,
+        }
+    }
+}
+
+/// Everything the coordinator needs to know about the job.
+pub struct CoordinatorSetup {
+    /// Job name.
+    pub job: String,
+    /// Checkpoint settings.
+    pub settings: CheckpointSettings,
+    /// Storage.
+    pub storage: Arc<CheckpointStorage>,
+    /// Number of key groups.
+    pub max_parallelism: u32,
+    /// Parallelism of the source.
+    pub source_parallelism: u32,
+    /// Parallelism of every operator (by name).
+    pub operator_parallelism: BTreeMap<String, u32>,
+    /// The source tasks (where checkpoints are triggered).
+    pub sources: Vec<TaskHandle>,
+    /// Every task.
+    pub tasks: Vec<TaskHandle>,
+    /// The first checkpoint id to use.
+    pub first_id: u64,
+}
+
+/// The coordinator loop. Runs on its own thread until [`CoordinatorMessage::Shutdown`].
+pub struct Coordinator {
+    setup: CoordinatorSetup,
+    rx: Receiver<CoordinatorMessage>,
+    next_id: u64,
+    pending: BTreeMap<u64, PendingCheckpoint>,
+    started: Instant,
+    last_trigger: Option<Instant>,
+    last_completion: Option<Instant>,
+    finished: BTreeSet<TaskId>,
+    stats: Arc<Mutex<CheckpointStats>>,
+}
+
+impl Coordinator {
+    /// A coordinator receiving on `rx`, recording into `stats`.
+    pub fn new(
+        setup: CoordinatorSetup,
+        rx: Receiver<CoordinatorMessage>,
+        stats: Arc<Mutex<CheckpointStats>>,
+    ) -> Self {
+        Coordinator {
+            next_id: setup.first_id,
+            setup,
+            rx,
+            pending: BTreeMap::new(),
+            started: Instant::now(),
+            last_trigger: None,
+            last_completion: None,
+            finished: BTreeSet::new(),
+            stats,
+        }
+    }
+
+    fn sources_running(&self) -> bool {
+        self.setup
+            .sources
+            .iter()
+            .all(|s| !self.finished.contains(&s.id()))
+    }
+
+    /// Runs until shut down.
+    pub fn run(mut self) {
+        loop {
+            let in_flight = self
+                .pending
+                .values()
+                .filter(|p| p.kind == CheckpointKind::Checkpoint)
+                .count();
+            let trigger_at = next_trigger(
+                &self.setup.settings,
+                self.last_trigger,
+                self.last_completion,
+                in_flight,
+                self.sources_running(),
+                self.started,
+            );
+            let timeout_at = self
+                .pending
+                .values()
+                .map(|p| p.triggered + self.setup.settings.timeout)
+                .min();
+            let wake = [trigger_at, timeout_at].into_iter().flatten().min();
+            let message = match wake {
+                Some(at) => match self.rx.recv_deadline(at) {
+                    Ok(m) => Some(m),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return self.shutdown(),
+                },
+                None => match self.rx.recv() {
+                    Ok(m) => Some(m),
+                    Err(_) => return self.shutdown(),
+                },
+            };
+            match message {
+                Some(CoordinatorMessage::Shutdown) => return self.shutdown(),
+                Some(m) => self.handle(m),
+                None => {}
+            }
+            let now = Instant::now();
+            let expired: Vec<u64> = self
+                .pending
+                .values()
+                .filter(|p| now >= p.triggered + self.setup.settings.timeout)
+                .map(|p| p.id)
+                .collect();
+            for id in expired {
+                let timeout = self.setup.settings.timeout;
+                self.abort(id, format!("not complete after the timeout of {timeout:?}"));
+            }
+            if trigger_at.is_some_and(|t| Instant::now() >= t) {
+                self.trigger(CheckpointKind::Checkpoint, None);
+            }
+        }
+    }
+
+    fn handle(&mut self, message: CoordinatorMessage) {
+        match message {
+            CoordinatorMessage::Ack(ack) => {
+                let id = ack.id;
+                let Some(pending) = self.pending.get_mut(&id) else {
+                    // Aborted meanwhile: its folder is gone or going; drop the files.
+                    let folder = self.setup.storage.folder(id, SnapshotKind::Checkpoint);
+                    for h in &ack.handles {
+                        let _ = std::fs::remove_file(folder.join(&h.file));
+                    }
+                    return;
+                };
+                match pending.acknowledge(ack) {
+                    AckOutcome::Complete => self.complete(id),
+                    AckOutcome::Waiting => {}
+                    AckOutcome::Unexpected => {
+                        tracing::warn!("unexpected acknowledgement of checkpoint {id}")
+                    }
+                }
+            }
+            CoordinatorMessage::Decline { id, task, reason } => {
+                if self.pending.contains_key(&id) {
+                    tracing::debug!("{task:?} declined checkpoint {id}: {reason}");
+                    self.abort(id, reason);
+                }
+            }
+            CoordinatorMessage::TaskFinished(task) => {
+                self.finished.insert(task);
+                let doomed: Vec<u64> = self
+                    .pending
+                    .values()
+                    .filter(|p| p.is_waiting_for(task))
+                    .map(|p| p.id)
+                    .collect();
+                for id in doomed {
+                    self.abort(
+                        id,
+                        format!("task {task:?} finished before acknowledging it"),
+                    );
+                }
+            }
+            CoordinatorMessage::TriggerSavepoint { stop, drain, reply } => {
+                self.trigger(CheckpointKind::Savepoint { stop, drain }, Some(reply));
+            }
+            CoordinatorMessage::Shutdown => {}
+        }
+    }
+
+    fn trigger(&mut self, kind: CheckpointKind, reply: Option<Sender<Result<PathBuf, String>>>) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.last_trigger = Some(Instant::now());
+        if !self.sources_running() {
+            if let Some(reply) = reply {
+                let _ = reply.send(Err("the job's sources have finished".into()));
+            }
+            return;
+        }
+        let tasks = self
+            .setup
+            .tasks
+            .iter()
+            .map(TaskHandle::id)
+            .filter(|t| !self.finished.contains(t));
+        let mut pending = PendingCheckpoint::new(id, kind, tasks);
+        pending.reply = reply;
+        let barrier = Barrier {
+            id,
+            timestamp: pending.timestamp,
+            kind,
+        };
+        self.pending.insert(id, pending);
+        tracing::debug!("triggering {kind:?} {id}");
+        for source in &self.setup.sources {
+            if let Err(e) = source.trigger_checkpoint(barrier) {
+                self.abort(
+                    id,
+                    format!("cannot trigger at source task {}: {e:#}", source.name()),
+                );
+                return;
+            }
+        }
+    }
+
+    fn complete(&mut self, id: u64) {
+        let Some(pending) = self.pending.remove(&id) else {
+            return;
+        };
+        let kind = pending.snapshot_kind();
+        let folder = self.setup.storage.folder(id, kind);
+        let mut sources: Vec<SourcePosition> = pending
+            .acks
+            .iter()
+            .filter_map(|a| {
+                a.source_position.clone().map(|position| SourcePosition {
+                    subtask: a.task.subtask,
+                    position,
+                })
+            })
+            .collect();
+        sources.sort_by_key(|s| s.subtask);
+        let mut operators: BTreeMap<String, Vec<StateHandle>> = BTreeMap::new();
+        for ack in &pending.acks {
+            for h in &ack.handles {
+                operators
+                    .entry(h.operator.clone())
+                    .or_default()
+                    .push(h.clone());
+            }
+        }
+        let metadata = CheckpointMetadata {
+            format: 1,
+            id,
+            kind,
+            job: self.setup.job.clone(),
+            triggered_at: pending.timestamp,
+            completed_at: now_millis(),
+            max_parallelism: self.setup.max_parallelism,
+            source_parallelism: self.setup.source_parallelism,
+            sources,
+            operators: operators
+                .into_iter()
+                .map(|(name, mut subtasks)| {
+                    subtasks.sort_by_key(|h| h.subtask);
+                    OperatorMeta {
+                        parallelism: self
+                            .setup
+                            .operator_parallelism
+                            .get(&name)
+                            .copied()
+                            .unwrap_or(1),
+                        name,
+                        subtasks,
+                    }
+                })
+                .collect(),
+        };
+        if let Err(e) = self.setup.storage.commit(&folder, &metadata) {
+            let reason = format!("writing metadata failed: {e:#}");
+            self.pending.insert(id, pending);
+            self.abort(id, reason);
+            return;
+        }
+        let completed = CompletedCheckpoint {
+            id,
+            kind,
+            path: folder.clone(),
+            duration: pending.triggered.elapsed(),
+            max_sync: pending
+                .acks
+                .iter()
+                .map(|a| a.sync_duration)
+                .max()
+                .unwrap_or_default(),
+            bytes: pending.acks.iter().map(|a| a.bytes).sum(),
+        };
+        tracing::info!(
+            "completed {} {id} in {:?} ({} bytes)",
+            if kind == SnapshotKind::Savepoint {
+                "savepoint"
+            } else {
+                "checkpoint"
+            },
+            completed.duration,
+            completed.bytes
+        );
+        self.last_completion = Some(Instant::now());
+        // Older checkpoints still in flight are subsumed by this one.
+        let older: Vec<u64> = self.pending.range(..id).map(|(k, _)| *k).collect();
+        for old in older {
+            self.abort(old, format!("subsumed by checkpoint {id}"));
+        }
+        for task in &self.setup.tasks {
+            let _ = task.notify_complete(id);
+        }
+        if kind == SnapshotKind::Checkpoint
+            && let Err(e) = self.setup.storage.retain(self.setup.settings.retain)
+        {
+            tracing::warn!("retention of checkpoints failed: {e:#}");
+        }
+        if let Some(reply) = &pending.reply {
+            let _ = reply.send(Ok(folder));
+        }
+        self.stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .completed
+            .push(completed);
+    }
+
+    fn abort(&mut self, id: u64, reason: String) {
+        let Some(pending) = self.pending.remove(&id) else {
+            return;
+        };
+        tracing::warn!("checkpoint {id} aborted: {reason}");
+        self.setup
+            .storage
+            .discard(&self.setup.storage.folder(id, pending.snapshot_kind()));
+        for task in &self.setup.tasks {
+            let _ = task.notify_aborted(id);
+        }
+        if let Some(reply) = pending.reply {
+            let _ = reply.send(Err(reason.clone()));
+        }
+        self.stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .aborted
+            .push((id, reason));
+    }
+
+    fn shutdown(mut self) {
+        let ids: Vec<u64> = self.pending.keys().copied().collect();
+        for id in ids {
+            self.abort(id, "the job ended".into());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(interval_ms: u64, pause_ms: u64, max: usize) -> CheckpointSettings {
+        CheckpointSettings {
+            interval: Duration::from_millis(interval_ms),
+            timeout: Duration::from_secs(10),
+            min_pause: Duration::from_millis(pause_ms),
+            max_concurrent: max,
+            retain: 1,
+            mode: CheckpointingMode::ExactlyOnce,
+            dir: PathBuf::new(),
+        }
+    }
+
+    #[test]
+    fn next_trigger_respects_interval_pause_concurrency_and_sources() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let s = settings(100, 0, 1);
+        assert_eq!(
+            next_trigger(&s, None, None, 0, true, t0),
+            Some(t0 + ms(100))
+        );
+        assert_eq!(
+            next_trigger(&s, Some(t0 + ms(100)), None, 0, true, t0),
+            Some(t0 + ms(200))
+        );
+        // One in flight is the maximum.
+        assert_eq!(next_trigger(&s, Some(t0), None, 1, true, t0), None);
+        // Sources finished: no more periodic checkpoints.
+        assert_eq!(next_trigger(&s, Some(t0), None, 0, false, t0), None);
+        // Interval zero: periodic checkpoints off.
+        assert_eq!(
+            next_trigger(&settings(0, 0, 1), None, None, 0, true, t0),
+            None
+        );
+        // The minimum pause counts from the last completion.
+        let p = settings(100, 500, 1);
+        assert_eq!(
+            next_trigger(&p, Some(t0), Some(t0 + ms(50)), 0, true, t0),
+            Some(t0 + ms(550))
+        );
+        assert_eq!(
+            next_trigger(&settings(100, 0, 2), Some(t0), None, 1, true, t0),
+            Some(t0 + ms(100))
+        );
+    }
+
+    fn ack(id: u64, subtask: u32) -> Acknowledgement {
+        Acknowledgement {
+            id,
+            task: TaskId { vertex: 0, subtask },
+            source_position: None,
+            handles: vec![],
+            sync_duration: Duration::ZERO,
+            async_duration: Duration::ZERO,
+            bytes: 0,
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_completes_with_the_last_expected_acknowledgement() {
+        let tasks = (0..3).map(|subtask| TaskId { vertex: 0, subtask });
+        let mut p = PendingCheckpoint::new(1, CheckpointKind::Checkpoint, tasks);
+        assert_eq!(p.acknowledge(ack(1, 2)), AckOutcome::Waiting);
+        assert_eq!(p.acknowledge(ack(1, 2)), AckOutcome::Unexpected);
+        assert_eq!(p.acknowledge(ack(1, 0)), AckOutcome::Waiting);
+        assert!(p.is_waiting_for(TaskId {
+            vertex: 0,
+            subtask: 1
+        }));
+        assert_eq!(p.acknowledge(ack(1, 7)), AckOutcome::Unexpected);
+        assert_eq!(p.acknowledge(ack(1, 1)), AckOutcome::Complete);
+    }
+}

@@ -1,0 +1,418 @@
+//! Checkpoint storage in a local directory.
+//!
+//! ```text
+//! <dir>/chk-0000000007/            a periodic checkpoint
+//!         count-0.state             one file per operator subtask (see `format`)
+//!         _metadata                 written last: its presence makes the checkpoint complete
+//! <dir>/savepoint-0000000009/      a savepoint (never deleted by retention)
+//! ```
+//!
+//! `_metadata` is written to a temporary file, fsynced and renamed into place, and the
+//! folder is fsynced, so a checkpoint is either complete or it has no metadata. Before a
+//! checkpoint is restored, every file is checked against the size and CRC-32 in the
+//! metadata; an incomplete or corrupt checkpoint is skipped in favour of the previous one.
+
+use std::fs::{self, File};
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use super::format::{CrcWriter, read_operator_state, write_operator_state};
+use super::snapshot::{OperatorSnapshot, StateHandle};
+use crate::state::KeyedStateSnapshot;
+use crate::state::key_groups::key_groups_of_subtask;
+use crate::timers::TimerQueues;
+
+const METADATA: &str = "_metadata";
+const FORMAT: u32 = 1;
+
+/// Checkpoint or savepoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SnapshotKind {
+    /// Periodic, retained `retain` at a time.
+    Checkpoint,
+    /// Taken on request, kept until deleted by hand.
+    Savepoint,
+}
+
+impl SnapshotKind {
+    fn prefix(self) -> &'static str {
+        match self {
+            SnapshotKind::Checkpoint => "chk-",
+            SnapshotKind::Savepoint => "savepoint-",
+        }
+    }
+}
+
+/// Position of one source subtask.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourcePosition {
+    /// Subtask index.
+    pub subtask: u32,
+    /// The source's position bytes.
+    pub position: Vec<u8>,
+}
+
+/// The written state of one operator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorMeta {
+    /// Operator name.
+    pub name: String,
+    /// Parallelism it ran with.
+    pub parallelism: u32,
+    /// One file per subtask.
+    pub subtasks: Vec<StateHandle>,
+}
+
+/// The `_metadata` of a complete checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointMetadata {
+    /// Format version of this file.
+    pub format: u32,
+    /// Checkpoint id.
+    pub id: u64,
+    /// Checkpoint or savepoint.
+    pub kind: SnapshotKind,
+    /// Job name.
+    pub job: String,
+    /// When it was triggered (ms since the epoch).
+    pub triggered_at: i64,
+    /// When it completed (ms since the epoch).
+    pub completed_at: i64,
+    /// Number of key groups of the job.
+    pub max_parallelism: u32,
+    /// Parallelism of the source.
+    pub source_parallelism: u32,
+    /// Source positions.
+    pub sources: Vec<SourcePosition>,
+    /// Operator states.
+    pub operators: Vec<OperatorMeta>,
+}
+
+/// A checkpoint folder whose files were checked.
+#[derive(Debug, Clone)]
+pub struct LoadedCheckpoint {
+    /// The folder.
+    pub path: PathBuf,
+    /// Its metadata.
+    pub metadata: CheckpointMetadata,
+}
+
+/// What an operator instance gets back from a checkpoint.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorRestore {
+    /// What its `snapshot` returned (same subtask index).
+    pub state: Option<Vec<u8>>,
+    /// Keyed state of every old subtask whose key groups overlap this one's.
+    pub keyed: Vec<KeyedStateSnapshot>,
+    /// Timers (of this subtask's key groups, for keyed operators).
+    pub timers: TimerQueues,
+}
+
+/// A directory of checkpoints.
+#[derive(Debug, Clone)]
+pub struct CheckpointStorage {
+    dir: PathBuf,
+}
+
+impl CheckpointStorage {
+    /// Storage in `dir`, created if needed.
+    pub fn new(dir: impl Into<PathBuf>) -> Result<Self> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir)
+            .with_context(|| format!("creating checkpoint directory {}", dir.display()))?;
+        Ok(CheckpointStorage { dir })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The folder of checkpoint `id`.
+    pub fn folder(&self, id: u64, kind: SnapshotKind) -> PathBuf {
+        self.dir.join(format!("{}{id:010}", kind.prefix()))
+    }
+
+    /// Writes one operator instance's state into `folder`.
+    pub fn write_operator_state(
+        &self,
+        folder: &Path,
+        snapshot: &OperatorSnapshot,
+        subtask: u32,
+    ) -> Result<StateHandle> {
+        fs::create_dir_all(folder).with_context(|| format!("creating {}", folder.display()))?;
+        let file = format!("{}-{subtask}.state", sanitize(&snapshot.operator));
+        let path = folder.join(&file);
+        let f = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        let mut w = CrcWriter::new(BufWriter::with_capacity(1 << 20, f));
+        write_operator_state(&mut w, snapshot)
+            .with_context(|| format!("writing {}", path.display()))?;
+        let (buffered, size, crc32) = w.finish();
+        let f = buffered.into_inner().map_err(|e| e.into_error())?;
+        f.sync_all()?;
+        Ok(StateHandle {
+            operator: snapshot.operator.clone(),
+            subtask,
+            file,
+            size,
+            crc32,
+        })
+    }
+
+    /// Makes the checkpoint in `folder` complete by writing its metadata last.
+    pub fn commit(&self, folder: &Path, metadata: &CheckpointMetadata) -> Result<()> {
+        fs::create_dir_all(folder)?;
+        let tmp = folder.join(format!("{METADATA}.tmp"));
+        let mut f = File::create(&tmp)?;
+        f.write_all(&serde_json::to_vec_pretty(metadata)?)?;
+        f.sync_all()?;
+        fs::rename(&tmp, folder.join(METADATA))?;
+        File::open(folder)?.sync_all()?;
+        File::open(&self.dir)?.sync_all()?;
+        Ok(())
+    }
+
+    /// Deletes a checkpoint folder (an aborted checkpoint); failures are logged.
+    pub fn discard(&self, folder: &Path) {
+        if let Err(e) = fs::remove_dir_all(folder)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!("could not delete {}: {e}", folder.display());
+        }
+    }
+
+    /// Every checkpoint folder as `(id, kind, path, has metadata)`, by id.
+    pub fn folders(&self) -> Result<Vec<(u64, SnapshotKind, PathBuf, bool)>> {
+        let mut out = Vec::new();
+        for entry in
+            fs::read_dir(&self.dir).with_context(|| format!("listing {}", self.dir.display()))?
+        {
+            let path = entry?.path();
+            let name = path
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            for kind in [SnapshotKind::Checkpoint, SnapshotKind::Savepoint] {
+                if let Some(id) = name
+                    .strip_prefix(kind.prefix())
+                    .and_then(|s| s.parse().ok())
+                {
+                    let complete = path.join(METADATA).exists();
+                    out.push((id, kind, path.clone(), complete));
+                }
+            }
+        }
+        out.sort_by_key(|f| f.0);
+        Ok(out)
+    }
+
+    /// The id to use for the next checkpoint: above every existing folder.
+    pub fn next_id(&self) -> Result<u64> {
+        Ok(self.folders()?.last().map_or(1, |f| f.0 + 1))
+    }
+
+    /// Keeps the newest `keep` complete checkpoints (savepoints are never deleted) and
+    /// deletes the rest, and incomplete folders older than the newest complete one.
+    pub fn retain(&self, keep: usize) -> Result<()> {
+        let folders = self.folders()?;
+        let complete: Vec<u64> = folders
+            .iter()
+            .filter(|f| f.1 == SnapshotKind::Checkpoint && f.3)
+            .map(|f| f.0)
+            .collect();
+        let newest = complete.last().copied().unwrap_or(0);
+        let kept: Vec<u64> = complete.iter().rev().take(keep.max(1)).copied().collect();
+        for (id, kind, path, is_complete) in folders {
+            if kind != SnapshotKind::Checkpoint {
+                continue;
+            }
+            let delete = if is_complete {
+                !kept.contains(&id)
+            } else {
+                id < newest
+            };
+            if delete {
+                self.discard(&path);
+            }
+        }
+        Ok(())
+    }
+
+    /// The newest complete and intact checkpoint or savepoint, skipping (with a warning)
+    /// newer ones that are incomplete or corrupt.
+    pub fn find_latest(&self) -> Result<Option<LoadedCheckpoint>> {
+        for (id, _kind, path, complete) in self.folders()?.into_iter().rev() {
+            if !complete {
+                tracing::warn!(
+                    "skipping checkpoint {id} in {}: it is incomplete (no {METADATA})",
+                    path.display()
+                );
+                continue;
+            }
+            match load(&path) {
+                Ok(c) => return Ok(Some(c)),
+                Err(e) => tracing::warn!("skipping checkpoint {id}: {e:#}"),
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Loads and checks the checkpoint or savepoint in `path`.
+pub fn load(path: &Path) -> Result<LoadedCheckpoint> {
+    let meta_path = path.join(METADATA);
+    let bytes = fs::read(&meta_path).with_context(|| {
+        format!(
+            "{} is not a complete checkpoint (cannot read {METADATA})",
+            path.display()
+        )
+    })?;
+    let metadata: CheckpointMetadata = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is corrupt", meta_path.display()))?;
+    if metadata.format != FORMAT {
+        bail!(
+            "{}: metadata format {} is not supported",
+            path.display(),
+            metadata.format
+        );
+    }
+    for op in &metadata.operators {
+        for h in &op.subtasks {
+            let file = path.join(&h.file);
+            let mut f =
+                File::open(&file).with_context(|| format!("{} is missing", file.display()))?;
+            let mut hasher = crc32fast::Hasher::new();
+            let mut buf = vec![0u8; 1 << 20];
+            let mut size = 0u64;
+            loop {
+                let n = f.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+                size += n as u64;
+            }
+            if size != h.size || hasher.finalize() != h.crc32 {
+                bail!(
+                    "{} is corrupt: {size} bytes with another checksum than the {} recorded",
+                    file.display(),
+                    h.size
+                );
+            }
+        }
+    }
+    Ok(LoadedCheckpoint {
+        path: path.to_path_buf(),
+        metadata,
+    })
+}
+
+impl LoadedCheckpoint {
+    /// The position of source subtask `subtask` of `parallelism`.
+    pub fn source_position(&self, subtask: u32, parallelism: u32) -> Result<Option<Vec<u8>>> {
+        if self.metadata.sources.is_empty() {
+            return Ok(None);
+        }
+        if self.metadata.source_parallelism != parallelism {
+            bail!(
+                "the source ran with parallelism {} in checkpoint {} and cannot resume with {parallelism}",
+                self.metadata.source_parallelism,
+                self.metadata.id
+            );
+        }
+        Ok(self
+            .metadata
+            .sources
+            .iter()
+            .find(|s| s.subtask == subtask)
+            .map(|s| s.position.clone()))
+    }
+
+    /// The state of operator `name`, subtask `subtask` of `parallelism`; `None` when the
+    /// checkpoint has no state for that operator. Keyed state is gathered from every old
+    /// subtask whose key groups overlap the new subtask's, so the parallelism may differ.
+    pub fn operator_restore(
+        &self,
+        name: &str,
+        subtask: u32,
+        parallelism: u32,
+        keyed: bool,
+    ) -> Result<Option<OperatorRestore>> {
+        let Some(op) = self.metadata.operators.iter().find(|o| o.name == name) else {
+            return Ok(None);
+        };
+        let max = self.metadata.max_parallelism;
+        let rescaled = op.parallelism != parallelism;
+        let mine = key_groups_of_subtask(subtask, parallelism, max);
+        let mut restore = OperatorRestore::default();
+        for h in &op.subtasks {
+            let theirs = key_groups_of_subtask(h.subtask, op.parallelism, max);
+            let same = !rescaled && h.subtask == subtask;
+            let overlaps = keyed && mine.start < theirs.end && theirs.start < mine.end;
+            // Unkeyed state cannot move between subtasks: after a rescale it must be empty.
+            let must_be_empty = rescaled && !keyed;
+            if !same && !overlaps && !must_be_empty {
+                continue;
+            }
+            let file = self.path.join(&h.file);
+            let snapshot = read_operator_state(BufReader::new(
+                File::open(&file).with_context(|| format!("opening {}", file.display()))?,
+            ))
+            .with_context(|| format!("reading {}", file.display()))?;
+            if rescaled && !snapshot.state.is_empty() {
+                bail!(
+                    "operator '{name}' has operator state (not keyed) from parallelism {}; it \
+                     cannot be redistributed to parallelism {parallelism}",
+                    op.parallelism
+                );
+            }
+            if same {
+                restore.state = Some(snapshot.state);
+            }
+            if keyed {
+                for (domain, ts, key) in timers_of(&snapshot.timers) {
+                    let kg = crate::state::key_groups::key_group_of(&key, max);
+                    if mine.contains(&kg) {
+                        restore.timers.register(domain, ts, &key);
+                    }
+                }
+                restore.keyed.extend(snapshot.keyed);
+            } else if same {
+                restore.timers = snapshot.timers;
+            } else if !snapshot.timers.is_empty() {
+                bail!(
+                    "operator '{name}' has timers on unkeyed input; they cannot be \
+                     redistributed from parallelism {} to {parallelism}",
+                    op.parallelism
+                );
+            }
+        }
+        Ok(Some(restore))
+    }
+}
+
+fn timers_of(t: &TimerQueues) -> Vec<(sluice_codec::TimeDomain, i64, Vec<u8>)> {
+    use sluice_codec::TimeDomain::{EventTime, ProcessingTime};
+    [EventTime, ProcessingTime]
+        .into_iter()
+        .flat_map(|d| t.iter(d).map(move |(ts, k)| (d, ts, k.to_vec())))
+        .collect()
+}
+
+/// A file-name-safe form of an operator name.
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}

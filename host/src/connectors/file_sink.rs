@@ -1,0 +1,518 @@
+//! A file sink with exactly-once output through two-phase commit.
+//!
+//! Records go to an in-progress staging file. At a checkpoint (`snapshot`, the
+//! pre-commit) the staging file is sealed under the checkpoint's id; when that checkpoint
+//! is complete (`notify-complete`, the commit) the sealed files are appended to the output
+//! file in order. The sink's checkpointed state is the output length before the pending
+//! commits and the sizes of the pending files, which is enough to recover after a crash at
+//! any point:
+//!
+//! * the output is longer than what the checkpoint accounts for (later commits, or the
+//!   end-of-input commit, happened before the crash): truncate it, the replayed input
+//!   writes that data again;
+//! * the output is shorter (the crash hit before or during the pending commits): truncate
+//!   to the last fully appended pending file and append the rest. A staging file is
+//!   deleted only after its append was made durable, so the ones needed still exist.
+//!
+//! Without checkpointing, the whole output stays in the staging file and becomes the
+//! output file only when the input ended: a failed job never leaves a partial output.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use sluice_codec::BatchReader;
+
+use super::LineFormat;
+use crate::chain::{CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct SinkState {
+    /// Length of the output file with all commits before the pending ones.
+    base_len: u64,
+    /// Sealed staging files not yet appended: `(checkpoint id, length)`.
+    pending: Vec<(u64, u64)>,
+}
+
+/// Writes records as lines to a file, exactly once (see the module docs).
+pub struct FileSink {
+    identity: OperatorIdentity,
+    state: OperatorState,
+    format: LineFormat,
+    output: PathBuf,
+    staging: PathBuf,
+    transactional: bool,
+    in_progress: Option<BufWriter<File>>,
+    in_progress_len: u64,
+    sink: SinkState,
+    line: Vec<u8>,
+}
+
+impl FileSink {
+    /// A sink writing to `output` (subtask files get `-<index>` before the extension when
+    /// the sink has more than one subtask). `transactional` when the job checkpoints.
+    pub fn new(
+        identity: OperatorIdentity,
+        output: &Path,
+        format: LineFormat,
+        transactional: bool,
+    ) -> Self {
+        let output = if identity.parallelism > 1 {
+            subtask_path(output, identity.subtask)
+        } else {
+            output.to_path_buf()
+        };
+        let name = output
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "output".into());
+        let staging = output.with_file_name(format!(".{name}.pending"));
+        FileSink {
+            identity,
+            state: OperatorState::new(None),
+            format,
+            output,
+            staging,
+            transactional,
+            in_progress: None,
+            in_progress_len: 0,
+            sink: SinkState::default(),
+            line: Vec::new(),
+        }
+    }
+
+    /// The file this subtask writes.
+    pub fn output_path(&self) -> &Path {
+        &self.output
+    }
+
+    fn in_progress_path(&self) -> PathBuf {
+        self.staging.join("in-progress")
+    }
+
+    fn sealed_path(&self, id: u64) -> PathBuf {
+        self.staging.join(format!("{id:020}.part"))
+    }
+
+    fn start_in_progress(&mut self) -> Result<()> {
+        let path = self.in_progress_path();
+        let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        self.in_progress = Some(BufWriter::with_capacity(256 << 10, file));
+        self.in_progress_len = 0;
+        Ok(())
+    }
+
+    /// Flushes and fsyncs the in-progress file.
+    fn sync_in_progress(&mut self) -> Result<()> {
+        if let Some(w) = self.in_progress.as_mut() {
+            w.flush()?;
+            w.get_ref().sync_data()?;
+        }
+        Ok(())
+    }
+
+    fn recover(&mut self, restored: Option<&[u8]>) -> Result<()> {
+        if let Some(parent) = self.output.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        fs::create_dir_all(&self.staging)
+            .with_context(|| format!("creating {}", self.staging.display()))?;
+        let Some(bytes) = restored else {
+            // A fresh start replaces earlier output.
+            remove_if_exists(&self.output)?;
+            clear_dir(&self.staging, &[])?;
+            return Ok(());
+        };
+        let restored: SinkState =
+            postcard::from_bytes(bytes).context("decoding the file sink's checkpointed state")?;
+        let target = restored.base_len + restored.pending.iter().map(|p| p.1).sum::<u64>();
+        let current = fs::metadata(&self.output).map(|m| m.len()).unwrap_or(0);
+        if current >= target {
+            truncate(&self.output, target)?;
+            self.sink = SinkState {
+                base_len: target,
+                pending: Vec::new(),
+            };
+            clear_dir(&self.staging, &[])?;
+            return Ok(());
+        }
+        // Find how many pending files were fully appended before the crash.
+        let mut len = restored.base_len;
+        let mut appended = 0;
+        for &(_, size) in &restored.pending {
+            if len + size > current {
+                break;
+            }
+            len += size;
+            appended += 1;
+        }
+        if current < restored.base_len {
+            bail!(
+                "cannot recover {}: it has {current} bytes, but the checkpoint says {} were committed \
+                 (was the output file changed by someone else?)",
+                self.output.display(),
+                restored.base_len
+            );
+        }
+        truncate(&self.output, len)?;
+        self.sink = SinkState {
+            base_len: len,
+            pending: restored.pending[appended..].to_vec(),
+        };
+        let keep: Vec<PathBuf> = self
+            .sink
+            .pending
+            .iter()
+            .map(|p| self.sealed_path(p.0))
+            .collect();
+        for path in &keep {
+            if !path.exists() {
+                bail!(
+                    "cannot recover {}: staging file {} of a checkpointed commit is missing",
+                    self.output.display(),
+                    path.display()
+                );
+            }
+        }
+        clear_dir(&self.staging, &keep)?;
+        // The checkpoint that these files belong to is complete (we restore from it).
+        self.commit_up_to(u64::MAX)
+    }
+
+    /// Appends the sealed files with id ≤ `id` to the output, oldest first.
+    fn commit_up_to(&mut self, id: u64) -> Result<()> {
+        while let Some(&(pid, size)) = self.sink.pending.first() {
+            if pid > id {
+                break;
+            }
+            let sealed = self.sealed_path(pid);
+            self.append_file(&sealed, size)?;
+            self.sink.pending.remove(0);
+        }
+        Ok(())
+    }
+
+    /// Appends `file` (of `size` bytes) to the output durably, then deletes it.
+    fn append_file(&mut self, file: &Path, size: u64) -> Result<()> {
+        let output_len = fs::metadata(&self.output).map(|m| m.len()).ok();
+        if output_len.is_none_or(|l| l == 0) && self.sink.base_len == 0 {
+            // First commit: the staging file becomes the output.
+            fs::rename(file, &self.output).with_context(|| {
+                format!("moving {} to {}", file.display(), self.output.display())
+            })?;
+        } else {
+            let mut out = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.output)
+                .with_context(|| format!("opening {}", self.output.display()))?;
+            let mut src =
+                File::open(file).with_context(|| format!("opening {}", file.display()))?;
+            std::io::copy(&mut src, &mut out)?;
+            out.sync_data()?;
+            fs::remove_file(file)?;
+        }
+        sync_dir(self.output.parent())?;
+        self.sink.base_len += size;
+        Ok(())
+    }
+
+    /// Pre-commit: seals the in-progress file under `checkpoint_id`.
+    fn seal(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.sync_in_progress()?;
+        self.in_progress = None;
+        fs::rename(self.in_progress_path(), self.sealed_path(checkpoint_id))?;
+        sync_dir(Some(&self.staging))?;
+        self.sink
+            .pending
+            .push((checkpoint_id, self.in_progress_len));
+        self.start_in_progress()
+    }
+
+    /// End of input: commits everything, including the in-progress file.
+    fn commit_all(&mut self) -> Result<()> {
+        self.commit_up_to(u64::MAX)?;
+        self.sync_in_progress()?;
+        self.in_progress = None;
+        let len = self.in_progress_len;
+        self.append_file(&self.in_progress_path(), len)?;
+        self.in_progress_len = 0;
+        Ok(())
+    }
+
+    fn err(&self, context: &str, e: anyhow::Error) -> CallError {
+        CallError::Failed(format!("{context} ({}): {e:#}", self.output.display()))
+    }
+}
+
+fn subtask_path(path: &Path, subtask: u32) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}-{subtask}.{}", ext.to_string_lossy()),
+        None => format!("{stem}-{subtask}"),
+    };
+    path.with_file_name(name)
+}
+
+fn remove_if_exists(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn truncate(path: &Path, len: u64) -> Result<()> {
+    if len == 0 {
+        return remove_if_exists(path);
+    }
+    let f = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    f.set_len(len)?;
+    f.sync_data()?;
+    Ok(())
+}
+
+fn clear_dir(dir: &Path, keep: &[PathBuf]) -> Result<()> {
+    for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let path = entry?.path();
+        if !keep.contains(&path) {
+            remove_if_exists(&path)?;
+        }
+    }
+    Ok(())
+}
+
+fn sync_dir(dir: Option<&Path>) -> Result<()> {
+    let dir = dir
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+impl Operator for FileSink {
+    fn identity(&self) -> &OperatorIdentity {
+        &self.identity
+    }
+
+    fn state(&mut self) -> &mut OperatorState {
+        &mut self.state
+    }
+
+    fn open(&mut self, info: &OpenInfo) -> Result<CallOutput, CallError> {
+        self.recover(info.restored_state.as_deref())
+            .and_then(|()| self.start_in_progress())
+            .map_err(|e| self.err("cannot open the output", e))?;
+        Ok(CallOutput::default())
+    }
+
+    fn process(&mut self, records: &[u8]) -> Result<CallOutput, CallError> {
+        self.line.clear();
+        for record in BatchReader::new(records) {
+            let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
+            self.format.write(&record, &mut self.line);
+        }
+        let w = self
+            .in_progress
+            .as_mut()
+            .ok_or_else(|| CallError::Failed("sink used before open".into()))?;
+        w.write_all(&self.line)
+            .map_err(|e| CallError::Failed(format!("writing {}: {e}", self.output.display())))?;
+        self.in_progress_len += self.line.len() as u64;
+        Ok(CallOutput::default())
+    }
+
+    fn process_watermark(&mut self, _watermark: i64) -> Result<CallOutput, CallError> {
+        Ok(CallOutput::default())
+    }
+
+    fn on_timers(&mut self, _timers: &[u8]) -> Result<CallOutput, CallError> {
+        Ok(CallOutput::default())
+    }
+
+    fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, CallError> {
+        if !self.transactional {
+            return Ok(Vec::new());
+        }
+        self.seal(checkpoint_id)
+            .map_err(|e| self.err("cannot pre-commit output", e))?;
+        postcard::to_allocvec(&self.sink).map_err(|e| CallError::Failed(e.to_string()))
+    }
+
+    fn notify_complete(&mut self, checkpoint_id: u64) -> Result<(), CallError> {
+        self.commit_up_to(checkpoint_id)
+            .map_err(|e| self.err("cannot commit output", e))
+    }
+
+    fn notify_aborted(&mut self, _checkpoint_id: u64) -> Result<(), CallError> {
+        // The aborted checkpoint's data stays pending; the next completed checkpoint
+        // commits it.
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<CallOutput, CallError> {
+        self.commit_all()
+            .map_err(|e| self.err("cannot commit the final output", e))?;
+        Ok(CallOutput::default())
+    }
+
+    fn close(&mut self) -> Result<CallOutput, CallError> {
+        Ok(CallOutput::default())
+    }
+
+    fn dispose(&mut self) -> Result<(), CallError> {
+        // Uncommitted data of a failed run is thrown away; sealed files stay for recovery.
+        if self.in_progress.take().is_some() {
+            let _ = fs::remove_file(self.in_progress_path());
+        }
+        if !self.transactional || self.sink.pending.is_empty() {
+            let _ = fs::remove_dir(&self.staging);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_codec::BatchWriter;
+
+    fn identity() -> OperatorIdentity {
+        OperatorIdentity {
+            tenant: "t".into(),
+            job: "j".into(),
+            operator: "sink".into(),
+            subtask: 0,
+            parallelism: 1,
+        }
+    }
+
+    fn batch(values: &[&str]) -> Vec<u8> {
+        let mut w = BatchWriter::new();
+        for v in values {
+            w.push(None, v.as_bytes(), None);
+        }
+        w.into_bytes()
+    }
+
+    fn open(path: &Path, restored: Option<Vec<u8>>) -> FileSink {
+        let mut sink = FileSink::new(identity(), path, LineFormat::Value, true);
+        sink.open(&OpenInfo {
+            restored_state: restored,
+            ..OpenInfo::default()
+        })
+        .unwrap();
+        sink
+    }
+
+    fn read(path: &Path) -> String {
+        fs::read_to_string(path).unwrap_or_default()
+    }
+
+    fn tempdir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("sluice-sink-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn output_appears_only_when_committed() {
+        let dir = tempdir("commit");
+        let out = dir.join("out.txt");
+        let mut sink = open(&out, None);
+        sink.process(&batch(&["a", "b"])).unwrap();
+        sink.snapshot(1).unwrap();
+        sink.process(&batch(&["c"])).unwrap();
+        assert_eq!(read(&out), "");
+        sink.notify_complete(1).unwrap();
+        assert_eq!(read(&out), "a\nb\n");
+        sink.snapshot(2).unwrap();
+        sink.notify_aborted(2).unwrap();
+        sink.process(&batch(&["d"])).unwrap();
+        sink.snapshot(3).unwrap();
+        assert_eq!(read(&out), "a\nb\n");
+        // Completing 3 commits the data of the aborted checkpoint 2 too.
+        sink.notify_complete(3).unwrap();
+        assert_eq!(read(&out), "a\nb\nc\nd\n");
+        sink.process(&batch(&["e"])).unwrap();
+        sink.finish().unwrap();
+        sink.dispose().unwrap();
+        assert_eq!(read(&out), "a\nb\nc\nd\ne\n");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn recovery_truncates_output_written_after_the_checkpoint() {
+        let dir = tempdir("truncate");
+        let out = dir.join("out.txt");
+        let mut sink = open(&out, None);
+        sink.process(&batch(&["a"])).unwrap();
+        let state = sink.snapshot(1).unwrap();
+        sink.notify_complete(1).unwrap();
+        sink.process(&batch(&["b"])).unwrap();
+        sink.snapshot(2).unwrap();
+        sink.notify_complete(2).unwrap();
+        assert_eq!(read(&out), "a\nb\n");
+        // Crash, then restore from checkpoint 1: "b" will be replayed, so it goes.
+        drop(sink);
+        let _sink = open(&out, Some(state));
+        assert_eq!(read(&out), "a\n");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn recovery_completes_commits_the_crash_interrupted() {
+        let dir = tempdir("complete");
+        let out = dir.join("out.txt");
+        let mut sink = open(&out, None);
+        sink.process(&batch(&["a"])).unwrap();
+        sink.snapshot(1).unwrap();
+        sink.notify_complete(1).unwrap();
+        sink.process(&batch(&["b", "c"])).unwrap();
+        // Checkpoint 2 completed, but the process died before notify-complete(2).
+        let state = sink.snapshot(2).unwrap();
+        drop(sink);
+        // A partial append of checkpoint 2's file is also cut back and redone.
+        OpenOptions::new()
+            .append(true)
+            .open(&out)
+            .unwrap()
+            .write_all(b"b\n")
+            .unwrap();
+        let _sink = open(&out, Some(state));
+        assert_eq!(read(&out), "a\nb\nc\n");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn without_checkpoints_a_failed_run_leaves_no_output() {
+        let dir = tempdir("plain");
+        let out = dir.join("out.txt");
+        let mut sink = FileSink::new(identity(), &out, LineFormat::KeyValue, false);
+        sink.open(&OpenInfo::default()).unwrap();
+        let mut w = BatchWriter::new();
+        w.push(Some(b"word"), b"3", None);
+        sink.process(&w.into_bytes()).unwrap();
+        sink.dispose().unwrap();
+        assert!(!out.exists());
+        let mut sink = FileSink::new(identity(), &out, LineFormat::KeyValue, false);
+        sink.open(&OpenInfo::default()).unwrap();
+        let mut w = BatchWriter::new();
+        w.push(Some(b"word"), b"3", None);
+        sink.process(&w.into_bytes()).unwrap();
+        sink.finish().unwrap();
+        sink.dispose().unwrap();
+        assert_eq!(read(&out), "word\t3\n");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

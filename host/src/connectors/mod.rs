@@ -1,0 +1,72 @@
+//! Native sources and sinks.
+//!
+//! Sources and sinks sit behind two small interfaces so that the task loop never
+//! special-cases one: a [`Source`] is polled for batches and reports a position that goes
+//! into checkpoints; a sink is an [`Operator`](crate::chain::Operator) at the tail of a
+//! chain that writes what it receives, pre-commits in `snapshot` and commits in
+//! `notify-complete` (two-phase commit).
+
+mod file_sink;
+mod sources;
+mod stdout_sink;
+
+pub use file_sink::FileSink;
+pub use sources::{FileSource, GeneratorSource, StdinSource, generated_line};
+pub use stdout_sink::StdoutSink;
+
+use std::time::Instant;
+
+use anyhow::Result;
+use crossbeam_channel::Receiver;
+use sluice_codec::BatchWriter;
+
+/// What a poll of a source found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceStatus {
+    /// Records were read and more may follow right away.
+    More,
+    /// Nothing now; poll again at `retry_at`, or when [`Source::waker`] has a message.
+    Idle {
+        /// When to poll again (`None`: only when woken).
+        retry_at: Option<Instant>,
+    },
+    /// The source is exhausted.
+    End,
+}
+
+/// A replayable source of records.
+pub trait Source: Send {
+    /// Appends at most `max` records to `out`.
+    fn poll(&mut self, out: &mut BatchWriter, max: usize) -> Result<SourceStatus>;
+    /// Where the source stands, to resume exactly after the last record polled.
+    fn position(&self) -> Vec<u8>;
+    /// Continues from a position returned by [`Source::position`].
+    fn seek(&mut self, position: &[u8]) -> Result<()>;
+    /// A receiver that gets a message when an idle source may have data (for sources
+    /// fed by another thread).
+    fn waker(&self) -> Option<&Receiver<()>> {
+        None
+    }
+}
+
+/// How a sink writes a record as a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LineFormat {
+    /// The value.
+    #[default]
+    Value,
+    /// The key, a tab, the value.
+    KeyValue,
+}
+
+impl LineFormat {
+    /// Appends `record` as one line to `out`.
+    pub fn write(self, record: &sluice_codec::RecordRef<'_>, out: &mut Vec<u8>) {
+        if self == LineFormat::KeyValue {
+            out.extend_from_slice(record.key.unwrap_or_default());
+            out.push(b'\t');
+        }
+        out.extend_from_slice(record.value);
+        out.push(b'\n');
+    }
+}

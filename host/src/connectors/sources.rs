@@ -1,0 +1,381 @@
+use std::fs::File;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use crossbeam_channel::{Receiver, TryRecvError, bounded};
+use sluice_codec::BatchWriter;
+
+use super::{Source, SourceStatus};
+
+fn position_u64(position: &[u8], what: &str) -> Result<u64> {
+    let bytes: [u8; 8] = position.try_into().map_err(|_| {
+        anyhow::anyhow!(
+            "{what}: checkpointed position has {} bytes, expected 8",
+            position.len()
+        )
+    })?;
+    Ok(u64::from_le_bytes(bytes))
+}
+
+/// Reads a text file, one record per line (without the line break). Its position is
+/// the byte offset of the next line, so a restore continues exactly after the last line
+/// that was read before the checkpoint.
+pub struct FileSource {
+    path: PathBuf,
+    reader: BufReader<File>,
+    offset: u64,
+    line: Vec<u8>,
+}
+
+impl FileSource {
+    /// Opens `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path)
+            .with_context(|| format!("cannot open source file {}", path.display()))?;
+        Ok(FileSource {
+            path: path.to_path_buf(),
+            reader: BufReader::with_capacity(256 << 10, file),
+            offset: 0,
+            line: Vec::new(),
+        })
+    }
+}
+
+impl Source for FileSource {
+    fn poll(&mut self, out: &mut BatchWriter, max: usize) -> Result<SourceStatus> {
+        for _ in 0..max {
+            self.line.clear();
+            let n = self
+                .reader
+                .read_until(b'\n', &mut self.line)
+                .with_context(|| format!("reading {}", self.path.display()))?;
+            if n == 0 {
+                return Ok(SourceStatus::End);
+            }
+            self.offset += n as u64;
+            let mut line = &self.line[..];
+            if let Some(rest) = line.strip_suffix(b"\n") {
+                line = rest.strip_suffix(b"\r").unwrap_or(rest);
+            }
+            out.push(None, line, None);
+        }
+        Ok(SourceStatus::More)
+    }
+
+    fn position(&self) -> Vec<u8> {
+        self.offset.to_le_bytes().to_vec()
+    }
+
+    fn seek(&mut self, position: &[u8]) -> Result<()> {
+        let offset = position_u64(position, "file source")?;
+        let len = self.reader.get_ref().metadata()?.len();
+        if offset > len {
+            bail!(
+                "cannot resume {} at byte {offset}: the file has only {len} bytes (was it replaced?)",
+                self.path.display()
+            );
+        }
+        self.reader.seek(SeekFrom::Start(offset))?;
+        self.offset = offset;
+        Ok(())
+    }
+}
+
+/// Generates `records` deterministic lines of words, spread over the subtasks (subtask
+/// *s* of *p* generates records *s*, *s + p*, ...). Optionally throttled to `rate`
+/// records per second per subtask.
+pub struct GeneratorSource {
+    total: u64,
+    subtask: u64,
+    parallelism: u64,
+    /// Records this subtask has generated.
+    done: u64,
+    seed: u64,
+    words_per_record: usize,
+    vocabulary: u64,
+    rate: Option<f64>,
+    started: Instant,
+    line: String,
+}
+
+impl GeneratorSource {
+    /// A generator for `subtask` of `parallelism`.
+    pub fn new(
+        total: u64,
+        subtask: u32,
+        parallelism: u32,
+        seed: u64,
+        words_per_record: usize,
+        vocabulary: u64,
+        rate: Option<f64>,
+    ) -> Self {
+        GeneratorSource {
+            total,
+            subtask: u64::from(subtask),
+            parallelism: u64::from(parallelism),
+            done: 0,
+            seed,
+            words_per_record,
+            vocabulary: vocabulary.max(1),
+            rate,
+            started: Instant::now(),
+            line: String::new(),
+        }
+    }
+
+    fn index(&self) -> u64 {
+        self.subtask + self.done * self.parallelism
+    }
+}
+
+/// Line `index` of a generator with these settings: a pure function, so tests can compute
+/// the expected input independently of the source.
+pub fn generated_line(seed: u64, index: u64, words: usize, vocabulary: u64, out: &mut String) {
+    out.clear();
+    for w in 0..words as u64 {
+        if w > 0 {
+            out.push(' ');
+        }
+        let r = splitmix64(seed ^ splitmix64(index.wrapping_mul(1_000_003).wrapping_add(w)));
+        // Zipf-like: small word numbers are much more frequent, as in text.
+        let word = (r % vocabulary) * (r.rotate_left(17) % vocabulary) / vocabulary;
+        push_word(word, out);
+    }
+}
+
+fn push_word(mut n: u64, out: &mut String) {
+    const CONSONANTS: &[u8] = b"bdfgklmnprstvz";
+    const VOWELS: &[u8] = b"aeiou";
+    loop {
+        out.push(CONSONANTS[(n % CONSONANTS.len() as u64) as usize] as char);
+        n /= CONSONANTS.len() as u64;
+        out.push(VOWELS[(n % VOWELS.len() as u64) as usize] as char);
+        n /= VOWELS.len() as u64;
+        if n == 0 {
+            break;
+        }
+    }
+}
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl Source for GeneratorSource {
+    fn poll(&mut self, out: &mut BatchWriter, max: usize) -> Result<SourceStatus> {
+        let mut allowed = max as u64;
+        if let Some(rate) = self.rate {
+            let due = (self.started.elapsed().as_secs_f64() * rate) as u64 + 1;
+            allowed = allowed.min(due.saturating_sub(self.done));
+            if allowed == 0 {
+                let next = Duration::from_secs_f64((self.done as f64) / rate);
+                return Ok(SourceStatus::Idle {
+                    retry_at: Some(self.started + next),
+                });
+            }
+        }
+        for _ in 0..allowed {
+            let index = self.index();
+            if index >= self.total {
+                return Ok(SourceStatus::End);
+            }
+            generated_line(
+                self.seed,
+                index,
+                self.words_per_record,
+                self.vocabulary,
+                &mut self.line,
+            );
+            out.push(None, self.line.as_bytes(), None);
+            self.done += 1;
+        }
+        if self.index() >= self.total {
+            return Ok(SourceStatus::End);
+        }
+        Ok(SourceStatus::More)
+    }
+
+    fn position(&self) -> Vec<u8> {
+        self.done.to_le_bytes().to_vec()
+    }
+
+    fn seek(&mut self, position: &[u8]) -> Result<()> {
+        self.done = position_u64(position, "generator source")?;
+        // Keep the configured rate relative to the restored position.
+        if let Some(rate) = self.rate {
+            self.started = Instant::now() - Duration::from_secs_f64(self.done as f64 / rate);
+        }
+        Ok(())
+    }
+}
+
+/// Reads lines from standard input on a helper thread. Not replayable: a job reading
+/// stdin cannot resume from a checkpoint.
+pub struct StdinSource {
+    lines: Receiver<Vec<u8>>,
+    wake: Receiver<()>,
+    consumed: u64,
+}
+
+impl StdinSource {
+    /// Starts reading standard input.
+    pub fn start() -> Self {
+        let (tx, lines) = bounded::<Vec<u8>>(1024);
+        let (wake_tx, wake) = bounded(1);
+        thread::Builder::new()
+            .name("stdin source".into())
+            .spawn(move || {
+                let stdin = std::io::stdin();
+                let mut lock = stdin.lock();
+                loop {
+                    let mut line = Vec::new();
+                    match lock.read_until(b'\n', &mut line) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {
+                            if line.ends_with(b"\n") {
+                                line.pop();
+                            }
+                            if tx.send(line).is_err() {
+                                break;
+                            }
+                            let _ = wake_tx.try_send(());
+                        }
+                    }
+                }
+                drop(tx);
+                let _ = wake_tx.try_send(());
+            })
+            .expect("spawning the stdin reader");
+        StdinSource {
+            lines,
+            wake,
+            consumed: 0,
+        }
+    }
+}
+
+impl Source for StdinSource {
+    fn poll(&mut self, out: &mut BatchWriter, max: usize) -> Result<SourceStatus> {
+        for _ in 0..max {
+            match self.lines.try_recv() {
+                Ok(line) => {
+                    out.push(None, &line, None);
+                    self.consumed += 1;
+                }
+                Err(TryRecvError::Empty) => {
+                    return Ok(if out.is_empty() {
+                        SourceStatus::Idle { retry_at: None }
+                    } else {
+                        SourceStatus::More
+                    });
+                }
+                Err(TryRecvError::Disconnected) => return Ok(SourceStatus::End),
+            }
+        }
+        Ok(SourceStatus::More)
+    }
+
+    fn position(&self) -> Vec<u8> {
+        self.consumed.to_le_bytes().to_vec()
+    }
+
+    fn seek(&mut self, _position: &[u8]) -> Result<()> {
+        bail!("the stdin source cannot resume from a checkpoint: standard input cannot be replayed")
+    }
+
+    fn waker(&self) -> Option<&Receiver<()>> {
+        Some(&self.wake)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_codec::BatchReader;
+    use std::io::Write;
+
+    fn values(w: &BatchWriter) -> Vec<String> {
+        BatchReader::new(w.as_bytes())
+            .map(|r| String::from_utf8(r.unwrap().value.to_vec()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn file_source_resumes_after_the_last_line_read() {
+        let dir = std::env::temp_dir().join(format!("sluice-src-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("in.txt");
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(b"one\r\ntwo\nthree\nlast-without-newline")
+            .unwrap();
+        let mut src = FileSource::open(&path).unwrap();
+        let mut out = BatchWriter::new();
+        assert_eq!(src.poll(&mut out, 2).unwrap(), SourceStatus::More);
+        assert_eq!(values(&out), ["one", "two"]);
+        let pos = src.position();
+        let mut rest = BatchWriter::new();
+        assert_eq!(src.poll(&mut rest, 10).unwrap(), SourceStatus::End);
+        assert_eq!(values(&rest), ["three", "last-without-newline"]);
+
+        let mut resumed = FileSource::open(&path).unwrap();
+        resumed.seek(&pos).unwrap();
+        let mut again = BatchWriter::new();
+        resumed.poll(&mut again, 10).unwrap();
+        assert_eq!(values(&again), ["three", "last-without-newline"]);
+        assert!(resumed.seek(&10_000u64.to_le_bytes()).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn generator_subtasks_partition_the_records_and_resume() {
+        let mut all = vec![];
+        for s in 0..3 {
+            let mut g = GeneratorSource::new(10, s, 3, 7, 2, 50, None);
+            let mut out = BatchWriter::new();
+            while g.poll(&mut out, 4).unwrap() == SourceStatus::More {}
+            all.extend(values(&out));
+        }
+        assert_eq!(all.len(), 10);
+        let mut expected = vec![];
+        let mut line = String::new();
+        for i in 0..10 {
+            generated_line(7, i, 2, 50, &mut line);
+            expected.push(line.clone());
+        }
+        all.sort();
+        expected.sort();
+        assert_eq!(all, expected);
+
+        let mut g = GeneratorSource::new(10, 0, 1, 7, 2, 50, None);
+        let mut first = BatchWriter::new();
+        g.poll(&mut first, 4).unwrap();
+        let mut h = GeneratorSource::new(10, 0, 1, 7, 2, 50, None);
+        h.seek(&g.position()).unwrap();
+        let (mut a, mut b) = (BatchWriter::new(), BatchWriter::new());
+        g.poll(&mut a, 100).unwrap();
+        h.poll(&mut b, 100).unwrap();
+        assert_eq!(values(&a), values(&b));
+        assert_eq!(values(&a).len(), 6);
+    }
+
+    #[test]
+    fn throttled_generator_goes_idle_until_its_next_record_is_due() {
+        let mut g = GeneratorSource::new(100, 0, 1, 1, 1, 10, Some(10.0));
+        let mut out = BatchWriter::new();
+        assert_eq!(g.poll(&mut out, 100).unwrap(), SourceStatus::More);
+        assert_eq!(out.len(), 1);
+        match g.poll(&mut out, 100).unwrap() {
+            SourceStatus::Idle { retry_at: Some(t) } => {
+                assert!(t > Instant::now() + Duration::from_millis(50));
+            }
+            other => panic!("expected idle, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The job file: what a user writes (TOML). Unknown fields are errors.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+
+/// A job file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFile {
+    /// Job name.
+    pub name: String,
+    /// Tenant the job runs for; its limits apply to every operator.
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+    /// Number of key groups (the most parallelism keyed state can be spread over).
+    pub max_parallelism: Option<u32>,
+    /// Where records come from.
+    pub source: SourceSpec,
+    /// The operators, in order.
+    #[serde(default, rename = "operator")]
+    pub operators: Vec<OperatorSpec>,
+    /// Where records go.
+    pub sink: SinkSpec,
+    /// Checkpointing; absent means no checkpoints.
+    pub checkpoint: Option<CheckpointSpec>,
+    /// What to do when the job fails.
+    pub restart: Option<RestartSpec>,
+    /// Batching and buffering.
+    #[serde(default)]
+    pub runtime: RuntimeSpec,
+}
+
+fn default_tenant() -> String {
+    "default".into()
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The source of a job.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum SourceSpec {
+    /// A text file, one record per line.
+    File {
+        /// Path, relative to the job file.
+        path: PathBuf,
+    },
+    /// Deterministic lines of pseudo-words.
+    Generator {
+        /// Records in total (over all subtasks).
+        records: u64,
+        /// Words per line.
+        #[serde(default = "default_words")]
+        words_per_record: usize,
+        /// Distinct words.
+        #[serde(default = "default_vocabulary")]
+        vocabulary: u64,
+        /// Seed.
+        #[serde(default)]
+        seed: u64,
+        /// Records per second per subtask (unthrottled when absent).
+        rate: Option<f64>,
+        /// Parallel subtasks.
+        #[serde(default = "one")]
+        parallelism: u32,
+    },
+    /// Standard input, one record per line (cannot be replayed from a checkpoint).
+    Stdin,
+}
+
+fn default_words() -> usize {
+    8
+}
+
+fn default_vocabulary() -> u64 {
+    1000
+}
+
+/// One operator.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorSpec {
+    /// Name, unique in the job.
+    pub name: String,
+    /// The `.wasm` component, relative to the job file.
+    pub plugin: PathBuf,
+    /// Configuration passed to `open` as strings.
+    #[serde(default)]
+    pub config: BTreeMap<String, toml::Value>,
+    /// Parallel subtasks.
+    #[serde(default = "one")]
+    pub parallelism: u32,
+    /// Partition the input by key: `"key"` (the record's key), `"value"`, or
+    /// `{ field = N, separator = "," }`. Makes keyed state and timers available.
+    pub key_by: Option<toml::Value>,
+    /// How the input is spread when not keyed: `forward`, `rebalance` or `broadcast`.
+    pub partition: Option<String>,
+}
+
+/// The sink of a job.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkSpec {
+    /// `file` or `stdout`.
+    #[serde(rename = "type")]
+    pub kind: SinkKind,
+    /// Output file for `file` sinks, relative to the job file.
+    pub path: Option<PathBuf>,
+    /// `value` (default) or `key-value` (key, tab, value).
+    pub format: Option<String>,
+    /// Parallel subtasks (a file sink then writes one file per subtask).
+    #[serde(default = "one")]
+    pub parallelism: u32,
+    /// How the input is spread: `forward`, `rebalance` or `broadcast`.
+    pub partition: Option<String>,
+}
+
+/// Kinds of sinks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SinkKind {
+    /// A file, exactly once with checkpoints.
+    File,
+    /// Standard output.
+    Stdout,
+}
+
+/// The `[checkpoint]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointSpec {
+    /// Milliseconds between checkpoints; 0 takes only savepoints.
+    pub interval_ms: u64,
+    /// Directory, relative to the job file (default `checkpoints/<job name>`).
+    pub dir: Option<PathBuf>,
+    /// `exactly-once` (default) or `at-least-once`.
+    pub mode: Option<String>,
+    /// Abort a checkpoint not complete after this long (default 10 minutes).
+    pub timeout_ms: Option<u64>,
+    /// Least pause between checkpoints (default 0).
+    pub min_pause_ms: Option<u64>,
+    /// Most checkpoints in flight (default 1).
+    pub max_concurrent: Option<usize>,
+    /// Complete checkpoints to keep (default 3).
+    pub retain: Option<usize>,
+}
+
+/// The `[restart]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartSpec {
+    /// `none`, `fixed-delay` or `exponential`.
+    pub strategy: String,
+    /// Most restarts.
+    pub attempts: Option<u32>,
+    /// Delay before a restart (the first one, for `exponential`).
+    pub delay_ms: Option<u64>,
+    /// Longest delay for `exponential`.
+    pub max_delay_ms: Option<u64>,
+    /// Growth factor for `exponential` (default 2).
+    pub multiplier: Option<f64>,
+}
+
+/// The `[runtime]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeSpec {
+    /// Records a source reads per batch (default 1024).
+    pub batch_size: Option<usize>,
+    /// Bytes after which a channel buffer is sent (default 32 KiB).
+    pub buffer_bytes: Option<usize>,
+    /// Milliseconds after which a partly filled buffer is sent (default 100).
+    pub buffer_timeout_ms: Option<u64>,
+    /// Buffers per channel before backpressure (default 8).
+    pub channel_capacity: Option<usize>,
+}
+
+impl JobFile {
+    /// Parses `text`, naming `path` in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<JobFile> {
+        toml::from_str(text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    /// Reads and parses the job file at `path`.
+    pub fn load(path: &Path) -> Result<JobFile> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read job file {}", path.display()))?;
+        Self::parse(&text, path)
+    }
+}

@@ -1,0 +1,135 @@
+//! Restart strategies: whether and when a failed job restarts from its latest checkpoint.
+
+use std::time::Duration;
+
+use super::file::RestartSpec;
+
+/// What to do when a job fails.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RestartStrategy {
+    /// Fail the job.
+    None,
+    /// Restart up to `attempts` times, waiting `delay` each time.
+    FixedDelay {
+        /// Most restarts.
+        attempts: u32,
+        /// Wait before each.
+        delay: Duration,
+    },
+    /// Restart up to `attempts` times, the wait growing by `multiplier` up to `max`.
+    Exponential {
+        /// Most restarts.
+        attempts: u32,
+        /// Wait before the first.
+        initial: Duration,
+        /// Longest wait.
+        max: Duration,
+        /// Growth per restart.
+        multiplier: f64,
+    },
+}
+
+impl RestartStrategy {
+    /// The strategy a `[restart]` table asks for. Without one: three restarts one second
+    /// apart when the job checkpoints (a restart then loses nothing), none otherwise.
+    pub fn from_spec(spec: Option<&RestartSpec>, checkpointing: bool) -> Result<Self, String> {
+        let Some(spec) = spec else {
+            return Ok(if checkpointing {
+                RestartStrategy::FixedDelay {
+                    attempts: 3,
+                    delay: Duration::from_secs(1),
+                }
+            } else {
+                RestartStrategy::None
+            });
+        };
+        let attempts = spec.attempts.unwrap_or(3);
+        let delay = Duration::from_millis(spec.delay_ms.unwrap_or(1000));
+        match spec.strategy.as_str() {
+            "none" => Ok(RestartStrategy::None),
+            "fixed-delay" => Ok(RestartStrategy::FixedDelay { attempts, delay }),
+            "exponential" => {
+                let multiplier = spec.multiplier.unwrap_or(2.0);
+                if !(multiplier >= 1.0) {
+                    return Err(format!("`multiplier` must be at least 1, not {multiplier}"));
+                }
+                Ok(RestartStrategy::Exponential {
+                    attempts,
+                    initial: delay,
+                    max: Duration::from_millis(spec.max_delay_ms.unwrap_or(60_000)),
+                    multiplier,
+                })
+            }
+            other => Err(format!(
+                "`strategy` must be \"none\", \"fixed-delay\" or \"exponential\", not {other:?}"
+            )),
+        }
+    }
+
+    /// The wait before restart number `restart` (1 for the first), or `None` when the
+    /// strategy allows no more restarts.
+    pub fn delay_before(&self, restart: u32) -> Option<Duration> {
+        match self {
+            RestartStrategy::None => None,
+            RestartStrategy::FixedDelay { attempts, delay } => {
+                (restart <= *attempts).then_some(*delay)
+            }
+            RestartStrategy::Exponential {
+                attempts,
+                initial,
+                max,
+                multiplier,
+            } => (restart <= *attempts).then(|| {
+                let factor = multiplier.powi(restart.saturating_sub(1) as i32);
+                initial.mul_f64(factor).min(*max)
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(strategy: &str) -> RestartSpec {
+        RestartSpec {
+            strategy: strategy.into(),
+            attempts: Some(3),
+            delay_ms: Some(100),
+            max_delay_ms: Some(250),
+            multiplier: None,
+        }
+    }
+
+    #[test]
+    fn strategies_give_delays_until_attempts_run_out() {
+        let fixed = RestartStrategy::from_spec(Some(&spec("fixed-delay")), false).unwrap();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            (1..=4).map(|r| fixed.delay_before(r)).collect::<Vec<_>>(),
+            vec![Some(ms(100)), Some(ms(100)), Some(ms(100)), None]
+        );
+        let exp = RestartStrategy::from_spec(Some(&spec("exponential")), false).unwrap();
+        assert_eq!(
+            (1..=4).map(|r| exp.delay_before(r)).collect::<Vec<_>>(),
+            vec![Some(ms(100)), Some(ms(200)), Some(ms(250)), None]
+        );
+        let none = RestartStrategy::from_spec(Some(&spec("none")), true).unwrap();
+        assert_eq!(none.delay_before(1), None);
+        assert!(RestartStrategy::from_spec(Some(&spec("sometimes")), true).is_err());
+    }
+
+    #[test]
+    fn defaults_depend_on_checkpointing() {
+        assert_eq!(
+            RestartStrategy::from_spec(None, false).unwrap(),
+            RestartStrategy::None
+        );
+        assert!(
+            RestartStrategy::from_spec(None, true)
+                .unwrap()
+                .delay_before(3)
+                .is_some()
+        );
+    }
+}

@@ -1,0 +1,730 @@
+//! Running a job on this machine: tasks as threads connected by bounded channels, a
+//! checkpoint coordinator, and restarts from the latest checkpoint after a failure.
+
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use crossbeam_channel::{Receiver, Sender, select, unbounded};
+
+use super::graph::{ChainSpec, JobGraph, Vertex};
+use crate::chain::{
+    CallError, ChainOutput, ChainedOperator, OpenInfo, Operator, OperatorChain, OperatorFailure,
+    OperatorIdentity, OperatorState,
+};
+use crate::checkpoint::{
+    AsyncPool, CheckpointLink, CheckpointStats, CheckpointStorage, Coordinator, CoordinatorMessage,
+    CoordinatorSetup, LoadedCheckpoint, TaskId,
+};
+use crate::connectors::{FileSink, FileSource, GeneratorSource, Source, StdinSource, StdoutSink};
+use crate::job::file::{JobFile, SinkKind, SourceSpec};
+use crate::metrics::{OperatorMetrics, TaskMetrics, TaskMetricsHandle, TaskReport};
+use crate::network::{InputGate, RecordWriter, channel};
+use crate::state::KeyedStateBackend;
+use crate::state::key_groups::key_groups_of_subtask;
+use crate::task::{StreamTask, TaskContext, TaskHandle, TaskInput, TaskOutcome, panic_to_error};
+use crate::wasm::{Plugin, SandboxLimits, WasmEngine};
+
+/// Where a job starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestorePoint {
+    /// From scratch.
+    Fresh,
+    /// From the newest complete checkpoint or savepoint in the job's checkpoint directory.
+    Latest,
+    /// From this checkpoint or savepoint folder.
+    Path(PathBuf),
+}
+
+/// Requests to a running job.
+#[derive(Debug)]
+pub enum JobControl {
+    /// Take a savepoint, then finish; `drain` first advances event time to the end.
+    StopWithSavepoint {
+        /// Fire all event-time timers first.
+        drain: bool,
+        /// Gets the savepoint folder, or why it failed.
+        reply: Sender<Result<PathBuf, String>>,
+    },
+    /// Stop now, without a savepoint.
+    Cancel,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobOutcome {
+    /// The input ended and everything was committed.
+    Finished,
+    /// Stopped with a savepoint.
+    Stopped {
+        /// The savepoint folder.
+        savepoint: PathBuf,
+    },
+    /// Cancelled.
+    Cancelled,
+}
+
+/// What a finished job reports.
+#[derive(Debug, Clone)]
+pub struct JobReport {
+    /// How it ended.
+    pub outcome: JobOutcome,
+    /// Restarts after failures.
+    pub restarts: u32,
+    /// Wall time of the whole run.
+    pub duration: Duration,
+    /// Task metrics of the last attempt.
+    pub tasks: Vec<TaskReport>,
+    /// Checkpoints of the last attempt.
+    pub checkpoints: CheckpointStats,
+    /// The failures that caused restarts.
+    pub failures: Vec<String>,
+}
+
+/// A live view of a running job, for progress lines and status endpoints.
+#[derive(Default)]
+pub struct JobMonitor {
+    tasks: Mutex<Vec<TaskMetricsHandle>>,
+    checkpoints: Mutex<Arc<Mutex<CheckpointStats>>>,
+    attempt: AtomicU32,
+    running: AtomicBool,
+}
+
+impl JobMonitor {
+    /// Metrics of the current attempt's tasks.
+    pub fn tasks(&self) -> Vec<TaskReport> {
+        lock(&self.tasks)
+            .iter()
+            .map(TaskMetricsHandle::report)
+            .collect()
+    }
+
+    /// Checkpoints of the current attempt.
+    pub fn checkpoints(&self) -> CheckpointStats {
+        lock(&lock(&self.checkpoints)).clone()
+    }
+
+    /// Current attempt (0 before any restart).
+    pub fn attempt(&self) -> u32 {
+        self.attempt.load(Ordering::Relaxed)
+    }
+
+    /// True while tasks run.
+    pub fn is_running(&self) -> bool {
+        self.running.load(Ordering::Relaxed)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A loaded, validated job with its plugins compiled.
+pub struct Job {
+    graph: Arc<JobGraph>,
+    engine: Arc<WasmEngine>,
+    plugins: Arc<BTreeMap<String, Plugin>>,
+    limits: SandboxLimits,
+}
+
+enum AttemptEnd {
+    Outcome(JobOutcome),
+    Failed(anyhow::Error),
+}
+
+impl Job {
+    /// Reads, validates and compiles the job at `path`.
+    pub fn load(path: &Path, engine: Arc<WasmEngine>) -> Result<Job> {
+        let file = JobFile::load(path)?;
+        let graph = JobGraph::from_file(&file, path)?;
+        Self::from_graph(graph, engine)
+    }
+
+    /// Loads the plugins of a validated graph.
+    pub fn from_graph(graph: JobGraph, engine: Arc<WasmEngine>) -> Result<Job> {
+        let mut plugins = BTreeMap::new();
+        for op in graph.operators() {
+            let plugin = engine
+                .load_plugin(&op.plugin)
+                .with_context(|| format!("job '{}': operator '{}'", graph.name, op.name))?;
+            plugins.insert(op.name.clone(), plugin);
+        }
+        Ok(Job {
+            graph: Arc::new(graph),
+            engine,
+            plugins: Arc::new(plugins),
+            limits: SandboxLimits::default(),
+        })
+    }
+
+    /// Sets the sandbox limits of every operator instance.
+    pub fn with_limits(mut self, limits: SandboxLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The validated graph.
+    pub fn graph(&self) -> &JobGraph {
+        &self.graph
+    }
+
+    /// The compiled plugins, by operator name.
+    pub fn plugins(&self) -> &BTreeMap<String, Plugin> {
+        &self.plugins
+    }
+
+    /// Runs the job to its end, restarting after failures as its strategy allows.
+    pub fn run(
+        &self,
+        restore: RestorePoint,
+        control: &Receiver<JobControl>,
+        monitor: &JobMonitor,
+    ) -> Result<JobReport> {
+        let graph = &self.graph;
+        let storage = graph
+            .checkpoint
+            .as_ref()
+            .map(|c| CheckpointStorage::new(&c.dir).map(Arc::new))
+            .transpose()?;
+        let started = Instant::now();
+        let mut failures = Vec::new();
+        let initial = match &restore {
+            RestorePoint::Fresh => None,
+            RestorePoint::Latest => {
+                let storage = storage.as_ref().ok_or_else(|| {
+                    anyhow!("--from-checkpoint needs checkpointing: add a [checkpoint] table to the job file")
+                })?;
+                let latest = storage.find_latest()?;
+                if latest.is_none() {
+                    bail!(
+                        "no complete checkpoint to restore from in {}",
+                        storage.dir().display()
+                    );
+                }
+                latest
+            }
+            RestorePoint::Path(p) => Some(crate::checkpoint::load(p)?),
+        };
+        let mut checkpoint = initial.clone();
+        for attempt in 0u32.. {
+            monitor.attempt.store(attempt, Ordering::Relaxed);
+            if let Some(c) = &checkpoint {
+                self.check_restorable(c)?;
+                tracing::info!(
+                    "job '{}': restoring from {} {} ({})",
+                    graph.name,
+                    if c.metadata.kind == crate::checkpoint::SnapshotKind::Savepoint {
+                        "savepoint"
+                    } else {
+                        "checkpoint"
+                    },
+                    c.metadata.id,
+                    c.path.display()
+                );
+            }
+            let stats = Arc::new(Mutex::new(CheckpointStats::default()));
+            *lock(&monitor.checkpoints) = stats.clone();
+            let end = self.run_attempt(
+                attempt,
+                checkpoint.clone().map(Arc::new),
+                storage.clone(),
+                control,
+                monitor,
+                stats.clone(),
+            );
+            let report = |outcome, failures: &Vec<String>| JobReport {
+                outcome,
+                restarts: attempt,
+                duration: started.elapsed(),
+                tasks: monitor.tasks(),
+                checkpoints: lock(&stats).clone(),
+                failures: failures.clone(),
+            };
+            let error = match end {
+                AttemptEnd::Outcome(outcome) => return Ok(report(outcome, &failures)),
+                AttemptEnd::Failed(e) => e,
+            };
+            let restart = attempt + 1;
+            let delay = if is_permanent(&error) {
+                None
+            } else {
+                graph.restart.delay_before(restart)
+            };
+            let Some(delay) = delay else {
+                let context = if attempt == 0 {
+                    format!("job '{}' failed", graph.name)
+                } else {
+                    format!("job '{}' failed after {attempt} restarts", graph.name)
+                };
+                return Err(error.context(context));
+            };
+            tracing::warn!(
+                "job '{}' failed (attempt {}): {error:#}; restarting in {delay:?}",
+                graph.name,
+                attempt + 1
+            );
+            failures.push(format!("{error:#}"));
+            if let Ok(JobControl::Cancel) = control.recv_timeout(delay) {
+                return Ok(report(JobOutcome::Cancelled, &failures));
+            }
+            // Restart from the newest checkpoint, or where the job started.
+            checkpoint = match &storage {
+                Some(s) => s.find_latest()?.or_else(|| initial.clone()),
+                None => None,
+            };
+        }
+        unreachable!("the restart loop returns")
+    }
+
+    /// Refuses checkpoints that do not fit this job.
+    fn check_restorable(&self, c: &LoadedCheckpoint) -> Result<()> {
+        let graph = &self.graph;
+        let known: Vec<&str> = graph.vertices.iter().skip(1).map(Vertex::name).collect();
+        for op in &c.metadata.operators {
+            if !known.contains(&op.name.as_str()) {
+                bail!(
+                    "{} has state for operator '{}', which job '{}' does not have (operators: {})",
+                    c.path.display(),
+                    op.name,
+                    graph.name,
+                    known.join(", ")
+                );
+            }
+        }
+        if c.metadata.max_parallelism != graph.max_parallelism {
+            bail!(
+                "{} was taken with max_parallelism {}, but the job has {}; key groups cannot be remapped",
+                c.path.display(),
+                c.metadata.max_parallelism,
+                graph.max_parallelism
+            );
+        }
+        Ok(())
+    }
+
+    fn run_attempt(
+        &self,
+        attempt: u32,
+        checkpoint: Option<Arc<LoadedCheckpoint>>,
+        storage: Option<Arc<CheckpointStorage>>,
+        control: &Receiver<JobControl>,
+        monitor: &JobMonitor,
+        stats: Arc<Mutex<CheckpointStats>>,
+    ) -> AttemptEnd {
+        match self.start_attempt(attempt, checkpoint, storage, stats) {
+            Ok(running) => running.supervise(control, monitor),
+            Err(e) => AttemptEnd::Failed(e),
+        }
+    }
+
+    fn start_attempt(
+        &self,
+        attempt: u32,
+        checkpoint: Option<Arc<LoadedCheckpoint>>,
+        storage: Option<Arc<CheckpointStorage>>,
+        stats: Arc<Mutex<CheckpointStats>>,
+    ) -> Result<RunningAttempt> {
+        let graph = &self.graph;
+        let chains = &graph.chains;
+        let mode = graph
+            .checkpoint
+            .as_ref()
+            .map(|c| c.mode)
+            .unwrap_or_default();
+
+        // Channels: into chain c, one per (upstream subtask, downstream subtask).
+        let mut senders: Vec<Vec<Vec<Sender<_>>>> = vec![Vec::new(); chains.len()];
+        let mut receivers: Vec<Vec<Vec<Receiver<_>>>> = vec![Vec::new(); chains.len()];
+        for c in 1..chains.len() {
+            let (up, down) = (chains[c - 1].parallelism, chains[c].parallelism);
+            senders[c] = vec![Vec::new(); up as usize];
+            receivers[c] = vec![Vec::new(); down as usize];
+            for u in 0..up as usize {
+                for d in 0..down as usize {
+                    let (tx, rx) = channel(graph.network.channel_capacity);
+                    senders[c][u].push(tx);
+                    receivers[c][d].push(rx);
+                }
+            }
+        }
+
+        let (coordinator_tx, coordinator_rx) = unbounded();
+        let link = match (&graph.checkpoint, &storage) {
+            (Some(_), Some(storage)) => Some(CheckpointLink::new(
+                coordinator_tx.clone(),
+                storage.clone(),
+                Arc::new(AsyncPool::new(2)),
+            )),
+            _ => None,
+        };
+
+        let mut tasks = Vec::new();
+        let mut metrics = Vec::new();
+        for (c, chain) in chains.iter().enumerate() {
+            for s in 0..chain.parallelism {
+                let ctx = TaskContext {
+                    name: format!("{} ({}/{})", chain.name(graph), s + 1, chain.parallelism),
+                    id: TaskId {
+                        vertex: c,
+                        subtask: s,
+                    },
+                    cancel: Arc::new(AtomicBool::new(false)),
+                    metrics: Arc::new(TaskMetrics::default()),
+                };
+                let input = if c == 0 {
+                    TaskInput::Source(make_source(graph.source(), s, chain.parallelism)?)
+                } else {
+                    TaskInput::Network(InputGate::new(
+                        std::mem::take(&mut receivers[c][s as usize]),
+                        mode,
+                    ))
+                };
+                let output = match chains.get(c + 1) {
+                    Some(next) => ChainOutput::Network(RecordWriter::new(
+                        std::mem::take(&mut senders[c + 1][s as usize]),
+                        next.input
+                            .clone()
+                            .expect("chains after the first have an input"),
+                        &graph.network,
+                        ctx.cancel.clone(),
+                        ctx.metrics.clone(),
+                    )),
+                    None => ChainOutput::None,
+                };
+                let members: Vec<usize> =
+                    chain.vertices.iter().copied().filter(|&v| v != 0).collect();
+                let op_metrics: Vec<Arc<OperatorMetrics>> =
+                    members.iter().map(|_| Arc::default()).collect();
+                metrics.push(TaskMetricsHandle {
+                    task: ctx.name.clone(),
+                    is_source: c == 0,
+                    metrics: ctx.metrics.clone(),
+                    operators: members
+                        .iter()
+                        .zip(&op_metrics)
+                        .map(|(&v, m)| (graph.vertices[v].name().to_string(), s, m.clone()))
+                        .collect(),
+                });
+                let restore_position = match (&checkpoint, c) {
+                    (Some(cp), 0) => cp.source_position(s, chain.parallelism)?,
+                    _ => None,
+                };
+                let builder = ChainBuilder {
+                    graph: self.graph.clone(),
+                    engine: self.engine.clone(),
+                    plugins: self.plugins.clone(),
+                    limits: self.limits.clone(),
+                    members,
+                    subtask: s,
+                    attempt,
+                    checkpoint: checkpoint.clone(),
+                    metrics: op_metrics,
+                };
+                let task = StreamTask::new(
+                    ctx,
+                    graph.task.clone(),
+                    input,
+                    Box::new(move |ctx: &TaskContext| builder.build(ctx, output)),
+                    link.clone(),
+                    restore_position,
+                );
+                tasks.push(task);
+            }
+        }
+        let handles: Vec<TaskHandle> = tasks.iter().map(StreamTask::handle).collect();
+
+        let coordinator = match (&graph.checkpoint, storage) {
+            (Some(settings), Some(storage)) => {
+                let mut operator_parallelism = BTreeMap::new();
+                for (v, vertex) in graph.vertices.iter().enumerate().skip(1) {
+                    operator_parallelism.insert(vertex.name().to_string(), graph.parallelism[v]);
+                }
+                let setup = CoordinatorSetup {
+                    job: graph.name.clone(),
+                    settings: settings.clone(),
+                    first_id: storage.next_id()?,
+                    storage,
+                    max_parallelism: graph.max_parallelism,
+                    source_parallelism: chains[0].parallelism,
+                    operator_parallelism,
+                    sources: handles
+                        .iter()
+                        .filter(|h| h.id().vertex == 0)
+                        .cloned()
+                        .collect(),
+                    tasks: handles.clone(),
+                };
+                let coordinator = Coordinator::new(setup, coordinator_rx, stats);
+                Some(
+                    thread::Builder::new()
+                        .name(format!("checkpoint coordinator {}", graph.name))
+                        .spawn(move || coordinator.run())?,
+                )
+            }
+            _ => None,
+        };
+
+        let (done_tx, done_rx) = unbounded();
+        let mut threads = Vec::new();
+        for task in tasks {
+            let done = done_tx.clone();
+            let id = task.handle().id();
+            threads.push(thread::Builder::new().name(task.name().to_string()).spawn(
+                move || {
+                    let result = catch_unwind(AssertUnwindSafe(|| task.run()))
+                        .unwrap_or_else(|panic| Err(panic_to_error(panic)));
+                    let _ = done.send((id, result));
+                },
+            )?);
+        }
+        Ok(RunningAttempt {
+            handles,
+            metrics,
+            done: done_rx,
+            coordinator_tx,
+            coordinator,
+            threads,
+        })
+    }
+}
+
+/// Tasks of one attempt, running.
+struct RunningAttempt {
+    handles: Vec<TaskHandle>,
+    metrics: Vec<TaskMetricsHandle>,
+    done: Receiver<(TaskId, Result<TaskOutcome>)>,
+    coordinator_tx: Sender<CoordinatorMessage>,
+    coordinator: Option<thread::JoinHandle<()>>,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl RunningAttempt {
+    /// Waits for every task, cancelling all on the first failure; handles control
+    /// requests meanwhile.
+    fn supervise(self, control: &Receiver<JobControl>, monitor: &JobMonitor) -> AttemptEnd {
+        *lock(&monitor.tasks) = self.metrics.clone();
+        monitor.running.store(true, Ordering::Relaxed);
+        let mut remaining = self.handles.len();
+        let mut first_error: Option<anyhow::Error> = None;
+        let mut cancelled = false;
+        let mut savepoint: Option<PathBuf> = None;
+        let (stop_tx, stop_rx) = unbounded::<Result<PathBuf, String>>();
+        let mut stop_reply: Option<Sender<Result<PathBuf, String>>> = None;
+        let cancel_all = |handles: &[TaskHandle]| handles.iter().for_each(TaskHandle::cancel);
+        while remaining > 0 {
+            select! {
+                recv(self.done) -> msg => {
+                    let Ok((id, result)) = msg else { break };
+                    remaining -= 1;
+                    match result {
+                        Ok(TaskOutcome::Finished) => {
+                            let _ = self.coordinator_tx.send(CoordinatorMessage::TaskFinished(id));
+                        }
+                        Ok(TaskOutcome::Cancelled) => {}
+                        Err(e) => {
+                            if first_error.is_none() && !cancelled {
+                                tracing::error!("{e:#}");
+                                first_error = Some(e);
+                                cancel_all(&self.handles);
+                            } else {
+                                tracing::debug!("secondary task failure: {e:#}");
+                            }
+                        }
+                    }
+                }
+                recv(control) -> msg => match msg {
+                    Ok(JobControl::Cancel) => {
+                        cancelled = true;
+                        cancel_all(&self.handles);
+                    }
+                    Ok(JobControl::StopWithSavepoint { drain, reply }) => {
+                        if self.coordinator.is_none() {
+                            let _ = reply.send(Err("stop-with-savepoint needs a [checkpoint] table in the job file".into()));
+                        } else {
+                            stop_reply = Some(reply);
+                            let _ = self.coordinator_tx.send(CoordinatorMessage::TriggerSavepoint {
+                                stop: true,
+                                drain,
+                                reply: stop_tx.clone(),
+                            });
+                        }
+                    }
+                    Err(_) => {}
+                },
+                recv(stop_rx) -> msg => {
+                    if let Ok(result) = msg {
+                        if let Ok(path) = &result {
+                            savepoint = Some(path.clone());
+                        }
+                        if let Some(reply) = stop_reply.take() {
+                            let _ = reply.send(result);
+                        }
+                    }
+                }
+            }
+        }
+        monitor.running.store(false, Ordering::Relaxed);
+        let _ = self.coordinator_tx.send(CoordinatorMessage::Shutdown);
+        if let Some(c) = self.coordinator {
+            let _ = c.join();
+        }
+        for t in self.threads {
+            let _ = t.join();
+        }
+        match (first_error, cancelled, savepoint) {
+            (Some(e), _, _) => AttemptEnd::Failed(e),
+            (None, true, _) => AttemptEnd::Outcome(JobOutcome::Cancelled),
+            (None, false, Some(savepoint)) => {
+                AttemptEnd::Outcome(JobOutcome::Stopped { savepoint })
+            }
+            (None, false, None) => AttemptEnd::Outcome(JobOutcome::Finished),
+        }
+    }
+}
+
+/// True for failures a restart cannot fix (an operator rejected its configuration).
+fn is_permanent(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<OperatorFailure>()
+            .is_some_and(|f| f.error.is_permanent())
+            || c.downcast_ref::<CallError>()
+                .is_some_and(CallError::is_permanent)
+    })
+}
+
+fn make_source(spec: &SourceSpec, subtask: u32, parallelism: u32) -> Result<Box<dyn Source>> {
+    Ok(match spec {
+        SourceSpec::File { path } => Box::new(FileSource::open(path)?),
+        SourceSpec::Generator {
+            records,
+            words_per_record,
+            vocabulary,
+            seed,
+            rate,
+            ..
+        } => Box::new(GeneratorSource::new(
+            *records,
+            subtask,
+            parallelism,
+            *seed,
+            *words_per_record,
+            *vocabulary,
+            *rate,
+        )),
+        SourceSpec::Stdin => Box::new(StdinSource::start()),
+    })
+}
+
+/// Builds one task's operators on the task thread.
+struct ChainBuilder {
+    graph: Arc<JobGraph>,
+    engine: Arc<WasmEngine>,
+    plugins: Arc<BTreeMap<String, Plugin>>,
+    limits: SandboxLimits,
+    /// Vertex indices of the chain's operators (the source excluded).
+    members: Vec<usize>,
+    subtask: u32,
+    attempt: u32,
+    checkpoint: Option<Arc<LoadedCheckpoint>>,
+    metrics: Vec<Arc<OperatorMetrics>>,
+}
+
+impl ChainBuilder {
+    fn build(self, ctx: &TaskContext, output: ChainOutput) -> Result<OperatorChain> {
+        let graph = &self.graph;
+        let mut operators = Vec::new();
+        for (&v, metrics) in self.members.iter().zip(&self.metrics) {
+            let parallelism = graph.parallelism[v];
+            let name = graph.vertices[v].name().to_string();
+            let identity = OperatorIdentity {
+                tenant: graph.tenant.clone(),
+                job: graph.name.clone(),
+                operator: name.clone(),
+                subtask: self.subtask,
+                parallelism,
+            };
+            let keyed = matches!(&graph.vertices[v], Vertex::Operator(o) if o.key_by.is_some());
+            let restore = match &self.checkpoint {
+                Some(c) => c
+                    .operator_restore(&name, self.subtask, parallelism, keyed)
+                    .with_context(|| format!("restoring {identity}"))?,
+                None => None,
+            };
+            let mut open_info = OpenInfo {
+                job: graph.name.clone(),
+                operator: name.clone(),
+                config: Vec::new(),
+                subtask: self.subtask,
+                parallelism,
+                max_parallelism: graph.max_parallelism,
+                keyed,
+                restored_state: None,
+                attempt: self.attempt,
+            };
+            let operator: Box<dyn Operator> = match &graph.vertices[v] {
+                Vertex::Operator(o) => {
+                    let mut backend = keyed.then(|| {
+                        KeyedStateBackend::new(
+                            graph.max_parallelism,
+                            key_groups_of_subtask(self.subtask, parallelism, graph.max_parallelism),
+                        )
+                    });
+                    let mut state = OperatorState::new(None);
+                    if let Some(r) = restore {
+                        if let Some(b) = backend.as_mut() {
+                            for snapshot in &r.keyed {
+                                b.restore(snapshot)
+                                    .map_err(|e| anyhow!("restoring {identity}: {e}"))?;
+                            }
+                        }
+                        state.timers = r.timers;
+                        open_info.restored_state = r.state;
+                    }
+                    state.keyed = backend;
+                    open_info.config = o.config.clone();
+                    let plugin = &self.plugins[&o.name];
+                    Box::new(plugin.instantiate(
+                        &self.engine,
+                        identity,
+                        self.limits.clone(),
+                        state,
+                        ctx.cancel.clone(),
+                    )?)
+                }
+                Vertex::Sink(sink) => {
+                    open_info.restored_state = restore.and_then(|r| r.state);
+                    match sink.kind {
+                        SinkKind::File => Box::new(FileSink::new(
+                            identity,
+                            sink.path.as_deref().expect("file sinks have a path"),
+                            sink.format,
+                            graph.checkpoint.is_some(),
+                        )),
+                        SinkKind::Stdout => Box::new(StdoutSink::new(identity, sink.format)),
+                    }
+                }
+                Vertex::Source(_) => {
+                    unreachable!("the source is the task's input, not a chain member")
+                }
+            };
+            operators.push(ChainedOperator {
+                operator,
+                open_info,
+                metrics: metrics.clone(),
+            });
+        }
+        Ok(OperatorChain::new(operators, output, ctx.metrics.clone()))
+    }
+}
+
+impl ChainSpec {
+    /// True when this chain reads the job's source.
+    pub fn is_source_chain(&self) -> bool {
+        self.vertices.first() == Some(&0)
+    }
+}

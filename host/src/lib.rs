@@ -1,0 +1,13 @@
+//! Sluice runs stream operators as sandboxed WebAssembly components.
+pub mod chain;
+pub mod checkpoint;
+pub mod cli;
+pub mod connectors;
+pub mod job;
+pub mod mailbox;
+pub mod metrics;
+pub mod network;
+pub mod state;
+pub mod task;
+pub mod timers;
+pub mod wasm;

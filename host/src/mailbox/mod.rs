@@ -1,0 +1,445 @@
+//! The task mailbox: everything a task does besides processing input runs as a *mail* on
+//! the task's own thread.
+//!
+//! A task thread owns its operators (their Wasm stores, keyed state and outputs). Other
+//! threads — the processing-time timer service, the checkpoint coordinator, the async
+//! snapshot workers, a user cancelling the job — never touch those directly: they put a
+//! [`Mail`] into the task's [`TaskMailbox`], and the task thread runs it between two input
+//! batches. That is what replaces Flink's checkpoint lock: there is nothing to lock,
+//! because only one thread ever runs operator code.
+//!
+//! # What a mail may do
+//!
+//! A mail runs with `&mut` access to the task and may call its operators, emit records,
+//! trigger a checkpoint or fail the task by returning an error. It must not block for
+//! long (it holds up input processing and every other mail) and must not wait for
+//! another mail of the same task, which could never run.
+//!
+//! # Priorities
+//!
+//! Mails are taken highest [`Priority`] first and in submission order within a
+//! priority. [`MailboxExecutor::yield_mail`] runs only mails at or above the executor's
+//! priority, which lets a task wait for, say, a checkpoint notification without
+//! processing unrelated lower-priority mails.
+
+mod processor;
+
+pub use processor::{ActionResult, MailboxProcessor};
+
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use anyhow::{Result, bail};
+use crossbeam_channel::{Receiver, Sender, bounded};
+
+/// An action to run on the task thread, with exclusive access to the task `T`.
+pub type Mail<T> = Box<dyn FnOnce(&mut T) -> Result<()> + Send>;
+
+/// Priority of a mail; higher runs first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Priority(pub u8);
+
+impl Priority {
+    /// Ordinary work: the lowest priority, at which everything runs.
+    pub const DEFAULT: Priority = Priority(0);
+    /// Checkpoint triggers, acknowledgements and other control mails.
+    pub const CONTROL: Priority = Priority(1);
+    /// Timer firings and checkpoint notifications: the highest priority.
+    pub const MAX: Priority = Priority(u8::MAX);
+}
+
+/// A mail with its metadata.
+pub struct Letter<T> {
+    /// Priority it was submitted with.
+    pub priority: Priority,
+    /// What it does, for logs and errors.
+    pub description: String,
+    seq: u64,
+    action: Mail<T>,
+}
+
+impl<T> Letter<T> {
+    /// Runs the mail against the task.
+    pub fn run(self, target: &mut T) -> Result<()> {
+        (self.action)(target)
+    }
+}
+
+impl<T> std::fmt::Debug for Letter<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Letter")
+            .field("priority", &self.priority)
+            .field("description", &self.description)
+            .finish()
+    }
+}
+
+impl<T> PartialEq for Letter<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.seq == other.seq
+    }
+}
+impl<T> Eq for Letter<T> {}
+impl<T> PartialOrd for Letter<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl<T> Ord for Letter<T> {
+    /// Higher priority first, then lower sequence number (FIFO).
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        self.priority
+            .cmp(&other.priority)
+            .then_with(|| other.seq.cmp(&self.seq))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Accepts mails.
+    Open,
+    /// Rejects new mails; the ones queued can still be taken (drained).
+    Quiesced,
+    /// Rejects new mails; the queue was emptied.
+    Closed,
+}
+
+struct Queue<T> {
+    letters: BinaryHeap<Letter<T>>,
+    state: State,
+}
+
+struct Inner<T> {
+    name: String,
+    queue: Mutex<Queue<T>>,
+    seq: AtomicU64,
+    /// Holds at most one token: "the queue or a control flag may have changed".
+    doorbell_tx: Sender<()>,
+    doorbell_rx: Receiver<()>,
+    /// Set from any thread to make the mailbox loop end (end of input, cancel).
+    all_actions_completed: AtomicBool,
+}
+
+/// The mailbox of one task. Cloning gives another handle to the same mailbox.
+pub struct TaskMailbox<T> {
+    inner: Arc<Inner<T>>,
+}
+
+impl<T> Clone for TaskMailbox<T> {
+    fn clone(&self) -> Self {
+        TaskMailbox {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for TaskMailbox<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskMailbox")
+            .field("name", &self.inner.name)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl<T> TaskMailbox<T> {
+    /// An open, empty mailbox; `name` identifies the task in errors.
+    pub fn new(name: impl Into<String>) -> Self {
+        let (doorbell_tx, doorbell_rx) = bounded(1);
+        TaskMailbox {
+            inner: Arc::new(Inner {
+                name: name.into(),
+                queue: Mutex::new(Queue {
+                    letters: BinaryHeap::new(),
+                    state: State::Open,
+                }),
+                seq: AtomicU64::new(0),
+                doorbell_tx,
+                doorbell_rx,
+                all_actions_completed: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Submits a mail. Fails once the mailbox was quiesced or closed: the task is
+    /// shutting down and will not run it.
+    pub fn put(
+        &self,
+        priority: Priority,
+        description: impl Into<String>,
+        mail: Mail<T>,
+    ) -> Result<()> {
+        let description = description.into();
+        {
+            let mut q = self.lock();
+            if q.state != State::Open {
+                bail!(
+                    "mailbox of task {} is closed; rejected mail '{description}'",
+                    self.inner.name
+                );
+            }
+            let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
+            q.letters.push(Letter {
+                priority,
+                description,
+                seq,
+                action: mail,
+            });
+        }
+        self.ring();
+        Ok(())
+    }
+
+    /// Takes the first mail with at least `min` priority, without blocking.
+    pub fn try_take(&self, min: Priority) -> Option<Letter<T>> {
+        let mut q = self.lock();
+        if q.letters.peek().is_some_and(|l| l.priority >= min) {
+            q.letters.pop()
+        } else {
+            None
+        }
+    }
+
+    /// Takes the first mail with at least `min` priority, blocking until there is one.
+    /// Fails when the mailbox is closed or all actions were completed meanwhile.
+    pub fn take(&self, min: Priority) -> Result<Letter<T>> {
+        loop {
+            // Consume the token before looking, so a put that lands after the look rings
+            // again and wakes the wait below.
+            let _ = self.inner.doorbell_rx.try_recv();
+            if let Some(letter) = self.try_take(min) {
+                return Ok(letter);
+            }
+            if self.lock().state == State::Closed {
+                bail!("mailbox of task {} is closed", self.inner.name);
+            }
+            if self.is_all_actions_completed() {
+                bail!("task {} is no longer running", self.inner.name);
+            }
+            let _ = self.inner.doorbell_rx.recv();
+        }
+    }
+
+    /// Number of queued mails.
+    pub fn len(&self) -> usize {
+        self.lock().letters.len()
+    }
+
+    /// True when no mail is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Rejects new mails from now on; queued ones can still be taken.
+    pub fn quiesce(&self) {
+        let mut q = self.lock();
+        if q.state == State::Open {
+            q.state = State::Quiesced;
+        }
+    }
+
+    /// Rejects new mails and returns the ones still queued (which will never run).
+    pub fn close(&self) -> Vec<Letter<T>> {
+        let dropped = {
+            let mut q = self.lock();
+            q.state = State::Closed;
+            std::mem::take(&mut q.letters).into_sorted_vec()
+        };
+        self.ring();
+        dropped
+    }
+
+    /// Asks the mailbox loop to end after the mail it is running, from any thread.
+    pub fn all_actions_completed(&self) {
+        self.inner
+            .all_actions_completed
+            .store(true, Ordering::SeqCst);
+        self.ring();
+    }
+
+    /// True once [`TaskMailbox::all_actions_completed`] was called.
+    pub fn is_all_actions_completed(&self) -> bool {
+        self.inner.all_actions_completed.load(Ordering::SeqCst)
+    }
+
+    /// A receiver that becomes ready whenever a mail is put or the loop should end; the
+    /// task waits on it together with its inputs while its default action is suspended.
+    pub fn doorbell(&self) -> &Receiver<()> {
+        &self.inner.doorbell_rx
+    }
+
+    /// An executor that submits mails at `priority` and yields to mails at or above it.
+    pub fn executor(&self, priority: Priority) -> MailboxExecutor<T> {
+        MailboxExecutor {
+            mailbox: self.clone(),
+            priority,
+        }
+    }
+
+    fn ring(&self) {
+        let _ = self.inner.doorbell_tx.try_send(());
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue<T>> {
+        // A panic while holding this lock can only come from BinaryHeap itself; the
+        // queue stays structurally valid, so keep using it.
+        self.inner.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Submits mails at one priority, and lets code running on the task thread yield to
+/// pending mails (for example while waiting for a condition another mail establishes).
+pub struct MailboxExecutor<T> {
+    mailbox: TaskMailbox<T>,
+    priority: Priority,
+}
+
+impl<T> Clone for MailboxExecutor<T> {
+    fn clone(&self) -> Self {
+        MailboxExecutor {
+            mailbox: self.mailbox.clone(),
+            priority: self.priority,
+        }
+    }
+}
+
+impl<T> MailboxExecutor<T> {
+    /// Submits a mail at this executor's priority.
+    pub fn submit(
+        &self,
+        description: impl Into<String>,
+        mail: impl FnOnce(&mut T) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        self.mailbox.put(self.priority, description, Box::new(mail))
+    }
+
+    /// Runs one mail of at least this priority, blocking until one is available. Must be
+    /// called on the task thread.
+    pub fn yield_mail(&self, target: &mut T) -> Result<()> {
+        let letter = self.mailbox.take(self.priority)?;
+        letter.run(target)
+    }
+
+    /// Runs one mail of at least this priority if one is queued; returns whether it did.
+    pub fn try_yield(&self, target: &mut T) -> Result<bool> {
+        match self.mailbox.try_take(self.priority) {
+            Some(letter) => letter.run(target).map(|()| true),
+            None => Ok(false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::thread;
+    use std::time::Duration;
+
+    fn push(log: &str) -> Mail<Vec<String>> {
+        let log = log.to_string();
+        Box::new(move |v: &mut Vec<String>| {
+            v.push(log);
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn higher_priority_first_then_fifo() {
+        let mb = TaskMailbox::new("t");
+        mb.put(Priority::DEFAULT, "a", push("a")).unwrap();
+        mb.put(Priority::MAX, "b", push("b")).unwrap();
+        mb.put(Priority::DEFAULT, "c", push("c")).unwrap();
+        mb.put(Priority::MAX, "d", push("d")).unwrap();
+        mb.put(Priority::CONTROL, "e", push("e")).unwrap();
+        let mut log = vec![];
+        while let Some(l) = mb.try_take(Priority::DEFAULT) {
+            l.run(&mut log).unwrap();
+        }
+        assert_eq!(log, ["b", "d", "e", "a", "c"]);
+    }
+
+    #[test]
+    fn try_yield_only_runs_mails_at_or_above_its_priority() {
+        let mb = TaskMailbox::new("t");
+        mb.put(Priority::DEFAULT, "low", push("low")).unwrap();
+        let high = mb.executor(Priority::MAX);
+        let mut log = vec![];
+        assert!(!high.try_yield(&mut log).unwrap());
+        high.submit("high", |v: &mut Vec<String>| {
+            v.push("high".into());
+            Ok(())
+        })
+        .unwrap();
+        assert!(high.try_yield(&mut log).unwrap());
+        assert!(!high.try_yield(&mut log).unwrap());
+        assert_eq!(log, ["high"]);
+        assert!(mb.executor(Priority::DEFAULT).try_yield(&mut log).unwrap());
+        assert_eq!(log, ["high", "low"]);
+    }
+
+    #[test]
+    fn yield_blocks_until_a_mail_arrives_from_another_thread() {
+        let mb = TaskMailbox::new("t");
+        let exec = mb.executor(Priority::DEFAULT);
+        let other = mb.executor(Priority::CONTROL);
+        let sender = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(50));
+            other
+                .submit("late", |v: &mut Vec<String>| {
+                    v.push("late".into());
+                    Ok(())
+                })
+                .unwrap();
+        });
+        let mut log = vec![];
+        exec.yield_mail(&mut log).unwrap();
+        assert_eq!(log, ["late"]);
+        sender.join().unwrap();
+    }
+
+    #[test]
+    fn quiesce_rejects_new_mails_but_drains_queued_ones() {
+        let mb = TaskMailbox::new("word count (1/2)");
+        mb.put(Priority::DEFAULT, "queued", push("queued")).unwrap();
+        mb.quiesce();
+        let err = mb.put(Priority::MAX, "timer", push("x")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "mailbox of task word count (1/2) is closed; rejected mail 'timer'"
+        );
+        let mut log = vec![];
+        while mb.executor(Priority::DEFAULT).try_yield(&mut log).unwrap() {}
+        assert_eq!(log, ["queued"]);
+    }
+
+    #[test]
+    fn close_returns_unrun_mails_and_wakes_a_blocked_take() {
+        let mb: TaskMailbox<Vec<String>> = TaskMailbox::new("t");
+        let waiter = {
+            let mb = mb.clone();
+            thread::spawn(move || mb.take(Priority::DEFAULT).map(|l| l.description))
+        };
+        thread::sleep(Duration::from_millis(20));
+        mb.put(Priority::DEFAULT, "first", push("first")).unwrap();
+        assert_eq!(waiter.join().unwrap().unwrap(), "first");
+        mb.put(Priority::DEFAULT, "never", push("never")).unwrap();
+        let dropped = mb.close();
+        assert_eq!(dropped.len(), 1);
+        assert_eq!(dropped[0].description, "never");
+        assert!(mb.take(Priority::DEFAULT).is_err());
+    }
+
+    #[test]
+    fn all_actions_completed_wakes_a_blocked_take() {
+        let mb: TaskMailbox<Vec<String>> = TaskMailbox::new("t");
+        let waiter = {
+            let mb = mb.clone();
+            thread::spawn(move || mb.take(Priority::DEFAULT).is_err())
+        };
+        thread::sleep(Duration::from_millis(20));
+        mb.all_actions_completed();
+        assert!(waiter.join().unwrap());
+    }
+}

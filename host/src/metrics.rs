@@ -1,0 +1,128 @@
+//! Metrics of tasks and operators: atomics written by the task thread, read by anyone
+//! (the progress line, the end-of-run report, a metrics endpoint).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// Counters of one operator instance.
+#[derive(Debug, Default)]
+pub struct OperatorMetrics {
+    /// Records passed to `process`.
+    pub records_in: AtomicU64,
+    /// Records the operator emitted.
+    pub records_out: AtomicU64,
+    /// `process` calls.
+    pub batches: AtomicU64,
+    /// Time spent inside calls of this operator, in nanoseconds.
+    pub busy_ns: AtomicU64,
+}
+
+/// Counters of one task (one thread running a chain).
+#[derive(Debug, Default)]
+pub struct TaskMetrics {
+    /// Records that entered the task (from its source or input channels).
+    pub records_in: AtomicU64,
+    /// Records the task sent to its outputs (channels or sink).
+    pub records_out: AtomicU64,
+    /// Time processing input and mails, in nanoseconds.
+    pub busy_ns: AtomicU64,
+    /// Time waiting for input or mail, in nanoseconds.
+    pub idle_ns: AtomicU64,
+    /// Time blocked on full output channels, in nanoseconds.
+    pub backpressured_ns: AtomicU64,
+    /// Mails queued the last time the task looked.
+    pub mailbox_depth: AtomicU64,
+    /// Mails run.
+    pub mails: AtomicU64,
+}
+
+/// Adds a duration to a nanosecond counter.
+pub fn add_duration(counter: &AtomicU64, d: Duration) {
+    counter.fetch_add(d.as_nanos() as u64, Relaxed);
+}
+
+/// A point-in-time copy of an operator's metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperatorReport {
+    /// Operator name.
+    pub operator: String,
+    /// Subtask index.
+    pub subtask: u32,
+    /// Records in.
+    pub records_in: u64,
+    /// Records out.
+    pub records_out: u64,
+    /// `process` calls.
+    pub batches: u64,
+    /// Time inside calls.
+    pub busy: Duration,
+}
+
+/// A point-in-time copy of a task's metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskReport {
+    /// Task name, e.g. `tokenize -> count (2/4)`.
+    pub task: String,
+    /// True for the tasks that read the job's source.
+    pub is_source: bool,
+    /// Records in.
+    pub records_in: u64,
+    /// Records out.
+    pub records_out: u64,
+    /// Busy time.
+    pub busy: Duration,
+    /// Idle time.
+    pub idle: Duration,
+    /// Backpressured time.
+    pub backpressured: Duration,
+    /// Mailbox depth when last sampled.
+    pub mailbox_depth: u64,
+    /// Mails run.
+    pub mails: u64,
+    /// The task's operators, head first.
+    pub operators: Vec<OperatorReport>,
+}
+
+/// The live metrics of a task and its operators, shared with whoever reports them.
+#[derive(Debug, Clone)]
+pub struct TaskMetricsHandle {
+    /// Task name.
+    pub task: String,
+    /// True for the tasks that read the job's source.
+    pub is_source: bool,
+    /// Task counters.
+    pub metrics: Arc<TaskMetrics>,
+    /// `(operator name, subtask, counters)` per operator, head first.
+    pub operators: Vec<(String, u32, Arc<OperatorMetrics>)>,
+}
+
+impl TaskMetricsHandle {
+    /// Copies the current values.
+    pub fn report(&self) -> TaskReport {
+        let m = &self.metrics;
+        TaskReport {
+            task: self.task.clone(),
+            is_source: self.is_source,
+            records_in: m.records_in.load(Relaxed),
+            records_out: m.records_out.load(Relaxed),
+            busy: Duration::from_nanos(m.busy_ns.load(Relaxed)),
+            idle: Duration::from_nanos(m.idle_ns.load(Relaxed)),
+            backpressured: Duration::from_nanos(m.backpressured_ns.load(Relaxed)),
+            mailbox_depth: m.mailbox_depth.load(Relaxed),
+            mails: m.mails.load(Relaxed),
+            operators: self
+                .operators
+                .iter()
+                .map(|(name, subtask, o)| OperatorReport {
+                    operator: name.clone(),
+                    subtask: *subtask,
+                    records_in: o.records_in.load(Relaxed),
+                    records_out: o.records_out.load(Relaxed),
+                    batches: o.batches.load(Relaxed),
+                    busy: Duration::from_nanos(o.busy_ns.load(Relaxed)),
+                })
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! The receiving side of a task: reads its input channels, combines their watermarks,
+//! aligns their barriers.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use crossbeam_channel::{Receiver, Select, TryRecvError};
+
+use super::alignment::{AlignAction, BarrierAligner, CheckpointingMode};
+use super::{Barrier, StreamElement};
+
+/// What the task should do next with its input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateEvent {
+    /// Process these records.
+    Records {
+        /// Encoded records.
+        bytes: Vec<u8>,
+        /// How many.
+        count: u32,
+    },
+    /// The combined watermark of all inputs advanced.
+    Watermark(i64),
+    /// All inputs delivered this barrier (aligned): take the checkpoint.
+    Checkpoint(Barrier),
+    /// The checkpoint was aborted upstream or overtaken: decline it.
+    AbortCheckpoint(u64),
+    /// Every input ended.
+    EndOfInput,
+}
+
+struct InputChannel {
+    rx: Receiver<StreamElement>,
+    watermark: i64,
+    blocked: bool,
+    ended: bool,
+}
+
+/// The inputs of a task: one channel per upstream subtask (of one or several upstream
+/// operators — a union).
+pub struct InputGate {
+    channels: Vec<InputChannel>,
+    next: usize,
+    watermark: i64,
+    aligner: BarrierAligner,
+    /// The barrier being aligned (its id is the aligner's pending one).
+    pending_barrier: Option<Barrier>,
+    queued: VecDeque<GateEvent>,
+    end_reported: bool,
+}
+
+impl InputGate {
+    /// A gate over `inputs`, aligning barriers as `mode` says.
+    pub fn new(inputs: Vec<Receiver<StreamElement>>, mode: CheckpointingMode) -> Self {
+        let n = inputs.len();
+        InputGate {
+            channels: inputs
+                .into_iter()
+                .map(|rx| InputChannel {
+                    rx,
+                    watermark: i64::MIN,
+                    blocked: false,
+                    ended: false,
+                })
+                .collect(),
+            next: 0,
+            watermark: i64::MIN,
+            aligner: BarrierAligner::new(n, mode),
+            pending_barrier: None,
+            queued: VecDeque::new(),
+            end_reported: false,
+        }
+    }
+
+    /// Number of input channels.
+    pub fn len(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// True when the gate has no channels.
+    pub fn is_empty(&self) -> bool {
+        self.channels.is_empty()
+    }
+
+    /// The combined watermark: the minimum over all channels.
+    pub fn watermark(&self) -> i64 {
+        self.watermark
+    }
+
+    /// The next event, or `None` when no channel has anything right now.
+    pub fn poll(&mut self) -> Result<Option<GateEvent>> {
+        loop {
+            if let Some(event) = self.queued.pop_front() {
+                return Ok(Some(event));
+            }
+            if self.channels.iter().all(|c| c.ended) {
+                if self.end_reported {
+                    return Ok(None);
+                }
+                self.end_reported = true;
+                return Ok(Some(GateEvent::EndOfInput));
+            }
+            let n = self.channels.len();
+            let mut found = None;
+            for k in 0..n {
+                let i = (self.next + k) % n;
+                let c = &self.channels[i];
+                if c.ended || c.blocked {
+                    continue;
+                }
+                match c.rx.try_recv() {
+                    Ok(element) => {
+                        found = Some((i, element));
+                        break;
+                    }
+                    Err(TryRecvError::Empty) => {}
+                    Err(TryRecvError::Disconnected) => bail!(
+                        "input channel {i} closed without end of partition: its upstream subtask failed"
+                    ),
+                }
+            }
+            let Some((i, element)) = found else {
+                return Ok(None);
+            };
+            self.next = (i + 1) % n;
+            if let Some(event) = self.handle(i, element) {
+                return Ok(Some(event));
+            }
+        }
+    }
+
+    fn handle(&mut self, i: usize, element: StreamElement) -> Option<GateEvent> {
+        match element {
+            StreamElement::Records { bytes, count } => Some(GateEvent::Records { bytes, count }),
+            StreamElement::Watermark(w) => {
+                let c = &mut self.channels[i];
+                c.watermark = c.watermark.max(w);
+                self.advance_watermark()
+            }
+            StreamElement::Barrier(b) => {
+                if self.aligner.pending() != Some(b.id) {
+                    self.pending_barrier = Some(b);
+                }
+                let action = self.aligner.on_barrier(i, b.id);
+                self.apply(action);
+                None
+            }
+            StreamElement::CancelMarker(id) => {
+                let action = self.aligner.on_cancel_marker(i, id);
+                self.apply(action);
+                None
+            }
+            StreamElement::EndOfPartition => {
+                self.channels[i].ended = true;
+                self.channels[i].blocked = false;
+                let action = self.aligner.on_end_of_partition(i);
+                self.apply(action);
+                // An ended channel no longer holds the combined watermark back.
+                self.advance_watermark().and_then(|e| {
+                    self.queued.push_back(e);
+                    None
+                })
+            }
+        }
+    }
+
+    fn advance_watermark(&mut self) -> Option<GateEvent> {
+        let min = self
+            .channels
+            .iter()
+            .map(|c| if c.ended { i64::MAX } else { c.watermark })
+            .min()
+            .unwrap_or(i64::MAX);
+        if min > self.watermark && min != i64::MIN {
+            self.watermark = min;
+            Some(GateEvent::Watermark(min))
+        } else {
+            None
+        }
+    }
+
+    fn apply(&mut self, action: AlignAction) {
+        for id in action.abort {
+            self.queued.push_back(GateEvent::AbortCheckpoint(id));
+        }
+        if action.unblock_all {
+            for c in &mut self.channels {
+                c.blocked = false;
+            }
+        }
+        if let Some(i) = action.block {
+            self.channels[i].blocked = true;
+        }
+        if let Some(id) = action.trigger {
+            let barrier = self
+                .pending_barrier
+                .take()
+                .filter(|b| b.id == id)
+                .expect("the aligner only triggers a barrier the gate has seen");
+            self.queued.push_back(GateEvent::Checkpoint(barrier));
+        }
+    }
+
+    /// Blocks until a channel that may be read has an element, `doorbell` rings, or
+    /// `deadline` passes.
+    pub fn wait(&self, doorbell: &Receiver<()>, deadline: Option<Instant>) {
+        let mut sel = Select::new();
+        sel.recv(doorbell);
+        for c in &self.channels {
+            if !c.ended && !c.blocked {
+                sel.recv(&c.rx);
+            }
+        }
+        match deadline {
+            Some(d) => {
+                let _ = sel.ready_deadline(d);
+            }
+            None => {
+                sel.ready();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::{CheckpointKind, channel};
+
+    fn barrier(id: u64) -> StreamElement {
+        StreamElement::Barrier(Barrier {
+            id,
+            timestamp: 0,
+            kind: CheckpointKind::Checkpoint,
+        })
+    }
+
+    fn records(tag: u8) -> StreamElement {
+        StreamElement::Records {
+            bytes: vec![tag],
+            count: 1,
+        }
+    }
+
+    fn drain(gate: &mut InputGate) -> Vec<GateEvent> {
+        let mut out = vec![];
+        while let Some(e) = gate.poll().unwrap() {
+            out.push(e);
+        }
+        out
+    }
+
+    #[test]
+    fn combined_watermark_is_the_minimum_and_ended_channels_do_not_hold_it_back() {
+        let (t0, r0) = channel(8);
+        let (t1, r1) = channel(8);
+        let mut gate = InputGate::new(vec![r0, r1], CheckpointingMode::ExactlyOnce);
+        t0.send(StreamElement::Watermark(10)).unwrap();
+        assert_eq!(drain(&mut gate), vec![]);
+        t1.send(StreamElement::Watermark(5)).unwrap();
+        assert_eq!(drain(&mut gate), vec![GateEvent::Watermark(5)]);
+        t1.send(StreamElement::EndOfPartition).unwrap();
+        assert_eq!(drain(&mut gate), vec![GateEvent::Watermark(10)]);
+        t0.send(StreamElement::EndOfPartition).unwrap();
+        assert_eq!(
+            drain(&mut gate),
+            vec![GateEvent::Watermark(i64::MAX), GateEvent::EndOfInput]
+        );
+    }
+
+    #[test]
+    fn records_behind_a_barrier_wait_for_the_alignment() {
+        let (t0, r0) = channel(8);
+        let (t1, r1) = channel(8);
+        let mut gate = InputGate::new(vec![r0, r1], CheckpointingMode::ExactlyOnce);
+        t0.send(barrier(1)).unwrap();
+        t0.send(records(0xa)).unwrap();
+        t1.send(records(0xb)).unwrap();
+        // Channel 0 is blocked after its barrier: only channel 1's record comes out.
+        assert_eq!(drain(&mut gate), vec![records_event(0xb)]);
+        t1.send(barrier(1)).unwrap();
+        let events = drain(&mut gate);
+        assert!(matches!(
+            events[0],
+            GateEvent::Checkpoint(Barrier { id: 1, .. })
+        ));
+        assert_eq!(events[1..], [records_event(0xa)]);
+    }
+
+    #[test]
+    fn at_least_once_lets_records_overtake() {
+        let (t0, r0) = channel(8);
+        let (t1, r1) = channel(8);
+        let mut gate = InputGate::new(vec![r0, r1], CheckpointingMode::AtLeastOnce);
+        t0.send(barrier(1)).unwrap();
+        t0.send(records(0xa)).unwrap();
+        assert_eq!(drain(&mut gate), vec![records_event(0xa)]);
+        t1.send(barrier(1)).unwrap();
+        assert!(matches!(
+            drain(&mut gate)[..],
+            [GateEvent::Checkpoint(Barrier { id: 1, .. })]
+        ));
+    }
+
+    #[test]
+    fn cancel_marker_aborts_and_releases_blocked_channels() {
+        let (t0, r0) = channel(8);
+        let (t1, r1) = channel(8);
+        let mut gate = InputGate::new(vec![r0, r1], CheckpointingMode::ExactlyOnce);
+        t0.send(barrier(3)).unwrap();
+        t0.send(records(1)).unwrap();
+        t1.send(StreamElement::CancelMarker(3)).unwrap();
+        assert_eq!(
+            drain(&mut gate),
+            vec![GateEvent::AbortCheckpoint(3), records_event(1)]
+        );
+    }
+
+    fn records_event(tag: u8) -> GateEvent {
+        GateEvent::Records {
+            bytes: vec![tag],
+            count: 1,
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Which downstream subtask(s) a record goes to.
+
+use anyhow::{Result, bail};
+use sluice_codec::RecordRef;
+
+use crate::state::key_groups::subtask_for_key;
+
+/// Where a record's key comes from when a stream is partitioned by key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySelector {
+    /// The key the upstream operator set on the record.
+    RecordKey,
+    /// The whole value.
+    Value,
+    /// Field `index` (0-based) of the UTF-8 value split by `separator`.
+    Field {
+        /// Field index.
+        index: usize,
+        /// Separator between fields.
+        separator: String,
+    },
+}
+
+impl KeySelector {
+    /// The key of `record`, or an error saying why it has none.
+    pub fn key<'a>(&self, record: &RecordRef<'a>) -> Result<&'a [u8]> {
+        match self {
+            KeySelector::RecordKey => match record.key {
+                Some(k) => Ok(k),
+                None => bail!(
+                    "record has no key, but the stream is partitioned by the record key \
+                     (the upstream operator must set one, or use key_by = \"value\" or a field)"
+                ),
+            },
+            KeySelector::Value => Ok(record.value),
+            KeySelector::Field { index, separator } => {
+                let value = std::str::from_utf8(record.value).map_err(|_| {
+                    anyhow::anyhow!("cannot take field {index} of a value that is not UTF-8")
+                })?;
+                match value.split(separator.as_str()).nth(*index) {
+                    Some(field) => Ok(field.as_bytes()),
+                    None => bail!(
+                        "record {value:?} has no field {index} (fields separated by {separator:?})"
+                    ),
+                }
+            }
+        }
+    }
+
+    /// True when the selected key is already the record's key (no re-encoding needed).
+    pub fn is_record_key(&self) -> bool {
+        matches!(self, KeySelector::RecordKey)
+    }
+}
+
+/// How records are spread over the subtasks of the downstream operator (Flink's
+/// partitioners).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Partitioner {
+    /// Subtask *i* sends to subtask *i* (equal parallelism).
+    Forward,
+    /// By key: the key's key group decides the subtask, so the same key always reaches
+    /// the same subtask for a given parallelism and max parallelism.
+    Hash {
+        /// Where the key comes from.
+        key: KeySelector,
+        /// Number of key groups.
+        max_parallelism: u32,
+    },
+    /// Round-robin over all subtasks.
+    Rebalance,
+    /// Every record to every subtask.
+    Broadcast,
+}
+
+impl Partitioner {
+    /// A short name for logs and `validate`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Partitioner::Forward => "forward",
+            Partitioner::Hash { .. } => "hash",
+            Partitioner::Rebalance => "rebalance",
+            Partitioner::Broadcast => "broadcast",
+        }
+    }
+}
+
+/// The subtask a keyed record goes to.
+pub fn hash_target(key: &[u8], parallelism: u32, max_parallelism: u32) -> usize {
+    subtask_for_key(key, parallelism, max_parallelism) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec<'a>(key: Option<&'a [u8]>, value: &'a [u8]) -> RecordRef<'a> {
+        RecordRef {
+            key,
+            value,
+            timestamp: None,
+        }
+    }
+
+    #[test]
+    fn selects_keys() {
+        let r = rec(Some(b"k"), b"a,b,c");
+        assert_eq!(KeySelector::RecordKey.key(&r).unwrap(), b"k");
+        assert_eq!(KeySelector::Value.key(&r).unwrap(), b"a,b,c");
+        let field = KeySelector::Field {
+            index: 1,
+            separator: ",".into(),
+        };
+        assert_eq!(field.key(&r).unwrap(), b"b");
+        let missing = KeySelector::Field {
+            index: 5,
+            separator: ",".into(),
+        };
+        assert!(
+            missing
+                .key(&r)
+                .unwrap_err()
+                .to_string()
+                .contains("no field 5")
+        );
+        let err = KeySelector::RecordKey.key(&rec(None, b"v")).unwrap_err();
+        assert!(err.to_string().contains("record has no key"));
+    }
+
+    #[test]
+    fn same_key_same_subtask_for_each_parallelism() {
+        for p in [1, 2, 3, 4, 7] {
+            let t = hash_target(b"word", p, 128);
+            assert!(t < p as usize);
+            assert_eq!(t, hash_target(b"word", p, 128));
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! The sending side of a task: partitions records into per-channel buffers and sends
+//! full buffers, watermarks and barriers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use crossbeam_channel::{SendTimeoutError, Sender, TrySendError};
+use sluice_codec::{BatchReader, BatchWriter};
+
+use super::partitioner::hash_target;
+use super::{Barrier, Partitioner, StreamElement};
+use crate::metrics::{TaskMetrics, add_duration};
+
+/// Buffering and channel sizes of a job's data exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkSettings {
+    /// A channel buffer is sent once it holds this many bytes.
+    pub buffer_bytes: usize,
+    /// Buffers a channel holds before the sender blocks (backpressure).
+    pub channel_capacity: usize,
+    /// A partly filled buffer is sent at the latest after this long; zero sends every
+    /// batch at once.
+    pub buffer_timeout: Duration,
+}
+
+impl Default for NetworkSettings {
+    fn default() -> Self {
+        NetworkSettings {
+            buffer_bytes: 32 << 10,
+            channel_capacity: 8,
+            buffer_timeout: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Writes one task's output to the channels of the next task's subtasks.
+pub struct RecordWriter {
+    channels: Vec<Sender<StreamElement>>,
+    buffers: Vec<BatchWriter>,
+    partitioner: Partitioner,
+    buffer_bytes: usize,
+    next: usize,
+    cancel: Arc<AtomicBool>,
+    metrics: Arc<TaskMetrics>,
+}
+
+impl RecordWriter {
+    /// A writer to `channels` (indexed by downstream subtask; a forward edge has one).
+    pub fn new(
+        channels: Vec<Sender<StreamElement>>,
+        partitioner: Partitioner,
+        settings: &NetworkSettings,
+        cancel: Arc<AtomicBool>,
+        metrics: Arc<TaskMetrics>,
+    ) -> Self {
+        let buffers = channels.iter().map(|_| BatchWriter::new()).collect();
+        RecordWriter {
+            channels,
+            buffers,
+            partitioner,
+            buffer_bytes: settings.buffer_bytes,
+            next: 0,
+            cancel,
+            metrics,
+        }
+    }
+
+    /// Partitions a batch of `count` records into the channel buffers, sending the
+    /// buffers that filled up.
+    pub fn emit(&mut self, batch: &[u8], count: usize) -> Result<()> {
+        let n = self.channels.len();
+        match &self.partitioner {
+            Partitioner::Forward => self.buffers[0].extend_encoded(batch, count),
+            Partitioner::Broadcast => {
+                for b in &mut self.buffers {
+                    b.extend_encoded(batch, count);
+                }
+            }
+            Partitioner::Rebalance => {
+                for record in BatchReader::new(batch) {
+                    self.buffers[self.next].push_record(record?);
+                    self.next = (self.next + 1) % n;
+                }
+            }
+            Partitioner::Hash {
+                key,
+                max_parallelism,
+            } => {
+                for record in BatchReader::new(batch) {
+                    let record = record?;
+                    let k = key.key(&record)?;
+                    let target = hash_target(k, n as u32, *max_parallelism);
+                    self.buffers[target].push(Some(k), record.value, record.timestamp);
+                }
+            }
+        }
+        for i in 0..n {
+            if self.buffers[i].byte_len() >= self.buffer_bytes {
+                self.send_buffer(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends every non-empty buffer.
+    pub fn flush(&mut self) -> Result<()> {
+        for i in 0..self.channels.len() {
+            self.send_buffer(i)?;
+        }
+        Ok(())
+    }
+
+    /// True when some buffer holds records not sent yet.
+    pub fn has_buffered(&self) -> bool {
+        self.buffers.iter().any(|b| !b.is_empty())
+    }
+
+    /// Flushes, then sends `element` on every channel.
+    pub fn broadcast(&mut self, element: StreamElement) -> Result<()> {
+        self.flush()?;
+        for i in 0..self.channels.len() {
+            self.send(i, element.clone())?;
+        }
+        Ok(())
+    }
+
+    /// Flushes and sends a watermark on every channel.
+    pub fn emit_watermark(&mut self, watermark: i64) -> Result<()> {
+        self.broadcast(StreamElement::Watermark(watermark))
+    }
+
+    /// Flushes and sends a barrier on every channel.
+    pub fn broadcast_barrier(&mut self, barrier: Barrier) -> Result<()> {
+        self.broadcast(StreamElement::Barrier(barrier))
+    }
+
+    /// Flushes and tells every channel that the task is done.
+    pub fn finish(&mut self) -> Result<()> {
+        self.broadcast(StreamElement::EndOfPartition)
+    }
+
+    /// True when some channel is full: emitting now would block.
+    pub fn is_backpressured(&self) -> bool {
+        self.channels.iter().any(Sender::is_full)
+    }
+
+    /// The channels, for waiting until they have room again.
+    pub fn channels(&self) -> &[Sender<StreamElement>] {
+        &self.channels
+    }
+
+    fn send_buffer(&mut self, i: usize) -> Result<()> {
+        if self.buffers[i].is_empty() {
+            return Ok(());
+        }
+        let count = self.buffers[i].len() as u32;
+        let bytes = self.buffers[i].take();
+        self.metrics
+            .records_out
+            .fetch_add(u64::from(count), Ordering::Relaxed);
+        self.send(i, StreamElement::Records { bytes, count })
+    }
+
+    /// Sends on channel `i`, blocking while it is full (counted as backpressure) but
+    /// giving up when the task is cancelled.
+    fn send(&self, i: usize, element: StreamElement) -> Result<()> {
+        let element = match self.channels[i].try_send(element) {
+            Ok(()) => return Ok(()),
+            Err(TrySendError::Disconnected(_)) => bail!("downstream subtask {i} is gone"),
+            Err(TrySendError::Full(e)) => e,
+        };
+        let start = Instant::now();
+        let mut element = element;
+        let result = loop {
+            if self.cancel.load(Ordering::Relaxed) {
+                break Err(anyhow::anyhow!(
+                    "cancelled while waiting for downstream subtask {i}"
+                ));
+            }
+            match self.channels[i].send_timeout(element, Duration::from_millis(50)) {
+                Ok(()) => break Ok(()),
+                Err(SendTimeoutError::Timeout(e)) => element = e,
+                Err(SendTimeoutError::Disconnected(_)) => {
+                    break Err(anyhow::anyhow!("downstream subtask {i} is gone"));
+                }
+            }
+        };
+        add_duration(&self.metrics.backpressured_ns, start.elapsed());
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::{KeySelector, channel};
+
+    fn batch(records: &[(&str, &str)]) -> (Vec<u8>, usize) {
+        let mut w = BatchWriter::new();
+        for (k, v) in records {
+            w.push(Some(k.as_bytes()), v.as_bytes(), None);
+        }
+        let n = w.len();
+        (w.into_bytes(), n)
+    }
+
+    fn received(rx: &crossbeam_channel::Receiver<StreamElement>) -> Vec<String> {
+        rx.try_iter()
+            .flat_map(|e| match e {
+                StreamElement::Records { bytes, .. } => BatchReader::new(&bytes)
+                    .map(|r| String::from_utf8(r.unwrap().value.to_vec()).unwrap())
+                    .collect::<Vec<_>>(),
+                other => vec![format!("{other:?}")],
+            })
+            .collect()
+    }
+
+    fn writer(
+        n: usize,
+        p: Partitioner,
+    ) -> (
+        RecordWriter,
+        Vec<crossbeam_channel::Receiver<StreamElement>>,
+    ) {
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| channel(16)).unzip();
+        let w = RecordWriter::new(
+            txs,
+            p,
+            &NetworkSettings::default(),
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(TaskMetrics::default()),
+        );
+        (w, rxs)
+    }
+
+    #[test]
+    fn hash_sends_each_key_to_one_subtask_and_rebalance_round_robins() {
+        let (mut w, rxs) = writer(
+            3,
+            Partitioner::Hash {
+                key: KeySelector::RecordKey,
+                max_parallelism: 128,
+            },
+        );
+        let (b, n) = batch(&[
+            ("a", "a1"),
+            ("b", "b1"),
+            ("a", "a2"),
+            ("c", "c1"),
+            ("b", "b2"),
+        ]);
+        w.emit(&b, n).unwrap();
+        w.flush().unwrap();
+        let per_channel: Vec<Vec<String>> = rxs.iter().map(received).collect();
+        for key in ["a", "b", "c"] {
+            let holders: Vec<usize> = (0..3)
+                .filter(|&i| per_channel[i].iter().any(|v| v.starts_with(key)))
+                .collect();
+            assert_eq!(holders.len(), 1, "{key} in {per_channel:?}");
+            assert_eq!(holders[0], hash_target(key.as_bytes(), 3, 128));
+        }
+        // Order per key is kept.
+        let a: Vec<_> = per_channel
+            .concat()
+            .into_iter()
+            .filter(|v| v.starts_with('a'))
+            .collect();
+        assert_eq!(a, ["a1", "a2"]);
+
+        let (mut w, rxs) = writer(2, Partitioner::Rebalance);
+        w.emit(&b, n).unwrap();
+        w.flush().unwrap();
+        assert_eq!(received(&rxs[0]), ["a1", "a2", "b2"]);
+        assert_eq!(received(&rxs[1]), ["b1", "c1"]);
+    }
+
+    #[test]
+    fn broadcast_copies_and_control_elements_follow_buffered_records() {
+        let (mut w, rxs) = writer(2, Partitioner::Broadcast);
+        let (b, n) = batch(&[("k", "v")]);
+        w.emit(&b, n).unwrap();
+        assert!(w.has_buffered());
+        w.emit_watermark(42).unwrap();
+        assert!(!w.has_buffered());
+        for rx in &rxs {
+            assert_eq!(received(rx), ["v", "Watermark(42)"]);
+        }
+    }
+
+    #[test]
+    fn a_full_channel_blocks_until_cancelled() {
+        let (tx, _rx) = channel(1);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let metrics = Arc::new(TaskMetrics::default());
+        let mut w = RecordWriter::new(
+            vec![tx],
+            Partitioner::Forward,
+            &NetworkSettings::default(),
+            cancel.clone(),
+            metrics.clone(),
+        );
+        w.emit_watermark(1).unwrap();
+        let canceller = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            cancel.store(true, Ordering::Relaxed);
+        });
+        let err = w.emit_watermark(2).unwrap_err();
+        assert!(err.to_string().contains("cancelled"));
+        canceller.join().unwrap();
+        assert!(metrics.backpressured_ns.load(Ordering::Relaxed) >= 50_000_000);
+    }
+}

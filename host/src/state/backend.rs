@@ -1,0 +1,606 @@
+//! The keyed state of one operator instance.
+
+use std::ops::{Bound, Range};
+use std::sync::Arc;
+
+use imbl::OrdMap;
+use serde::{Deserialize, Serialize};
+use sluice_codec::EntryWriter;
+
+use super::key_groups::key_group_of;
+
+/// The kind of a declared state, as in the WIT `state-kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StateKind {
+    /// One value per key.
+    Value,
+    /// An ordered list per key.
+    List,
+    /// A map per key.
+    Map,
+}
+
+/// A state an operator declared in `open`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateDescriptor {
+    /// Name, unique within the operator; state is matched by name on restore.
+    pub name: String,
+    /// Value, list or map.
+    pub kind: StateKind,
+    /// Entries not written for this many milliseconds read as absent.
+    pub ttl_ms: Option<u64>,
+}
+
+/// One stored entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The bytes the operator stored.
+    pub value: Arc<[u8]>,
+    /// Processing time of the last write, for TTL.
+    pub written_at: i64,
+}
+
+/// A misuse of keyed state by an operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateError {
+    /// The handle was never returned by `declare-state`.
+    UnknownState(u32),
+    /// The key hashes to a key group this subtask does not own: the operator used a key
+    /// other than the ones its input was partitioned by.
+    ForeignKey {
+        /// The key group of the key.
+        key_group: u32,
+        /// The key groups this subtask owns.
+        owned: Range<u32>,
+    },
+    /// An operation that does not fit the state's kind (appending to a value state).
+    WrongKind {
+        /// The state's name.
+        state: String,
+        /// Its kind.
+        kind: StateKind,
+        /// What was attempted.
+        operation: &'static str,
+    },
+}
+
+impl std::fmt::Display for StateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StateError::UnknownState(id) => write!(f, "unknown state handle {id}"),
+            StateError::ForeignKey { key_group, owned } => write!(
+                f,
+                "key belongs to key group {key_group}, but this subtask owns key groups {}..{}; \
+                 keyed state and timers may only use the key of the record being processed",
+                owned.start, owned.end
+            ),
+            StateError::WrongKind {
+                state,
+                kind,
+                operation,
+            } => write!(f, "cannot {operation} on {kind:?} state '{state}'"),
+        }
+    }
+}
+
+impl std::error::Error for StateError {}
+
+/// Keyed state of one operator instance: value, list and map states, partitioned by key
+/// group.
+///
+/// Every key group has its own persistent (copy-on-write) ordered map, so
+/// [`KeyedStateBackend::snapshot`] costs one pointer copy per key group, independent of
+/// how many entries there are, and later writes copy only the paths they touch.
+///
+/// Entries are stored under a composite key `state id ‖ key length ‖ key ‖ user key`, so
+/// all entries of one `(state, key)` are adjacent and ordered by user key.
+#[derive(Debug, Clone)]
+pub struct KeyedStateBackend {
+    max_parallelism: u32,
+    key_groups: Range<u32>,
+    descriptors: Vec<StateDescriptor>,
+    groups: Vec<OrdMap<Arc<[u8]>, Entry>>,
+}
+
+/// An immutable view of a [`KeyedStateBackend`] at one instant; taken in O(key groups).
+#[derive(Debug, Clone)]
+pub struct KeyedStateSnapshot {
+    /// Declared states; the index is the state id used in composite keys.
+    pub descriptors: Vec<StateDescriptor>,
+    /// First key group of `groups`.
+    pub first_key_group: u32,
+    groups: Vec<OrdMap<Arc<[u8]>, Entry>>,
+}
+
+impl KeyedStateBackend {
+    /// An empty backend for the key groups `key_groups` out of `max_parallelism`.
+    pub fn new(max_parallelism: u32, key_groups: Range<u32>) -> Self {
+        let groups = key_groups.clone().map(|_| OrdMap::new()).collect();
+        KeyedStateBackend {
+            max_parallelism,
+            key_groups,
+            descriptors: Vec::new(),
+            groups,
+        }
+    }
+
+    /// Number of key groups of the job.
+    pub fn max_parallelism(&self) -> u32 {
+        self.max_parallelism
+    }
+
+    /// The key groups this backend holds.
+    pub fn key_groups(&self) -> Range<u32> {
+        self.key_groups.clone()
+    }
+
+    /// Declared states, indexed by id.
+    pub fn descriptors(&self) -> &[StateDescriptor] {
+        &self.descriptors
+    }
+
+    /// Declares a state or returns the id it already has (from an earlier declaration or
+    /// a restored checkpoint). Fails when the name is known with another kind.
+    pub fn declare(&mut self, descriptor: StateDescriptor) -> Result<u32, String> {
+        if let Some(id) = self
+            .descriptors
+            .iter()
+            .position(|d| d.name == descriptor.name)
+        {
+            let existing = &mut self.descriptors[id];
+            if existing.kind != descriptor.kind {
+                return Err(format!(
+                    "state '{}' is declared as {:?} state, but it exists as {:?} state \
+                     (declared earlier or restored from a checkpoint)",
+                    descriptor.name, descriptor.kind, existing.kind
+                ));
+            }
+            existing.ttl_ms = descriptor.ttl_ms;
+            return Ok(id as u32);
+        }
+        self.descriptors.push(descriptor);
+        Ok(self.descriptors.len() as u32 - 1)
+    }
+
+    /// Number of entries over all states and key groups (O(key groups)).
+    pub fn len(&self) -> usize {
+        self.groups.iter().map(OrdMap::len).sum()
+    }
+
+    /// True when no entry is stored.
+    pub fn is_empty(&self) -> bool {
+        self.groups.iter().all(OrdMap::is_empty)
+    }
+
+    /// Reads one entry; `None` when absent or expired at `now`.
+    pub fn get(
+        &self,
+        state: u32,
+        key: &[u8],
+        user_key: &[u8],
+        now: i64,
+    ) -> Result<Option<Arc<[u8]>>, StateError> {
+        let ttl = self.descriptor(state)?.ttl_ms;
+        let group = self.group_index(key)?;
+        let entry = self.groups[group].get(&composite(state, key, user_key)[..]);
+        Ok(entry
+            .filter(|e| alive(e, ttl, now))
+            .map(|e| e.value.clone()))
+    }
+
+    /// All live entries of `(state, key)` in the `entries` encoding, by user key.
+    pub fn entries(&self, state: u32, key: &[u8], now: i64) -> Result<Vec<u8>, StateError> {
+        let ttl = self.descriptor(state)?.ttl_ms;
+        let group = self.group_index(key)?;
+        let prefix = composite(state, key, &[]);
+        let mut out = EntryWriter::new();
+        for (k, e) in prefix_range(&self.groups[group], &prefix) {
+            if alive(e, ttl, now) {
+                out.push(&k[prefix.len()..], &e.value);
+            }
+        }
+        Ok(out.into_bytes())
+    }
+
+    /// Sets one entry.
+    pub fn put(
+        &mut self,
+        state: u32,
+        key: &[u8],
+        user_key: &[u8],
+        value: &[u8],
+        now: i64,
+    ) -> Result<(), StateError> {
+        self.descriptor(state)?;
+        let group = self.group_index(key)?;
+        self.groups[group].insert(
+            composite(state, key, user_key).into(),
+            Entry {
+                value: value.into(),
+                written_at: now,
+            },
+        );
+        Ok(())
+    }
+
+    /// Removes one entry.
+    pub fn delete(&mut self, state: u32, key: &[u8], user_key: &[u8]) -> Result<(), StateError> {
+        self.descriptor(state)?;
+        let group = self.group_index(key)?;
+        self.groups[group].remove(&composite(state, key, user_key)[..]);
+        Ok(())
+    }
+
+    /// Removes every entry of `(state, key)`.
+    pub fn clear(&mut self, state: u32, key: &[u8]) -> Result<(), StateError> {
+        self.descriptor(state)?;
+        let group = self.group_index(key)?;
+        let prefix = composite(state, key, &[]);
+        let doomed: Vec<Arc<[u8]>> = prefix_range(&self.groups[group], &prefix)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in doomed {
+            self.groups[group].remove(&k);
+        }
+        Ok(())
+    }
+
+    /// Appends an element to a list state. The element's user key is its position
+    /// (big-endian, so user-key order is append order).
+    pub fn append(
+        &mut self,
+        state: u32,
+        key: &[u8],
+        value: &[u8],
+        now: i64,
+    ) -> Result<(), StateError> {
+        let d = self.descriptor(state)?;
+        if d.kind != StateKind::List {
+            return Err(StateError::WrongKind {
+                state: d.name.clone(),
+                kind: d.kind,
+                operation: "append",
+            });
+        }
+        let group = self.group_index(key)?;
+        let prefix = composite(state, key, &[]);
+        let next = prefix_range(&self.groups[group], &prefix)
+            .next_back()
+            .map(|(k, _)| {
+                let pos: [u8; 8] = k[prefix.len()..].try_into().unwrap_or([0xff; 8]);
+                u64::from_be_bytes(pos).saturating_add(1)
+            })
+            .unwrap_or(0);
+        self.put(state, key, &next.to_be_bytes(), value, now)
+    }
+
+    /// Drops entries whose TTL has passed at `now`; returns how many.
+    pub fn expire(&mut self, now: i64) -> usize {
+        let ttls: Vec<Option<u64>> = self.descriptors.iter().map(|d| d.ttl_ms).collect();
+        if ttls.iter().all(Option::is_none) {
+            return 0;
+        }
+        let mut removed = 0;
+        for group in &mut self.groups {
+            let expired: Vec<Arc<[u8]>> = group
+                .iter()
+                .filter(|(k, e)| !alive(e, ttls[state_of(k) as usize], now))
+                .map(|(k, _)| k.clone())
+                .collect();
+            removed += expired.len();
+            for k in expired {
+                group.remove(&k);
+            }
+        }
+        removed
+    }
+
+    /// A consistent view of all state as of now, in O(key groups).
+    pub fn snapshot(&self) -> KeyedStateSnapshot {
+        KeyedStateSnapshot {
+            descriptors: self.descriptors.clone(),
+            first_key_group: self.key_groups.start,
+            groups: self.groups.clone(),
+        }
+    }
+
+    /// Adds the entries of `snapshot` that fall into this backend's key groups, mapping
+    /// its states to this backend's by name (declaring them as needed).
+    pub fn restore(&mut self, snapshot: &KeyedStateSnapshot) -> Result<(), String> {
+        let ids = snapshot
+            .descriptors
+            .iter()
+            .map(|d| self.declare(d.clone()))
+            .collect::<Result<Vec<u32>, String>>()?;
+        for (kg, entries) in snapshot.key_groups() {
+            if !self.key_groups.contains(&kg) {
+                continue;
+            }
+            let group = &mut self.groups[(kg - self.key_groups.start) as usize];
+            for (k, e) in entries {
+                let id = ids[state_of(k) as usize];
+                let mut k = k.to_vec();
+                k[..4].copy_from_slice(&id.to_be_bytes());
+                group.insert(k.into(), e.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn descriptor(&self, state: u32) -> Result<&StateDescriptor, StateError> {
+        self.descriptors
+            .get(state as usize)
+            .ok_or(StateError::UnknownState(state))
+    }
+
+    fn group_index(&self, key: &[u8]) -> Result<usize, StateError> {
+        let kg = key_group_of(key, self.max_parallelism);
+        if self.key_groups.contains(&kg) {
+            Ok((kg - self.key_groups.start) as usize)
+        } else {
+            Err(StateError::ForeignKey {
+                key_group: kg,
+                owned: self.key_groups.clone(),
+            })
+        }
+    }
+}
+
+impl KeyedStateSnapshot {
+    /// Builds a snapshot from decoded parts (used when reading a checkpoint).
+    pub fn from_parts(
+        descriptors: Vec<StateDescriptor>,
+        first_key_group: u32,
+        groups: Vec<Vec<(Vec<u8>, Entry)>>,
+    ) -> Self {
+        let groups = groups
+            .into_iter()
+            .map(|entries| {
+                entries
+                    .into_iter()
+                    .map(|(k, e)| (Arc::<[u8]>::from(k), e))
+                    .collect()
+            })
+            .collect();
+        KeyedStateSnapshot {
+            descriptors,
+            first_key_group,
+            groups,
+        }
+    }
+
+    /// Every key group with its entries as `(composite key, entry)`, in key order.
+    pub fn key_groups(
+        &self,
+    ) -> impl Iterator<Item = (u32, impl Iterator<Item = (&[u8], &Entry)>)> + '_ {
+        self.groups.iter().enumerate().map(|(i, g)| {
+            (
+                self.first_key_group + i as u32,
+                g.iter().map(|(k, e)| (&k[..], e)),
+            )
+        })
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.groups.iter().map(OrdMap::len).sum()
+    }
+
+    /// True when there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.groups.iter().all(OrdMap::is_empty)
+    }
+}
+
+/// Splits a composite key into `(state id, key, user key)`.
+pub fn split_composite(k: &[u8]) -> (u32, &[u8], &[u8]) {
+    let state = state_of(k);
+    let len = u32::from_be_bytes(k[4..8].try_into().expect("4 bytes")) as usize;
+    (state, &k[8..8 + len], &k[8 + len..])
+}
+
+fn state_of(k: &[u8]) -> u32 {
+    u32::from_be_bytes(
+        k[..4]
+            .try_into()
+            .expect("composite keys start with a state id"),
+    )
+}
+
+fn composite(state: u32, key: &[u8], user_key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + key.len() + user_key.len());
+    k.extend_from_slice(&state.to_be_bytes());
+    k.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    k.extend_from_slice(key);
+    k.extend_from_slice(user_key);
+    k
+}
+
+fn alive(e: &Entry, ttl: Option<u64>, now: i64) -> bool {
+    ttl.is_none_or(|ttl| now.saturating_sub(e.written_at) < ttl as i64)
+}
+
+/// Entries whose composite key starts with `prefix`, as a double-ended range.
+fn prefix_range<'a>(
+    map: &'a OrdMap<Arc<[u8]>, Entry>,
+    prefix: &[u8],
+) -> impl DoubleEndedIterator<Item = (&'a Arc<[u8]>, &'a Entry)> + 'a {
+    let start: Arc<[u8]> = prefix.into();
+    // The smallest byte string greater than every string starting with `prefix`.
+    let mut end = prefix.to_vec();
+    while end.last() == Some(&0xff) {
+        end.pop();
+    }
+    let end = match end.last_mut() {
+        Some(last) => {
+            *last += 1;
+            Bound::Excluded(Arc::<[u8]>::from(end))
+        }
+        None => Bound::Unbounded,
+    };
+    map.range((Bound::Included(start), end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::key_groups::{DEFAULT_MAX_PARALLELISM, key_groups_of_subtask};
+    use sluice_codec::EntryReader;
+
+    fn backend() -> KeyedStateBackend {
+        KeyedStateBackend::new(DEFAULT_MAX_PARALLELISM, 0..DEFAULT_MAX_PARALLELISM)
+    }
+
+    fn value(name: &str) -> StateDescriptor {
+        StateDescriptor {
+            name: name.into(),
+            kind: StateKind::Value,
+            ttl_ms: None,
+        }
+    }
+
+    #[test]
+    fn put_get_delete() {
+        let mut b = backend();
+        let s = b.declare(value("count")).unwrap();
+        assert_eq!(b.get(s, b"k", b"", 0).unwrap(), None);
+        b.put(s, b"k", b"", b"1", 0).unwrap();
+        assert_eq!(&*b.get(s, b"k", b"", 0).unwrap().unwrap(), b"1");
+        b.delete(s, b"k", b"").unwrap();
+        assert_eq!(b.get(s, b"k", b"", 0).unwrap(), None);
+    }
+
+    #[test]
+    fn states_and_keys_do_not_overlap() {
+        let mut b = backend();
+        let a = b.declare(value("a")).unwrap();
+        let c = b.declare(value("c")).unwrap();
+        // "ab" + "" must not collide with "a" + "b".
+        b.put(a, b"ab", b"", b"1", 0).unwrap();
+        b.put(a, b"a", b"b", b"2", 0).unwrap();
+        b.put(c, b"ab", b"", b"3", 0).unwrap();
+        assert_eq!(&*b.get(a, b"ab", b"", 0).unwrap().unwrap(), b"1");
+        assert_eq!(&*b.get(a, b"a", b"b", 0).unwrap().unwrap(), b"2");
+        assert_eq!(&*b.get(c, b"ab", b"", 0).unwrap().unwrap(), b"3");
+        b.clear(a, b"a").unwrap();
+        assert_eq!(b.get(a, b"a", b"b", 0).unwrap(), None);
+        assert!(b.get(a, b"ab", b"", 0).unwrap().is_some());
+    }
+
+    #[test]
+    fn redeclaring_returns_the_same_id_and_rejects_another_kind() {
+        let mut b = backend();
+        let id = b.declare(value("x")).unwrap();
+        assert_eq!(b.declare(value("x")).unwrap(), id);
+        let err = b
+            .declare(StateDescriptor {
+                kind: StateKind::Map,
+                ..value("x")
+            })
+            .unwrap_err();
+        assert!(err.contains("declared as Map"), "{err}");
+    }
+
+    #[test]
+    fn list_append_keeps_order_beyond_255_elements() {
+        let mut b = backend();
+        let l = b
+            .declare(StateDescriptor {
+                kind: StateKind::List,
+                ..value("l")
+            })
+            .unwrap();
+        for i in 0..300u32 {
+            b.append(l, b"k", &i.to_le_bytes(), 0).unwrap();
+        }
+        let bytes = b.entries(l, b"k", 0).unwrap();
+        let got: Vec<u32> = EntryReader::new(&bytes)
+            .map(|e| u32::from_le_bytes(e.unwrap().1.try_into().unwrap()))
+            .collect();
+        assert_eq!(got, (0..300).collect::<Vec<_>>());
+        let v = b.declare(value("v")).unwrap();
+        assert!(matches!(
+            b.append(v, b"k", b"x", 0),
+            Err(StateError::WrongKind { .. })
+        ));
+    }
+
+    #[test]
+    fn ttl_hides_and_expires_old_entries() {
+        let mut b = backend();
+        let s = b
+            .declare(StateDescriptor {
+                ttl_ms: Some(100),
+                ..value("t")
+            })
+            .unwrap();
+        b.put(s, b"k", b"", b"v", 1000).unwrap();
+        assert!(b.get(s, b"k", b"", 1099).unwrap().is_some());
+        assert!(b.get(s, b"k", b"", 1100).unwrap().is_none());
+        assert_eq!(b.expire(1100), 1);
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn snapshot_is_isolated_from_later_writes() {
+        let mut b = backend();
+        let s = b.declare(value("count")).unwrap();
+        for i in 0..1000u32 {
+            b.put(s, &i.to_le_bytes(), b"", b"old", 0).unwrap();
+        }
+        let snap = b.snapshot();
+        for i in 0..1000u32 {
+            b.put(s, &i.to_le_bytes(), b"", b"new", 0).unwrap();
+        }
+        b.put(s, b"extra", b"", b"x", 0).unwrap();
+        assert_eq!(snap.len(), 1000);
+        assert!(
+            snap.key_groups()
+                .flat_map(|(_, es)| es)
+                .all(|(_, e)| &*e.value == b"old")
+        );
+    }
+
+    #[test]
+    fn foreign_keys_are_rejected() {
+        let range = key_groups_of_subtask(0, 2, DEFAULT_MAX_PARALLELISM);
+        let mut b = KeyedStateBackend::new(DEFAULT_MAX_PARALLELISM, range);
+        let s = b.declare(value("v")).unwrap();
+        let foreign = (0u32..)
+            .map(|i| i.to_le_bytes())
+            .find(|k| key_group_of(k, DEFAULT_MAX_PARALLELISM) >= 64)
+            .unwrap();
+        let err = b.put(s, &foreign, b"", b"x", 0).unwrap_err();
+        assert!(matches!(err, StateError::ForeignKey { .. }));
+        assert!(err.to_string().contains("key groups 0..64"));
+    }
+
+    #[test]
+    fn restore_redistributes_by_key_group_and_maps_states_by_name() {
+        let mut old = backend();
+        let _unused = old.declare(value("first")).unwrap();
+        let s = old.declare(value("count")).unwrap();
+        for i in 0..500u32 {
+            old.put(s, &i.to_le_bytes(), b"", &i.to_le_bytes(), 0)
+                .unwrap();
+        }
+        let snap = old.snapshot();
+        let mut total = 0;
+        for subtask in 0..3 {
+            let mut new = KeyedStateBackend::new(
+                DEFAULT_MAX_PARALLELISM,
+                key_groups_of_subtask(subtask, 3, DEFAULT_MAX_PARALLELISM),
+            );
+            // Declared in another order than before: ids differ, names match.
+            let count = new.declare(value("count")).unwrap();
+            new.restore(&snap).unwrap();
+            for i in 0..500u32 {
+                if let Ok(v) = new.get(count, &i.to_le_bytes(), b"", 0) {
+                    assert_eq!(&*v.unwrap(), &i.to_le_bytes());
+                    total += 1;
+                }
+            }
+        }
+        assert_eq!(total, 500);
+    }
+}

@@ -1,0 +1,14 @@
+//! Host-managed keyed state.
+//!
+//! Operators read and write keyed state through the `runtime` imports and the effects of
+//! their calls; the host keeps it so that a checkpoint can snapshot it in O(1) on the task
+//! thread and write it out asynchronously, and so that a restore with another parallelism
+//! can redistribute it by key group.
+
+mod backend;
+pub mod key_groups;
+
+pub use backend::{
+    Entry, KeyedStateBackend, KeyedStateSnapshot, StateDescriptor, StateError, StateKind,
+    split_composite,
+};

@@ -1,0 +1,136 @@
+//! The task side of checkpoints: taking the synchronous part, forwarding barriers,
+//! declining, notifications, and the synchronous-savepoint loop of stop-with-savepoint.
+
+use anyhow::Result;
+
+use super::{StreamTask, TaskInput};
+use crate::mailbox::Priority;
+use crate::network::{Barrier, CheckpointKind};
+
+impl StreamTask {
+    /// A source task was asked by the coordinator to take a checkpoint (a mail).
+    pub(super) fn trigger_checkpoint(&mut self, barrier: Barrier) -> Result<()> {
+        if !self.perform_checkpoint(barrier)? {
+            self.decline(barrier.id, "the task is not running");
+            return Ok(());
+        }
+        self.after_checkpoint(barrier)
+    }
+
+    /// All inputs of a task delivered `barrier`.
+    pub(super) fn trigger_checkpoint_on_barrier(&mut self, barrier: Barrier) -> Result<()> {
+        if self.perform_checkpoint(barrier)? {
+            self.after_checkpoint(barrier)?;
+        } else {
+            self.decline(barrier.id, "the task is not running");
+        }
+        Ok(())
+    }
+
+    /// An upstream task declined checkpoint `id`: decline it too and tell downstream
+    /// tasks not to wait for it (the reference's `abortCheckpointOnBarrier`).
+    pub(super) fn abort_checkpoint_on_barrier(&mut self, id: u64) -> Result<()> {
+        tracing::debug!(
+            "{}: aborting checkpoint {id} on a cancel marker",
+            self.ctx.name
+        );
+        self.decline(id, "an upstream task declined it");
+        self.chain().broadcast_cancel_marker(id)
+    }
+
+    /// Prepare, forward the barrier, take the synchronous part, start the asynchronous
+    /// part — as one step from the point of view of records, watermarks and timers, since
+    /// nothing else runs on this thread meanwhile. Returns false when the task cannot
+    /// take the checkpoint (it then sent cancel markers downstream instead).
+    fn perform_checkpoint(&mut self, barrier: Barrier) -> Result<bool> {
+        if !self.running || self.checkpoints.is_none() {
+            self.chain().broadcast_cancel_marker(barrier.id)?;
+            return Ok(false);
+        }
+        if let CheckpointKind::Savepoint { stop: true, drain } = barrier.kind {
+            self.sync_savepoint = Some((barrier.id, drain));
+            if drain && matches!(self.input, TaskInput::Source(_)) {
+                // Fire every event-time timer and window before the savepoint.
+                self.chain().advance_watermark(i64::MAX)?;
+            }
+        }
+        // Forward the barrier first, so downstream alignment is not delayed by our
+        // snapshot.
+        let sync_start = std::time::Instant::now();
+        self.chain().broadcast_barrier(barrier)?;
+        let position = match &self.input {
+            TaskInput::Source(source) => Some(source.position()),
+            TaskInput::Network(_) => None,
+        };
+        let operators = self.chain().snapshot(barrier.id)?;
+        let link = self.checkpoints.as_ref().expect("checked above");
+        let pending = link.start_async_part(
+            barrier,
+            self.ctx.id,
+            sync_start.elapsed(),
+            position,
+            operators,
+        );
+        self.async_checkpoints.retain(|p| !p.is_done());
+        self.async_checkpoints.push(pending);
+        Ok(true)
+    }
+
+    /// After a stop-with-savepoint's synchronous part: process only top-priority mails
+    /// until the savepoint completes or is aborted (the reference's
+    /// `runSynchronousSavepointMailboxLoop`).
+    fn after_checkpoint(&mut self, barrier: Barrier) -> Result<()> {
+        if self.sync_savepoint.map(|(id, _)| id) != Some(barrier.id) {
+            return Ok(());
+        }
+        let executor = self.mailbox.executor(Priority::MAX);
+        while self.sync_savepoint.is_some() && !self.is_canceled() {
+            if executor.yield_mail(self).is_err() && self.is_canceled() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn decline(&self, id: u64, reason: &str) {
+        if let Some(link) = &self.checkpoints {
+            link.decline(id, self.ctx.id, format!("task {}: {reason}", self.ctx.name));
+        }
+    }
+
+    /// Checkpoint `id` is complete in the whole job (a mail).
+    pub(super) fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
+        if self.running {
+            self.chain().notify_complete(id)?;
+        } else {
+            tracing::debug!(
+                "{}: ignoring completion of checkpoint {id}: not running",
+                self.ctx.name
+            );
+        }
+        if let Some((savepoint, drain)) = self.sync_savepoint
+            && id >= savepoint
+        {
+            // The stop-with-savepoint succeeded: end the input now.
+            self.sync_savepoint = None;
+            self.stop_requested = true;
+            self.stopped_without_drain = !drain;
+        }
+        Ok(())
+    }
+
+    /// Checkpoint `id` was aborted (a mail).
+    pub(super) fn notify_checkpoint_aborted(&mut self, id: u64) -> Result<()> {
+        if self.running {
+            self.chain().notify_aborted(id)?;
+        }
+        if self.sync_savepoint.map(|(s, _)| s) == Some(id) {
+            tracing::warn!(
+                "{}: stop-with-savepoint {id} was aborted; the task keeps running",
+                self.ctx.name
+            );
+            self.sync_savepoint = None;
+        }
+        Ok(())
+    }
+}

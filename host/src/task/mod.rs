@@ -1,0 +1,528 @@
+//! The stream task: one thread that owns a chain of operators and runs it the way Flink's
+//! `StreamTask` does.
+//!
+//! # Lifecycle
+//!
+//! [`StreamTask::run`] follows the reference order exactly:
+//!
+//! 1. build the chain (instantiate every operator on this thread) and restore state
+//!    (the source's position; operators get their state when they are created);
+//! 2. open the operators, tail to head;
+//! 3. run the mailbox loop: input batches, interleaved with mails (timers, checkpoints,
+//!    notifications, cancellation);
+//! 4. at the end of input, `finish` the operators head to tail;
+//! 5. close them head to tail, quiesce the timer service, stop accepting mails, run the
+//!    mails still queued, wait (bounded) for a timer callback in flight;
+//! 6. flush and end the outputs, dispose the operators tail to head.
+//!
+//! On any failure the task still disposes every operator (logging their errors) and
+//! releases its outputs, and it reports the **first** error. A cancelled task skips the
+//! clean shutdown (no `finish`, no `close`), as in the reference.
+
+mod checkpointing;
+mod handle;
+mod input;
+
+pub use handle::{AsyncExceptionHandler, TaskHandle};
+pub use input::TaskInput;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+use sluice_codec::BatchWriter;
+
+use crate::chain::OperatorChain;
+use crate::checkpoint::{CheckpointLink, TaskId};
+use crate::mailbox::{ActionResult, MailboxProcessor, Priority, TaskMailbox};
+use crate::metrics::{TaskMetrics, add_duration};
+use crate::timers::{ProcessingTimeService, TimerHandle, now_millis};
+
+/// Builds a task's operator chain; runs on the task thread.
+pub type ChainFactory = Box<dyn FnOnce(&TaskContext) -> Result<OperatorChain> + Send>;
+
+/// Settings of a task.
+#[derive(Debug, Clone)]
+pub struct TaskSettings {
+    /// Records a source reads per batch.
+    pub batch_size: usize,
+    /// Buffered output is sent at the latest after this long (zero: after every batch).
+    pub buffer_timeout: Duration,
+    /// How long shutdown waits for a processing-time timer callback in flight.
+    pub timer_shutdown_timeout: Duration,
+}
+
+impl Default for TaskSettings {
+    fn default() -> Self {
+        TaskSettings {
+            batch_size: 1024,
+            buffer_timeout: Duration::from_millis(100),
+            timer_shutdown_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What a task's chain factory may use.
+#[derive(Clone)]
+pub struct TaskContext {
+    /// Display name, e.g. `tokenize -> count (2/4)`.
+    pub name: String,
+    /// Position in the job graph.
+    pub id: TaskId,
+    /// Set when the task is cancelled; Wasm stores watch it to interrupt running calls.
+    pub cancel: Arc<AtomicBool>,
+    /// The task's metrics.
+    pub metrics: Arc<TaskMetrics>,
+}
+
+/// Why a task ended without error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskOutcome {
+    /// The input ended and the task shut down cleanly.
+    Finished,
+    /// It was cancelled.
+    Cancelled,
+}
+
+/// The error a cancelled task ends with (the task did not fail; it was told to stop).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cancelled;
+
+impl std::fmt::Display for Cancelled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("task was cancelled")
+    }
+}
+
+impl std::error::Error for Cancelled {}
+
+/// A stream task. Create it with [`StreamTask::new`], hand out [`StreamTask::handle`]s,
+/// then [`StreamTask::run`] it on its own thread.
+pub struct StreamTask {
+    ctx: TaskContext,
+    settings: TaskSettings,
+    input: TaskInput,
+    chain_factory: Option<ChainFactory>,
+    chain: Option<OperatorChain>,
+    mailbox: TaskMailbox<StreamTask>,
+    timer_service: ProcessingTimeService,
+    /// The physical timer for the earliest operator processing-time timer.
+    scheduled_timer: Option<(i64, TimerHandle)>,
+    flush_timer: Option<TimerHandle>,
+    /// Whether the mailbox loop runs; mails that touch operators check it.
+    running: bool,
+    /// When an idle source wants to be polled again.
+    wake_at: Option<Instant>,
+    batch: BatchWriter,
+    checkpoints: Option<CheckpointLink>,
+    /// Source position to resume from.
+    restore_position: Option<Vec<u8>>,
+    /// A stop-with-savepoint in progress: the savepoint id and whether it drains.
+    sync_savepoint: Option<(u64, bool)>,
+    /// A stop-with-savepoint completed: end the input now.
+    stop_requested: bool,
+    /// ... without draining: the end of input skips `finish`.
+    stopped_without_drain: bool,
+    /// Asynchronous checkpoint parts started by this task and maybe still running.
+    async_checkpoints: Vec<crate::checkpoint::AsyncPartHandle>,
+}
+
+impl StreamTask {
+    /// A task named `ctx.name` reading `input`, whose chain `chain` builds.
+    pub fn new(
+        ctx: TaskContext,
+        settings: TaskSettings,
+        input: TaskInput,
+        chain: ChainFactory,
+        checkpoints: Option<CheckpointLink>,
+        restore_position: Option<Vec<u8>>,
+    ) -> Self {
+        let timer_service = ProcessingTimeService::new(&ctx.name);
+        StreamTask {
+            mailbox: TaskMailbox::new(ctx.name.clone()),
+            ctx,
+            settings,
+            input,
+            chain_factory: Some(chain),
+            chain: None,
+            timer_service,
+            scheduled_timer: None,
+            flush_timer: None,
+            running: false,
+            wake_at: None,
+            batch: BatchWriter::new(),
+            checkpoints,
+            restore_position,
+            sync_savepoint: None,
+            stop_requested: false,
+            stopped_without_drain: false,
+            async_checkpoints: Vec::new(),
+        }
+    }
+
+    /// A handle for other threads: cancel, trigger checkpoints, notify, fail.
+    pub fn handle(&self) -> TaskHandle {
+        TaskHandle::new(
+            self.ctx.name.clone(),
+            self.ctx.id,
+            self.mailbox.clone(),
+            self.ctx.cancel.clone(),
+            self.ctx.metrics.clone(),
+        )
+    }
+
+    /// The task's name.
+    pub fn name(&self) -> &str {
+        &self.ctx.name
+    }
+
+    fn is_canceled(&self) -> bool {
+        self.ctx.cancel.load(Ordering::SeqCst)
+    }
+
+    fn chain(&mut self) -> &mut OperatorChain {
+        self.chain
+            .as_mut()
+            .expect("the chain exists while the task runs")
+    }
+
+    /// Runs the task to its end on the calling thread.
+    pub fn run(mut self) -> Result<TaskOutcome> {
+        let mut disposed = false;
+        let result = self.invoke(&mut disposed);
+        let result = self.cleanup(result, disposed);
+        match result {
+            Ok(()) => Ok(TaskOutcome::Finished),
+            Err(e) if e.downcast_ref::<Cancelled>().is_some() => Ok(TaskOutcome::Cancelled),
+            // Once cancelled, errors are consequences of the cancellation (an interrupted
+            // call, a downstream task that is gone), as in the reference.
+            Err(e) if self.is_canceled() => {
+                tracing::debug!("{}: error after cancellation: {e:#}", self.ctx.name);
+                Ok(TaskOutcome::Cancelled)
+            }
+            Err(e) => Err(e.context(format!("task {} failed", self.ctx.name))),
+        }
+    }
+
+    fn invoke(&mut self, disposed: &mut bool) -> Result<()> {
+        // -------- initialize --------
+        let factory = self.chain_factory.take().expect("run is called once");
+        self.chain = Some(factory(&self.ctx)?);
+        if self.is_canceled() {
+            return Err(Cancelled.into());
+        }
+        if let (TaskInput::Source(source), Some(position)) =
+            (&mut self.input, self.restore_position.take())
+        {
+            source
+                .seek(&position)
+                .context("restoring the source position")?;
+        }
+        self.chain().open_all()?;
+        if self.is_canceled() {
+            return Err(Cancelled.into());
+        }
+
+        // -------- run --------
+        self.running = true;
+        self.schedule_flush_timer();
+        self.reschedule_processing_timer();
+        let processor = MailboxProcessor::new(self.mailbox.clone());
+        let metrics = self.ctx.metrics.clone();
+        processor.run(
+            self,
+            |task| {
+                let start = Instant::now();
+                let result = task.default_action();
+                add_duration(&metrics.busy_ns, start.elapsed());
+                result
+            },
+            |task, doorbell| {
+                task.ctx
+                    .metrics
+                    .mailbox_depth
+                    .store(task.mailbox.len() as u64, Ordering::Relaxed);
+                task.wait_for_input(doorbell)
+            },
+        )?;
+        if self.is_canceled() {
+            return Err(Cancelled.into());
+        }
+
+        // -------- clean shutdown --------
+        self.chain().close_all()?;
+        self.timer_service.quiesce();
+        self.mailbox.quiesce();
+        self.running = false;
+        let executor = self.mailbox.executor(Priority::DEFAULT);
+        while executor.try_yield(self)? {}
+        if !self
+            .timer_service
+            .await_pending_after_quiesce(self.settings.timer_shutdown_timeout)
+        {
+            tracing::warn!(
+                "{}: a timer callback was still running after {:?}; shutting down anyway",
+                self.ctx.name,
+                self.settings.timer_shutdown_timeout
+            );
+        }
+        self.chain().flush_outputs()?;
+        self.chain().finish_outputs()?;
+        self.chain().dispose_all()?;
+        *disposed = true;
+        Ok(())
+    }
+
+    /// The `finally` of the lifecycle: always runs; never replaces the first error.
+    fn cleanup(&mut self, result: Result<()>, disposed: bool) -> Result<()> {
+        self.running = false;
+        // Asynchronous parts still running are discarded: they will not acknowledge.
+        if result.is_err() {
+            for pending in self.async_checkpoints.drain(..) {
+                pending.discard();
+            }
+        }
+        if !self
+            .timer_service
+            .shutdown(self.settings.timer_shutdown_timeout)
+        {
+            tracing::warn!(
+                "{}: timer service did not shut down within {:?}",
+                self.ctx.name,
+                self.settings.timer_shutdown_timeout
+            );
+        }
+        if let Some(chain) = self.chain.as_mut() {
+            if !disposed {
+                if let Err(e) = chain.dispose_all() {
+                    if result.is_err() {
+                        tracing::error!(
+                            "{}: while disposing after a failure: {e:#}",
+                            self.ctx.name
+                        );
+                    } else {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        for letter in self.mailbox.close() {
+            tracing::debug!(
+                "{}: dropped mail '{}' at shutdown",
+                self.ctx.name,
+                letter.description
+            );
+        }
+        // Releasing the outputs: dropping the chain drops the channel senders, which
+        // downstream tasks see as a disconnect if no end of partition was sent.
+        self.chain = None;
+        result
+    }
+
+    /// One unit of work: one input batch, watermark, barrier or end of input.
+    fn default_action(&mut self) -> Result<ActionResult> {
+        if self
+            .chain()
+            .network_output()
+            .is_some_and(|w| w.is_backpressured())
+        {
+            return Ok(ActionResult::Suspend);
+        }
+        if self.stop_requested {
+            return self.end_of_input().map(|()| ActionResult::Done);
+        }
+        let result = match &mut self.input {
+            TaskInput::Source(_) => self.poll_source()?,
+            TaskInput::Network(_) => self.poll_network()?,
+        };
+        if self.settings.buffer_timeout.is_zero() || result != ActionResult::Continue {
+            // Idle or done: send what is buffered instead of waiting for the timeout.
+            self.chain().flush_outputs()?;
+        }
+        self.reschedule_processing_timer();
+        Ok(result)
+    }
+
+    fn poll_source(&mut self) -> Result<ActionResult> {
+        let TaskInput::Source(source) = &mut self.input else {
+            unreachable!("called for source tasks only")
+        };
+        self.batch.clear();
+        let status = source.poll(&mut self.batch, self.settings.batch_size)?;
+        let count = self.batch.len();
+        if count > 0 {
+            self.ctx
+                .metrics
+                .records_in
+                .fetch_add(count as u64, Ordering::Relaxed);
+            let records = self.batch.take();
+            self.chain().process(records, count)?;
+        }
+        Ok(match status {
+            crate::connectors::SourceStatus::More => ActionResult::Continue,
+            crate::connectors::SourceStatus::Idle { retry_at } => {
+                self.wake_at = retry_at;
+                if count > 0 {
+                    ActionResult::Continue
+                } else {
+                    ActionResult::Suspend
+                }
+            }
+            crate::connectors::SourceStatus::End => {
+                self.end_of_input()?;
+                ActionResult::Done
+            }
+        })
+    }
+
+    fn poll_network(&mut self) -> Result<ActionResult> {
+        use crate::network::GateEvent;
+        let TaskInput::Network(gate) = &mut self.input else {
+            unreachable!("called for network tasks only")
+        };
+        let Some(event) = gate.poll()? else {
+            return Ok(ActionResult::Suspend);
+        };
+        match event {
+            GateEvent::Records { bytes, count } => {
+                self.ctx
+                    .metrics
+                    .records_in
+                    .fetch_add(u64::from(count), Ordering::Relaxed);
+                self.chain().process(bytes, count as usize)?;
+            }
+            GateEvent::Watermark(w) => self.chain().advance_watermark(w)?,
+            GateEvent::Checkpoint(barrier) => self.trigger_checkpoint_on_barrier(barrier)?,
+            GateEvent::AbortCheckpoint(id) => self.abort_checkpoint_on_barrier(id)?,
+            GateEvent::EndOfInput => {
+                self.end_of_input()?;
+                return Ok(ActionResult::Done);
+            }
+        }
+        Ok(ActionResult::Continue)
+    }
+
+    /// The input ended: end of event time (for sources), then `finish` head to tail.
+    /// After a stop-with-savepoint without drain, operators are not finished: the job
+    /// will resume from the savepoint, and finishing would emit results twice.
+    fn end_of_input(&mut self) -> Result<()> {
+        if self.stopped_without_drain {
+            return Ok(());
+        }
+        if matches!(self.input, TaskInput::Source(_)) {
+            self.chain().advance_watermark(i64::MAX)?;
+        }
+        self.chain().finish_all()
+    }
+
+    /// Blocks until input, a mail, or (for an idle source) its retry time.
+    fn wait_for_input(&mut self, doorbell: &crossbeam_channel::Receiver<()>) -> Result<()> {
+        let start = Instant::now();
+        let backpressured = self
+            .chain()
+            .network_output()
+            .is_some_and(|w| w.is_backpressured());
+        let deadline = self.wake_at.take();
+        if backpressured {
+            let writer = self.chain.as_ref().and_then(|c| c.network_output());
+            input::wait_for_output(doorbell, writer.expect("backpressured implies an output"));
+            add_duration(&self.ctx.metrics.backpressured_ns, start.elapsed());
+            return Ok(());
+        }
+        match &self.input {
+            TaskInput::Network(gate) => gate.wait(doorbell, deadline),
+            TaskInput::Source(source) => input::wait_for_source(doorbell, source.waker(), deadline),
+        }
+        add_duration(&self.ctx.metrics.idle_ns, start.elapsed());
+        Ok(())
+    }
+
+    /// Keeps one physical timer armed for the earliest operator processing-time timer.
+    fn reschedule_processing_timer(&mut self) {
+        let Some(next) = self.chain.as_mut().and_then(|c| c.next_processing_timer()) else {
+            return;
+        };
+        if self
+            .scheduled_timer
+            .as_ref()
+            .is_some_and(|(at, _)| *at <= next)
+        {
+            return;
+        }
+        if let Some((_, old)) = self.scheduled_timer.take() {
+            old.cancel();
+        }
+        let mailbox = self.mailbox.clone();
+        let handle = self.timer_service.register_timer(next, move |at| {
+            let _ = mailbox.put(
+                Priority::MAX,
+                "fire processing-time timers",
+                Box::new(move |task: &mut StreamTask| task.on_processing_time(at)),
+            );
+        });
+        self.scheduled_timer = Some((next, handle));
+    }
+
+    fn on_processing_time(&mut self, at: i64) -> Result<()> {
+        if self.scheduled_timer.as_ref().is_some_and(|(t, _)| *t == at) {
+            self.scheduled_timer = None;
+        }
+        if !self.running {
+            return Ok(());
+        }
+        let now = now_millis().max(at);
+        self.chain().fire_processing_timers(now)?;
+        self.reschedule_processing_timer();
+        Ok(())
+    }
+
+    /// Periodically sends partly filled output buffers (the buffer timeout). Reschedules
+    /// relative to when it ran, so a stalled task does not get a burst of flushes.
+    fn schedule_flush_timer(&mut self) {
+        let timeout = self.settings.buffer_timeout;
+        if timeout.is_zero()
+            || self
+                .chain
+                .as_ref()
+                .and_then(|c| c.network_output())
+                .is_none()
+        {
+            return;
+        }
+        let mailbox = self.mailbox.clone();
+        let at = now_millis() + timeout.as_millis() as i64;
+        self.flush_timer = Some(self.timer_service.register_timer(at, move |_| {
+            let _ = mailbox.put(
+                Priority::CONTROL,
+                "flush output buffers",
+                Box::new(|task: &mut StreamTask| {
+                    if task.running {
+                        task.chain().flush_outputs()?;
+                        task.schedule_flush_timer();
+                    }
+                    Ok(())
+                }),
+            );
+        }));
+    }
+}
+
+impl std::fmt::Debug for StreamTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamTask")
+            .field("name", &self.ctx.name)
+            .field("running", &self.running)
+            .finish()
+    }
+}
+
+/// Turns a panic payload into an error (a task thread must never take the host down).
+pub fn panic_to_error(payload: Box<dyn std::any::Any + Send>) -> anyhow::Error {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    anyhow!("internal error: the task thread panicked: {message}")
+}

@@ -1,0 +1,107 @@
+//! Resource limits of one operator instance.
+
+use std::time::Duration;
+
+use wasmtime::ResourceLimiter;
+
+/// What one operator instance may use. Set per tenant; the defaults suit trusted jobs
+/// on a developer machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxLimits {
+    /// Largest linear memory, in bytes.
+    pub memory_bytes: usize,
+    /// Longest a single call may run before it is interrupted; `None` for no limit.
+    pub call_deadline: Option<Duration>,
+    /// Fuel (roughly, Wasm instructions) a single call may use; `None` for no limit.
+    pub fuel_per_call: Option<u64>,
+    /// Most bytes of records and effects one call may return.
+    pub max_output_bytes: usize,
+    /// Guest log lines (log import, stdout, stderr) per second before lines are dropped.
+    pub log_lines_per_second: u32,
+}
+
+impl Default for SandboxLimits {
+    fn default() -> Self {
+        SandboxLimits {
+            memory_bytes: 256 << 20,
+            call_deadline: Some(Duration::from_secs(30)),
+            fuel_per_call: None,
+            max_output_bytes: 64 << 20,
+            log_lines_per_second: 1000,
+        }
+    }
+}
+
+/// Enforces [`SandboxLimits::memory_bytes`], trapping with a message that says what the
+/// operator asked for (rather than letting the allocation fail inside the guest, where a
+/// Rust guest aborts without saying why).
+#[derive(Debug)]
+pub struct MemoryLimiter {
+    limit: usize,
+    /// Peak linear memory the instance has had.
+    pub peak: usize,
+}
+
+/// The trap raised when an operator exceeds its memory limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryLimitExceeded {
+    /// Size before the failed growth.
+    pub current: usize,
+    /// Size the operator asked for.
+    pub desired: usize,
+    /// The limit.
+    pub limit: usize,
+}
+
+impl std::fmt::Display for MemoryLimitExceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "memory limit exceeded: tried to grow linear memory from {} to {} (limit {})",
+            mib(self.current),
+            mib(self.desired),
+            mib(self.limit)
+        )
+    }
+}
+
+impl std::error::Error for MemoryLimitExceeded {}
+
+fn mib(bytes: usize) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+impl MemoryLimiter {
+    /// A limiter allowing `limit` bytes of linear memory.
+    pub fn new(limit: usize) -> Self {
+        MemoryLimiter { limit, peak: 0 }
+    }
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            return Err(wasmtime::Error::new(MemoryLimitExceeded {
+                current,
+                desired,
+                limit: self.limit,
+            }));
+        }
+        self.peak = self.peak.max(desired);
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}

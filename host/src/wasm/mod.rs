@@ -1,0 +1,19 @@
+//! The WebAssembly side of the host: the engine and its component cache, loading and
+//! checking plugins, and operator instances in their own sandboxed stores.
+
+pub mod bindings;
+mod cache;
+mod engine;
+mod host;
+mod instance;
+mod limits;
+mod plugin;
+mod stdio;
+mod store;
+
+pub use cache::{CacheOutcome, ComponentCache, content_digest};
+pub use engine::{EPOCH_TICK, EngineSettings, WasmEngine};
+pub use instance::WasmOperator;
+pub use limits::{MemoryLimitExceeded, SandboxLimits};
+pub use plugin::{Plugin, PluginInfo, supported_version};
+pub use store::{Interrupted, StoreState};

@@ -1,0 +1,223 @@
+//! Loading an operator component from a file, with the checks that turn bad input into
+//! errors a person can act on.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Context, Result, bail};
+use wasmtime::Store;
+use wasmtime::component::Component;
+use wasmtime::component::types::ComponentItem;
+
+use super::bindings::{EXPORT_INTERFACE, OperatorPre, WIT_VERSION};
+use super::cache::{CacheOutcome, content_digest};
+use super::engine::WasmEngine;
+use super::instance::WasmOperator;
+use super::limits::SandboxLimits;
+use super::store::StoreState;
+use crate::chain::{OperatorIdentity, OperatorState};
+
+/// A checked, compiled operator component, ready to instantiate many times.
+#[derive(Clone)]
+pub struct Plugin {
+    /// The file it was loaded from.
+    pub path: PathBuf,
+    /// SHA-256 of its bytes.
+    pub digest: String,
+    /// Size of the file.
+    pub size: u64,
+    /// Whether it was compiled now or came from a cache.
+    pub compiled: CacheOutcome,
+    /// What it exports and imports.
+    pub info: PluginInfo,
+    pre: OperatorPre<StoreState>,
+}
+
+/// What `sluice inspect` shows about a component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginInfo {
+    /// The operator interface it exports, with version.
+    pub interface: String,
+    /// Functions of that interface.
+    pub calls: Vec<String>,
+    /// Interfaces it imports.
+    pub imports: Vec<String>,
+}
+
+impl fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plugin")
+            .field("path", &self.path)
+            .field("digest", &self.digest)
+            .finish()
+    }
+}
+
+/// What kind of file a byte string is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WasmKind {
+    NotWasm,
+    CoreModule,
+    Component,
+    Unknown,
+}
+
+fn wasm_kind(bytes: &[u8]) -> WasmKind {
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return WasmKind::NotWasm;
+    }
+    match bytes[4..8] {
+        [1, 0, 0, 0] => WasmKind::CoreModule,
+        [_, _, 1, 0] => WasmKind::Component,
+        _ => WasmKind::Unknown,
+    }
+}
+
+impl Plugin {
+    /// Reads `path`, checks that it is a component exporting this host's version of
+    /// the operator interface, and compiles it (or takes it from the cache).
+    pub fn load(engine: &WasmEngine, path: &Path) -> Result<Plugin> {
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("cannot read plugin file {}", path.display()))?;
+        match wasm_kind(&bytes) {
+            WasmKind::Component => {}
+            WasmKind::NotWasm => bail!(
+                "{} is not a WebAssembly file (it does not start with the `\\0asm` magic bytes)",
+                path.display()
+            ),
+            WasmKind::CoreModule => bail!(
+                "{} is a core WebAssembly module, not a component: build the plugin with \
+                 `cargo build --target wasm32-wasip2` (which produces a component), or wrap \
+                 the module with `wasm-tools component new`",
+                path.display()
+            ),
+            WasmKind::Unknown => bail!(
+                "{} has an unsupported WebAssembly binary version {:?}",
+                path.display(),
+                &bytes[4..8]
+            ),
+        }
+        let (component, compiled) = engine
+            .cache()
+            .get_or_compile(engine.engine(), &bytes)
+            .with_context(|| format!("{} is not a valid component", path.display()))?;
+        let info = check_interface(engine, &component)
+            .with_context(|| format!("{} cannot be used as an operator", path.display()))?;
+        let pre = engine
+            .linker()
+            .instantiate_pre(&component)
+            .map_err(anyhow::Error::from)
+            .with_context(|| {
+                format!(
+                    "{} needs imports that Sluice does not provide (operators may import only \
+                     sluice:operator/runtime@{WIT_VERSION} and WASI 0.2)",
+                    path.display()
+                )
+            })?;
+        let pre = OperatorPre::new(pre)
+            .map_err(anyhow::Error::from)
+            .with_context(|| format!("{} does not match the operator world", path.display()))?;
+        Ok(Plugin {
+            path: path.to_path_buf(),
+            digest: content_digest(&bytes),
+            size: bytes.len() as u64,
+            compiled,
+            info,
+            pre,
+        })
+    }
+
+    /// A new, isolated instance in its own `Store`.
+    pub fn instantiate(
+        &self,
+        engine: &WasmEngine,
+        identity: OperatorIdentity,
+        limits: SandboxLimits,
+        state: OperatorState,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<WasmOperator> {
+        let data = StoreState::new(identity.clone(), limits, state, cancel);
+        let mut store = Store::new(engine.engine(), data);
+        store.limiter(|s| &mut s.limiter);
+        store.epoch_deadline_callback(|ctx| match ctx.data().check_interrupt() {
+            Ok(()) => Ok(wasmtime::UpdateDeadline::Continue(1)),
+            Err(interrupted) => Err(wasmtime::Error::new(interrupted)),
+        });
+        store.set_epoch_deadline(1);
+        let bindings = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(anyhow::Error::from)
+            .with_context(|| format!("{identity}: instantiating {} failed", self.path.display()))?;
+        Ok(WasmOperator::new(store, bindings, identity))
+    }
+}
+
+/// Finds the operator export and checks its version.
+fn check_interface(engine: &WasmEngine, component: &Component) -> Result<PluginInfo> {
+    let ty = component.component_type();
+    let engine = engine.engine();
+    let exports: Vec<(String, ComponentItem)> = ty
+        .exports(engine)
+        .map(|(name, item)| (name.to_string(), item.ty))
+        .collect();
+    let imports: Vec<String> = ty
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let wanted = format!("{EXPORT_INTERFACE}@{WIT_VERSION}");
+    let Some((name, item)) = exports
+        .iter()
+        .find(|(name, _)| name.starts_with(EXPORT_INTERFACE))
+    else {
+        let names: Vec<&str> = exports.iter().map(|(n, _)| n.as_str()).collect();
+        bail!(
+            "it does not export `{wanted}`, so it is not a Sluice operator (it exports: {})",
+            if names.is_empty() {
+                "nothing".to_string()
+            } else {
+                names.join(", ")
+            }
+        );
+    };
+    if *name != wanted {
+        let version = name.rsplit_once('@').map_or("no version", |(_, v)| v);
+        bail!(
+            "it was built for sluice:operator@{version}, but this host supports \
+             sluice:operator@{WIT_VERSION}; rebuild it against this version of the SDK"
+        );
+    }
+    let calls = match item {
+        ComponentItem::ComponentInstance(instance) => instance
+            .exports(engine)
+            .map(|(n, _)| n.to_string())
+            .collect(),
+        _ => Vec::new(),
+    };
+    Ok(PluginInfo {
+        interface: wanted,
+        calls,
+        imports,
+    })
+}
+
+/// The WIT version string this host supports.
+pub fn supported_version() -> String {
+    format!("sluice:operator@{WIT_VERSION}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_file_kinds_by_header() {
+        assert_eq!(wasm_kind(b"hello world"), WasmKind::NotWasm);
+        assert_eq!(wasm_kind(b"\0asm"), WasmKind::NotWasm);
+        assert_eq!(wasm_kind(b"\0asm\x01\0\0\0"), WasmKind::CoreModule);
+        assert_eq!(wasm_kind(b"\0asm\x0d\0\x01\0"), WasmKind::Component);
+        assert_eq!(wasm_kind(b"\0asm\x02\0\0\0"), WasmKind::Unknown);
+    }
+}
