@@ -1,1 +1,219 @@
-//! End-to-end tests of Sluice.
+//! End-to-end tests and benchmarks of Sluice. The library holds the paths of the plugin
+//! components that `build.rs` compiled, and helpers shared by tests and benchmarks.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use anyhow::Result;
+use crossbeam_channel::{Receiver, Sender, unbounded};
+use sluice::job::{Job, JobControl, JobMonitor, JobReport, RestorePoint};
+use sluice::wasm::{EngineSettings, WasmEngine};
+
+pub mod bench;
+pub mod native;
+
+pub mod plugins {
+    //! Paths of the components built from `plugins/`.
+    include!(concat!(env!("OUT_DIR"), "/gen.rs"));
+}
+
+/// Scratch space for tests, below the system temp directory.
+pub fn scratch_root() -> PathBuf {
+    std::env::temp_dir().join("sluice-tests")
+}
+
+/// One engine per test process, with a compile cache shared by all test runs.
+pub fn engine() -> Arc<WasmEngine> {
+    static ENGINE: OnceLock<Arc<WasmEngine>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            Arc::new(
+                WasmEngine::new(EngineSettings {
+                    cache_dir: Some(scratch_root().join("cache")),
+                })
+                .expect("creating the engine"),
+            )
+        })
+        .clone()
+}
+
+/// A fresh, empty directory for one test (left behind for inspection).
+pub fn test_dir(name: &str) -> PathBuf {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let dir = scratch_root().join(format!("{name}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("creating a test directory");
+    dir
+}
+
+/// Writes `toml` as `job.toml` in `dir`.
+pub fn write_job(dir: &Path, toml: &str) -> PathBuf {
+    let path = dir.join("job.toml");
+    std::fs::write(&path, toml).expect("writing the job file");
+    path
+}
+
+/// A running or finished job driven from a test.
+pub struct TestJob {
+    /// The loaded job.
+    pub job: Job,
+    /// Sends control requests.
+    pub control: Sender<JobControl>,
+    control_rx: Receiver<JobControl>,
+    /// Live metrics.
+    pub monitor: Arc<JobMonitor>,
+}
+
+impl TestJob {
+    /// Loads the job file at `path` with the shared engine.
+    pub fn load(path: &Path) -> Result<TestJob> {
+        let (control, control_rx) = unbounded();
+        Ok(TestJob {
+            job: Job::load(path, engine())?,
+            control,
+            control_rx,
+            monitor: Arc::new(JobMonitor::default()),
+        })
+    }
+
+    /// Runs it to its end.
+    pub fn run(&self, restore: RestorePoint) -> Result<JobReport> {
+        self.job.run(restore, &self.control_rx, &self.monitor)
+    }
+}
+
+/// Loads and runs the job at `path` from scratch.
+pub fn run_job(path: &Path) -> Result<JobReport> {
+    TestJob::load(path)?.run(RestorePoint::Fresh)
+}
+
+/// Deterministic text with mixed case, punctuation, digits and non-ASCII letters: the
+/// input of word-count tests. `lines` lines from `seed`.
+pub fn sample_text(seed: u64, lines: usize) -> String {
+    const WORDS: &[&str] = &[
+        "Stream",
+        "stream",
+        "WASM",
+        "operator",
+        "barrier",
+        "checkpoint",
+        "état",
+        "Größe",
+        "naïve",
+        "日本語",
+        "x",
+        "of",
+        "the",
+        "The",
+        "key",
+        "group",
+        "watermark",
+        "2024",
+        "a1b2",
+        "timer",
+        "TIMER",
+        "sink",
+        "source",
+        "über",
+        "Ñandú",
+        "mailbox",
+        "flink",
+        "rust",
+    ];
+    const SEPARATORS: &[&str] = &[" ", "  ", ", ", ". ", "! ", " - ", "\t", "; ", "...", "'"];
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut next = move |n: usize| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 33) as usize) % n
+    };
+    let mut text = String::new();
+    for _ in 0..lines {
+        let words = next(12);
+        for w in 0..words {
+            if w > 0 {
+                text.push_str(SEPARATORS[next(SEPARATORS.len())]);
+            }
+            text.push_str(WORDS[next(WORDS.len())]);
+        }
+        text.push('\n');
+    }
+    text
+}
+
+/// Word counts of `text` by the rules of the `tokenize` plugin, computed here
+/// independently: lowercase, split on every character that is not alphanumeric, drop
+/// words shorter than `min_length` characters.
+pub fn expected_word_counts(text: &str, min_length: usize) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for line in text.lines() {
+        for word in line.split(|c: char| !c.is_alphanumeric()) {
+            if !word.is_empty() && word.chars().count() >= min_length {
+                *counts.entry(word.to_lowercase()).or_insert(0) += 1;
+            }
+        }
+    }
+    counts
+}
+
+/// Reads a `word<TAB>count` file of running counts and checks that every word's counts
+/// are exactly 1, 2, …, n in order — no count lost, none repeated — then returns the final
+/// count per word.
+pub fn final_counts(output: &str) -> Result<BTreeMap<String, u64>> {
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    for (i, line) in output.lines().enumerate() {
+        let (word, count) = line
+            .split_once('\t')
+            .ok_or_else(|| anyhow::anyhow!("line {}: no tab in {line:?}", i + 1))?;
+        let count: u64 = count.parse()?;
+        let last = counts.entry(word.to_string()).or_insert(0);
+        anyhow::ensure!(
+            count == *last + 1,
+            "line {}: word {word:?} counted {count} after {last}",
+            i + 1
+        );
+        *last = count;
+    }
+    Ok(counts)
+}
+
+/// Like [`final_counts`] for output whose lines of one word may come in any order (from
+/// several sink subtasks): every word's counts must still be exactly 1, 2, …, n.
+pub fn final_counts_any_order(output: &str) -> Result<BTreeMap<String, u64>> {
+    let mut lines: Vec<(String, u64)> = output
+        .lines()
+        .map(|line| {
+            let (word, count) = line
+                .split_once('\t')
+                .ok_or_else(|| anyhow::anyhow!("no tab in {line:?}"))?;
+            Ok((word.to_string(), count.parse()?))
+        })
+        .collect::<Result<_>>()?;
+    lines.sort();
+    let sorted: String = lines.iter().map(|(w, c)| format!("{w}\t{c}\n")).collect();
+    final_counts(&sorted)
+}
+
+/// All output files of a file sink: `path` itself, or `stem-N.ext` per subtask.
+pub fn read_sink_output(path: &Path, parallelism: u32) -> String {
+    if parallelism <= 1 {
+        return std::fs::read_to_string(path).unwrap_or_default();
+    }
+    let stem = path.file_stem().unwrap().to_string_lossy();
+    let ext = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    (0..parallelism)
+        .map(|i| {
+            std::fs::read_to_string(path.with_file_name(format!("{stem}-{i}{ext}")))
+                .unwrap_or_default()
+        })
+        .collect()
+}

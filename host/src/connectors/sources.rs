@@ -311,7 +311,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sluice-src-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("in.txt");
-        std::fs::File::create(&path)
+        File::create(&path)
             .unwrap()
             .write_all(b"one\r\ntwo\nthree\nlast-without-newline")
             .unwrap();

@@ -50,7 +50,7 @@ impl RestartStrategy {
             "fixed-delay" => Ok(RestartStrategy::FixedDelay { attempts, delay }),
             "exponential" => {
                 let multiplier = spec.multiplier.unwrap_or(2.0);
-                if !(multiplier >= 1.0) {
+                if multiplier.is_nan() || multiplier < 1.0 {
                     return Err(format!("`multiplier` must be at least 1, not {multiplier}"));
                 }
                 Ok(RestartStrategy::Exponential {

@@ -84,6 +84,8 @@ pub struct JobReport {
     pub checkpoints: CheckpointStats,
     /// The failures that caused restarts.
     pub failures: Vec<String>,
+    /// Operator calls that a cancellation interrupted.
+    pub interrupted: Vec<String>,
 }
 
 /// A live view of a running job, for progress lines and status endpoints.
@@ -93,6 +95,7 @@ pub struct JobMonitor {
     checkpoints: Mutex<Arc<Mutex<CheckpointStats>>>,
     attempt: AtomicU32,
     running: AtomicBool,
+    interrupted: Mutex<Vec<String>>,
 }
 
 impl JobMonitor {
@@ -244,6 +247,7 @@ impl Job {
                 tasks: monitor.tasks(),
                 checkpoints: lock(&stats).clone(),
                 failures: failures.clone(),
+                interrupted: lock(&monitor.interrupted).clone(),
             };
             let error = match end {
                 AttemptEnd::Outcome(outcome) => return Ok(report(outcome, &failures)),
@@ -344,11 +348,11 @@ impl Job {
             let (up, down) = (chains[c - 1].parallelism, chains[c].parallelism);
             senders[c] = vec![Vec::new(); up as usize];
             receivers[c] = vec![Vec::new(); down as usize];
-            for u in 0..up as usize {
-                for d in 0..down as usize {
+            for from_upstream in senders[c].iter_mut() {
+                for into_downstream in receivers[c].iter_mut() {
                     let (tx, rx) = channel(graph.network.channel_capacity);
-                    senders[c][u].push(tx);
-                    receivers[c][d].push(rx);
+                    from_upstream.push(tx);
+                    into_downstream.push(rx);
                 }
             }
         }
@@ -508,6 +512,7 @@ impl RunningAttempt {
     /// requests meanwhile.
     fn supervise(self, control: &Receiver<JobControl>, monitor: &JobMonitor) -> AttemptEnd {
         *lock(&monitor.tasks) = self.metrics.clone();
+        lock(&monitor.interrupted).clear();
         monitor.running.store(true, Ordering::Relaxed);
         let mut remaining = self.handles.len();
         let mut first_error: Option<anyhow::Error> = None;
@@ -525,7 +530,9 @@ impl RunningAttempt {
                         Ok(TaskOutcome::Finished) => {
                             let _ = self.coordinator_tx.send(CoordinatorMessage::TaskFinished(id));
                         }
-                        Ok(TaskOutcome::Cancelled) => {}
+                        Ok(TaskOutcome::Cancelled { interrupted }) => {
+                            lock(&monitor.interrupted).extend(interrupted);
+                        }
                         Err(e) => {
                             if first_error.is_none() && !cancelled {
                                 tracing::error!("{e:#}");

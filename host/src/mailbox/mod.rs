@@ -115,6 +115,8 @@ struct Inner<T> {
     name: String,
     queue: Mutex<Queue<T>>,
     seq: AtomicU64,
+    /// Mails taken so far.
+    taken: AtomicU64,
     /// Holds at most one token: "the queue or a control flag may have changed".
     doorbell_tx: Sender<()>,
     doorbell_rx: Receiver<()>,
@@ -156,6 +158,7 @@ impl<T> TaskMailbox<T> {
                     state: State::Open,
                 }),
                 seq: AtomicU64::new(0),
+                taken: AtomicU64::new(0),
                 doorbell_tx,
                 doorbell_rx,
                 all_actions_completed: AtomicBool::new(false),
@@ -196,10 +199,16 @@ impl<T> TaskMailbox<T> {
     pub fn try_take(&self, min: Priority) -> Option<Letter<T>> {
         let mut q = self.lock();
         if q.letters.peek().is_some_and(|l| l.priority >= min) {
+            self.inner.taken.fetch_add(1, Ordering::Relaxed);
             q.letters.pop()
         } else {
             None
         }
+    }
+
+    /// How many mails were taken (to be run) so far.
+    pub fn taken(&self) -> u64 {
+        self.inner.taken.load(Ordering::Relaxed)
     }
 
     /// Takes the first mail with at least `min` priority, blocking until there is one.

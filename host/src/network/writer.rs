@@ -72,34 +72,60 @@ impl RecordWriter {
     pub fn emit(&mut self, batch: &[u8], count: usize) -> Result<()> {
         let n = self.channels.len();
         match &self.partitioner {
-            Partitioner::Forward => self.buffers[0].extend_encoded(batch, count),
+            Partitioner::Forward => self.append_encoded(0, batch, count)?,
             Partitioner::Broadcast => {
-                for b in &mut self.buffers {
-                    b.extend_encoded(batch, count);
+                for i in 0..n {
+                    self.append_encoded(i, batch, count)?;
                 }
             }
             Partitioner::Rebalance => {
                 for record in BatchReader::new(batch) {
-                    self.buffers[self.next].push_record(record?);
+                    let i = self.next;
                     self.next = (self.next + 1) % n;
+                    self.buffers[i].push_record(record?);
+                    self.send_if_full(i)?;
                 }
             }
             Partitioner::Hash {
                 key,
                 max_parallelism,
             } => {
+                let (key, max_parallelism) = (key.clone(), *max_parallelism);
                 for record in BatchReader::new(batch) {
                     let record = record?;
                     let k = key.key(&record)?;
-                    let target = hash_target(k, n as u32, *max_parallelism);
-                    self.buffers[target].push(Some(k), record.value, record.timestamp);
+                    let i = hash_target(k, n as u32, max_parallelism);
+                    self.buffers[i].push(Some(k), record.value, record.timestamp);
+                    self.send_if_full(i)?;
                 }
             }
         }
-        for i in 0..n {
-            if self.buffers[i].byte_len() >= self.buffer_bytes {
-                self.send_buffer(i)?;
-            }
+        Ok(())
+    }
+
+    /// Appends an encoded batch to channel `i`'s buffer; a batch larger than a buffer is
+    /// sent as it is, after what was buffered.
+    fn append_encoded(&mut self, i: usize, batch: &[u8], count: usize) -> Result<()> {
+        if batch.len() >= self.buffer_bytes {
+            self.send_buffer(i)?;
+            self.metrics
+                .records_out
+                .fetch_add(count as u64, Ordering::Relaxed);
+            return self.send(
+                i,
+                StreamElement::Records {
+                    bytes: batch.to_vec(),
+                    count: count as u32,
+                },
+            );
+        }
+        self.buffers[i].extend_encoded(batch, count);
+        self.send_if_full(i)
+    }
+
+    fn send_if_full(&mut self, i: usize) -> Result<()> {
+        if self.buffers[i].byte_len() >= self.buffer_bytes {
+            self.send_buffer(i)?;
         }
         Ok(())
     }

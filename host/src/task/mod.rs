@@ -22,6 +22,8 @@
 mod checkpointing;
 mod handle;
 mod input;
+#[cfg(test)]
+mod tests;
 
 pub use handle::{AsyncExceptionHandler, TaskHandle};
 pub use input::TaskInput;
@@ -77,12 +79,16 @@ pub struct TaskContext {
 }
 
 /// Why a task ended without error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TaskOutcome {
     /// The input ended and the task shut down cleanly.
     Finished,
-    /// It was cancelled.
-    Cancelled,
+    /// It was cancelled; `interrupted` describes the operator call cancellation cut
+    /// short, if it cut one short.
+    Cancelled {
+        /// The interrupted call, as a failure message.
+        interrupted: Option<String>,
+    },
 }
 
 /// The error a cancelled task ends with (the task did not fail; it was told to stop).
@@ -194,12 +200,30 @@ impl StreamTask {
         let result = self.cleanup(result, disposed);
         match result {
             Ok(()) => Ok(TaskOutcome::Finished),
-            Err(e) if e.downcast_ref::<Cancelled>().is_some() => Ok(TaskOutcome::Cancelled),
+            Err(e) if e.downcast_ref::<Cancelled>().is_some() => {
+                Ok(TaskOutcome::Cancelled { interrupted: None })
+            }
             // Once cancelled, errors are consequences of the cancellation (an interrupted
             // call, a downstream task that is gone), as in the reference.
             Err(e) if self.is_canceled() => {
-                tracing::debug!("{}: error after cancellation: {e:#}", self.ctx.name);
-                Ok(TaskOutcome::Cancelled)
+                let interrupted = e
+                    .chain()
+                    .filter_map(|c| c.downcast_ref::<crate::chain::OperatorFailure>())
+                    .find(|f| {
+                        matches!(
+                            f.error,
+                            crate::chain::CallError::Trap {
+                                kind: crate::chain::TrapKind::Cancelled,
+                                ..
+                            }
+                        )
+                    })
+                    .map(ToString::to_string);
+                match &interrupted {
+                    Some(note) => tracing::warn!("{}: cancelled; {note}", self.ctx.name),
+                    None => tracing::debug!("{}: error after cancellation: {e:#}", self.ctx.name),
+                }
+                Ok(TaskOutcome::Cancelled { interrupted })
             }
             Err(e) => Err(e.context(format!("task {} failed", self.ctx.name))),
         }
@@ -233,16 +257,22 @@ impl StreamTask {
         processor.run(
             self,
             |task| {
+                // Time blocked on full outputs inside the action is backpressure, not work.
                 let start = Instant::now();
+                let blocked_before = metrics.backpressured_ns.load(Ordering::Relaxed);
                 let result = task.default_action();
-                add_duration(&metrics.busy_ns, start.elapsed());
+                let blocked = metrics.backpressured_ns.load(Ordering::Relaxed) - blocked_before;
+                let busy = start
+                    .elapsed()
+                    .saturating_sub(Duration::from_nanos(blocked));
+                add_duration(&metrics.busy_ns, busy);
                 result
             },
             |task, doorbell| {
-                task.ctx
-                    .metrics
-                    .mailbox_depth
+                let m = &task.ctx.metrics;
+                m.mailbox_depth
                     .store(task.mailbox.len() as u64, Ordering::Relaxed);
+                m.mails.store(task.mailbox.taken(), Ordering::Relaxed);
                 task.wait_for_input(doorbell)
             },
         )?;
@@ -293,20 +323,19 @@ impl StreamTask {
                 self.settings.timer_shutdown_timeout
             );
         }
-        if let Some(chain) = self.chain.as_mut() {
-            if !disposed {
-                if let Err(e) = chain.dispose_all() {
-                    if result.is_err() {
-                        tracing::error!(
-                            "{}: while disposing after a failure: {e:#}",
-                            self.ctx.name
-                        );
-                    } else {
-                        return Err(e);
-                    }
-                }
+        if let Some(chain) = self.chain.as_mut().filter(|_| !disposed)
+            && let Err(e) = chain.dispose_all()
+        {
+            if result.is_err() {
+                tracing::error!("{}: while disposing after a failure: {e:#}", self.ctx.name);
+            } else {
+                return Err(e);
             }
         }
+        self.ctx
+            .metrics
+            .mails
+            .store(self.mailbox.taken(), Ordering::Relaxed);
         for letter in self.mailbox.close() {
             tracing::debug!(
                 "{}: dropped mail '{}' at shutdown",

@@ -93,13 +93,13 @@ impl ComponentCache {
             }
         }
         let component = Component::new(engine, bytes)?;
-        if let Some(file) = &file {
-            if let Err(e) = store(file, &component) {
-                tracing::warn!(
-                    "could not cache compiled component in {}: {e:#}",
-                    file.display()
-                );
-            }
+        if let Some(file) = &file
+            && let Err(e) = store(file, &component)
+        {
+            tracing::warn!(
+                "could not cache compiled component in {}: {e:#}",
+                file.display()
+            );
         }
         self.lock().insert(key, component.clone());
         Ok((component, CacheOutcome::Compiled))

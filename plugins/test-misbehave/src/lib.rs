@@ -6,7 +6,8 @@
 //! - `after` (default 0): records to pass through before a record-triggered misbehaviour.
 //! - `attempts` (optional, e.g. `0` or `0,1`): misbehave only when the job's restart attempt
 //!   is in this list; by default always.
-//! - `delay-ms` (default 2000): how long `slow-snapshot` takes.
+//! - `delay-ms` (default 2000): how long `slow-snapshot` takes, and how long `slow-process`
+//!   waits per record.
 //! - `flood-bytes` (default 64 MiB): how many value bytes `emit-flood` emits.
 //!
 //! `error-in-open`, `invalid-config` and `panic-in-open` happen in `open`;
@@ -37,6 +38,7 @@ pub const BEHAVIORS: &[&str] = &[
     "loop-in-process",
     "panic-in-snapshot",
     "slow-snapshot",
+    "slow-process",
     "panic-in-close",
     "panic-in-finish",
     "memory-bomb",
@@ -52,6 +54,7 @@ pub const BEHAVIORS: &[&str] = &[
 /// The operator.
 pub struct Misbehave {
     behavior: &'static str,
+    delay_ms: u64,
     after: u64,
     seen: u64,
     done: bool,
@@ -98,6 +101,7 @@ impl Operator for Misbehave {
         };
         Ok(Misbehave {
             behavior,
+            delay_ms,
             after: config.parse_or("after", 0)?,
             seen: 0,
             done: false,
@@ -108,6 +112,13 @@ impl Operator for Misbehave {
 
     fn process(&mut self, record: Record<'_>, ctx: &mut Context<'_>) -> Result<()> {
         self.seen += 1;
+        if self.behavior == "slow-process" && self.seen > self.after {
+            // A slow operator (or sink): waits on the host's clock for every record.
+            let until = ctx.processing_time() + self.delay_ms as i64;
+            while ctx.processing_time() < until {
+                spin(1000);
+            }
+        }
         if self.seen > self.after && !self.done {
             self.done = true;
             self.misbehave(ctx)?;

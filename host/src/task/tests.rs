@@ -1,0 +1,404 @@
+//! Lifecycle tests with native operators that record the calls they receive.
+
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use sluice_codec::{BatchWriter, Effect, EffectWriter, TimeDomain};
+
+use super::*;
+use crate::chain::{
+    Call, CallError, CallOutput, ChainOutput, ChainedOperator, OpenInfo, Operator,
+    OperatorIdentity, OperatorState,
+};
+use crate::checkpoint::TaskId;
+use crate::connectors::{Source, SourceStatus};
+use crate::timers::now_millis;
+
+type Log = Arc<Mutex<Vec<String>>>;
+
+/// Emits the given batches, then idles until `end_at` (if any), then ends.
+struct TestSource {
+    batches: VecDeque<Vec<&'static str>>,
+    end_at: Option<Instant>,
+}
+
+impl Source for TestSource {
+    fn poll(&mut self, out: &mut BatchWriter, _max: usize) -> Result<SourceStatus> {
+        if let Some(batch) = self.batches.pop_front() {
+            for v in batch {
+                out.push(None, v.as_bytes(), None);
+            }
+            return Ok(SourceStatus::More);
+        }
+        match self.end_at {
+            Some(t) if Instant::now() < t => Ok(SourceStatus::Idle { retry_at: Some(t) }),
+            None if self.batches.is_empty() && self.end_at.is_none() => Ok(SourceStatus::End),
+            _ => Ok(SourceStatus::End),
+        }
+    }
+    fn position(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn seek(&mut self, _position: &[u8]) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A source that never produces anything and never ends.
+struct SilentSource;
+
+impl Source for SilentSource {
+    fn poll(&mut self, _out: &mut BatchWriter, _max: usize) -> Result<SourceStatus> {
+        Ok(SourceStatus::Idle { retry_at: None })
+    }
+    fn position(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn seek(&mut self, _position: &[u8]) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[derive(Default, Clone)]
+struct Behavior {
+    fail_in: Option<Call>,
+    fail_dispose: bool,
+    /// Pass records on (false for the tail, which stands in for a sink).
+    forward: bool,
+    /// Register a processing-time timer this many ms after `open`.
+    timer_after_ms: Option<i64>,
+}
+
+struct Recording {
+    identity: OperatorIdentity,
+    state: OperatorState,
+    log: Log,
+    behavior: Behavior,
+}
+
+impl Recording {
+    fn note(&self, call: Call) -> Result<(), CallError> {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("{}:{}", self.identity.operator, call));
+        if self.behavior.fail_in == Some(call) {
+            return Err(CallError::Failed(format!(
+                "{} fails in {call}",
+                self.identity.operator
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Operator for Recording {
+    fn identity(&self) -> &OperatorIdentity {
+        &self.identity
+    }
+    fn state(&mut self) -> &mut OperatorState {
+        &mut self.state
+    }
+    fn open(&mut self, _info: &OpenInfo) -> Result<CallOutput, CallError> {
+        self.note(Call::Open)?;
+        let mut effects = EffectWriter::new();
+        if let Some(ms) = self.behavior.timer_after_ms {
+            effects.push(Effect::RegisterTimer {
+                domain: TimeDomain::ProcessingTime,
+                timestamp: now_millis() + ms,
+                key: b"",
+            });
+        }
+        Ok(CallOutput {
+            records: Vec::new(),
+            effects: effects.take(),
+        })
+    }
+    fn process(&mut self, records: &[u8]) -> Result<CallOutput, CallError> {
+        self.note(Call::Process)?;
+        Ok(CallOutput {
+            records: if self.behavior.forward {
+                records.to_vec()
+            } else {
+                Vec::new()
+            },
+            effects: Vec::new(),
+        })
+    }
+    fn process_watermark(&mut self, _watermark: i64) -> Result<CallOutput, CallError> {
+        self.note(Call::ProcessWatermark)?;
+        Ok(CallOutput::default())
+    }
+    fn on_timers(&mut self, _timers: &[u8]) -> Result<CallOutput, CallError> {
+        self.note(Call::OnTimers)?;
+        Ok(CallOutput::default())
+    }
+    fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, CallError> {
+        self.note(Call::Snapshot)?;
+        Ok(Vec::new())
+    }
+    fn notify_complete(&mut self, _checkpoint_id: u64) -> Result<(), CallError> {
+        self.note(Call::NotifyComplete)
+    }
+    fn notify_aborted(&mut self, _checkpoint_id: u64) -> Result<(), CallError> {
+        self.note(Call::NotifyAborted)
+    }
+    fn finish(&mut self) -> Result<CallOutput, CallError> {
+        self.note(Call::Finish)?;
+        Ok(CallOutput::default())
+    }
+    fn close(&mut self) -> Result<CallOutput, CallError> {
+        self.note(Call::Close)?;
+        Ok(CallOutput::default())
+    }
+    fn dispose(&mut self) -> Result<(), CallError> {
+        self.note(Call::Dispose)?;
+        if self.behavior.fail_dispose {
+            return Err(CallError::Failed("dispose failed".into()));
+        }
+        Ok(())
+    }
+}
+
+fn task_with(source: Box<dyn Source>, ops: Vec<(&'static str, Behavior)>, log: &Log) -> StreamTask {
+    let ctx = TaskContext {
+        name: "test (1/1)".into(),
+        id: TaskId {
+            vertex: 0,
+            subtask: 0,
+        },
+        cancel: Arc::new(AtomicBool::new(false)),
+        metrics: Arc::default(),
+    };
+    let log = log.clone();
+    let factory: ChainFactory = Box::new(move |ctx: &TaskContext| {
+        let operators = ops
+            .into_iter()
+            .map(|(name, behavior)| ChainedOperator {
+                operator: Box::new(Recording {
+                    identity: OperatorIdentity {
+                        tenant: "t".into(),
+                        job: "j".into(),
+                        operator: name.into(),
+                        subtask: 0,
+                        parallelism: 1,
+                    },
+                    state: OperatorState::new(None),
+                    log: log.clone(),
+                    behavior,
+                }) as Box<dyn Operator>,
+                open_info: OpenInfo::default(),
+                metrics: Arc::default(),
+            })
+            .collect();
+        Ok(OperatorChain::new(
+            operators,
+            ChainOutput::None,
+            ctx.metrics.clone(),
+        ))
+    });
+    StreamTask::new(
+        ctx,
+        TaskSettings::default(),
+        TaskInput::Source(source),
+        factory,
+        None,
+        None,
+    )
+}
+
+fn two_ops(head: Behavior, tail: Behavior) -> Vec<(&'static str, Behavior)> {
+    vec![
+        (
+            "a",
+            Behavior {
+                forward: true,
+                ..head
+            },
+        ),
+        ("b", tail),
+    ]
+}
+
+fn taken(log: &Log) -> Vec<String> {
+    std::mem::take(&mut *log.lock().unwrap())
+}
+
+#[test]
+fn a_clean_run_calls_every_operator_in_the_reference_order() {
+    let log = Log::default();
+    let source = TestSource {
+        batches: VecDeque::from([vec!["x", "y"], vec!["z"]]),
+        end_at: None,
+    };
+    let outcome = task_with(
+        Box::new(source),
+        two_ops(Behavior::default(), Behavior::default()),
+        &log,
+    )
+    .run()
+    .unwrap();
+    assert_eq!(outcome, TaskOutcome::Finished);
+    assert_eq!(
+        taken(&log),
+        [
+            "b:open",
+            "a:open", // tail to head
+            "a:process",
+            "b:process",
+            "a:process",
+            "b:process",
+            "a:process-watermark",
+            "b:process-watermark", // end of event time
+            "a:finish",
+            "b:finish", // head to tail
+            "a:close",
+            "b:close", // head to tail
+            "b:dispose",
+            "a:dispose", // tail to head
+        ]
+    );
+}
+
+#[test]
+fn a_failure_still_disposes_every_operator_and_reports_the_first_error() {
+    let log = Log::default();
+    let source = TestSource {
+        batches: VecDeque::from([vec!["x"]]),
+        end_at: None,
+    };
+    let head = Behavior {
+        fail_in: Some(Call::Process),
+        ..Behavior::default()
+    };
+    let tail = Behavior {
+        fail_dispose: true,
+        ..Behavior::default()
+    };
+    let err = task_with(Box::new(source), two_ops(head, tail), &log)
+        .run()
+        .unwrap_err();
+    let message = format!("{err:#}");
+    assert!(message.contains("task test (1/1) failed"), "{message}");
+    assert!(message.contains("operator 'a' (subtask 1/1)"), "{message}");
+    assert!(
+        message.contains("failed in `process`: operator error: a fails in process"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("dispose failed"),
+        "a secondary error hid the first: {message}"
+    );
+    // No finish or close after a failure; dispose for every operator, tail to head.
+    assert_eq!(
+        taken(&log),
+        ["b:open", "a:open", "a:process", "b:dispose", "a:dispose"]
+    );
+}
+
+#[test]
+fn a_failing_open_skips_the_loop_and_disposes() {
+    let log = Log::default();
+    let source = TestSource {
+        batches: VecDeque::from([vec!["x"]]),
+        end_at: None,
+    };
+    let tail = Behavior {
+        fail_in: Some(Call::Open),
+        ..Behavior::default()
+    };
+    let err = task_with(Box::new(source), two_ops(Behavior::default(), tail), &log)
+        .run()
+        .unwrap_err();
+    assert!(format!("{err:#}").contains("failed in `open`"));
+    assert_eq!(taken(&log), ["b:open", "b:dispose", "a:dispose"]);
+}
+
+#[test]
+fn an_async_exception_fails_the_running_task_and_is_ignored_afterwards() {
+    let log = Log::default();
+    let task = task_with(
+        Box::new(SilentSource),
+        two_ops(Behavior::default(), Behavior::default()),
+        &log,
+    );
+    let handle = task.handle();
+    let handler = handle.async_exception_handler();
+    let runner = thread::spawn(move || task.run());
+    thread::sleep(Duration::from_millis(100));
+    handler.handle("timer thread failed", anyhow::anyhow!("boom"));
+    let err = runner.join().unwrap().unwrap_err();
+    let message = format!("{err:#}");
+    assert!(message.contains("timer thread failed: boom"), "{message}");
+    // After the task ended, the handler does nothing (and does not panic).
+    handler.handle("late", anyhow::anyhow!("ignored"));
+    assert!(!taken(&log).iter().any(|c| c.ends_with(":close")));
+}
+
+#[test]
+fn processing_time_timers_fire_as_mails_before_the_task_finishes() {
+    let log = Log::default();
+    let source = TestSource {
+        batches: VecDeque::new(),
+        end_at: Some(Instant::now() + Duration::from_millis(300)),
+    };
+    let head = Behavior {
+        timer_after_ms: Some(50),
+        ..Behavior::default()
+    };
+    task_with(Box::new(source), two_ops(head, Behavior::default()), &log)
+        .run()
+        .unwrap();
+    let calls = taken(&log);
+    let timer = calls
+        .iter()
+        .position(|c| c == "a:on-timers")
+        .expect("the timer fired");
+    let finish = calls.iter().position(|c| c == "a:finish").unwrap();
+    assert!(timer < finish, "{calls:?}");
+}
+
+#[test]
+fn cancel_ends_an_idle_task_without_finish_or_close_but_with_dispose() {
+    let log = Log::default();
+    let task = task_with(
+        Box::new(SilentSource),
+        two_ops(Behavior::default(), Behavior::default()),
+        &log,
+    );
+    let handle = task.handle();
+    let runner = thread::spawn(move || task.run());
+    thread::sleep(Duration::from_millis(100));
+    let start = Instant::now();
+    handle.cancel();
+    let outcome = runner.join().unwrap().unwrap();
+    assert!(start.elapsed() < Duration::from_secs(2));
+    assert_eq!(outcome, TaskOutcome::Cancelled { interrupted: None });
+    assert_eq!(taken(&log), ["b:open", "a:open", "b:dispose", "a:dispose"]);
+}
+
+#[test]
+fn mails_are_rejected_once_the_task_has_ended() {
+    let log = Log::default();
+    let source = TestSource {
+        batches: VecDeque::new(),
+        end_at: None,
+    };
+    let task = task_with(
+        Box::new(source),
+        two_ops(Behavior::default(), Behavior::default()),
+        &log,
+    );
+    let handle = task.handle();
+    task.run().unwrap();
+    let err = handle.notify_complete(1).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("mailbox of task test (1/1) is closed"),
+        "{err}"
+    );
+}

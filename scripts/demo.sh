@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Runs the word-count demo end to end: builds the plugins it needs as components, builds
+# the host, runs examples/wordcount/job.toml and shows where the output went.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rustup target add wasm32-wasip2
+cargo build --release --target wasm32-wasip2 -p tokenize -p filter -p count
+cargo run --release -p sluice -- run examples/wordcount/job.toml "$@"
+echo
+echo "most frequent words (word, count):"
+sort -t $'\t' -k2,2nr examples/wordcount/out/counts.tsv | awk -F '\t' '!seen[$1]++' | head -5

@@ -1,0 +1,232 @@
+//! Bad input gets a clear error that names the file, operator and call, a non-zero exit,
+//! no panic of the host, and no partial output presented as complete.
+
+use std::path::Path;
+
+use crate::cli::{outcome, sluice};
+use sluice_tests::plugins::{TEST_MISBEHAVE, TEST_NOT_OPERATOR, TEST_WRONG_VERSION, TOKENIZE};
+use sluice_tests::{test_dir, write_job};
+
+/// A job reading one line and running `plugin` with `config`, writing `out.txt`.
+fn job_with(dir: &Path, plugin: &str, config: &str) -> String {
+    std::fs::write(dir.join("in.txt"), "one line\nanother line\n").unwrap();
+    let job = write_job(
+        dir,
+        &format!(
+            r#"
+name = "bad"
+[source]
+type = "file"
+path = "in.txt"
+[[operator]]
+name = "suspect"
+plugin = "{plugin}"
+config = {{ {config} }}
+[sink]
+type = "file"
+path = "out.txt"
+"#
+        ),
+    );
+    job.to_str().unwrap().to_string()
+}
+
+/// Runs `sluice run` and checks the common expectations; returns stderr.
+fn fails(job: &str) -> String {
+    let (code, _, stderr) = outcome(&sluice(&["run", job]));
+    assert_eq!(code, Some(1), "expected failure, got {code:?}: {stderr}");
+    assert!(
+        stderr.starts_with("error: ") || stderr.contains("\nerror: "),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("thread '"), "the host panicked: {stderr}");
+    stderr
+}
+
+#[test]
+fn missing_plugin_file() {
+    let dir = test_dir("bad-missing");
+    let stderr = fails(&job_with(&dir, "nowhere/plugin.wasm", ""));
+    assert!(stderr.contains("operator 'suspect'"), "{stderr}");
+    assert!(stderr.contains("cannot read plugin file"), "{stderr}");
+    assert!(stderr.contains("nowhere/plugin.wasm"), "{stderr}");
+    assert!(stderr.contains("No such file"), "{stderr}");
+}
+
+#[test]
+fn file_that_is_not_wasm() {
+    let dir = test_dir("bad-notwasm");
+    std::fs::write(dir.join("text.wasm"), "just some text").unwrap();
+    let stderr = fails(&job_with(&dir, "text.wasm", ""));
+    assert!(
+        stderr.contains("text.wasm is not a WebAssembly file"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn core_module_instead_of_a_component() {
+    let dir = test_dir("bad-core");
+    // The smallest valid core module: magic and version 1, no sections.
+    std::fs::write(dir.join("core.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    let stderr = fails(&job_with(&dir, "core.wasm", ""));
+    assert!(
+        stderr.contains("core.wasm is a core WebAssembly module, not a component"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("wasm32-wasip2"), "{stderr}");
+}
+
+#[test]
+fn component_of_another_wit_version() {
+    let dir = test_dir("bad-version");
+    let stderr = fails(&job_with(&dir, TEST_WRONG_VERSION, ""));
+    assert!(
+        stderr.contains("test_wrong_version.wasm cannot be used as an operator"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("built for sluice:operator@0.2.0"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("supports sluice:operator@0.1.0"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn component_of_another_world() {
+    let dir = test_dir("bad-world");
+    let stderr = fails(&job_with(&dir, TEST_NOT_OPERATOR, ""));
+    assert!(stderr.contains("is not a Sluice operator"), "{stderr}");
+    assert!(stderr.contains("it exports: wasi:cli/run"), "{stderr}");
+}
+
+#[test]
+fn open_returns_an_error() {
+    let dir = test_dir("bad-open");
+    let stderr = fails(&job_with(
+        &dir,
+        TEST_MISBEHAVE,
+        r#"behavior = "error-in-open""#,
+    ));
+    assert!(
+        stderr.contains(
+            "operator 'suspect' (subtask 1/1) of job 'bad' (tenant 'default') failed in `open`: \
+             operator error: test-misbehave: deliberate error in open"
+        ),
+        "{stderr}"
+    );
+    assert!(!dir.join("out.txt").exists(), "partial output left behind");
+}
+
+#[test]
+fn invalid_config_is_reported_as_such() {
+    let dir = test_dir("bad-config");
+    let stderr = fails(&job_with(&dir, TOKENIZE, r#"min-length = "many""#));
+    assert!(stderr.contains("operator 'suspect'"), "{stderr}");
+    assert!(
+        stderr.contains("failed in `open`: invalid configuration"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("min-length"), "{stderr}");
+}
+
+#[test]
+fn panic_in_process_names_the_call_and_quotes_the_panic() {
+    let dir = test_dir("bad-panic");
+    let stderr = fails(&job_with(
+        &dir,
+        TEST_MISBEHAVE,
+        r#"behavior = "panic-in-process", after = 1"#,
+    ));
+    assert!(
+        stderr.contains(
+            "operator 'suspect' (subtask 1/1) of job 'bad' (tenant 'default') failed in `process`"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("panicked: test-misbehave: deliberate panic in process"),
+        "{stderr}"
+    );
+    // The first record went through before the panic, but nothing is presented as output.
+    assert!(!dir.join("out.txt").exists(), "partial output left behind");
+}
+
+fn malformed(name: &str, toml: &str, expected: &[&str]) {
+    let dir = test_dir(name);
+    let job = write_job(&dir, toml);
+    let stderr = fails(job.to_str().unwrap());
+    assert!(
+        stderr.contains("job.toml"),
+        "the job file is not named: {stderr}"
+    );
+    for e in expected {
+        assert!(stderr.contains(e), "{e:?} not in: {stderr}");
+    }
+}
+
+const GOOD_SINK: &str = "[sink]\ntype = \"stdout\"\n";
+
+#[test]
+fn job_file_syntax_error() {
+    malformed(
+        "bad-syntax",
+        "name = \"x\"\n[source\ntype = \"stdin\"\n",
+        &["TOML parse error", "line 2"],
+    );
+}
+
+#[test]
+fn job_file_unknown_field() {
+    malformed(
+        "bad-field",
+        &format!(
+            "name = \"x\"\ncolour = \"blue\"\n[source]\ntype = \"stdin\"\n[[operator]]\nname = \"t\"\nplugin = \"{TOKENIZE}\"\n{GOOD_SINK}"
+        ),
+        &["unknown field `colour`"],
+    );
+}
+
+#[test]
+fn job_file_wrong_type() {
+    malformed(
+        "bad-type",
+        &format!(
+            "name = \"x\"\n[source]\ntype = \"stdin\"\n[[operator]]\nname = \"t\"\nplugin = \"{TOKENIZE}\"\nparallelism = \"two\"\n{GOOD_SINK}"
+        ),
+        &["invalid type: string \"two\", expected u32", "parallelism"],
+    );
+}
+
+#[test]
+fn job_file_without_operators() {
+    malformed(
+        "bad-no-operator",
+        &format!("name = \"x\"\n[source]\ntype = \"stdin\"\n{GOOD_SINK}"),
+        &["has no `[[operator]]`"],
+    );
+}
+
+#[test]
+fn job_file_operator_without_plugin() {
+    malformed(
+        "bad-no-plugin",
+        &format!(
+            "name = \"x\"\n[source]\ntype = \"stdin\"\n[[operator]]\nname = \"t\"\n{GOOD_SINK}"
+        ),
+        &["missing field `plugin`"],
+    );
+}
+
+#[test]
+fn job_file_that_does_not_exist() {
+    let (code, _, stderr) = outcome(&sluice(&["run", "/nonexistent/job.toml"]));
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("cannot read job file /nonexistent/job.toml"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,162 @@
+//! The 3-operator chain `tokenize -> filter -> count` as Wasm components and as native
+//! Rust operators over the same flat batch layout, driven through the same chain code, at
+//! several batch sizes. Prints lines/s for both and the ratio Wasm / native.
+//!
+//! `cargo bench -p sluice-tests --bench chain`
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use sluice::chain::{
+    ChainOutput, ChainedOperator, OpenInfo, Operator, OperatorChain, OperatorIdentity,
+    OperatorState,
+};
+use sluice::state::KeyedStateBackend;
+use sluice::wasm::SandboxLimits;
+use sluice_codec::BatchWriter;
+use sluice_tests::bench::{median_time, rate, runs};
+use sluice_tests::plugins::{COUNT, FILTER, TOKENIZE};
+use sluice_tests::{engine, native, sample_text};
+
+const STOP_WORDS: &[&str] = &["the", "of", "x"];
+
+fn chained(operators: Vec<(Box<dyn Operator>, OpenInfo)>) -> OperatorChain {
+    let operators = operators
+        .into_iter()
+        .map(|(operator, open_info)| ChainedOperator {
+            operator,
+            open_info,
+            metrics: Arc::default(),
+        })
+        .collect();
+    let mut chain = OperatorChain::new(operators, ChainOutput::None, Arc::default());
+    chain.open_all().expect("opening the chain");
+    chain
+}
+
+fn info(name: &str, config: &[(&str, &str)], keyed: bool) -> OpenInfo {
+    OpenInfo {
+        job: "bench".into(),
+        operator: name.into(),
+        config: config
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        subtask: 0,
+        parallelism: 1,
+        max_parallelism: 128,
+        keyed,
+        restored_state: None,
+        attempt: 0,
+    }
+}
+
+fn wasm(path: &str, name: &str, keyed: bool) -> Box<dyn Operator> {
+    let engine = engine();
+    let plugin = engine
+        .load_plugin(Path::new(path))
+        .expect("loading a plugin");
+    let state = OperatorState::new(keyed.then(|| KeyedStateBackend::new(128, 0..128)));
+    let identity = OperatorIdentity {
+        tenant: "bench".into(),
+        job: "bench".into(),
+        operator: name.into(),
+        subtask: 0,
+        parallelism: 1,
+    };
+    let limits = SandboxLimits {
+        call_deadline: None,
+        ..SandboxLimits::default()
+    };
+    Box::new(
+        plugin
+            .instantiate(
+                &engine,
+                identity,
+                limits,
+                state,
+                Arc::new(AtomicBool::new(false)),
+            )
+            .expect("instantiating"),
+    )
+}
+
+fn wasm_chain() -> OperatorChain {
+    let stop = STOP_WORDS.join(",");
+    chained(vec![
+        (
+            wasm(TOKENIZE, "tokenize", false),
+            info("tokenize", &[("min-length", "1")], false),
+        ),
+        (
+            wasm(FILTER, "filter", false),
+            info("filter", &[("none-of", &stop)], false),
+        ),
+        (wasm(COUNT, "count", true), info("count", &[], true)),
+        (Box::new(native::discard()), info("sink", &[], false)),
+    ])
+}
+
+fn native_chain() -> OperatorChain {
+    chained(vec![
+        (Box::new(native::tokenize(1)), info("tokenize", &[], false)),
+        (
+            Box::new(native::filter_none_of(STOP_WORDS)),
+            info("filter", &[], false),
+        ),
+        (Box::new(native::count()), info("count", &[], false)),
+        (Box::new(native::discard()), info("sink", &[], false)),
+    ])
+}
+
+fn main() {
+    let text = sample_text(1, 20_000);
+    let lines: Vec<&str> = text.lines().collect();
+    let words: usize = lines
+        .iter()
+        .map(|l| {
+            l.split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .count()
+        })
+        .sum();
+    let runs = runs(7);
+    println!(
+        "3-operator chain tokenize -> filter -> count: {} lines ({words} words), median of {runs} runs",
+        lines.len()
+    );
+    println!(
+        "{:>6} {:>16} {:>16} {:>12}",
+        "batch", "native lines/s", "wasm lines/s", "wasm/native"
+    );
+    for batch_size in [1usize, 64, 1024] {
+        let batches: Vec<(Vec<u8>, usize)> = lines
+            .chunks(batch_size)
+            .map(|chunk| {
+                let mut w = BatchWriter::new();
+                for l in chunk {
+                    w.push(None, l.as_bytes(), None);
+                }
+                (w.into_bytes(), chunk.len())
+            })
+            .collect();
+        let measure = |mut chain: OperatorChain| {
+            median_time(runs, || {
+                for (bytes, n) in &batches {
+                    chain.process(bytes.clone(), *n).expect("processing");
+                }
+            })
+        };
+        let native = measure(native_chain());
+        let wasm = measure(wasm_chain());
+        let n = lines.len() as f64;
+        let (native_rate, wasm_rate) = (n / native.as_secs_f64(), n / wasm.as_secs_f64());
+        println!(
+            "{batch_size:>6} {:>16} {:>16} {:>12.2}",
+            rate(native_rate),
+            rate(wasm_rate),
+            wasm_rate / native_rate
+        );
+    }
+}

@@ -1,0 +1,132 @@
+//! The example plugins' logic as native Rust operators over the same flat batch layout:
+//! the baseline that benchmarks measure Wasm against. Each reads a batch with
+//! `BatchReader` and writes its output with `BatchWriter`, exactly like the plugins do
+//! through the SDK; `count` keeps its counts in a `HashMap`, as native code would.
+
+use std::collections::HashMap;
+
+use sluice::chain::{CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState};
+use sluice_codec::{BatchReader, BatchWriter, RecordRef};
+
+fn identity(name: &str) -> OperatorIdentity {
+    OperatorIdentity {
+        tenant: "bench".into(),
+        job: "bench".into(),
+        operator: name.into(),
+        subtask: 0,
+        parallelism: 1,
+    }
+}
+
+/// A native operator: a per-batch function from records to records.
+pub struct Native<F> {
+    identity: OperatorIdentity,
+    state: OperatorState,
+    f: F,
+}
+
+impl<F: FnMut(RecordRef<'_>, &mut BatchWriter) + Send> Native<F> {
+    /// An operator named `name` applying `f` to every record.
+    pub fn new(name: &str, f: F) -> Self {
+        Native {
+            identity: identity(name),
+            state: OperatorState::new(None),
+            f,
+        }
+    }
+}
+
+impl<F: FnMut(RecordRef<'_>, &mut BatchWriter) + Send> Operator for Native<F> {
+    fn identity(&self) -> &OperatorIdentity {
+        &self.identity
+    }
+    fn state(&mut self) -> &mut OperatorState {
+        &mut self.state
+    }
+    fn open(&mut self, _info: &OpenInfo) -> Result<CallOutput, CallError> {
+        Ok(CallOutput::default())
+    }
+    fn process(&mut self, records: &[u8]) -> Result<CallOutput, CallError> {
+        let mut out = BatchWriter::with_capacity(records.len());
+        for record in BatchReader::new(records) {
+            let record = record.map_err(|e| CallError::Failed(e.to_string()))?;
+            (self.f)(record, &mut out);
+        }
+        Ok(CallOutput {
+            records: out.into_bytes(),
+            effects: Vec::new(),
+        })
+    }
+    fn process_watermark(&mut self, _watermark: i64) -> Result<CallOutput, CallError> {
+        Ok(CallOutput::default())
+    }
+    fn on_timers(&mut self, _timers: &[u8]) -> Result<CallOutput, CallError> {
+        Ok(CallOutput::default())
+    }
+    fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, CallError> {
+        Ok(Vec::new())
+    }
+    fn notify_complete(&mut self, _checkpoint_id: u64) -> Result<(), CallError> {
+        Ok(())
+    }
+    fn notify_aborted(&mut self, _checkpoint_id: u64) -> Result<(), CallError> {
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<CallOutput, CallError> {
+        Ok(CallOutput::default())
+    }
+    fn close(&mut self) -> Result<CallOutput, CallError> {
+        Ok(CallOutput::default())
+    }
+    fn dispose(&mut self) -> Result<(), CallError> {
+        Ok(())
+    }
+}
+
+/// `tokenize` with `min-length` as a native operator.
+pub fn tokenize(min_length: usize) -> impl Operator {
+    Native::new(
+        "tokenize",
+        move |r: RecordRef<'_>, out: &mut BatchWriter| {
+            let Ok(line) = std::str::from_utf8(r.value) else {
+                return;
+            };
+            for word in line.split(|c: char| !c.is_alphanumeric()) {
+                if word.is_empty() || word.chars().count() < min_length {
+                    continue;
+                }
+                let word = word.to_lowercase();
+                out.push(Some(word.as_bytes()), word.as_bytes(), r.timestamp);
+            }
+        },
+    )
+}
+
+/// `filter` with `none-of` as a native operator.
+pub fn filter_none_of(words: &[&str]) -> impl Operator {
+    let words: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
+    Native::new("filter", move |r: RecordRef<'_>, out: &mut BatchWriter| {
+        if !words.iter().any(|w| w == r.value) {
+            out.push_record(r);
+        }
+    })
+}
+
+/// `count` as a native operator (counts in a `HashMap`, emitted as decimal text).
+pub fn count() -> impl Operator {
+    let mut counts: HashMap<Vec<u8>, u64> = HashMap::new();
+    Native::new("count", move |r: RecordRef<'_>, out: &mut BatchWriter| {
+        let key = r.key.unwrap_or_default();
+        let c = match counts.get_mut(key) {
+            Some(c) => c,
+            None => counts.entry(key.to_vec()).or_insert(0),
+        };
+        *c += 1;
+        out.push(Some(key), c.to_string().as_bytes(), r.timestamp);
+    })
+}
+
+/// A sink that drops what it gets (so a benchmark measures the operators, not I/O).
+pub fn discard() -> impl Operator {
+    Native::new("sink", |_r: RecordRef<'_>, _out: &mut BatchWriter| {})
+}
