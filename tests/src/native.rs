@@ -130,3 +130,39 @@ pub fn count() -> impl Operator {
 pub fn discard() -> impl Operator {
     Native::new("sink", |_r: RecordRef<'_>, _out: &mut BatchWriter| {})
 }
+
+/// A source replaying prepared batches, for benchmarks of the task loop.
+pub struct ReplaySource {
+    batches: std::sync::Arc<Vec<(Vec<u8>, usize)>>,
+    next: usize,
+}
+
+impl ReplaySource {
+    /// Replays `batches` once.
+    pub fn new(batches: std::sync::Arc<Vec<(Vec<u8>, usize)>>) -> Self {
+        ReplaySource { batches, next: 0 }
+    }
+}
+
+impl sluice::connectors::Source for ReplaySource {
+    fn poll(
+        &mut self,
+        out: &mut BatchWriter,
+        _max: usize,
+    ) -> anyhow::Result<sluice::connectors::SourceStatus> {
+        match self.batches.get(self.next) {
+            Some((bytes, n)) => {
+                out.extend_encoded(bytes, *n);
+                self.next += 1;
+                Ok(sluice::connectors::SourceStatus::More)
+            }
+            None => Ok(sluice::connectors::SourceStatus::End),
+        }
+    }
+    fn position(&self) -> Vec<u8> {
+        (self.next as u64).to_le_bytes().to_vec()
+    }
+    fn seek(&mut self, _position: &[u8]) -> anyhow::Result<()> {
+        Ok(())
+    }
+}

@@ -348,10 +348,8 @@ impl Coordinator {
                     .map(|p| p.id)
                     .collect();
                 for id in doomed {
-                    self.abort(
-                        id,
-                        format!("task {task:?} finished before acknowledging it"),
-                    );
+                    let reason = format!("task {task:?} finished before acknowledging it");
+                    self.abort_quietly(id, reason);
                 }
             }
             CoordinatorMessage::TriggerSavepoint { stop, drain, reply } => {
@@ -387,11 +385,10 @@ impl Coordinator {
         self.pending.insert(id, pending);
         tracing::debug!("triggering {kind:?} {id}");
         for source in &self.setup.sources {
-            if let Err(e) = source.trigger_checkpoint(barrier) {
-                self.abort(
-                    id,
-                    format!("cannot trigger at source task {}: {e:#}", source.name()),
-                );
+            if source.trigger_checkpoint(barrier).is_err() {
+                // The source finished before the trigger reached it: the job is ending.
+                let reason = format!("source task {} has finished", source.name());
+                self.abort_quietly(id, reason);
                 return;
             }
         }
@@ -483,7 +480,7 @@ impl Coordinator {
         // Older checkpoints still in flight are subsumed by this one.
         let older: Vec<u64> = self.pending.range(..id).map(|(k, _)| *k).collect();
         for old in older {
-            self.abort(old, format!("subsumed by checkpoint {id}"));
+            self.abort_quietly(old, format!("subsumed by checkpoint {id}"));
         }
         for task in &self.setup.tasks {
             let _ = task.notify_complete(id);
@@ -503,11 +500,25 @@ impl Coordinator {
             .push(completed);
     }
 
+    /// Aborts a checkpoint that failed (declined, timed out): logged as a warning.
     fn abort(&mut self, id: u64, reason: String) {
+        self.abort_with(id, reason, false);
+    }
+
+    /// Aborts a checkpoint for an expected reason (subsumed, the job is ending).
+    fn abort_quietly(&mut self, id: u64, reason: String) {
+        self.abort_with(id, reason, true);
+    }
+
+    fn abort_with(&mut self, id: u64, reason: String, expected: bool) {
         let Some(pending) = self.pending.remove(&id) else {
             return;
         };
-        tracing::warn!("checkpoint {id} aborted: {reason}");
+        if expected {
+            tracing::debug!("checkpoint {id} aborted: {reason}");
+        } else {
+            tracing::warn!("checkpoint {id} aborted: {reason}");
+        }
         self.setup
             .storage
             .discard(&self.setup.storage.folder(id, pending.snapshot_kind()));
@@ -527,7 +538,7 @@ impl Coordinator {
     fn shutdown(mut self) {
         let ids: Vec<u64> = self.pending.keys().copied().collect();
         for id in ids {
-            self.abort(id, "the job ended".into());
+            self.abort_quietly(id, "the job ended".into());
         }
     }
 }

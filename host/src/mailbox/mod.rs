@@ -26,8 +26,8 @@ mod processor;
 
 pub use processor::{ActionResult, MailboxProcessor};
 
-use std::cmp::Ordering as CmpOrdering;
-use std::collections::BinaryHeap;
+use std::borrow::Cow;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -55,8 +55,7 @@ pub struct Letter<T> {
     /// Priority it was submitted with.
     pub priority: Priority,
     /// What it does, for logs and errors.
-    pub description: String,
-    seq: u64,
+    pub description: Cow<'static, str>,
     action: Mail<T>,
 }
 
@@ -76,26 +75,6 @@ impl<T> std::fmt::Debug for Letter<T> {
     }
 }
 
-impl<T> PartialEq for Letter<T> {
-    fn eq(&self, other: &Self) -> bool {
-        self.seq == other.seq
-    }
-}
-impl<T> Eq for Letter<T> {}
-impl<T> PartialOrd for Letter<T> {
-    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
-        Some(self.cmp(other))
-    }
-}
-impl<T> Ord for Letter<T> {
-    /// Higher priority first, then lower sequence number (FIFO).
-    fn cmp(&self, other: &Self) -> CmpOrdering {
-        self.priority
-            .cmp(&other.priority)
-            .then_with(|| other.seq.cmp(&self.seq))
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Accepts mails.
@@ -106,15 +85,54 @@ enum State {
     Closed,
 }
 
+/// FIFO queues per priority, highest priority first.
 struct Queue<T> {
-    letters: BinaryHeap<Letter<T>>,
+    by_priority: Vec<(Priority, VecDeque<Letter<T>>)>,
+    len: usize,
     state: State,
+}
+
+impl<T> Queue<T> {
+    /// Queues a letter; returns true when it is the only one of its priority.
+    fn push(&mut self, letter: Letter<T>) -> bool {
+        let i = match self
+            .by_priority
+            .binary_search_by(|(p, _)| letter.priority.cmp(p))
+        {
+            Ok(i) => i,
+            Err(i) => {
+                self.by_priority
+                    .insert(i, (letter.priority, VecDeque::new()));
+                i
+            }
+        };
+        self.by_priority[i].1.push_back(letter);
+        self.len += 1;
+        self.by_priority[i].1.len() == 1
+    }
+
+    fn pop(&mut self, min: Priority) -> Option<Letter<T>> {
+        let queue = self
+            .by_priority
+            .iter_mut()
+            .take_while(|(p, _)| *p >= min)
+            .find(|(_, q)| !q.is_empty())?;
+        self.len -= 1;
+        queue.1.pop_front()
+    }
+
+    fn drain(&mut self) -> Vec<Letter<T>> {
+        self.len = 0;
+        self.by_priority
+            .iter_mut()
+            .flat_map(|(_, q)| q.drain(..))
+            .collect()
+    }
 }
 
 struct Inner<T> {
     name: String,
     queue: Mutex<Queue<T>>,
-    seq: AtomicU64,
     /// Mails taken so far.
     taken: AtomicU64,
     /// Holds at most one token: "the queue or a control flag may have changed".
@@ -154,10 +172,10 @@ impl<T> TaskMailbox<T> {
             inner: Arc::new(Inner {
                 name: name.into(),
                 queue: Mutex::new(Queue {
-                    letters: BinaryHeap::new(),
+                    by_priority: Vec::new(),
+                    len: 0,
                     state: State::Open,
                 }),
-                seq: AtomicU64::new(0),
                 taken: AtomicU64::new(0),
                 doorbell_tx,
                 doorbell_rx,
@@ -171,11 +189,11 @@ impl<T> TaskMailbox<T> {
     pub fn put(
         &self,
         priority: Priority,
-        description: impl Into<String>,
+        description: impl Into<Cow<'static, str>>,
         mail: Mail<T>,
     ) -> Result<()> {
         let description = description.into();
-        {
+        let first_of_its_priority = {
             let mut q = self.lock();
             if q.state != State::Open {
                 bail!(
@@ -183,27 +201,36 @@ impl<T> TaskMailbox<T> {
                     self.inner.name
                 );
             }
-            let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed);
-            q.letters.push(Letter {
+            q.push(Letter {
                 priority,
                 description,
-                seq,
                 action: mail,
-            });
+            })
+        };
+        // Whoever waits for mails of some minimum priority either finds an earlier mail
+        // of this priority (and does not sleep) or is woken by the first one.
+        if first_of_its_priority {
+            self.ring();
         }
-        self.ring();
         Ok(())
     }
 
     /// Takes the first mail with at least `min` priority, without blocking.
     pub fn try_take(&self, min: Priority) -> Option<Letter<T>> {
-        let mut q = self.lock();
-        if q.letters.peek().is_some_and(|l| l.priority >= min) {
+        let letter = self.lock().pop(min);
+        if letter.is_some() {
             self.inner.taken.fetch_add(1, Ordering::Relaxed);
-            q.letters.pop()
-        } else {
-            None
         }
+        letter
+    }
+
+    /// Takes every queued mail, highest priority first, under one lock.
+    pub fn take_all(&self) -> Vec<Letter<T>> {
+        let letters = self.lock().drain();
+        self.inner
+            .taken
+            .fetch_add(letters.len() as u64, Ordering::Relaxed);
+        letters
     }
 
     /// How many mails were taken (to be run) so far.
@@ -233,7 +260,7 @@ impl<T> TaskMailbox<T> {
 
     /// Number of queued mails.
     pub fn len(&self) -> usize {
-        self.lock().letters.len()
+        self.lock().len
     }
 
     /// True when no mail is queued.
@@ -254,7 +281,7 @@ impl<T> TaskMailbox<T> {
         let dropped = {
             let mut q = self.lock();
             q.state = State::Closed;
-            std::mem::take(&mut q.letters).into_sorted_vec()
+            q.drain()
         };
         self.ring();
         dropped
@@ -292,7 +319,7 @@ impl<T> TaskMailbox<T> {
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue<T>> {
-        // A panic while holding this lock can only come from BinaryHeap itself; the
+        // A panic while holding this lock can only come from VecDeque itself; the
         // queue stays structurally valid, so keep using it.
         self.inner.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -318,7 +345,7 @@ impl<T> MailboxExecutor<T> {
     /// Submits a mail at this executor's priority.
     pub fn submit(
         &self,
-        description: impl Into<String>,
+        description: impl Into<Cow<'static, str>>,
         mail: impl FnOnce(&mut T) -> Result<()> + Send + 'static,
     ) -> Result<()> {
         self.mailbox.put(self.priority, description, Box::new(mail))
@@ -406,6 +433,25 @@ mod tests {
         exec.yield_mail(&mut log).unwrap();
         assert_eq!(log, ["late"]);
         sender.join().unwrap();
+    }
+
+    #[test]
+    fn a_high_priority_yield_wakes_while_lower_mails_wait() {
+        let mb = TaskMailbox::new("t");
+        mb.put(Priority::DEFAULT, "low", push("low")).unwrap();
+        let high = mb.executor(Priority::MAX);
+        let sender = {
+            let mb = mb.clone();
+            thread::spawn(move || {
+                thread::sleep(Duration::from_millis(50));
+                mb.put(Priority::MAX, "notify", push("notify")).unwrap();
+            })
+        };
+        let mut log = vec![];
+        high.yield_mail(&mut log).unwrap();
+        assert_eq!(log, ["notify"]);
+        sender.join().unwrap();
+        assert_eq!(mb.len(), 1);
     }
 
     #[test]

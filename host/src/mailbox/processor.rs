@@ -3,7 +3,7 @@
 use anyhow::{Context as _, Result};
 use crossbeam_channel::Receiver;
 
-use super::{Priority, TaskMailbox};
+use super::TaskMailbox;
 
 /// What one run of the default action found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,19 +66,31 @@ impl<T> MailboxProcessor<T> {
         }
     }
 
-    /// Runs all queued mails; returns true when the loop should end.
+    /// Runs all queued mails (taken in one batch, highest priority first, and again
+    /// until none is left); returns true when the loop should end.
     fn process_mails(&self, target: &mut T) -> Result<bool> {
         loop {
             if self.mailbox.is_all_actions_completed() {
                 return Ok(true);
             }
-            let Some(letter) = self.mailbox.try_take(Priority::DEFAULT) else {
+            let batch = self.mailbox.take_all();
+            if batch.is_empty() {
                 return Ok(false);
-            };
-            let description = letter.description.clone();
-            letter
-                .run(target)
-                .with_context(|| format!("mail '{description}' failed"))?;
+            }
+            let mut batch = batch.into_iter();
+            while let Some(letter) = batch.next() {
+                let description = letter.description.clone();
+                letter
+                    .run(target)
+                    .with_context(|| format!("mail '{description}' failed"))?;
+                if self.mailbox.is_all_actions_completed() {
+                    // Mails of this batch that did not run are dropped, as at close.
+                    for dropped in batch {
+                        tracing::debug!("dropped mail '{}': the loop ended", dropped.description);
+                    }
+                    return Ok(true);
+                }
+            }
         }
     }
 }
