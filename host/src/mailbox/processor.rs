@@ -98,6 +98,7 @@ impl<T> MailboxProcessor<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mailbox::Priority;
     use crossbeam_channel::{Select, bounded};
     use std::thread;
     use std::time::{Duration, Instant};
