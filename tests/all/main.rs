@@ -1,6 +1,7 @@
 //! End-to-end tests: real components built from `plugins/`, real files, real processes.
 
 mod bad_input;
+mod checkpoints;
 mod cli;
 mod plugins;
 mod runtime;

@@ -40,7 +40,7 @@ impl AsyncPool {
         AsyncPool { tx }
     }
 
-    fn submit(&self, job: Box<dyn FnOnce() + Send>) {
+    pub(crate) fn submit(&self, job: Box<dyn FnOnce() + Send>) {
         // The workers live as long as the pool; a send only fails after they exited.
         let _ = self.tx.send(job);
     }
@@ -185,6 +185,94 @@ impl CheckpointLink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::timers::TimerQueues;
+    use crossbeam_channel::bounded;
+
+    fn link(
+        name: &str,
+    ) -> (
+        CheckpointLink,
+        crossbeam_channel::Receiver<CoordinatorMessage>,
+        Arc<CheckpointStorage>,
+        Arc<AsyncPool>,
+    ) {
+        let dir = std::env::temp_dir().join(format!("sluice-async-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let storage = Arc::new(CheckpointStorage::new(dir).unwrap());
+        let pool = Arc::new(AsyncPool::new(1));
+        let (tx, rx) = unbounded();
+        (
+            CheckpointLink::new(tx, storage.clone(), pool.clone()),
+            rx,
+            storage,
+            pool,
+        )
+    }
+
+    fn snapshot() -> Vec<OperatorSnapshot> {
+        vec![OperatorSnapshot {
+            operator: "op".into(),
+            state: b"state".to_vec(),
+            keyed: None,
+            timers: TimerQueues::new(),
+        }]
+    }
+
+    fn barrier(id: u64) -> Barrier {
+        Barrier {
+            id,
+            timestamp: 0,
+            kind: CheckpointKind::Checkpoint,
+        }
+    }
+
+    const TASK: TaskId = TaskId {
+        vertex: 1,
+        subtask: 0,
+    };
+
+    #[test]
+    fn a_finished_part_acknowledges_with_its_files() {
+        let (link, rx, storage, _pool) = link("ack");
+        let part =
+            link.start_async_part(barrier(3), TASK, Duration::ZERO, Some(vec![9]), snapshot());
+        match rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+            CoordinatorMessage::Ack(ack) => {
+                assert_eq!(
+                    (ack.id, ack.task, ack.source_position),
+                    (3, TASK, Some(vec![9]))
+                );
+                let file = storage
+                    .folder(3, SnapshotKind::Checkpoint)
+                    .join(&ack.handles[0].file);
+                assert_eq!(std::fs::metadata(file).unwrap().len(), ack.handles[0].size);
+            }
+            other => panic!("expected an ack, got {other:?}"),
+        }
+        assert!(part.is_completed());
+        assert!(!part.discard(), "a completed part cannot be discarded");
+    }
+
+    #[test]
+    fn a_discarded_part_never_acknowledges_and_leaves_no_files() {
+        let (link, rx, storage, pool) = link("discard");
+        // Hold the only worker so the part cannot start before it is discarded.
+        let (release, wait) = bounded::<()>(0);
+        pool.submit(Box::new(move || {
+            let _ = wait.recv();
+        }));
+        let part = link.start_async_part(barrier(4), TASK, Duration::ZERO, None, snapshot());
+        assert!(part.discard());
+        release.send(()).unwrap();
+        // The part runs after the discard: it writes, sees it was discarded, cleans up.
+        let (done_tx, done_rx) = bounded(0);
+        pool.submit(Box::new(move || done_tx.send(()).unwrap()));
+        done_rx.recv().unwrap();
+        assert!(rx.try_recv().is_err(), "a discarded part acknowledged");
+        let folder = storage.folder(4, SnapshotKind::Checkpoint);
+        let files = std::fs::read_dir(&folder).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(files, 0, "files left in {}", folder.display());
+    }
 
     #[test]
     fn a_part_ends_exactly_once() {

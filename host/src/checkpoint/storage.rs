@@ -416,3 +416,172 @@ fn sanitize(name: &str) -> String {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{KeyedStateBackend, StateDescriptor, StateKind};
+
+    fn storage(name: &str) -> CheckpointStorage {
+        let dir =
+            std::env::temp_dir().join(format!("sluice-storage-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        CheckpointStorage::new(dir).unwrap()
+    }
+
+    /// Writes a complete checkpoint `id` of a keyed operator `count` with parallelism
+    /// `parallelism`, where key `k<i>` has value `id`.
+    fn write_checkpoint(
+        s: &CheckpointStorage,
+        id: u64,
+        kind: SnapshotKind,
+        parallelism: u32,
+    ) -> PathBuf {
+        let folder = s.folder(id, kind);
+        let mut subtasks = Vec::new();
+        for subtask in 0..parallelism {
+            let mut backend =
+                KeyedStateBackend::new(128, key_groups_of_subtask(subtask, parallelism, 128));
+            let state = backend
+                .declare(StateDescriptor {
+                    name: "count".into(),
+                    kind: StateKind::Value,
+                    ttl_ms: None,
+                })
+                .unwrap();
+            for i in 0..100 {
+                let _ = backend.put(state, format!("k{i}").as_bytes(), b"", &id.to_le_bytes(), 0);
+            }
+            let snapshot = OperatorSnapshot {
+                operator: "count".into(),
+                state: Vec::new(),
+                keyed: Some(backend.snapshot()),
+                timers: TimerQueues::new(),
+            };
+            subtasks.push(s.write_operator_state(&folder, &snapshot, subtask).unwrap());
+        }
+        let metadata = CheckpointMetadata {
+            format: FORMAT,
+            id,
+            kind,
+            job: "j".into(),
+            triggered_at: 0,
+            completed_at: 0,
+            max_parallelism: 128,
+            source_parallelism: 1,
+            sources: vec![SourcePosition {
+                subtask: 0,
+                position: id.to_le_bytes().to_vec(),
+            }],
+            operators: vec![OperatorMeta {
+                name: "count".into(),
+                parallelism,
+                subtasks,
+            }],
+        };
+        s.commit(&folder, &metadata).unwrap();
+        folder
+    }
+
+    fn value_of(c: &LoadedCheckpoint, subtask: u32, parallelism: u32, key: &str) -> Option<u64> {
+        let restore = c
+            .operator_restore("count", subtask, parallelism, true)
+            .unwrap()?;
+        let mut backend =
+            KeyedStateBackend::new(128, key_groups_of_subtask(subtask, parallelism, 128));
+        for k in &restore.keyed {
+            backend.restore(k).unwrap();
+        }
+        let v = backend.get(0, key.as_bytes(), b"", 0).ok()??;
+        Some(u64::from_le_bytes((*v).try_into().unwrap()))
+    }
+
+    #[test]
+    fn the_newest_intact_checkpoint_is_restored_and_broken_ones_are_skipped() {
+        let s = storage("latest");
+        write_checkpoint(&s, 1, SnapshotKind::Checkpoint, 1);
+        let two = write_checkpoint(&s, 2, SnapshotKind::Checkpoint, 1);
+        let three = write_checkpoint(&s, 3, SnapshotKind::Checkpoint, 1);
+        let four = write_checkpoint(&s, 4, SnapshotKind::Checkpoint, 1);
+        assert_eq!(s.find_latest().unwrap().unwrap().metadata.id, 4);
+        // 4: no metadata (the process died before the checkpoint completed).
+        fs::remove_file(four.join(METADATA)).unwrap();
+        // 3: a state file was truncated.
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(three.join("count-0.state"))
+            .unwrap();
+        f.set_len(10).unwrap();
+        // 2 intact.
+        let latest = s.find_latest().unwrap().unwrap();
+        assert_eq!(latest.metadata.id, 2);
+        assert_eq!(latest.path, two);
+        // A flipped byte is found by the checksum.
+        let mut bytes = fs::read(two.join("count-0.state")).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        fs::write(two.join("count-0.state"), bytes).unwrap();
+        assert_eq!(s.find_latest().unwrap().unwrap().metadata.id, 1);
+        let err = load(&two).unwrap_err();
+        assert!(format!("{err:#}").contains("is corrupt"), "{err:#}");
+        // Garbage metadata.
+        fs::write(three.join(METADATA), "{not json").unwrap();
+        assert!(format!("{:#}", load(&three).unwrap_err()).contains("is corrupt"));
+        assert_eq!(s.next_id().unwrap(), 5);
+    }
+
+    #[test]
+    fn retention_keeps_the_newest_complete_checkpoints_and_all_savepoints() {
+        let s = storage("retain");
+        for id in 1..=5 {
+            write_checkpoint(&s, id, SnapshotKind::Checkpoint, 1);
+        }
+        write_checkpoint(&s, 2, SnapshotKind::Savepoint, 1);
+        let incomplete_old = s
+            .folder(3, SnapshotKind::Checkpoint)
+            .with_file_name("chk-0000000000");
+        fs::create_dir_all(&incomplete_old).unwrap();
+        let incomplete_new = s.folder(6, SnapshotKind::Checkpoint);
+        fs::create_dir_all(&incomplete_new).unwrap();
+        s.retain(2).unwrap();
+        let left: Vec<(u64, SnapshotKind)> =
+            s.folders().unwrap().iter().map(|f| (f.0, f.1)).collect();
+        assert_eq!(
+            left,
+            vec![
+                (2, SnapshotKind::Savepoint),
+                (4, SnapshotKind::Checkpoint),
+                (5, SnapshotKind::Checkpoint),
+                // Newer than the newest complete one: may still be in flight.
+                (6, SnapshotKind::Checkpoint),
+            ]
+        );
+    }
+
+    #[test]
+    fn keyed_state_is_redistributed_when_the_parallelism_changes() {
+        let s = storage("rescale");
+        let folder = write_checkpoint(&s, 7, SnapshotKind::Checkpoint, 2);
+        let c = load(&folder).unwrap();
+        for new_parallelism in [1, 3, 5] {
+            let mut found = 0;
+            for i in 0..100 {
+                let key = format!("k{i}");
+                let owners: Vec<u32> = (0..new_parallelism)
+                    .filter(|&st| value_of(&c, st, new_parallelism, &key) == Some(7))
+                    .collect();
+                assert!(owners.len() <= 1);
+                found += owners.len();
+            }
+            assert_eq!(found, 100, "parallelism {new_parallelism}");
+        }
+        // A source cannot be rescaled.
+        assert!(c.source_position(0, 2).is_err());
+        assert_eq!(
+            c.source_position(0, 1).unwrap(),
+            Some(7u64.to_le_bytes().to_vec())
+        );
+        // An operator the checkpoint does not know starts empty.
+        assert!(c.operator_restore("other", 0, 1, true).unwrap().is_none());
+    }
+}

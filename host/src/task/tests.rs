@@ -402,3 +402,282 @@ fn mails_are_rejected_once_the_task_has_ended() {
         "{err}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Checkpoints at the task and the coordinator.
+
+use crate::checkpoint::{
+    AsyncPool, CheckpointLink, CheckpointSettings, CheckpointStats, CheckpointStorage, Coordinator,
+    CoordinatorMessage, CoordinatorSetup,
+};
+use crate::network::{
+    Barrier, CheckpointKind, CheckpointingMode, InputGate, NetworkSettings, Partitioner,
+    RecordWriter, StreamElement, channel,
+};
+use crossbeam_channel::{Receiver, Sender, unbounded};
+
+fn storage(name: &str) -> Arc<CheckpointStorage> {
+    let dir = std::env::temp_dir().join(format!("sluice-task-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    Arc::new(CheckpointStorage::new(dir).unwrap())
+}
+
+fn recording_chain(log: &Log, ctx: &TaskContext, output: ChainOutput) -> OperatorChain {
+    let op = ChainedOperator {
+        operator: Box::new(Recording {
+            identity: OperatorIdentity {
+                tenant: "t".into(),
+                job: "j".into(),
+                operator: format!("op{}", ctx.id.vertex),
+                subtask: 0,
+                parallelism: 1,
+            },
+            state: OperatorState::new(None),
+            log: log.clone(),
+            behavior: Behavior {
+                forward: true,
+                ..Behavior::default()
+            },
+        }),
+        open_info: OpenInfo::default(),
+        metrics: Arc::default(),
+    };
+    OperatorChain::new(vec![op], output, ctx.metrics.clone())
+}
+
+fn context(vertex: usize) -> TaskContext {
+    TaskContext {
+        name: format!("task{vertex} (1/1)"),
+        id: TaskId { vertex, subtask: 0 },
+        cancel: Arc::new(AtomicBool::new(false)),
+        metrics: Arc::default(),
+    }
+}
+
+/// A task reading `inputs` and writing one output channel, with a checkpoint link.
+fn network_task(
+    log: &Log,
+    inputs: Vec<Receiver<StreamElement>>,
+    output: Sender<StreamElement>,
+    link: CheckpointLink,
+) -> StreamTask {
+    let ctx = context(1);
+    let log = log.clone();
+    let writer = RecordWriter::new(
+        vec![output],
+        Partitioner::Forward,
+        &NetworkSettings::default(),
+        ctx.cancel.clone(),
+        ctx.metrics.clone(),
+    );
+    let factory: ChainFactory = Box::new(move |ctx: &TaskContext| {
+        Ok(recording_chain(&log, ctx, ChainOutput::Network(writer)))
+    });
+    let input = TaskInput::Network(InputGate::new(inputs, CheckpointingMode::ExactlyOnce));
+    StreamTask::new(
+        ctx,
+        TaskSettings::default(),
+        input,
+        factory,
+        Some(link),
+        None,
+    )
+}
+
+fn barrier(id: u64) -> StreamElement {
+    StreamElement::Barrier(Barrier {
+        id,
+        timestamp: 0,
+        kind: CheckpointKind::Checkpoint,
+    })
+}
+
+#[test]
+fn a_cancel_marker_makes_the_task_decline_and_forward_it_instead_of_the_barrier() {
+    let log = Log::default();
+    let (in0, rx0) = channel(8);
+    let (in1, rx1) = channel(8);
+    let (out, downstream) = channel(64);
+    let (coordinator, messages) = unbounded();
+    let link = CheckpointLink::new(
+        coordinator,
+        storage("cancel-marker"),
+        Arc::new(AsyncPool::new(1)),
+    );
+    let task = network_task(&log, vec![rx0, rx1], out, link);
+    let runner = thread::spawn(move || task.run());
+
+    in0.send(barrier(5)).unwrap();
+    in1.send(StreamElement::CancelMarker(5)).unwrap();
+    // The next checkpoint aligns and completes normally.
+    in0.send(barrier(6)).unwrap();
+    in1.send(barrier(6)).unwrap();
+    in0.send(StreamElement::EndOfPartition).unwrap();
+    in1.send(StreamElement::EndOfPartition).unwrap();
+    assert_eq!(runner.join().unwrap().unwrap(), TaskOutcome::Finished);
+
+    let sent: Vec<StreamElement> = downstream.try_iter().collect();
+    assert!(sent.contains(&StreamElement::CancelMarker(5)), "{sent:?}");
+    assert!(!sent.contains(&barrier(5)), "{sent:?}");
+    assert!(sent.contains(&barrier(6)), "{sent:?}");
+    let mut declined = vec![];
+    let mut acked = vec![];
+    while let Ok(m) = messages.recv_timeout(Duration::from_millis(500)) {
+        match m {
+            CoordinatorMessage::Decline { id, .. } => declined.push(id),
+            CoordinatorMessage::Ack(a) => acked.push(a.id),
+            _ => {}
+        }
+    }
+    assert_eq!(declined, [5]);
+    assert_eq!(acked, [6]);
+    let calls = taken(&log);
+    assert_eq!(
+        calls.iter().filter(|c| *c == "op1:snapshot").count(),
+        1,
+        "{calls:?}"
+    );
+}
+
+/// A coordinator over a source task (idle, never ending) and a network task that never
+/// gets a barrier (so it never acknowledges).
+struct Stuck {
+    handles: Vec<TaskHandle>,
+    threads: Vec<thread::JoinHandle<Result<TaskOutcome>>>,
+    coordinator: Sender<CoordinatorMessage>,
+    coordinator_thread: thread::JoinHandle<()>,
+    stats: Arc<Mutex<CheckpointStats>>,
+    _upstream: Sender<StreamElement>,
+}
+
+fn stuck_job(log: &Log, timeout: Duration) -> Stuck {
+    let storage = storage(&format!("stuck-{}", timeout.as_millis()));
+    let (coordinator, messages) = unbounded();
+    let link = CheckpointLink::new(
+        coordinator.clone(),
+        storage.clone(),
+        Arc::new(AsyncPool::new(1)),
+    );
+    let source_log = log.clone();
+    let source = StreamTask::new(
+        context(0),
+        TaskSettings::default(),
+        TaskInput::Source(Box::new(SilentSource)),
+        Box::new(move |ctx: &TaskContext| Ok(recording_chain(&source_log, ctx, ChainOutput::None))),
+        Some(link.clone()),
+        None,
+    );
+    let (upstream, rx) = channel(8);
+    let (out, _downstream) = channel(8);
+    let waiting = network_task(log, vec![rx], out, link);
+    let handles = vec![source.handle(), waiting.handle()];
+    let threads = vec![
+        thread::spawn(move || source.run()),
+        thread::spawn(move || waiting.run()),
+    ];
+    let stats = Arc::new(Mutex::new(CheckpointStats::default()));
+    let setup = CoordinatorSetup {
+        job: "j".into(),
+        settings: CheckpointSettings {
+            interval: Duration::from_millis(50),
+            timeout,
+            min_pause: Duration::ZERO,
+            max_concurrent: 1,
+            retain: 2,
+            mode: CheckpointingMode::ExactlyOnce,
+            dir: storage.dir().to_path_buf(),
+        },
+        storage,
+        max_parallelism: 128,
+        source_parallelism: 1,
+        operator_parallelism: Default::default(),
+        sources: vec![handles[0].clone()],
+        tasks: handles.clone(),
+        first_id: 1,
+    };
+    let c = Coordinator::new(setup, messages, stats.clone());
+    let coordinator_thread = thread::spawn(move || c.run());
+    Stuck {
+        handles,
+        threads,
+        coordinator,
+        coordinator_thread,
+        stats,
+        _upstream: upstream,
+    }
+}
+
+impl Stuck {
+    fn wait_for_aborts(&self, n: usize) -> Vec<(u64, String)> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let aborted = self.stats.lock().unwrap().aborted.clone();
+            if aborted.len() >= n || Instant::now() > deadline {
+                return aborted;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn stop(self) {
+        self.coordinator.send(CoordinatorMessage::Shutdown).unwrap();
+        self.coordinator_thread.join().unwrap();
+        for h in &self.handles {
+            h.cancel();
+        }
+        for t in self.threads {
+            t.join().unwrap().unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_checkpoint_not_acknowledged_in_time_is_aborted_and_operators_hear_of_it() {
+    let log = Log::default();
+    let job = stuck_job(&log, Duration::from_millis(200));
+    let aborted = job.wait_for_aborts(1);
+    assert!(
+        aborted[0].1.contains("not complete after the timeout"),
+        "{aborted:?}"
+    );
+    assert!(job.stats.lock().unwrap().completed.is_empty());
+    thread::sleep(Duration::from_millis(100));
+    job.stop();
+    let calls = taken(&log);
+    // The source took part (snapshot); both tasks' operators heard of the abort.
+    assert!(calls.contains(&"op0:snapshot".to_string()), "{calls:?}");
+    assert!(
+        calls.contains(&"op0:notify-aborted".to_string()),
+        "{calls:?}"
+    );
+    assert!(
+        calls.contains(&"op1:notify-aborted".to_string()),
+        "{calls:?}"
+    );
+    assert!(
+        !calls.iter().any(|c| c.ends_with("notify-complete")),
+        "{calls:?}"
+    );
+}
+
+#[test]
+fn a_decline_aborts_the_checkpoint_with_its_reason() {
+    let log = Log::default();
+    let job = stuck_job(&log, Duration::from_secs(60));
+    // Wait for checkpoint 1 to be pending, then let the waiting task decline it.
+    thread::sleep(Duration::from_millis(150));
+    job.coordinator
+        .send(CoordinatorMessage::Decline {
+            id: 1,
+            task: TaskId {
+                vertex: 1,
+                subtask: 0,
+            },
+            reason: "disk full".into(),
+        })
+        .unwrap();
+    let aborted = job.wait_for_aborts(1);
+    assert_eq!(aborted[0], (1, "disk full".to_string()));
+    job.stop();
+    assert!(taken(&log).contains(&"op1:notify-aborted".to_string()));
+}

@@ -1,0 +1,344 @@
+//! Checkpoints end to end: kill and restore without losing or duplicating output,
+//! stop-with-savepoint and resume (also at another parallelism), notifications.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::unbounded;
+use sluice::job::{JobControl, JobOutcome, RestorePoint};
+use sluice_tests::plugins::{COUNT, TEST_RECORDER, TOKENIZE};
+use sluice_tests::{
+    TestJob, final_counts, final_counts_any_order, run_job, scratch_root, test_dir, write_job,
+};
+
+/// A word count over generated lines, throttled so that it runs for a few seconds, with
+/// checkpoints every 100 ms.
+fn throttled_wordcount(count_parallelism: u32, records: u64, rate: f64) -> String {
+    format!(
+        r#"
+name = "killable"
+[source]
+type = "generator"
+records = {records}
+words_per_record = 6
+vocabulary = 300
+seed = 5
+rate = {rate}
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+parallelism = {count_parallelism}
+key_by = "key"
+[sink]
+type = "file"
+path = "out/counts.tsv"
+format = "key-value"
+[checkpoint]
+interval_ms = 100
+dir = "checkpoints"
+[runtime]
+batch_size = 200
+"#
+    )
+}
+
+fn spawn_sluice(job: &Path, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .arg("run")
+        .arg("--quiet")
+        .arg(job)
+        .args(args)
+        .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning sluice")
+}
+
+/// A small deterministic generator of kill delays (seeded from the clock and printed, so
+/// a failure can be reproduced).
+struct Delays(u64);
+
+impl Delays {
+    fn next_ms(&mut self, min: u64, max: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        min + (self.0 >> 33) % (max - min)
+    }
+}
+
+/// Runs the job, SIGKILLing it `kills` times at random moments and restarting it from the
+/// latest checkpoint each time, until it completes. Returns the committed output, how
+/// many running processes were killed and how many runs restored a checkpoint.
+fn run_with_kills(
+    dir: &Path,
+    job: &Path,
+    kills: usize,
+    delays: &mut Delays,
+) -> (String, usize, usize) {
+    let (mut killed, mut restored) = (0, 0);
+    let mut seen = Vec::new();
+    for round in 0..=kills {
+        let restore: &[&str] = if has_complete_checkpoint(&dir.join("checkpoints")) {
+            restored += 1;
+            &["--from-checkpoint", "latest"]
+        } else {
+            &[]
+        };
+        let mut child = spawn_sluice(job, restore);
+        if round == kills {
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "final run failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            break;
+        }
+        let delay = delays.next_ms(250, 900);
+        let deadline = Instant::now() + Duration::from_millis(delay);
+        while Instant::now() < deadline && child.try_wait().unwrap().is_none() {
+            thread::sleep(Duration::from_millis(10));
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            // It finished before the kill: the output is final.
+            assert!(status.success(), "a run failed");
+            break;
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        killed += 1;
+        // What was committed when the process died: it must never be taken back.
+        seen.push(std::fs::read_to_string(dir.join("out/counts.tsv")).unwrap_or_default());
+    }
+    let output = std::fs::read_to_string(dir.join("out/counts.tsv")).unwrap();
+    for (i, committed) in seen.iter().enumerate() {
+        assert!(
+            output.starts_with(committed.as_str()),
+            "output committed before kill {} ({} bytes) was taken back",
+            i + 1,
+            committed.len()
+        );
+    }
+    (output, killed, restored)
+}
+
+fn has_complete_checkpoint(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.path().join("_metadata").exists())
+        })
+        .unwrap_or(false)
+}
+
+fn sorted_lines(s: &str) -> Vec<&str> {
+    let mut v: Vec<&str> = s.lines().collect();
+    v.sort_unstable();
+    v
+}
+
+fn kill_test(count_parallelism: u32) {
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("kill test seed {seed}");
+    let mut delays = Delays(seed);
+    let toml = throttled_wordcount(count_parallelism, 40_000, 10_000.0);
+
+    let reference_dir = test_dir("kill-reference");
+    let reference_job = write_job(&reference_dir, &toml);
+    run_job(&reference_job).unwrap();
+    let reference = std::fs::read_to_string(reference_dir.join("out/counts.tsv")).unwrap();
+    assert_eq!(reference.lines().count(), 40_000 * 6);
+
+    let dir = test_dir("kill");
+    let job = write_job(&dir, &toml);
+    let (output, killed, restored) = run_with_kills(&dir, &job, 4, &mut delays);
+    eprintln!("killed {killed} running processes, restored {restored} times");
+    assert!(
+        killed >= 3,
+        "only {killed} runs were still going when killed (seed {seed})"
+    );
+    assert!(
+        restored >= 2,
+        "only {restored} runs restored a checkpoint (seed {seed})"
+    );
+    // Every word's counts are 1..n exactly once, in order ...
+    let counts = if count_parallelism == 1 {
+        final_counts(&output)
+    } else {
+        final_counts_any_order(&output)
+    };
+    assert_eq!(
+        counts.unwrap(),
+        final_counts(&reference).unwrap_or_else(|_| final_counts_any_order(&reference).unwrap())
+    );
+    // ... and the committed output is the failure-free run's, line for line.
+    if count_parallelism == 1 {
+        assert!(
+            output == reference,
+            "output differs from the failure-free run (seed {seed})"
+        );
+    } else {
+        assert!(
+            sorted_lines(&output) == sorted_lines(&reference),
+            "output differs (seed {seed})"
+        );
+    }
+}
+
+#[test]
+fn killed_and_restored_runs_commit_exactly_the_failure_free_output() {
+    kill_test(1);
+}
+
+#[test]
+fn killed_and_restored_runs_commit_exactly_the_failure_free_output_in_parallel() {
+    kill_test(3);
+}
+
+#[test]
+fn stop_with_savepoint_then_resume_at_another_parallelism() {
+    let dir = test_dir("savepoint");
+    let job = write_job(&dir, &throttled_wordcount(2, 20_000, 8_000.0));
+    let first = TestJob::load(&job).unwrap();
+    let control = first.control.clone();
+    let stopper = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(800));
+        let (reply, answer) = unbounded();
+        control
+            .send(JobControl::StopWithSavepoint {
+                drain: false,
+                reply,
+            })
+            .unwrap();
+        answer.recv().unwrap()
+    });
+    let report = first.run(RestorePoint::Fresh).unwrap();
+    let savepoint = stopper.join().unwrap().unwrap();
+    assert_eq!(
+        report.outcome,
+        JobOutcome::Stopped {
+            savepoint: savepoint.clone()
+        }
+    );
+    assert!(
+        savepoint
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("savepoint-")
+    );
+    let partial = std::fs::read_to_string(dir.join("out/counts.tsv")).unwrap();
+    let partial_lines = partial.lines().count();
+    assert!(
+        partial_lines > 0 && partial_lines < 20_000 * 6,
+        "{partial_lines} lines before the stop"
+    );
+
+    // Resume from the savepoint with the counting operator at parallelism 3.
+    std::fs::write(&job, throttled_wordcount(3, 20_000, 1e9)).unwrap();
+    let second = TestJob::load(&job).unwrap();
+    let report = second.run(RestorePoint::Path(savepoint)).unwrap();
+    assert_eq!(report.outcome, JobOutcome::Finished);
+    let output = std::fs::read_to_string(dir.join("out/counts.tsv")).unwrap();
+    assert!(
+        output.starts_with(&partial),
+        "committed output was rewritten"
+    );
+
+    let reference_dir = test_dir("savepoint-reference");
+    let reference_job = write_job(&reference_dir, &throttled_wordcount(1, 20_000, 1e9));
+    run_job(&reference_job).unwrap();
+    let reference = std::fs::read_to_string(reference_dir.join("out/counts.tsv")).unwrap();
+    assert_eq!(
+        final_counts_any_order(&output).unwrap(),
+        final_counts(&reference).unwrap()
+    );
+    assert_eq!(sorted_lines(&output), sorted_lines(&reference));
+}
+
+#[test]
+fn every_operator_hears_of_each_completed_checkpoint_exactly_once() {
+    let dir = test_dir("notify");
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "notify"
+[source]
+type = "generator"
+records = 3000
+rate = 3000.0
+parallelism = 2
+[[operator]]
+name = "recorder"
+plugin = "{TEST_RECORDER}"
+parallelism = 2
+[sink]
+type = "file"
+path = "out.txt"
+format = "key-value"
+[checkpoint]
+interval_ms = 100
+"#
+        ),
+    );
+    let report = run_job(&job).unwrap();
+    let completed: BTreeSet<u64> = report.checkpoints.completed.iter().map(|c| c.id).collect();
+    assert!(completed.len() >= 3, "only {completed:?} completed");
+    let out = std::fs::read_to_string(dir.join("out-0.txt").with_file_name("out.txt"))
+        .unwrap_or_default();
+    let lists: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("calls\t"))
+        .collect();
+    assert_eq!(lists.len(), 2, "one list per recorder subtask: {out}");
+    for list in lists {
+        let notified: Vec<u64> = list
+            .split(',')
+            .filter_map(|c| {
+                c.strip_prefix("notify-complete(")?
+                    .strip_suffix(')')?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        let snapshots: BTreeSet<u64> = list
+            .split(',')
+            .filter_map(|c| c.strip_prefix("snapshot(")?.strip_suffix(')')?.parse().ok())
+            .collect();
+        assert!(!notified.is_empty(), "{list}");
+        // Strictly increasing: no notification twice, none out of order.
+        assert!(notified.windows(2).all(|w| w[0] < w[1]), "{list}");
+        for id in &notified {
+            assert!(
+                completed.contains(id),
+                "notified of {id}, which did not complete: {list}"
+            );
+            assert!(
+                snapshots.contains(id),
+                "notified of {id} without taking part: {list}"
+            );
+        }
+        // Every checkpoint completed before the last notification was notified.
+        let last = *notified.last().unwrap();
+        for id in completed.range(..=last) {
+            assert!(
+                notified.contains(id),
+                "checkpoint {id} completed but was not notified: {list}"
+            );
+        }
+    }
+}
