@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::unbounded;
 use sluice::job::{JobControl, JobOutcome, RestorePoint};
-use sluice_tests::plugins::{COUNT, TEST_RECORDER, TOKENIZE};
+use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TEST_RECORDER, TOKENIZE};
 use sluice_tests::{
     TestJob, final_counts, final_counts_any_order, run_job, scratch_root, test_dir, write_job,
 };
@@ -341,4 +341,134 @@ interval_ms = 100
             );
         }
     }
+}
+
+#[test]
+fn a_failed_job_restarts_from_its_latest_checkpoint_and_finishes_exactly_once() {
+    let dir = test_dir("restart");
+    let text = sluice_tests::sample_text(21, 20_000);
+    std::fs::write(dir.join("in.txt"), &text).unwrap();
+    // The operator panics after 15,000 records, only in the first attempt.
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "restart"
+[source]
+type = "file"
+path = "in.txt"
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+config = {{ min-length = 2 }}
+[[operator]]
+name = "flaky"
+plugin = "{TEST_MISBEHAVE}"
+config = {{ behavior = "panic-in-process", after = 15000, attempts = "0" }}
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+key_by = "key"
+[sink]
+type = "file"
+path = "out.tsv"
+format = "key-value"
+[checkpoint]
+interval_ms = 20
+[restart]
+strategy = "fixed-delay"
+attempts = 2
+delay_ms = 50
+[runtime]
+batch_size = 100
+"#
+        ),
+    );
+    let report = run_job(&job).unwrap();
+    assert_eq!(report.outcome, JobOutcome::Finished);
+    assert_eq!(report.restarts, 1);
+    // The second attempt resumed from a checkpoint: it read only part of the file.
+    let read = report.tasks[0].records_in;
+    assert!(read > 0 && read < 20_000, "the restarted attempt read {read} lines");
+    assert!(
+        report.failures[0].contains("operator 'flaky' (subtask 1/1) of job 'restart'")
+            && report.failures[0].contains("deliberate panic in process"),
+        "{:?}",
+        report.failures
+    );
+    let output = std::fs::read_to_string(dir.join("out.tsv")).unwrap();
+    assert_eq!(
+        final_counts(&output).unwrap(),
+        sluice_tests::expected_word_counts(&text, 2)
+    );
+}
+
+#[test]
+fn restarts_stop_when_the_strategy_allows_no_more() {
+    let dir = test_dir("restart-exhausted");
+    std::fs::write(dir.join("in.txt"), "a b c\n".repeat(100)).unwrap();
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "doomed"
+[source]
+type = "file"
+path = "in.txt"
+[[operator]]
+name = "flaky"
+plugin = "{TEST_MISBEHAVE}"
+config = {{ behavior = "error-in-process", after = 10 }}
+[sink]
+type = "file"
+path = "out.txt"
+[checkpoint]
+interval_ms = 1000
+[restart]
+strategy = "exponential"
+attempts = 2
+delay_ms = 10
+"#
+        ),
+    );
+    let err = format!("{:#}", run_job(&job).unwrap_err());
+    assert!(
+        err.starts_with("job 'doomed' failed after 2 restarts"),
+        "{err}"
+    );
+    assert!(err.contains("deliberate error in process"), "{err}");
+}
+
+#[test]
+fn sigterm_stops_the_command_with_a_savepoint_that_a_later_run_resumes_from() {
+    let dir = test_dir("sigterm");
+    let job = write_job(&dir, &throttled_wordcount(2, 20_000, 8_000.0));
+    let child = spawn_sluice(&job, &[]);
+    thread::sleep(Duration::from_millis(800));
+    // SAFETY: sends a signal to our own child process, which is still running.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let savepoint = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("sluice: savepoint written to "))
+        .unwrap_or_else(|| panic!("no savepoint announced: {stderr}"))
+        .to_string();
+    let partial = std::fs::read_to_string(dir.join("out/counts.tsv")).unwrap();
+    assert!(partial.lines().count() < 20_000 * 6);
+    let resumed = spawn_sluice(&job, &["--from-checkpoint", &savepoint])
+        .wait_with_output()
+        .unwrap();
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let output = std::fs::read_to_string(dir.join("out/counts.tsv")).unwrap();
+    assert!(output.starts_with(&partial));
+    let totals: u64 = final_counts_any_order(&output).unwrap().values().sum();
+    assert_eq!(totals, 20_000 * 6);
 }
