@@ -346,9 +346,10 @@ interval_ms = 100
 #[test]
 fn a_failed_job_restarts_from_its_latest_checkpoint_and_finishes_exactly_once() {
     let dir = test_dir("restart");
-    let text = sluice_tests::sample_text(21, 20_000);
+    let text = sluice_tests::sample_text(21, 60_000);
     std::fs::write(dir.join("in.txt"), &text).unwrap();
-    // The operator panics after 15,000 records, only in the first attempt.
+    // The operator panics after 150,000 words (about 30,000 lines), only in the first
+    // attempt; checkpoints complete meanwhile.
     let job = write_job(
         &dir,
         &format!(
@@ -364,7 +365,7 @@ config = {{ min-length = 2 }}
 [[operator]]
 name = "flaky"
 plugin = "{TEST_MISBEHAVE}"
-config = {{ behavior = "panic-in-process", after = 15000, attempts = "0" }}
+config = {{ behavior = "panic-in-process", after = 150000, attempts = "0" }}
 [[operator]]
 name = "count"
 plugin = "{COUNT}"
@@ -374,7 +375,7 @@ type = "file"
 path = "out.tsv"
 format = "key-value"
 [checkpoint]
-interval_ms = 20
+interval_ms = 10
 [restart]
 strategy = "fixed-delay"
 attempts = 2
@@ -389,7 +390,10 @@ batch_size = 100
     assert_eq!(report.restarts, 1);
     // The second attempt resumed from a checkpoint: it read only part of the file.
     let read = report.tasks[0].records_in;
-    assert!(read > 0 && read < 20_000, "the restarted attempt read {read} lines");
+    assert!(
+        read > 0 && read < 60_000,
+        "the restarted attempt read {read} lines"
+    );
     assert!(
         report.failures[0].contains("operator 'flaky' (subtask 1/1) of job 'restart'")
             && report.failures[0].contains("deliberate panic in process"),
