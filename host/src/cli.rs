@@ -308,11 +308,11 @@ fn validate(cli: &Cli, path: &Path) -> Result<ExitCode> {
     let graph = job.graph();
     println!("job '{}' (tenant '{}') is valid", graph.name, graph.tenant);
     for (i, chain) in graph.chains.iter().enumerate() {
-        let input = chain
-            .input
-            .as_ref()
-            .map(|p| format!(" <- {} from task {}", p.name(), i - 1))
-            .unwrap_or_default();
+        let input: String = chain
+            .inputs
+            .iter()
+            .map(|(u, p)| format!(" <- {} from task {u}", p.name()))
+            .collect();
         println!(
             "  task {i}: {} x{}{input}",
             chain.name(graph),

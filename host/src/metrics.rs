@@ -1,8 +1,9 @@
 //! Metrics of tasks and operators: atomics written by the task thread, read by anyone
 //! (the progress line, the end-of-run report, a metrics endpoint).
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Counters of one operator instance.
@@ -16,6 +17,8 @@ pub struct OperatorMetrics {
     pub batches: AtomicU64,
     /// Time spent inside calls of this operator, in nanoseconds.
     pub busy_ns: AtomicU64,
+    /// Counters the operator keeps (`add-counter` effects), by name.
+    pub counters: Arc<Mutex<BTreeMap<String, u64>>>,
 }
 
 /// Counters of one task (one thread running a chain).
@@ -57,6 +60,8 @@ pub struct OperatorReport {
     pub batches: u64,
     /// Time inside calls.
     pub busy: Duration,
+    /// The operator's own counters.
+    pub counters: BTreeMap<String, u64>,
 }
 
 /// A point-in-time copy of a task's metrics.
@@ -121,6 +126,7 @@ impl TaskMetricsHandle {
                     records_out: o.records_out.load(Relaxed),
                     batches: o.batches.load(Relaxed),
                     busy: Duration::from_nanos(o.busy_ns.load(Relaxed)),
+                    counters: o.counters.lock().unwrap_or_else(|e| e.into_inner()).clone(),
                 })
                 .collect(),
         }

@@ -95,10 +95,7 @@ type = "stdout"
         stdout.contains("job 'v' (tenant 'default') is valid"),
         "{stdout}"
     );
-    assert!(
-        stdout.contains("task 0: generator -> tokenize x1"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("task 0: source -> tokenize x1"), "{stdout}");
     assert!(
         stdout.contains("task 1: count x3 <- hash from task 0"),
         "{stdout}"

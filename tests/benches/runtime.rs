@@ -16,7 +16,7 @@ use crossbeam_channel::Select;
 use sluice::chain::{ChainOutput, ChainedOperator, OpenInfo, Operator, OperatorChain};
 use sluice::checkpoint::TaskId;
 use sluice::mailbox::{ActionResult, MailboxProcessor, Priority, TaskMailbox};
-use sluice::task::{StreamTask, TaskContext, TaskInput, TaskSettings};
+use sluice::task::{SourceReader, StreamTask, TaskContext, TaskInput, TaskSettings};
 use sluice_codec::{BatchWriter, RecordRef};
 use sluice_tests::bench::{median_time, rate, runs};
 use sluice_tests::native::{Native, ReplaySource};
@@ -160,7 +160,9 @@ fn main() {
                 batch_size: records_per_batch,
                 ..TaskSettings::default()
             };
-            let input = TaskInput::Source(Box::new(ReplaySource::new(batches.clone())));
+            let input = TaskInput::Source(SourceReader::plain(Box::new(ReplaySource::new(
+                batches.clone(),
+            ))));
             let t = StreamTask::new(
                 ctx,
                 settings,

@@ -55,15 +55,21 @@ pub struct OperatorChain {
 impl OperatorChain {
     /// A chain of `operators` (head first) writing to `output`.
     pub fn new(
-        operators: Vec<ChainedOperator>,
+        mut operators: Vec<ChainedOperator>,
         output: ChainOutput,
         task_metrics: Arc<TaskMetrics>,
     ) -> Self {
+        // Restored operators continue from their checkpointed watermark.
+        let watermark = operators
+            .iter_mut()
+            .map(|l| l.operator.state().watermark)
+            .max()
+            .unwrap_or(i64::MIN);
         OperatorChain {
             operators,
             output,
             task_metrics,
-            watermark: i64::MIN,
+            watermark,
         }
     }
 
@@ -283,6 +289,7 @@ impl OperatorChain {
                 state,
                 keyed: host.keyed.as_ref().map(|k| k.snapshot()),
                 timers: host.timers.clone(),
+                watermark: host.watermark,
             });
         }
         Ok(snapshots)
@@ -321,6 +328,14 @@ impl OperatorChain {
     pub fn broadcast_barrier(&mut self, barrier: Barrier) -> Result<()> {
         if let ChainOutput::Network(w) = &mut self.output {
             w.broadcast_barrier(barrier)?;
+        }
+        Ok(())
+    }
+
+    /// Tells every output channel that the task became idle or active.
+    pub fn emit_status(&mut self, status: crate::network::StreamStatus) -> Result<()> {
+        if let ChainOutput::Network(w) = &mut self.output {
+            w.emit_status(status)?;
         }
         Ok(())
     }

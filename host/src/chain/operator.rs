@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
 use sluice_codec::{Effect, EffectReader};
 
@@ -234,8 +235,8 @@ pub struct OperatorState {
     pub timers: TimerQueues,
     /// The operator's current input watermark.
     pub watermark: i64,
-    /// Counters the operator incremented.
-    pub counters: BTreeMap<String, u64>,
+    /// Counters the operator incremented (shared with its metrics).
+    pub counters: Arc<Mutex<BTreeMap<String, u64>>>,
     /// True while `open` runs: the only time states may be declared.
     pub opening: bool,
 }
@@ -247,7 +248,7 @@ impl OperatorState {
             keyed,
             timers: TimerQueues::new(),
             watermark: i64::MIN,
-            counters: BTreeMap::new(),
+            counters: Arc::default(),
             opening: false,
         }
     }
@@ -307,11 +308,14 @@ impl OperatorState {
                 Ok(())
             }
             Effect::Counter { name, delta } => {
-                let counter = self
-                    .counters
-                    .entry(String::from_utf8_lossy(name).into_owned())
-                    .or_default();
-                *counter = counter.saturating_add(delta);
+                let mut counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+                let name = String::from_utf8_lossy(name);
+                match counters.get_mut(name.as_ref()) {
+                    Some(c) => *c = c.saturating_add(delta),
+                    None => {
+                        counters.insert(name.into_owned(), delta);
+                    }
+                }
                 Ok(())
             }
         }
@@ -416,7 +420,7 @@ mod tests {
         let keyed = state.keyed.as_ref().unwrap();
         assert_eq!(&*keyed.get(s, b"k", b"", 0).unwrap().unwrap(), b"1");
         assert_eq!(state.timers.next(TimeDomain::EventTime), Some(5));
-        assert_eq!(state.counters["seen"], 5);
+        assert_eq!(state.counters.lock().unwrap()["seen"], 5);
     }
 
     #[test]

@@ -215,6 +215,7 @@ mod tests {
             state: b"state".to_vec(),
             keyed: None,
             timers: TimerQueues::new(),
+            watermark: i64::MIN,
         }]
     }
 

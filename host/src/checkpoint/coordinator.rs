@@ -14,7 +14,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::snapshot::{StateHandle, TaskId};
 use super::storage::{
-    CheckpointMetadata, CheckpointStorage, OperatorMeta, SnapshotKind, SourcePosition,
+    CheckpointMetadata, CheckpointStorage, OperatorMeta, SnapshotKind, SourceMeta, SourcePosition,
 };
 use crate::network::{Barrier, CheckpointKind, CheckpointingMode};
 use crate::task::TaskHandle;
@@ -206,8 +206,8 @@ pub struct CoordinatorSetup {
     pub storage: Arc<CheckpointStorage>,
     /// Number of key groups.
     pub max_parallelism: u32,
-    /// Parallelism of the source.
-    pub source_parallelism: u32,
+    /// The source read by each source chain: `chain index -> (name, parallelism)`.
+    pub sources_by_chain: BTreeMap<usize, (String, u32)>,
     /// Parallelism of every operator (by name).
     pub operator_parallelism: BTreeMap<String, u32>,
     /// The source tasks (where checkpoints are triggered).
@@ -400,17 +400,33 @@ impl Coordinator {
         };
         let kind = pending.snapshot_kind();
         let folder = self.setup.storage.folder(id, kind);
-        let mut sources: Vec<SourcePosition> = pending
-            .acks
-            .iter()
-            .filter_map(|a| {
-                a.source_position.clone().map(|position| SourcePosition {
-                    subtask: a.task.subtask,
-                    position,
-                })
+        let mut sources: BTreeMap<usize, SourceMeta> = BTreeMap::new();
+        for ack in &pending.acks {
+            let (Some(position), Some((name, parallelism))) = (
+                &ack.source_position,
+                self.setup.sources_by_chain.get(&ack.task.vertex),
+            ) else {
+                continue;
+            };
+            let meta = sources
+                .entry(ack.task.vertex)
+                .or_insert_with(|| SourceMeta {
+                    name: name.clone(),
+                    parallelism: *parallelism,
+                    positions: Vec::new(),
+                });
+            meta.positions.push(SourcePosition {
+                subtask: ack.task.subtask,
+                position: position.clone(),
+            });
+        }
+        let sources: Vec<SourceMeta> = sources
+            .into_values()
+            .map(|mut m| {
+                m.positions.sort_by_key(|p| p.subtask);
+                m
             })
             .collect();
-        sources.sort_by_key(|s| s.subtask);
         let mut operators: BTreeMap<String, Vec<StateHandle>> = BTreeMap::new();
         for ack in &pending.acks {
             for h in &ack.handles {
@@ -428,7 +444,6 @@ impl Coordinator {
             triggered_at: pending.timestamp,
             completed_at: now_millis(),
             max_parallelism: self.setup.max_parallelism,
-            source_parallelism: self.setup.source_parallelism,
             sources,
             operators: operators
                 .into_iter()

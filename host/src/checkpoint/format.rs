@@ -1,7 +1,7 @@
 //! The file format of one operator instance's state in a checkpoint.
 //!
 //! ```text
-//! file      := "SLUICEST" version:u32 operator:bytes state:bytes64
+//! file      := "SLUICEST" version:u32 operator:bytes state:bytes64 watermark:i64
 //!              descriptors keyed timers
 //! descriptors := count:u32 (name:bytes kind:u8 has_ttl:u8 ttl:u64)*
 //! keyed     := 0 | 1 first_key_group:u32 groups:u32 (key_group:u32 count:u64 entry*)*
@@ -74,6 +74,7 @@ pub fn write_operator_state(w: &mut impl Write, snapshot: &OperatorSnapshot) -> 
     put_bytes(w, snapshot.operator.as_bytes())?;
     w.write_all(&(snapshot.state.len() as u64).to_le_bytes())?;
     w.write_all(&snapshot.state)?;
+    w.write_all(&snapshot.watermark.to_le_bytes())?;
     let descriptors = snapshot
         .keyed
         .as_ref()
@@ -175,6 +176,7 @@ pub fn read_operator_state(r: impl Read) -> Result<OperatorSnapshot> {
     let operator = String::from_utf8(r.bytes()?).context("operator name")?;
     let state_len = r.u64()?;
     let state = r.vec(state_len)?;
+    let watermark = r.i64()?;
     let descriptors = (0..r.u32()?)
         .map(|_| {
             let name = String::from_utf8(r.bytes()?).context("state name")?;
@@ -230,6 +232,7 @@ pub fn read_operator_state(r: impl Read) -> Result<OperatorSnapshot> {
         state,
         keyed,
         timers,
+        watermark,
     })
 }
 
@@ -265,6 +268,7 @@ mod tests {
             state: b"opaque".to_vec(),
             keyed: Some(backend.snapshot()),
             timers: timers.clone(),
+            watermark: 77,
         };
         let mut w = CrcWriter::new(Vec::new());
         write_operator_state(&mut w, &snapshot).unwrap();
@@ -276,6 +280,7 @@ mod tests {
         assert_eq!(back.operator, "count");
         assert_eq!(back.state, b"opaque");
         assert_eq!(back.timers, timers);
+        assert_eq!(back.watermark, 77);
         let keyed = back.keyed.unwrap();
         assert_eq!(keyed.len(), written);
         assert_eq!(keyed.descriptors[0].ttl_ms, Some(5));

@@ -24,5 +24,5 @@ pub use format::{read_operator_state, write_operator_state};
 pub use snapshot::{OperatorSnapshot, StateHandle, TaskId};
 pub use storage::{
     CheckpointMetadata, CheckpointStorage, LoadedCheckpoint, OperatorMeta, OperatorRestore,
-    SnapshotKind, SourcePosition, load,
+    SnapshotKind, SourceMeta, SourcePosition, load,
 };

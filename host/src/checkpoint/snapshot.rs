@@ -26,6 +26,9 @@ pub struct OperatorSnapshot {
     pub keyed: Option<KeyedStateSnapshot>,
     /// Timers.
     pub timers: TimerQueues,
+    /// The operator's watermark at the checkpoint, so that after a restore records are
+    /// judged late exactly as they would have been without the failure.
+    pub watermark: i64,
 }
 
 /// Where a written operator snapshot is, as recorded in the checkpoint's metadata.

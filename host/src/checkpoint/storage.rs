@@ -47,6 +47,17 @@ impl SnapshotKind {
     }
 }
 
+/// The positions of one source's subtasks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceMeta {
+    /// Source name.
+    pub name: String,
+    /// Parallelism it ran with.
+    pub parallelism: u32,
+    /// One position per subtask.
+    pub positions: Vec<SourcePosition>,
+}
+
 /// Position of one source subtask.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourcePosition {
@@ -84,10 +95,8 @@ pub struct CheckpointMetadata {
     pub completed_at: i64,
     /// Number of key groups of the job.
     pub max_parallelism: u32,
-    /// Parallelism of the source.
-    pub source_parallelism: u32,
     /// Source positions.
-    pub sources: Vec<SourcePosition>,
+    pub sources: Vec<SourceMeta>,
     /// Operator states.
     pub operators: Vec<OperatorMeta>,
 }
@@ -102,7 +111,7 @@ pub struct LoadedCheckpoint {
 }
 
 /// What an operator instance gets back from a checkpoint.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct OperatorRestore {
     /// What its `snapshot` returned (same subtask index).
     pub state: Option<Vec<u8>>,
@@ -110,6 +119,8 @@ pub struct OperatorRestore {
     pub keyed: Vec<KeyedStateSnapshot>,
     /// Timers (of this subtask's key groups, for keyed operators).
     pub timers: TimerQueues,
+    /// The watermark to continue from: the lowest of the restored subtasks'.
+    pub watermark: i64,
 }
 
 /// A directory of checkpoints.
@@ -313,21 +324,26 @@ pub fn load(path: &Path) -> Result<LoadedCheckpoint> {
 }
 
 impl LoadedCheckpoint {
-    /// The position of source subtask `subtask` of `parallelism`.
-    pub fn source_position(&self, subtask: u32, parallelism: u32) -> Result<Option<Vec<u8>>> {
-        if self.metadata.sources.is_empty() {
+    /// The position of subtask `subtask` of `parallelism` of source `name`; `None` when
+    /// the checkpoint has none (the source starts from the beginning).
+    pub fn source_position(
+        &self,
+        name: &str,
+        subtask: u32,
+        parallelism: u32,
+    ) -> Result<Option<Vec<u8>>> {
+        let Some(source) = self.metadata.sources.iter().find(|s| s.name == name) else {
             return Ok(None);
-        }
-        if self.metadata.source_parallelism != parallelism {
+        };
+        if source.parallelism != parallelism {
             bail!(
-                "the source ran with parallelism {} in checkpoint {} and cannot resume with {parallelism}",
-                self.metadata.source_parallelism,
+                "source '{name}' ran with parallelism {} in checkpoint {} and cannot resume with {parallelism}",
+                source.parallelism,
                 self.metadata.id
             );
         }
-        Ok(self
-            .metadata
-            .sources
+        Ok(source
+            .positions
             .iter()
             .find(|s| s.subtask == subtask)
             .map(|s| s.position.clone()))
@@ -349,7 +365,13 @@ impl LoadedCheckpoint {
         let max = self.metadata.max_parallelism;
         let rescaled = op.parallelism != parallelism;
         let mine = key_groups_of_subtask(subtask, parallelism, max);
-        let mut restore = OperatorRestore::default();
+        let mut restore = OperatorRestore {
+            state: None,
+            keyed: Vec::new(),
+            timers: TimerQueues::new(),
+            watermark: i64::MIN,
+        };
+        let mut lowest: Option<i64> = None;
         for h in &op.subtasks {
             let theirs = key_groups_of_subtask(h.subtask, op.parallelism, max);
             let same = !rescaled && h.subtask == subtask;
@@ -371,6 +393,7 @@ impl LoadedCheckpoint {
                     op.parallelism
                 );
             }
+            lowest = Some(lowest.map_or(snapshot.watermark, |w| w.min(snapshot.watermark)));
             if same {
                 restore.state = Some(snapshot.state);
             }
@@ -392,6 +415,7 @@ impl LoadedCheckpoint {
                 );
             }
         }
+        restore.watermark = lowest.unwrap_or(i64::MIN);
         Ok(Some(restore))
     }
 }
@@ -457,6 +481,7 @@ mod tests {
                 state: Vec::new(),
                 keyed: Some(backend.snapshot()),
                 timers: TimerQueues::new(),
+                watermark: i64::MIN,
             };
             subtasks.push(s.write_operator_state(&folder, &snapshot, subtask).unwrap());
         }
@@ -468,10 +493,13 @@ mod tests {
             triggered_at: 0,
             completed_at: 0,
             max_parallelism: 128,
-            source_parallelism: 1,
-            sources: vec![SourcePosition {
-                subtask: 0,
-                position: id.to_le_bytes().to_vec(),
+            sources: vec![SourceMeta {
+                name: "source".into(),
+                parallelism: 1,
+                positions: vec![SourcePosition {
+                    subtask: 0,
+                    position: id.to_le_bytes().to_vec(),
+                }],
             }],
             operators: vec![OperatorMeta {
                 name: "count".into(),
@@ -576,9 +604,9 @@ mod tests {
             assert_eq!(found, 100, "parallelism {new_parallelism}");
         }
         // A source cannot be rescaled.
-        assert!(c.source_position(0, 2).is_err());
+        assert!(c.source_position("source", 0, 2).is_err());
         assert_eq!(
-            c.source_position(0, 1).unwrap(),
+            c.source_position("source", 0, 1).unwrap(),
             Some(7u64.to_le_bytes().to_vec())
         );
         // An operator the checkpoint does not know starts empty.

@@ -6,12 +6,16 @@
 //! chain that writes what it receives, pre-commits in `snapshot` and commits in
 //! `notify-complete` (two-phase commit).
 
+mod event_time;
 mod file_sink;
 mod sources;
 mod stdout_sink;
 
+pub use event_time::{EventTime, WatermarkGenerator};
 pub use file_sink::FileSink;
-pub use sources::{FileSource, GeneratorSource, StdinSource, generated_line};
+pub use sources::{
+    FileSource, Generated, GeneratorSource, StdinSource, generated_event, generated_line,
+};
 pub use stdout_sink::StdoutSink;
 
 use std::time::Instant;

@@ -84,9 +84,33 @@ impl Source for FileSource {
     }
 }
 
-/// Generates `records` deterministic lines of words, spread over the subtasks (subtask
-/// *s* of *p* generates records *s*, *s + p*, ...). Optionally throttled to `rate`
-/// records per second per subtask.
+/// What a [`GeneratorSource`] generates.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Generated {
+    /// Lines of `words` pseudo-words out of `vocabulary`, as text.
+    Words {
+        /// Words per line.
+        words: usize,
+        /// Distinct words.
+        vocabulary: u64,
+    },
+    /// Lines `timestamp,key,value`: event time `index × step_ms`, made up to `jitter_ms`
+    /// earlier (out of order), one of `keys` keys, a value 0–99.
+    Events {
+        /// Distinct keys.
+        keys: u64,
+        /// Event time between consecutive records.
+        step_ms: i64,
+        /// Most a timestamp is moved back.
+        jitter_ms: i64,
+    },
+}
+
+/// Generates `records` deterministic lines, spread over the subtasks (subtask *s* of *p*
+/// generates records *s*, *s + p*, ...), optionally throttled to `rate` records per second
+/// per subtask. A throttled generator emits fixed chunks of about a tenth of a second of
+/// records, so where batches start and end — and with them the watermarks — does not
+/// depend on timing.
 pub struct GeneratorSource {
     total: u64,
     subtask: u64,
@@ -94,8 +118,7 @@ pub struct GeneratorSource {
     /// Records this subtask has generated.
     done: u64,
     seed: u64,
-    words_per_record: usize,
-    vocabulary: u64,
+    generated: Generated,
     rate: Option<f64>,
     started: Instant,
     line: String,
@@ -108,8 +131,7 @@ impl GeneratorSource {
         subtask: u32,
         parallelism: u32,
         seed: u64,
-        words_per_record: usize,
-        vocabulary: u64,
+        generated: Generated,
         rate: Option<f64>,
     ) -> Self {
         GeneratorSource {
@@ -118,8 +140,7 @@ impl GeneratorSource {
             parallelism: u64::from(parallelism),
             done: 0,
             seed,
-            words_per_record,
-            vocabulary: vocabulary.max(1),
+            generated,
             rate,
             started: Instant::now(),
             line: String::new(),
@@ -129,10 +150,28 @@ impl GeneratorSource {
     fn index(&self) -> u64 {
         self.subtask + self.done * self.parallelism
     }
+
+    fn generate(&mut self, index: u64) {
+        match self.generated {
+            Generated::Words { words, vocabulary } => {
+                generated_line(self.seed, index, words, vocabulary, &mut self.line)
+            }
+            Generated::Events {
+                keys,
+                step_ms,
+                jitter_ms,
+            } => {
+                use std::fmt::Write;
+                let (ts, key, value) = generated_event(self.seed, index, keys, step_ms, jitter_ms);
+                self.line.clear();
+                let _ = write!(self.line, "{ts},k{key},{value}");
+            }
+        }
+    }
 }
 
-/// Line `index` of a generator with these settings: a pure function, so tests can compute
-/// the expected input independently of the source.
+/// Line `index` of a `words` generator: a pure function, so tests can compute the
+/// expected input independently of the source.
 pub fn generated_line(seed: u64, index: u64, words: usize, vocabulary: u64, out: &mut String) {
     out.clear();
     for w in 0..words as u64 {
@@ -144,6 +183,24 @@ pub fn generated_line(seed: u64, index: u64, words: usize, vocabulary: u64, out:
         let word = (r % vocabulary) * (r.rotate_left(17) % vocabulary) / vocabulary;
         push_word(word, out);
     }
+}
+
+/// Record `index` of an `events` generator as `(timestamp, key number, value)`.
+pub fn generated_event(
+    seed: u64,
+    index: u64,
+    keys: u64,
+    step_ms: i64,
+    jitter_ms: i64,
+) -> (i64, u64, u64) {
+    let r = splitmix64(seed ^ splitmix64(index));
+    let jitter = if jitter_ms > 0 {
+        (r.rotate_left(29) % (jitter_ms as u64 + 1)) as i64
+    } else {
+        0
+    };
+    let ts = index as i64 * step_ms - jitter;
+    (ts, r % keys.max(1), r.rotate_left(41) % 100)
 }
 
 fn push_word(mut n: u64, out: &mut String) {
@@ -169,29 +226,23 @@ fn splitmix64(mut x: u64) -> u64 {
 
 impl Source for GeneratorSource {
     fn poll(&mut self, out: &mut BatchWriter, max: usize) -> Result<SourceStatus> {
-        let mut allowed = max as u64;
+        let mut count = max as u64;
         if let Some(rate) = self.rate {
-            let due = (self.started.elapsed().as_secs_f64() * rate) as u64 + 1;
-            allowed = allowed.min(due.saturating_sub(self.done));
-            if allowed == 0 {
-                let next = Duration::from_secs_f64((self.done as f64) / rate);
+            // The next record is due `done / rate` seconds after the start.
+            let due = self.started + Duration::from_secs_f64(self.done as f64 / rate);
+            if Instant::now() < due {
                 return Ok(SourceStatus::Idle {
-                    retry_at: Some(self.started + next),
+                    retry_at: Some(due),
                 });
             }
+            count = count.min(((rate / 10.0).round() as u64).max(1));
         }
-        for _ in 0..allowed {
+        for _ in 0..count {
             let index = self.index();
             if index >= self.total {
                 return Ok(SourceStatus::End);
             }
-            generated_line(
-                self.seed,
-                index,
-                self.words_per_record,
-                self.vocabulary,
-                &mut self.line,
-            );
+            self.generate(index);
             out.push(None, self.line.as_bytes(), None);
             self.done += 1;
         }
@@ -300,6 +351,11 @@ mod tests {
     use sluice_codec::BatchReader;
     use std::io::Write;
 
+    const WORDS: Generated = Generated::Words {
+        words: 2,
+        vocabulary: 50,
+    };
+
     fn values(w: &BatchWriter) -> Vec<String> {
         BatchReader::new(w.as_bytes())
             .map(|r| String::from_utf8(r.unwrap().value.to_vec()).unwrap())
@@ -337,7 +393,7 @@ mod tests {
     fn generator_subtasks_partition_the_records_and_resume() {
         let mut all = vec![];
         for s in 0..3 {
-            let mut g = GeneratorSource::new(10, s, 3, 7, 2, 50, None);
+            let mut g = GeneratorSource::new(10, s, 3, 7, WORDS, None);
             let mut out = BatchWriter::new();
             while g.poll(&mut out, 4).unwrap() == SourceStatus::More {}
             all.extend(values(&out));
@@ -353,10 +409,10 @@ mod tests {
         expected.sort();
         assert_eq!(all, expected);
 
-        let mut g = GeneratorSource::new(10, 0, 1, 7, 2, 50, None);
+        let mut g = GeneratorSource::new(10, 0, 1, 7, WORDS, None);
         let mut first = BatchWriter::new();
         g.poll(&mut first, 4).unwrap();
-        let mut h = GeneratorSource::new(10, 0, 1, 7, 2, 50, None);
+        let mut h = GeneratorSource::new(10, 0, 1, 7, WORDS, None);
         h.seek(&g.position()).unwrap();
         let (mut a, mut b) = (BatchWriter::new(), BatchWriter::new());
         g.poll(&mut a, 100).unwrap();
@@ -366,8 +422,9 @@ mod tests {
     }
 
     #[test]
-    fn throttled_generator_goes_idle_until_its_next_record_is_due() {
-        let mut g = GeneratorSource::new(100, 0, 1, 1, 1, 10, Some(10.0));
+    fn throttled_generator_goes_idle_until_its_next_chunk_is_due() {
+        // 10 records per second: chunks of one record, one every 100 ms.
+        let mut g = GeneratorSource::new(100, 0, 1, 1, WORDS, Some(10.0));
         let mut out = BatchWriter::new();
         assert_eq!(g.poll(&mut out, 100).unwrap(), SourceStatus::More);
         assert_eq!(out.len(), 1);
@@ -376,6 +433,31 @@ mod tests {
                 assert!(t > Instant::now() + Duration::from_millis(50));
             }
             other => panic!("expected idle, got {other:?}"),
+        }
+        // 1000 records per second: chunks of 100, whatever the batch size above that.
+        let mut g = GeneratorSource::new(1000, 0, 1, 1, WORDS, Some(1000.0));
+        let mut out = BatchWriter::new();
+        g.poll(&mut out, 1024).unwrap();
+        assert_eq!(out.len(), 100);
+    }
+
+    #[test]
+    fn events_are_csv_with_bounded_jitter() {
+        let generated = Generated::Events {
+            keys: 7,
+            step_ms: 10,
+            jitter_ms: 25,
+        };
+        let mut g = GeneratorSource::new(200, 0, 1, 3, generated, None);
+        let mut out = BatchWriter::new();
+        g.poll(&mut out, 1000).unwrap();
+        for (i, line) in values(&out).iter().enumerate() {
+            let fields: Vec<&str> = line.split(',').collect();
+            let ts: i64 = fields[0].parse().unwrap();
+            let in_order = i as i64 * 10;
+            assert!((in_order - 25..=in_order).contains(&ts), "{line}");
+            assert!(fields[1].starts_with('k') && fields[1][1..].parse::<u64>().unwrap() < 7);
+            assert!(fields[2].parse::<u64>().unwrap() < 100);
         }
     }
 }

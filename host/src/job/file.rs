@@ -17,8 +17,9 @@ pub struct JobFile {
     pub tenant: String,
     /// Number of key groups (the most parallelism keyed state can be spread over).
     pub max_parallelism: Option<u32>,
-    /// Where records come from.
-    pub source: SourceSpec,
+    /// Where records come from: `[source]`, or several `[[source]]`.
+    #[serde(deserialize_with = "one_or_many")]
+    pub source: Vec<SourceSpec>,
     /// The operators, in order.
     #[serde(default, rename = "operator")]
     pub operators: Vec<OperatorSpec>,
@@ -41,44 +42,70 @@ fn one() -> u32 {
     1
 }
 
-/// The source of a job.
+/// A source of a job: `[source]`, or one `[[source]]` table per source (their records
+/// are united at the first operator).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum SourceSpec {
-    /// A text file, one record per line.
-    File {
-        /// Path, relative to the job file.
-        path: PathBuf,
-    },
-    /// Deterministic lines of pseudo-words.
-    Generator {
-        /// Records in total (over all subtasks).
-        records: u64,
-        /// Words per line.
-        #[serde(default = "default_words")]
-        words_per_record: usize,
-        /// Distinct words.
-        #[serde(default = "default_vocabulary")]
-        vocabulary: u64,
-        /// Seed.
-        #[serde(default)]
-        seed: u64,
-        /// Records per second per subtask (unthrottled when absent).
-        rate: Option<f64>,
-        /// Parallel subtasks.
-        #[serde(default = "one")]
-        parallelism: u32,
-    },
-    /// Standard input, one record per line (cannot be replayed from a checkpoint).
+#[serde(deny_unknown_fields)]
+pub struct SourceSpec {
+    /// `file`, `generator` or `stdin`.
+    #[serde(rename = "type")]
+    pub kind: SourceKind,
+    /// Name in metrics and checkpoints (default `source`, or `source-N` with several).
+    pub name: Option<String>,
+    /// `file`: the text file, one record per line, relative to the job file.
+    pub path: Option<PathBuf>,
+    /// `generator`: records in total, over all subtasks.
+    pub records: Option<u64>,
+    /// `generator`: `words` (default: lines of pseudo-words) or `events` (lines
+    /// `timestamp,key,value`).
+    pub shape: Option<String>,
+    /// `generator`, `words`: words per line (default 8).
+    pub words_per_record: Option<usize>,
+    /// `generator`, `words`: distinct words (default 1000).
+    pub vocabulary: Option<u64>,
+    /// `generator`, `events`: distinct keys (default 1000).
+    pub keys: Option<u64>,
+    /// `generator`, `events`: event time between consecutive records (default 10 ms).
+    pub step_ms: Option<i64>,
+    /// `generator`, `events`: up to this much earlier than in order (default 0).
+    pub jitter_ms: Option<i64>,
+    /// `generator`: seed (default 0).
+    pub seed: Option<u64>,
+    /// `generator`: records per second per subtask (default: as fast as possible).
+    pub rate: Option<f64>,
+    /// `generator`: parallel subtasks (default 1; file and stdin sources have one).
+    pub parallelism: Option<u32>,
+    /// Where a record's event time (milliseconds) is: `{ field = N, separator = "," }`.
+    pub timestamp: Option<toml::Value>,
+    /// Bounded out-of-orderness of event time: watermark = max timestamp − this − 1.
+    pub out_of_orderness_ms: Option<u64>,
+    /// After this long without records the source is idle: downstream tasks leave it out
+    /// of their watermark until it sends records again.
+    pub idle_timeout_ms: Option<u64>,
+}
+
+/// Kinds of sources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourceKind {
+    /// A text file.
+    File,
+    /// Generated records.
+    Generator,
+    /// Standard input.
     Stdin,
 }
 
-fn default_words() -> usize {
-    8
-}
-
-fn default_vocabulary() -> u64 {
-    1000
+/// Accepts one table or an array of tables.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<SourceSpec>, D::Error> {
+    match toml::Value::deserialize(d)? {
+        value @ toml::Value::Array(_) => {
+            Vec::<SourceSpec>::deserialize(value).map_err(serde::de::Error::custom)
+        }
+        value => SourceSpec::deserialize(value)
+            .map(|s| vec![s])
+            .map_err(serde::de::Error::custom),
+    }
 }
 
 /// One operator.

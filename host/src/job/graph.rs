@@ -5,15 +5,71 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow, bail};
 
-use super::file::{JobFile, SinkKind, SourceSpec};
+use super::file::{JobFile, SinkKind, SourceKind, SourceSpec};
 use super::restart::RestartStrategy;
 use crate::checkpoint::CheckpointSettings;
-use crate::connectors::LineFormat;
+use crate::connectors::{EventTime, LineFormat};
 use crate::network::{CheckpointingMode, KeySelector, NetworkSettings, Partitioner};
 use crate::state::key_groups::DEFAULT_MAX_PARALLELISM;
 use crate::task::TaskSettings;
+
+/// What a generator source generates.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GeneratorShape {
+    /// Lines of pseudo-words.
+    Words {
+        /// Words per line.
+        words_per_record: usize,
+        /// Distinct words.
+        vocabulary: u64,
+    },
+    /// Lines `timestamp,key,value`.
+    Events {
+        /// Distinct keys.
+        keys: u64,
+        /// Event time between consecutive records.
+        step_ms: i64,
+        /// Up to this much earlier than in order.
+        jitter_ms: i64,
+    },
+}
+
+/// Where a source's records come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SourceInput {
+    /// A text file (resolved path).
+    File(PathBuf),
+    /// Generated records.
+    Generator {
+        /// Records in total.
+        records: u64,
+        /// What to generate.
+        shape: GeneratorShape,
+        /// Seed.
+        seed: u64,
+        /// Records per second per subtask.
+        rate: Option<f64>,
+    },
+    /// Standard input.
+    Stdin,
+}
+
+/// A source of the job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceVertex {
+    /// Name, unique in the job.
+    pub name: String,
+    /// Where its records come from.
+    pub input: SourceInput,
+    /// Parallelism.
+    pub parallelism: u32,
+    /// Event time, if the records carry it.
+    pub event_time: Option<EventTime>,
+    /// Silence after which the source declares itself idle.
+    pub idle_timeout: Option<Duration>,
+}
 
 /// A Wasm operator of the job.
 #[derive(Debug, Clone)]
@@ -43,11 +99,11 @@ pub struct SinkVertex {
     pub parallelism: u32,
 }
 
-/// One vertex of the job's pipeline.
+/// One vertex of the job.
 #[derive(Debug, Clone)]
 pub enum Vertex {
-    /// The source.
-    Source(SourceSpec),
+    /// A source.
+    Source(SourceVertex),
     /// A Wasm operator.
     Operator(OperatorVertex),
     /// The sink.
@@ -58,11 +114,18 @@ impl Vertex {
     /// Name used in task names, metrics and checkpoints.
     pub fn name(&self) -> &str {
         match self {
-            Vertex::Source(SourceSpec::File { .. }) => "file source",
-            Vertex::Source(SourceSpec::Generator { .. }) => "generator",
-            Vertex::Source(SourceSpec::Stdin) => "stdin",
+            Vertex::Source(s) => &s.name,
             Vertex::Operator(o) => &o.name,
             Vertex::Sink(_) => "sink",
+        }
+    }
+
+    /// Parallelism.
+    pub fn parallelism(&self) -> u32 {
+        match self {
+            Vertex::Source(s) => s.parallelism,
+            Vertex::Operator(o) => o.parallelism,
+            Vertex::Sink(s) => s.parallelism,
         }
     }
 }
@@ -74,8 +137,9 @@ pub struct ChainSpec {
     pub vertices: Vec<usize>,
     /// Parallelism of all of them.
     pub parallelism: u32,
-    /// How records reach this chain from the previous one (`None` for the source chain).
-    pub input: Option<Partitioner>,
+    /// The chains this one reads, and how records are spread over its subtasks (empty
+    /// for a source chain; several for the union of several sources).
+    pub inputs: Vec<(usize, Partitioner)>,
 }
 
 impl ChainSpec {
@@ -86,6 +150,14 @@ impl ChainSpec {
             .map(|&v| graph.vertices[v].name())
             .collect::<Vec<_>>()
             .join(" -> ")
+    }
+
+    /// The source this chain reads, if it is a source chain.
+    pub fn source<'g>(&self, graph: &'g JobGraph) -> Option<&'g SourceVertex> {
+        match &graph.vertices[self.vertices[0]] {
+            Vertex::Source(s) => Some(s),
+            _ => None,
+        }
     }
 }
 
@@ -98,10 +170,8 @@ pub struct JobGraph {
     pub tenant: String,
     /// Number of key groups.
     pub max_parallelism: u32,
-    /// Source, operators, sink, in order.
+    /// Sources, operators, sink, in order.
     pub vertices: Vec<Vertex>,
-    /// Parallelism of each vertex.
-    pub parallelism: Vec<u32>,
     /// The tasks to run.
     pub chains: Vec<ChainSpec>,
     /// Checkpointing, if enabled.
@@ -147,22 +217,31 @@ impl JobGraph {
             Ok(())
         };
 
-        let source_parallelism = match &file.source {
-            SourceSpec::Generator { parallelism, .. } => *parallelism,
-            _ => 1,
-        };
-        check_parallelism("source", source_parallelism)?;
-        let source = match &file.source {
-            SourceSpec::File { path } => SourceSpec::File {
-                path: resolve(path),
-            },
-            other => other.clone(),
-        };
-
-        let mut vertices = vec![Vertex::Source(source)];
-        let mut parallelism = vec![source_parallelism];
-        let mut inputs: Vec<Option<(Option<KeySelector>, Option<String>)>> = vec![None];
+        if file.source.is_empty() {
+            bail!("{job}: the job has no `[source]`");
+        }
         let mut names = BTreeSet::new();
+        let mut vertices = Vec::new();
+        for (i, spec) in file.source.iter().enumerate() {
+            let default_name = if file.source.len() == 1 {
+                "source".to_string()
+            } else {
+                format!("source-{}", i + 1)
+            };
+            let source = source_vertex(spec, default_name, &resolve)
+                .map_err(|e| anyhow!("{job}: source #{}: {e}", i + 1))?;
+            check_parallelism(&format!("source '{}'", source.name), source.parallelism)?;
+            if !names.insert(source.name.clone()) {
+                bail!(
+                    "{job}: two sources are named '{}'; names must be unique",
+                    source.name
+                );
+            }
+            vertices.push(Vertex::Source(source));
+        }
+        let sources = vertices.len();
+
+        let mut inputs: Vec<(Option<KeySelector>, Option<String>)> = Vec::new();
         if file.operators.is_empty() {
             bail!("{job}: the job has no `[[operator]]`; at least one is needed");
         }
@@ -171,31 +250,32 @@ impl JobGraph {
             if op.name.trim().is_empty() {
                 bail!("{job}: operator #{}: `name` must not be empty", i + 1);
             }
-            if ["source", "sink"].contains(&op.name.as_str()) {
-                bail!("{job}: {what}: the names `source` and `sink` are reserved");
+            if op.name == "sink" {
+                bail!("{job}: {what}: the name `sink` is reserved");
             }
             if !names.insert(op.name.clone()) {
-                bail!("{job}: {what}: another operator has the same name; names must be unique");
+                bail!(
+                    "{job}: {what}: another operator or source has the same name; names must be unique"
+                );
             }
             check_parallelism(&what, op.parallelism)?;
             let key_by = op
                 .key_by
                 .as_ref()
-                .map(|v| parse_key_by(v).map_err(|e| anyhow::anyhow!("{job}: {what}: {e}")))
+                .map(|v| parse_key_by(v).map_err(|e| anyhow!("{job}: {what}: {e}")))
                 .transpose()?;
             let config = op
                 .config
                 .iter()
                 .map(|(k, v)| {
                     config_string(v).map(|s| (k.clone(), s)).ok_or_else(|| {
-                        anyhow::anyhow!(
+                        anyhow!(
                             "{job}: {what}: config value `{k}` must be a string, number or boolean"
                         )
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;
-            inputs.push(Some((key_by.clone(), op.partition.clone())));
-            parallelism.push(op.parallelism);
+            inputs.push((key_by.clone(), op.partition.clone()));
             vertices.push(Vertex::Operator(OperatorVertex {
                 name: op.name.clone(),
                 plugin: resolve(&op.plugin),
@@ -220,8 +300,7 @@ impl JobGraph {
             (SinkKind::Stdout, Some(_)) => bail!("{job}: sink: a `stdout` sink takes no `path`"),
             (SinkKind::Stdout, None) => None,
         };
-        inputs.push(Some((None, sink.partition.clone())));
-        parallelism.push(sink.parallelism);
+        inputs.push((None, sink.partition.clone()));
         vertices.push(Vertex::Sink(SinkVertex {
             kind: sink.kind,
             path: sink_path,
@@ -229,28 +308,17 @@ impl JobGraph {
             parallelism: sink.parallelism,
         }));
 
-        // Edges and chains: a forward edge between equal parallelism chains; anything else
-        // crosses a channel.
-        let mut chains: Vec<ChainSpec> = vec![ChainSpec {
-            vertices: vec![0],
-            parallelism: source_parallelism,
-            input: None,
-        }];
-        for v in 1..vertices.len() {
-            let (key_by, partition) = inputs[v]
-                .clone()
-                .expect("every vertex but the source has an input");
-            let (up, down) = (parallelism[v - 1], parallelism[v]);
-            let what = format!(
-                "{} '{}'",
-                if v + 1 == vertices.len() {
-                    "sink"
-                } else {
-                    "operator"
-                },
-                vertices[v].name()
-            );
-            let partitioner = match (key_by, partition.as_deref()) {
+        // Chains: vertices joined by forward edges run in one task; every other edge
+        // crosses channels. Several sources each run alone and meet (a union) at the
+        // first operator.
+        let edge = |v: usize, up: u32| -> Result<Partitioner> {
+            let (key_by, partition) = inputs[v - sources].clone();
+            let down = vertices[v].parallelism();
+            let what = match &vertices[v] {
+                Vertex::Sink(_) => "sink".to_string(),
+                other => format!("operator '{}'", other.name()),
+            };
+            Ok(match (key_by, partition.as_deref()) {
                 (Some(_), Some(p)) => bail!(
                     "{job}: {what}: `key_by` already partitions by key; remove `partition = {p:?}`"
                 ),
@@ -270,18 +338,38 @@ impl JobGraph {
                 ),
                 (None, None) if up == down => Partitioner::Forward,
                 (None, None) => Partitioner::Rebalance,
-            };
+            })
+        };
+        let mut chains: Vec<ChainSpec> = (0..sources)
+            .map(|s| ChainSpec {
+                vertices: vec![s],
+                parallelism: vertices[s].parallelism(),
+                inputs: Vec::new(),
+            })
+            .collect();
+        let mut first = sources;
+        if sources > 1 {
+            let union = (0..sources)
+                .map(|s| Ok((s, edge(sources, vertices[s].parallelism())?)))
+                .collect::<Result<Vec<_>>>()?;
+            chains.push(ChainSpec {
+                vertices: vec![sources],
+                parallelism: vertices[sources].parallelism(),
+                inputs: union,
+            });
+            first += 1;
+        }
+        for v in first..vertices.len() {
+            let up = vertices[v - 1].parallelism();
+            let partitioner = edge(v, up)?;
             if partitioner == Partitioner::Forward {
-                chains
-                    .last_mut()
-                    .expect("the source chain")
-                    .vertices
-                    .push(v);
+                chains.last_mut().expect("a chain exists").vertices.push(v);
             } else {
+                let upstream = chains.len() - 1;
                 chains.push(ChainSpec {
                     vertices: vec![v],
-                    parallelism: down,
-                    input: Some(partitioner),
+                    parallelism: vertices[v].parallelism(),
+                    inputs: vec![(upstream, partitioner)],
                 });
             }
         }
@@ -313,11 +401,15 @@ impl JobGraph {
                 })
             })
             .transpose()?;
-        if checkpoint.is_some() && matches!(file.source, SourceSpec::Stdin) {
-            bail!("{job}: checkpointing needs a replayable source; `stdin` cannot be replayed");
+        if checkpoint.is_some()
+            && vertices
+                .iter()
+                .any(|v| matches!(v, Vertex::Source(s) if s.input == SourceInput::Stdin))
+        {
+            bail!("{job}: checkpointing needs replayable sources; `stdin` cannot be replayed");
         }
         let restart = RestartStrategy::from_spec(file.restart.as_ref(), checkpoint.is_some())
-            .map_err(|e| anyhow::anyhow!("{job}: restart: {e}"))?;
+            .map_err(|e| anyhow!("{job}: restart: {e}"))?;
 
         let rt = &file.runtime;
         let network = NetworkSettings {
@@ -335,7 +427,6 @@ impl JobGraph {
             tenant: file.tenant.clone(),
             max_parallelism,
             vertices,
-            parallelism,
             chains,
             checkpoint,
             restart,
@@ -353,6 +444,14 @@ impl JobGraph {
         })
     }
 
+    /// The sources.
+    pub fn sources(&self) -> impl Iterator<Item = &SourceVertex> {
+        self.vertices.iter().filter_map(|v| match v {
+            Vertex::Source(s) => Some(s),
+            _ => None,
+        })
+    }
+
     /// The sink.
     pub fn sink(&self) -> &SinkVertex {
         match self.vertices.last() {
@@ -361,13 +460,124 @@ impl JobGraph {
         }
     }
 
-    /// The source.
-    pub fn source(&self) -> &SourceSpec {
-        match &self.vertices[0] {
-            Vertex::Source(s) => s,
-            _ => unreachable!("a job graph starts with its source"),
-        }
+    /// The chain that reads chain `c`'s output, if any.
+    pub fn downstream_of(&self, c: usize) -> Option<(usize, &Partitioner)> {
+        self.chains.iter().enumerate().find_map(|(d, chain)| {
+            chain
+                .inputs
+                .iter()
+                .find(|(u, _)| *u == c)
+                .map(|(_, p)| (d, p))
+        })
     }
+}
+
+/// Checks one `[source]` table against its type.
+fn source_vertex(
+    spec: &SourceSpec,
+    default_name: String,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<SourceVertex> {
+    let kind = match spec.kind {
+        SourceKind::File => "file",
+        SourceKind::Generator => "generator",
+        SourceKind::Stdin => "stdin",
+    };
+    let not_for = |field: &str, set: bool| -> Result<()> {
+        if set {
+            bail!("`{field}` does not apply to a {kind} source");
+        }
+        Ok(())
+    };
+    let generator_fields = [
+        ("records", spec.records.is_some()),
+        ("shape", spec.shape.is_some()),
+        ("words_per_record", spec.words_per_record.is_some()),
+        ("vocabulary", spec.vocabulary.is_some()),
+        ("keys", spec.keys.is_some()),
+        ("step_ms", spec.step_ms.is_some()),
+        ("jitter_ms", spec.jitter_ms.is_some()),
+        ("seed", spec.seed.is_some()),
+        ("rate", spec.rate.is_some()),
+        ("parallelism", spec.parallelism.is_some()),
+    ];
+    let input = match spec.kind {
+        SourceKind::File | SourceKind::Stdin => {
+            for (field, set) in generator_fields {
+                not_for(field, set)?;
+            }
+            match (spec.kind, &spec.path) {
+                (SourceKind::File, Some(p)) => SourceInput::File(resolve(p)),
+                (SourceKind::File, None) => bail!("a file source needs a `path`"),
+                (_, p) => {
+                    not_for("path", p.is_some())?;
+                    SourceInput::Stdin
+                }
+            }
+        }
+        SourceKind::Generator => {
+            not_for("path", spec.path.is_some())?;
+            let records = spec
+                .records
+                .ok_or_else(|| anyhow!("a generator source needs `records`"))?;
+            let shape = match spec.shape.as_deref() {
+                None | Some("words") => {
+                    not_for("keys", spec.keys.is_some())?;
+                    not_for("step_ms", spec.step_ms.is_some())?;
+                    not_for("jitter_ms", spec.jitter_ms.is_some())?;
+                    GeneratorShape::Words {
+                        words_per_record: spec.words_per_record.unwrap_or(8),
+                        vocabulary: spec.vocabulary.unwrap_or(1000).max(1),
+                    }
+                }
+                Some("events") => {
+                    not_for("words_per_record", spec.words_per_record.is_some())?;
+                    not_for("vocabulary", spec.vocabulary.is_some())?;
+                    GeneratorShape::Events {
+                        keys: spec.keys.unwrap_or(1000).max(1),
+                        step_ms: spec.step_ms.unwrap_or(10),
+                        jitter_ms: spec.jitter_ms.unwrap_or(0).max(0),
+                    }
+                }
+                Some(other) => bail!("`shape` must be \"words\" or \"events\", not {other:?}"),
+            };
+            if let Some(rate) = spec.rate
+                && (rate.is_nan() || rate <= 0.0)
+            {
+                bail!("`rate` must be positive, not {rate}");
+            }
+            SourceInput::Generator {
+                records,
+                shape,
+                seed: spec.seed.unwrap_or(0),
+                rate: spec.rate,
+            }
+        }
+    };
+    let event_time = spec
+        .timestamp
+        .as_ref()
+        .map(|v| match parse_key_by(v) {
+            Ok(KeySelector::Field { index, separator }) => Ok(EventTime {
+                field: index,
+                separator,
+                out_of_orderness_ms: spec.out_of_orderness_ms.unwrap_or(0) as i64,
+            }),
+            _ => Err(anyhow!(
+                "`timestamp` must be {{ field = N, separator = \",\" }}: the field holding the event time in milliseconds"
+            )),
+        })
+        .transpose()?;
+    if event_time.is_none() && spec.out_of_orderness_ms.is_some() {
+        bail!("`out_of_orderness_ms` needs `timestamp`");
+    }
+    Ok(SourceVertex {
+        name: spec.name.clone().unwrap_or(default_name),
+        input,
+        parallelism: spec.parallelism.unwrap_or(1),
+        event_time,
+        idle_timeout: spec.idle_timeout_ms.map(Duration::from_millis),
+    })
 }
 
 fn parse_key_by(v: &toml::Value) -> Result<KeySelector> {
@@ -377,17 +587,17 @@ fn parse_key_by(v: &toml::Value) -> Result<KeySelector> {
         toml::Value::Table(t) => {
             for k in t.keys() {
                 if k != "field" && k != "separator" {
-                    bail!("`key_by` table: unknown field `{k}` (expected `field` and `separator`)");
+                    bail!("unknown field `{k}` (expected `field` and `separator`)");
                 }
             }
             let index = match t.get("field") {
                 Some(toml::Value::Integer(i)) if *i >= 0 => *i as usize,
-                _ => bail!("`key_by` table needs `field`, a field index (0 or more)"),
+                _ => bail!("`field` must be a field index (0 or more)"),
             };
             let separator = match t.get("separator") {
                 None => ",".to_string(),
                 Some(toml::Value::String(s)) if !s.is_empty() => s.clone(),
-                Some(_) => bail!("`key_by.separator` must be a non-empty string"),
+                Some(_) => bail!("`separator` must be a non-empty string"),
             };
             Ok(KeySelector::Field { index, separator })
         }

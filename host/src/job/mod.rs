@@ -11,7 +11,10 @@ mod graph;
 mod restart;
 mod runner;
 
-pub use file::{JobFile, OperatorSpec, SinkKind, SinkSpec, SourceSpec};
-pub use graph::{ChainSpec, JobGraph, OperatorVertex, SinkVertex, Vertex};
+pub use file::{JobFile, OperatorSpec, SinkKind, SinkSpec, SourceKind, SourceSpec};
+pub use graph::{
+    ChainSpec, GeneratorShape, JobGraph, OperatorVertex, SinkVertex, SourceInput, SourceVertex,
+    Vertex,
+};
 pub use restart::RestartStrategy;
 pub use runner::{Job, JobControl, JobMonitor, JobOutcome, JobReport, RestorePoint};

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use crossbeam_channel::{Receiver, Sender, select, unbounded};
 
-use super::graph::{ChainSpec, JobGraph, Vertex};
+use super::graph::{JobGraph, Vertex};
 use crate::chain::{
     CallError, ChainOutput, ChainedOperator, OpenInfo, Operator, OperatorChain, OperatorFailure,
     OperatorIdentity, OperatorState,
@@ -21,13 +21,18 @@ use crate::checkpoint::{
     AsyncPool, CheckpointLink, CheckpointStats, CheckpointStorage, Coordinator, CoordinatorMessage,
     CoordinatorSetup, LoadedCheckpoint, TaskId,
 };
-use crate::connectors::{FileSink, FileSource, GeneratorSource, Source, StdinSource, StdoutSink};
-use crate::job::file::{JobFile, SinkKind, SourceSpec};
+use crate::connectors::{
+    FileSink, FileSource, Generated, GeneratorSource, Source, StdinSource, StdoutSink,
+};
+use crate::job::file::{JobFile, SinkKind};
+use crate::job::graph::{GeneratorShape, SourceInput, SourceVertex};
 use crate::metrics::{OperatorMetrics, TaskMetrics, TaskMetricsHandle, TaskReport};
-use crate::network::{InputGate, RecordWriter, channel};
+use crate::network::{InputGate, Partitioner, RecordWriter, channel};
 use crate::state::KeyedStateBackend;
 use crate::state::key_groups::key_groups_of_subtask;
-use crate::task::{StreamTask, TaskContext, TaskHandle, TaskInput, TaskOutcome, panic_to_error};
+use crate::task::{
+    SourceReader, StreamTask, TaskContext, TaskHandle, TaskInput, TaskOutcome, panic_to_error,
+};
 use crate::wasm::{Plugin, SandboxLimits, WasmEngine};
 
 /// Where a job starts.
@@ -288,7 +293,12 @@ impl Job {
     /// Refuses checkpoints that do not fit this job.
     fn check_restorable(&self, c: &LoadedCheckpoint) -> Result<()> {
         let graph = &self.graph;
-        let known: Vec<&str> = graph.vertices.iter().skip(1).map(Vertex::name).collect();
+        let known: Vec<&str> = graph
+            .vertices
+            .iter()
+            .filter(|v| !matches!(v, Vertex::Source(_)))
+            .map(Vertex::name)
+            .collect();
         for op in &c.metadata.operators {
             if !known.contains(&op.name.as_str()) {
                 bail!(
@@ -341,18 +351,29 @@ impl Job {
             .map(|c| c.mode)
             .unwrap_or_default();
 
-        // Channels: into chain c, one per (upstream subtask, downstream subtask).
-        let mut senders: Vec<Vec<Vec<Sender<_>>>> = vec![Vec::new(); chains.len()];
-        let mut receivers: Vec<Vec<Vec<Receiver<_>>>> = vec![Vec::new(); chains.len()];
-        for c in 1..chains.len() {
-            let (up, down) = (chains[c - 1].parallelism, chains[c].parallelism);
-            senders[c] = vec![Vec::new(); up as usize];
-            receivers[c] = vec![Vec::new(); down as usize];
-            for from_upstream in senders[c].iter_mut() {
-                for into_downstream in receivers[c].iter_mut() {
-                    let (tx, rx) = channel(graph.network.channel_capacity);
-                    from_upstream.push(tx);
-                    into_downstream.push(rx);
+        // Channels: for every edge into chain `c`, one channel per pair of connected
+        // subtasks (forward edges connect subtask i to subtask i only). `senders[u][s]`
+        // are the channels of subtask `s` of chain `u` (every chain has at most one
+        // downstream chain); `receivers[c][d]` those into subtask `d` of chain `c`.
+        let mut senders: Vec<Vec<Vec<Sender<_>>>> = chains
+            .iter()
+            .map(|c| vec![Vec::new(); c.parallelism as usize])
+            .collect();
+        let mut receivers: Vec<Vec<Vec<Receiver<_>>>> = chains
+            .iter()
+            .map(|c| vec![Vec::new(); c.parallelism as usize])
+            .collect();
+        for (c, chain) in chains.iter().enumerate() {
+            for (u, partitioner) in &chain.inputs {
+                for (from, outbox) in senders[*u].iter_mut().enumerate() {
+                    for (to, inbox) in receivers[c].iter_mut().enumerate() {
+                        if *partitioner == Partitioner::Forward && from != to {
+                            continue;
+                        }
+                        let (tx, rx) = channel(graph.network.channel_capacity);
+                        outbox.push(tx);
+                        inbox.push(rx);
+                    }
                 }
             }
         }
@@ -380,33 +401,39 @@ impl Job {
                     cancel: Arc::new(AtomicBool::new(false)),
                     metrics: Arc::new(TaskMetrics::default()),
                 };
-                let input = if c == 0 {
-                    TaskInput::Source(make_source(graph.source(), s, chain.parallelism)?)
-                } else {
-                    TaskInput::Network(InputGate::new(
+                let source = chain.source(graph);
+                let input = match source {
+                    Some(source) => TaskInput::Source(SourceReader::new(
+                        make_source(source, s)?,
+                        source.event_time.clone(),
+                        source.idle_timeout,
+                    )),
+                    None => TaskInput::Network(InputGate::new(
                         std::mem::take(&mut receivers[c][s as usize]),
                         mode,
-                    ))
+                    )),
                 };
-                let output = match chains.get(c + 1) {
-                    Some(next) => ChainOutput::Network(RecordWriter::new(
-                        std::mem::take(&mut senders[c + 1][s as usize]),
-                        next.input
-                            .clone()
-                            .expect("chains after the first have an input"),
+                let output = match graph.downstream_of(c) {
+                    Some((_, partitioner)) => ChainOutput::Network(RecordWriter::new(
+                        std::mem::take(&mut senders[c][s as usize]),
+                        partitioner.clone(),
                         &graph.network,
                         ctx.cancel.clone(),
                         ctx.metrics.clone(),
                     )),
                     None => ChainOutput::None,
                 };
-                let members: Vec<usize> =
-                    chain.vertices.iter().copied().filter(|&v| v != 0).collect();
+                let members: Vec<usize> = chain
+                    .vertices
+                    .iter()
+                    .copied()
+                    .filter(|&v| !matches!(graph.vertices[v], Vertex::Source(_)))
+                    .collect();
                 let op_metrics: Vec<Arc<OperatorMetrics>> =
                     members.iter().map(|_| Arc::default()).collect();
                 metrics.push(TaskMetricsHandle {
                     task: ctx.name.clone(),
-                    is_source: c == 0,
+                    is_source: source.is_some(),
                     metrics: ctx.metrics.clone(),
                     operators: members
                         .iter()
@@ -414,8 +441,10 @@ impl Job {
                         .map(|(&v, m)| (graph.vertices[v].name().to_string(), s, m.clone()))
                         .collect(),
                 });
-                let restore_position = match (&checkpoint, c) {
-                    (Some(cp), 0) => cp.source_position(s, chain.parallelism)?,
+                let restore_position = match (&checkpoint, source) {
+                    (Some(cp), Some(source)) => {
+                        cp.source_position(&source.name, s, chain.parallelism)?
+                    }
                     _ => None,
                 };
                 let builder = ChainBuilder {
@@ -444,21 +473,32 @@ impl Job {
 
         let coordinator = match (&graph.checkpoint, storage) {
             (Some(settings), Some(storage)) => {
-                let mut operator_parallelism = BTreeMap::new();
-                for (v, vertex) in graph.vertices.iter().enumerate().skip(1) {
-                    operator_parallelism.insert(vertex.name().to_string(), graph.parallelism[v]);
-                }
+                let operator_parallelism = graph
+                    .vertices
+                    .iter()
+                    .filter(|v| !matches!(v, Vertex::Source(_)))
+                    .map(|v| (v.name().to_string(), v.parallelism()))
+                    .collect();
+                let sources_by_chain = chains
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(c, chain)| {
+                        chain
+                            .source(graph)
+                            .map(|s| (c, (s.name.clone(), s.parallelism)))
+                    })
+                    .collect();
                 let setup = CoordinatorSetup {
                     job: graph.name.clone(),
                     settings: settings.clone(),
                     first_id: storage.next_id()?,
                     storage,
                     max_parallelism: graph.max_parallelism,
-                    source_parallelism: chains[0].parallelism,
+                    sources_by_chain,
                     operator_parallelism,
                     sources: handles
                         .iter()
-                        .filter(|h| h.id().vertex == 0)
+                        .filter(|h| chains[h.id().vertex].source(graph).is_some())
                         .cloned()
                         .collect(),
                     tasks: handles.clone(),
@@ -604,26 +644,43 @@ fn is_permanent(e: &anyhow::Error) -> bool {
     })
 }
 
-fn make_source(spec: &SourceSpec, subtask: u32, parallelism: u32) -> Result<Box<dyn Source>> {
-    Ok(match spec {
-        SourceSpec::File { path } => Box::new(FileSource::open(path)?),
-        SourceSpec::Generator {
+fn make_source(source: &SourceVertex, subtask: u32) -> Result<Box<dyn Source>> {
+    Ok(match &source.input {
+        SourceInput::File(path) => Box::new(FileSource::open(path)?),
+        SourceInput::Generator {
             records,
-            words_per_record,
-            vocabulary,
+            shape,
             seed,
             rate,
-            ..
-        } => Box::new(GeneratorSource::new(
-            *records,
-            subtask,
-            parallelism,
-            *seed,
-            *words_per_record,
-            *vocabulary,
-            *rate,
-        )),
-        SourceSpec::Stdin => Box::new(StdinSource::start()),
+        } => {
+            let generated = match *shape {
+                GeneratorShape::Words {
+                    words_per_record,
+                    vocabulary,
+                } => Generated::Words {
+                    words: words_per_record,
+                    vocabulary,
+                },
+                GeneratorShape::Events {
+                    keys,
+                    step_ms,
+                    jitter_ms,
+                } => Generated::Events {
+                    keys,
+                    step_ms,
+                    jitter_ms,
+                },
+            };
+            Box::new(GeneratorSource::new(
+                *records,
+                subtask,
+                source.parallelism,
+                *seed,
+                generated,
+                *rate,
+            ))
+        }
+        SourceInput::Stdin => Box::new(StdinSource::start()),
     })
 }
 
@@ -646,7 +703,7 @@ impl ChainBuilder {
         let graph = &self.graph;
         let mut operators = Vec::new();
         for (&v, metrics) in self.members.iter().zip(&self.metrics) {
-            let parallelism = graph.parallelism[v];
+            let parallelism = graph.vertices[v].parallelism();
             let name = graph.vertices[v].name().to_string();
             let identity = OperatorIdentity {
                 tenant: graph.tenant.clone(),
@@ -682,7 +739,9 @@ impl ChainBuilder {
                         )
                     });
                     let mut state = OperatorState::new(None);
+                    state.counters = metrics.counters.clone();
                     if let Some(r) = restore {
+                        state.watermark = r.watermark;
                         if let Some(b) = backend.as_mut() {
                             for snapshot in &r.keyed {
                                 b.restore(snapshot)
@@ -726,12 +785,5 @@ impl ChainBuilder {
             });
         }
         Ok(OperatorChain::new(operators, output, ctx.metrics.clone()))
-    }
-}
-
-impl ChainSpec {
-    /// True when this chain reads the job's source.
-    pub fn is_source_chain(&self) -> bool {
-        self.vertices.first() == Some(&0)
     }
 }

@@ -8,7 +8,7 @@ use anyhow::{Result, bail};
 use crossbeam_channel::{Receiver, Select, TryRecvError};
 
 use super::alignment::{AlignAction, BarrierAligner, CheckpointingMode};
-use super::{Barrier, StreamElement};
+use super::{Barrier, StreamElement, StreamStatus};
 
 /// What the task should do next with its input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +26,8 @@ pub enum GateEvent {
     Checkpoint(Barrier),
     /// The checkpoint was aborted upstream or overtaken: decline it.
     AbortCheckpoint(u64),
+    /// All inputs became idle, or one became active again.
+    Status(StreamStatus),
     /// Every input ended.
     EndOfInput,
 }
@@ -35,6 +37,7 @@ struct InputChannel {
     watermark: i64,
     blocked: bool,
     ended: bool,
+    idle: bool,
 }
 
 /// The inputs of a task: one channel per upstream subtask (of one or several upstream
@@ -48,6 +51,8 @@ pub struct InputGate {
     pending_barrier: Option<Barrier>,
     queued: VecDeque<GateEvent>,
     end_reported: bool,
+    /// The status last reported to the task.
+    status: StreamStatus,
 }
 
 impl InputGate {
@@ -62,6 +67,7 @@ impl InputGate {
                     watermark: i64::MIN,
                     blocked: false,
                     ended: false,
+                    idle: false,
                 })
                 .collect(),
             next: 0,
@@ -70,6 +76,7 @@ impl InputGate {
             pending_barrier: None,
             queued: VecDeque::new(),
             end_reported: false,
+            status: StreamStatus::Active,
         }
     }
 
@@ -132,7 +139,18 @@ impl InputGate {
 
     fn handle(&mut self, i: usize, element: StreamElement) -> Option<GateEvent> {
         match element {
-            StreamElement::Records { bytes, count } => Some(GateEvent::Records { bytes, count }),
+            StreamElement::Records { bytes, count } => {
+                if self.channels[i].idle {
+                    // Records mean the channel is active, whatever it said before.
+                    self.set_idle(i, false);
+                }
+                self.queued.push_back(GateEvent::Records { bytes, count });
+                None
+            }
+            StreamElement::Status(status) => {
+                self.set_idle(i, status == StreamStatus::Idle);
+                None
+            }
             StreamElement::Watermark(w) => {
                 let c = &mut self.channels[i];
                 c.watermark = c.watermark.max(w);
@@ -156,22 +174,46 @@ impl InputGate {
                 self.channels[i].blocked = false;
                 let action = self.aligner.on_end_of_partition(i);
                 self.apply(action);
-                // An ended channel no longer holds the combined watermark back.
-                self.advance_watermark().and_then(|e| {
-                    self.queued.push_back(e);
-                    None
-                })
+                // An ended channel no longer holds the combined watermark back, nor keeps
+                // the gate active.
+                self.set_idle(i, false);
+                None
             }
         }
     }
 
+    /// Marks channel `i` idle or active; reports a change of the gate's own status (idle
+    /// when every open channel is idle) and a watermark the change lets advance.
+    fn set_idle(&mut self, i: usize, idle: bool) {
+        self.channels[i].idle = idle;
+        let open = self.channels.iter().filter(|c| !c.ended);
+        let status = if open.clone().count() > 0 && open.clone().all(|c| c.idle) {
+            StreamStatus::Idle
+        } else {
+            StreamStatus::Active
+        };
+        if status != self.status {
+            self.status = status;
+            self.queued.push_back(GateEvent::Status(status));
+        }
+        if let Some(w) = self.advance_watermark() {
+            self.queued.push_back(w);
+        }
+    }
+
+    /// The combined watermark: the minimum over channels that are neither ended nor idle
+    /// (ended ones have nothing left to say about event time, idle ones nothing now).
     fn advance_watermark(&mut self) -> Option<GateEvent> {
-        let min = self
-            .channels
-            .iter()
-            .map(|c| if c.ended { i64::MAX } else { c.watermark })
-            .min()
-            .unwrap_or(i64::MAX);
+        let min = if self.channels.iter().all(|c| c.ended) {
+            i64::MAX
+        } else {
+            // While every open channel is idle, event time stands still.
+            self.channels
+                .iter()
+                .filter(|c| !c.ended && !c.idle)
+                .map(|c| c.watermark)
+                .min()?
+        };
         if min > self.watermark && min != i64::MIN {
             self.watermark = min;
             Some(GateEvent::Watermark(min))
@@ -314,6 +356,46 @@ mod tests {
         assert_eq!(
             drain(&mut gate),
             vec![GateEvent::AbortCheckpoint(3), records_event(1)]
+        );
+    }
+
+    #[test]
+    fn idle_channels_do_not_hold_the_watermark_back() {
+        let (t0, r0) = channel(16);
+        let (t1, r1) = channel(16);
+        let mut gate = InputGate::new(vec![r0, r1], CheckpointingMode::ExactlyOnce);
+        t0.send(StreamElement::Watermark(10)).unwrap();
+        t1.send(StreamElement::Watermark(5)).unwrap();
+        assert_eq!(drain(&mut gate), vec![GateEvent::Watermark(5)]);
+        t1.send(StreamElement::Status(StreamStatus::Idle)).unwrap();
+        assert_eq!(drain(&mut gate), vec![GateEvent::Watermark(10)]);
+        // Channel 1 comes back with records and an older watermark: no regression.
+        t1.send(records(1)).unwrap();
+        t1.send(StreamElement::Watermark(7)).unwrap();
+        assert_eq!(drain(&mut gate), vec![records_event(1)]);
+        t0.send(StreamElement::Watermark(20)).unwrap();
+        assert_eq!(drain(&mut gate), vec![]);
+        t1.send(StreamElement::Watermark(12)).unwrap();
+        assert_eq!(drain(&mut gate), vec![GateEvent::Watermark(12)]);
+    }
+
+    #[test]
+    fn the_gate_is_idle_when_every_open_channel_is() {
+        let (t0, r0) = channel(16);
+        let (t1, r1) = channel(16);
+        let mut gate = InputGate::new(vec![r0, r1], CheckpointingMode::ExactlyOnce);
+        t0.send(StreamElement::Status(StreamStatus::Idle)).unwrap();
+        assert_eq!(drain(&mut gate), vec![]);
+        t1.send(StreamElement::EndOfPartition).unwrap();
+        assert_eq!(
+            drain(&mut gate),
+            vec![GateEvent::Status(StreamStatus::Idle)]
+        );
+        t0.send(StreamElement::Status(StreamStatus::Active))
+            .unwrap();
+        assert_eq!(
+            drain(&mut gate),
+            vec![GateEvent::Status(StreamStatus::Active)]
         );
     }
 

@@ -45,6 +45,16 @@ pub struct Barrier {
     pub kind: CheckpointKind,
 }
 
+/// Whether a stream currently carries records (and so holds back event time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamStatus {
+    /// Records may come; the stream's watermark counts.
+    Active,
+    /// Nothing comes for now; downstream tasks leave this stream out of their watermark
+    /// until it is active again.
+    Idle,
+}
+
 /// One element of a data stream between two tasks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamElement {
@@ -61,6 +71,8 @@ pub enum StreamElement {
     Barrier(Barrier),
     /// The sender declined checkpoint `id`: do not wait for its barrier on this channel.
     CancelMarker(u64),
+    /// The sender became idle or active again.
+    Status(StreamStatus),
     /// The sender will send nothing more on this channel.
     EndOfPartition,
 }

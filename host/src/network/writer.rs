@@ -157,6 +157,11 @@ impl RecordWriter {
         self.broadcast(StreamElement::Watermark(watermark))
     }
 
+    /// Flushes and tells every channel that this task became idle or active.
+    pub fn emit_status(&mut self, status: super::StreamStatus) -> Result<()> {
+        self.broadcast(StreamElement::Status(status))
+    }
+
     /// Flushes and sends a barrier on every channel.
     pub fn broadcast_barrier(&mut self, barrier: Barrier) -> Result<()> {
         self.broadcast(StreamElement::Barrier(barrier))

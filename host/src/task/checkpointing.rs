@@ -59,7 +59,7 @@ impl StreamTask {
         let sync_start = std::time::Instant::now();
         self.chain().broadcast_barrier(barrier)?;
         let position = match &self.input {
-            TaskInput::Source(source) => Some(source.position()),
+            TaskInput::Source(reader) => Some(reader.checkpoint()),
             TaskInput::Network(_) => None,
         };
         let operators = self.chain().snapshot(barrier.id)?;

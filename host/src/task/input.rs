@@ -1,18 +1,96 @@
 //! Where a task's input comes from, and waiting for it.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use anyhow::{Context, Result};
 use crossbeam_channel::{Receiver, Select};
+use serde::{Deserialize, Serialize};
 
-use crate::connectors::Source;
+use crate::connectors::{EventTime, Source, WatermarkGenerator};
 use crate::network::{InputGate, RecordWriter};
 
 /// A task reads either a source or the channels from upstream tasks.
 pub enum TaskInput {
-    /// The head of the job.
-    Source(Box<dyn Source>),
+    /// A source of the job.
+    Source(SourceReader),
     /// Channels from the subtasks of upstream operators.
     Network(InputGate),
+}
+
+/// A source with what the task adds to it: event time, watermarks, idleness.
+pub struct SourceReader {
+    /// The source.
+    pub source: Box<dyn Source>,
+    /// Where records carry event time, if they do.
+    pub event_time: Option<EventTime>,
+    /// Silence after which the source declares itself idle.
+    pub idle_timeout: Option<Duration>,
+    /// The watermark generator (checkpointed with the source's position).
+    pub watermarks: WatermarkGenerator,
+    /// When the source last produced records.
+    pub last_record: Instant,
+    /// Whether it declared itself idle.
+    pub idle: bool,
+}
+
+/// What a checkpoint keeps of a source subtask.
+#[derive(Debug, Serialize, Deserialize)]
+struct SourceCheckpoint {
+    position: Vec<u8>,
+    watermarks: WatermarkGenerator,
+}
+
+impl SourceReader {
+    /// A source with event time and idleness as configured.
+    pub fn new(
+        source: Box<dyn Source>,
+        event_time: Option<EventTime>,
+        idle_timeout: Option<Duration>,
+    ) -> Self {
+        SourceReader {
+            source,
+            event_time,
+            idle_timeout,
+            watermarks: WatermarkGenerator::default(),
+            last_record: Instant::now(),
+            idle: false,
+        }
+    }
+
+    /// A source without event time or idleness.
+    pub fn plain(source: Box<dyn Source>) -> Self {
+        Self::new(source, None, None)
+    }
+
+    /// The bytes a checkpoint keeps: the position and the watermark generator.
+    pub fn checkpoint(&self) -> Vec<u8> {
+        postcard::to_allocvec(&SourceCheckpoint {
+            position: self.source.position(),
+            watermarks: self.watermarks.clone(),
+        })
+        .expect("encoding a source checkpoint cannot fail")
+    }
+
+    /// Continues from bytes [`SourceReader::checkpoint`] returned.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        let c: SourceCheckpoint =
+            postcard::from_bytes(bytes).context("decoding the source's checkpointed position")?;
+        self.source.seek(&c.position)?;
+        self.watermarks = c.watermarks;
+        Ok(())
+    }
+
+    /// When an idle source must be looked at again: its retry time, or the moment it
+    /// becomes idle.
+    pub fn wake_at(&self, retry_at: Option<Instant>) -> Option<Instant> {
+        let idle_at = (!self.idle)
+            .then(|| self.idle_timeout.map(|t| self.last_record + t))
+            .flatten();
+        match (retry_at, idle_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// Blocks until the mailbox doorbell rings, the source's waker fires, or `deadline`.

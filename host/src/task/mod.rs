@@ -26,7 +26,7 @@ mod input;
 mod tests;
 
 pub use handle::{AsyncExceptionHandler, TaskHandle};
-pub use input::TaskInput;
+pub use input::{SourceReader, TaskInput};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -236,11 +236,11 @@ impl StreamTask {
         if self.is_canceled() {
             return Err(Cancelled.into());
         }
-        if let (TaskInput::Source(source), Some(position)) =
+        if let (TaskInput::Source(reader), Some(position)) =
             (&mut self.input, self.restore_position.take())
         {
-            source
-                .seek(&position)
+            reader
+                .restore(&position)
                 .context("restoring the source position")?;
         }
         self.chain().open_all()?;
@@ -374,31 +374,72 @@ impl StreamTask {
     }
 
     fn poll_source(&mut self) -> Result<ActionResult> {
-        let TaskInput::Source(source) = &mut self.input else {
+        use crate::connectors::SourceStatus;
+        use crate::network::StreamStatus;
+        let TaskInput::Source(reader) = &mut self.input else {
             unreachable!("called for source tasks only")
         };
         self.batch.clear();
-        let status = source.poll(&mut self.batch, self.settings.batch_size)?;
+        let status = reader
+            .source
+            .poll(&mut self.batch, self.settings.batch_size)?;
         let count = self.batch.len();
-        if count > 0 {
+        let mut watermark = None;
+        let mut became_active = false;
+        let records = if count > 0 {
+            reader.last_record = Instant::now();
+            became_active = std::mem::replace(&mut reader.idle, false);
+            let records = match &reader.event_time {
+                Some(spec) => {
+                    let stamped = reader.watermarks.assign(spec, self.batch.as_bytes())?;
+                    watermark = reader.watermarks.watermark(spec);
+                    stamped
+                }
+                None => self.batch.take(),
+            };
+            Some(records)
+        } else {
+            None
+        };
+        let became_idle = count == 0
+            && !reader.idle
+            && reader
+                .idle_timeout
+                .is_some_and(|t| reader.last_record.elapsed() >= t);
+        if became_idle {
+            reader.idle = true;
+        }
+        let wake_at = match status {
+            SourceStatus::Idle { retry_at } => reader.wake_at(retry_at),
+            _ => None,
+        };
+        if became_active {
+            self.chain().emit_status(StreamStatus::Active)?;
+        }
+        if let Some(records) = records {
             self.ctx
                 .metrics
                 .records_in
                 .fetch_add(count as u64, Ordering::Relaxed);
-            let records = self.batch.take();
             self.chain().process(records, count)?;
         }
+        if let Some(w) = watermark {
+            self.chain().advance_watermark(w)?;
+        }
+        if became_idle {
+            self.chain().emit_status(StreamStatus::Idle)?;
+        }
         Ok(match status {
-            crate::connectors::SourceStatus::More => ActionResult::Continue,
-            crate::connectors::SourceStatus::Idle { retry_at } => {
-                self.wake_at = retry_at;
+            SourceStatus::More => ActionResult::Continue,
+            SourceStatus::Idle { .. } => {
+                self.wake_at = wake_at;
                 if count > 0 {
                     ActionResult::Continue
                 } else {
                     ActionResult::Suspend
                 }
             }
-            crate::connectors::SourceStatus::End => {
+            SourceStatus::End => {
                 self.end_of_input()?;
                 ActionResult::Done
             }
@@ -424,6 +465,7 @@ impl StreamTask {
             GateEvent::Watermark(w) => self.chain().advance_watermark(w)?,
             GateEvent::Checkpoint(barrier) => self.trigger_checkpoint_on_barrier(barrier)?,
             GateEvent::AbortCheckpoint(id) => self.abort_checkpoint_on_barrier(id)?,
+            GateEvent::Status(status) => self.chain().emit_status(status)?,
             GateEvent::EndOfInput => {
                 self.end_of_input()?;
                 return Ok(ActionResult::Done);
@@ -461,7 +503,9 @@ impl StreamTask {
         }
         match &self.input {
             TaskInput::Network(gate) => gate.wait(doorbell, deadline),
-            TaskInput::Source(source) => input::wait_for_source(doorbell, source.waker(), deadline),
+            TaskInput::Source(reader) => {
+                input::wait_for_source(doorbell, reader.source.waker(), deadline)
+            }
         }
         add_duration(&self.ctx.metrics.idle_ns, start.elapsed());
         Ok(())

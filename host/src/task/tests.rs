@@ -204,7 +204,7 @@ fn task_with(source: Box<dyn Source>, ops: Vec<(&'static str, Behavior)>, log: &
     StreamTask::new(
         ctx,
         TaskSettings::default(),
-        TaskInput::Source(source),
+        TaskInput::Source(SourceReader::plain(source)),
         factory,
         None,
         None,
@@ -562,7 +562,7 @@ fn stuck_job(log: &Log, timeout: Duration) -> Stuck {
     let source = StreamTask::new(
         context(0),
         TaskSettings::default(),
-        TaskInput::Source(Box::new(SilentSource)),
+        TaskInput::Source(SourceReader::plain(Box::new(SilentSource))),
         Box::new(move |ctx: &TaskContext| Ok(recording_chain(&source_log, ctx, ChainOutput::None))),
         Some(link.clone()),
         None,
@@ -589,7 +589,7 @@ fn stuck_job(log: &Log, timeout: Duration) -> Stuck {
         },
         storage,
         max_parallelism: 128,
-        source_parallelism: 1,
+        sources_by_chain: [(0, ("source".to_string(), 1))].into(),
         operator_parallelism: Default::default(),
         sources: vec![handles[0].clone()],
         tasks: handles.clone(),
