@@ -271,6 +271,20 @@ fn print_summary(job: &Job, report: &JobReport) {
             );
         }
     }
+    for op in report.tasks.iter().flat_map(|t| &t.operators) {
+        if !op.counters.is_empty() {
+            let counters: Vec<String> = op
+                .counters
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            eprintln!(
+                "  {:<28} {}",
+                format!("{} ({}) counters", op.operator, op.subtask + 1),
+                counters.join(" ")
+            );
+        }
+    }
     for task in &report.tasks {
         eprintln!(
             "  task {:<40} busy {:.2}s  idle {:.2}s  backpressured {:.2}s  mails {}",

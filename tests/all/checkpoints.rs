@@ -48,7 +48,7 @@ batch_size = 200
     )
 }
 
-fn spawn_sluice(job: &Path, args: &[&str]) -> Child {
+pub(crate) fn spawn_sluice(job: &Path, args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
         .arg("run")
         .arg("--quiet")
@@ -63,7 +63,7 @@ fn spawn_sluice(job: &Path, args: &[&str]) -> Child {
 
 /// A small deterministic generator of kill delays (seeded from the clock and printed, so
 /// a failure can be reproduced).
-struct Delays(u64);
+pub(crate) struct Delays(pub(crate) u64);
 
 impl Delays {
     fn next_ms(&mut self, min: u64, max: u64) -> u64 {
@@ -78,7 +78,7 @@ impl Delays {
 /// Runs the job, SIGKILLing it `kills` times at random moments and restarting it from the
 /// latest checkpoint each time, until it completes. Returns the committed output, how
 /// many running processes were killed and how many runs restored a checkpoint.
-fn run_with_kills(
+pub(crate) fn run_with_kills(
     dir: &Path,
     job: &Path,
     kills: usize,
@@ -141,7 +141,7 @@ fn has_complete_checkpoint(dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
-fn sorted_lines(s: &str) -> Vec<&str> {
+pub(crate) fn sorted_lines(s: &str) -> Vec<&str> {
     let mut v: Vec<&str> = s.lines().collect();
     v.sort_unstable();
     v

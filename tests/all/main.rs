@@ -3,6 +3,7 @@
 mod bad_input;
 mod checkpoints;
 mod cli;
+mod event_time;
 mod plugins;
 mod runtime;
 mod wordcount;

@@ -51,6 +51,11 @@ fn count() {
 }
 
 #[test]
+fn window() {
+    assert_operator(WINDOW);
+}
+
+#[test]
 fn test_misbehave() {
     assert_operator(TEST_MISBEHAVE);
 }

@@ -13,6 +13,7 @@ use sluice::wasm::{EngineSettings, WasmEngine};
 
 pub mod bench;
 pub mod native;
+pub mod windows;
 
 pub mod plugins {
     //! Paths of the components built from `plugins/`.

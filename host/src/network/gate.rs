@@ -201,19 +201,17 @@ impl InputGate {
         }
     }
 
-    /// The combined watermark: the minimum over channels that are neither ended nor idle
-    /// (ended ones have nothing left to say about event time, idle ones nothing now).
+    /// The combined watermark: the minimum over the channels that count — every channel
+    /// but the idle ones. An ended channel keeps the last watermark it sent (a source
+    /// sends the maximum before it ends, unless it was stopped without draining, when event
+    /// time must not jump to the end).
     fn advance_watermark(&mut self) -> Option<GateEvent> {
-        let min = if self.channels.iter().all(|c| c.ended) {
-            i64::MAX
-        } else {
-            // While every open channel is idle, event time stands still.
-            self.channels
-                .iter()
-                .filter(|c| !c.ended && !c.idle)
-                .map(|c| c.watermark)
-                .min()?
-        };
+        let min = self
+            .channels
+            .iter()
+            .filter(|c| c.ended || !c.idle)
+            .map(|c| c.watermark)
+            .min()?;
         if min > self.watermark && min != i64::MIN {
             self.watermark = min;
             Some(GateEvent::Watermark(min))
@@ -294,7 +292,7 @@ mod tests {
     }
 
     #[test]
-    fn combined_watermark_is_the_minimum_and_ended_channels_do_not_hold_it_back() {
+    fn combined_watermark_is_the_minimum_and_ends_with_the_maximum_sources_send() {
         let (t0, r0) = channel(8);
         let (t1, r1) = channel(8);
         let mut gate = InputGate::new(vec![r0, r1], CheckpointingMode::ExactlyOnce);
@@ -302,12 +300,28 @@ mod tests {
         assert_eq!(drain(&mut gate), vec![]);
         t1.send(StreamElement::Watermark(5)).unwrap();
         assert_eq!(drain(&mut gate), vec![GateEvent::Watermark(5)]);
+        // A bounded input ends with the maximum watermark, then its end.
+        t1.send(StreamElement::Watermark(i64::MAX)).unwrap();
         t1.send(StreamElement::EndOfPartition).unwrap();
         assert_eq!(drain(&mut gate), vec![GateEvent::Watermark(10)]);
+        t0.send(StreamElement::Watermark(i64::MAX)).unwrap();
         t0.send(StreamElement::EndOfPartition).unwrap();
         assert_eq!(
             drain(&mut gate),
             vec![GateEvent::Watermark(i64::MAX), GateEvent::EndOfInput]
+        );
+    }
+
+    #[test]
+    fn an_input_ended_without_the_maximum_does_not_advance_event_time() {
+        // What a stop-with-savepoint without drain sends: no jump to the end of time.
+        let (t0, r0) = channel(8);
+        let mut gate = InputGate::new(vec![r0], CheckpointingMode::ExactlyOnce);
+        t0.send(StreamElement::Watermark(7)).unwrap();
+        t0.send(StreamElement::EndOfPartition).unwrap();
+        assert_eq!(
+            drain(&mut gate),
+            vec![GateEvent::Watermark(7), GateEvent::EndOfInput]
         );
     }
 

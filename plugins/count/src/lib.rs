@@ -1,29 +1,47 @@
-//! `count`: the running number of records per key.
+//! `count`: the number of records per key.
 //!
-//! For each record, adds one to its key's count and emits key = the record's key, value =
-//! the new count. The counts live in the host's keyed state (a `ValueState<u64>` named
-//! `count`), so they are checkpointed, restored and redistributed with the keys. The input
+//! For each record, adds one to its key's count. With `emit = "every"` it then emits key =
+//! the record's key, value = the new count (a running count, with the record's timestamp).
+//! With `emit = "final"` it emits nothing per record; instead it registers an event-time
+//! timer for the key at the maximum time (`i64::MAX`), which fires when the input ends (the
+//! host then advances the watermark to `i64::MAX`), and then emits the key's total once and
+//! clears its count. Those records carry the timer's time, `i64::MAX`, as timestamp.
+//!
+//! The counts live in the host's keyed state (a `ValueState<u64>` named `count`), so they
+//! are checkpointed, restored and redistributed with the keys, as are the timers. The input
 //! must be keyed (`key_by` in the job file).
 //!
 //! Config:
 //! - `format`: `text` (default, the count as decimal UTF-8) or `postcard` (a postcard `u64`).
+//! - `emit`: `every` (default, the running count after every record) or `final` (each key's
+//!   total once, at the end of the input).
 
-use sluice_sdk::{Context, Error, OpenContext, Operator, Record, Result, ValueState};
+use sluice_sdk::{Context, Error, OpenContext, Operator, Record, Result, Timer, ValueState};
 
 /// The operator.
 pub struct Count {
     counts: ValueState<u64>,
     postcard: bool,
+    /// `emit = "final"`: emit each key's count once, when its timer at `i64::MAX` fires.
+    emit_final: bool,
 }
 
 impl Operator for Count {
     fn open(ctx: &mut OpenContext<'_>) -> Result<Self> {
-        ctx.config().check_known(&["format"])?;
+        ctx.config().check_known(&["format", "emit"])?;
         let postcard = match ctx.config().get("format").unwrap_or("text") {
             "text" => false,
             "postcard" => true,
             other => {
                 let why = format!("config `format` = {other:?}: expected `text` or `postcard`");
+                return Err(Error::invalid_config(why));
+            }
+        };
+        let emit_final = match ctx.config().get("emit").unwrap_or("every") {
+            "every" => false,
+            "final" => true,
+            other => {
+                let why = format!("config `emit` = {other:?}: expected `every` or `final`");
                 return Err(Error::invalid_config(why));
             }
         };
@@ -36,6 +54,7 @@ impl Operator for Count {
         Ok(Count {
             counts: ctx.value_state("count")?,
             postcard,
+            emit_final,
         })
     }
 
@@ -43,6 +62,32 @@ impl Operator for Count {
         let key = record.require_key()?;
         let count = self.counts.get(ctx, key)?.unwrap_or(0) + 1;
         self.counts.put(ctx, key, &count)?;
+        if self.emit_final {
+            // The host keeps one timer per key and time, so registering it again is free.
+            ctx.register_event_timer(key, i64::MAX);
+            Ok(())
+        } else {
+            self.emit(ctx, key, count)
+        }
+    }
+
+    fn on_timer(&mut self, timer: Timer<'_>, ctx: &mut Context<'_>) -> Result<()> {
+        // Only `emit = "final"` registers timers.
+        if !self.emit_final {
+            return Ok(());
+        }
+        if let Some(count) = self.counts.get(ctx, timer.key)? {
+            self.counts.clear(ctx, timer.key)?;
+            self.emit(ctx, timer.key, count)?;
+        }
+        Ok(())
+    }
+}
+
+impl Count {
+    /// Emits `count` for `key` in the configured format, with the timestamp of what is
+    /// being processed.
+    fn emit(&self, ctx: &mut Context<'_>, key: &[u8], count: u64) -> Result<()> {
         if self.postcard {
             ctx.emit_typed(Some(key), &count)?;
         } else {
@@ -57,6 +102,7 @@ sluice_sdk::export!(Count);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_sdk::TimeDomain;
     use sluice_sdk::testing::Harness;
 
     fn keyed() -> sluice_sdk::testing::HarnessBuilder<Count> {
@@ -73,6 +119,12 @@ mod tests {
         assert_eq!(h.output()[2].key.as_deref(), Some(&b"a"[..]));
         assert_eq!(h.output()[2].timestamp, Some(1));
         assert_eq!(h.state_value::<u64>("count", b"a")?, Some(3));
+        // `every` is the default and registers no timers: the end of input adds nothing.
+        h.finish()?;
+        assert_eq!(h.output().len(), 5);
+        let mut h = keyed().config("emit", "every").open()?;
+        h.process(Some("a"), "", None)?;
+        assert_eq!(h.output_values_str(), ["1"]);
         Ok(())
     }
 
@@ -98,10 +150,65 @@ mod tests {
     }
 
     #[test]
+    fn final_emits_each_total_once_at_the_end() -> Result<()> {
+        let mut h = keyed().config("emit", "final").open()?;
+        for key in ["a", "b", "a", "a", "b", "c"] {
+            h.process(Some(key), "ignored", Some(1))?;
+        }
+        h.process_watermark(1_000)?; // not the end yet
+        assert!(h.output().is_empty());
+        assert_eq!(h.timers(TimeDomain::EventTime).len(), 3);
+        h.finish()?;
+        let totals: Vec<(&[u8], &str, Option<i64>)> = h
+            .output()
+            .iter()
+            .map(|r| {
+                let key = r.key.as_deref().unwrap_or_default();
+                (key, r.value_str().unwrap(), r.timestamp)
+            })
+            .collect();
+        assert_eq!(
+            totals,
+            [
+                (&b"a"[..], "3", Some(i64::MAX)),
+                (b"b", "2", Some(i64::MAX)),
+                (b"c", "1", Some(i64::MAX))
+            ]
+        );
+        // Emitted counts are cleared, and no timer is left.
+        assert_eq!(h.state_value::<u64>("count", b"a")?, None);
+        assert!(h.timers(TimeDomain::EventTime).is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn final_counts_and_timers_survive_a_restore() -> Result<()> {
+        let mut h = keyed().config("emit", "final").open()?;
+        h.process(Some("a"), "", None)?;
+        h.process(Some("a"), "", None)?;
+        let snapshot = h.snapshot(1)?;
+        let mut h = keyed()
+            .config("emit", "final")
+            .config("format", "postcard")
+            .restore_from(&snapshot)
+            .open()?;
+        h.process(Some("b"), "", None)?;
+        h.finish()?;
+        let totals: Vec<u64> = h.output().iter().map(|r| r.decode().unwrap()).collect();
+        assert_eq!(totals, [2, 1]);
+        Ok(())
+    }
+
+    #[test]
     fn errors() {
         let err = keyed().config("format", "json").open().unwrap_err();
         assert!(
             err.is_invalid_config() && err.message().contains("`format`"),
+            "{err}"
+        );
+        let err = keyed().config("emit", "last").open().unwrap_err();
+        assert!(
+            err.is_invalid_config() && err.message().contains("`emit` = \"last\""),
             "{err}"
         );
         let err = Harness::<Count>::builder().open().unwrap_err();
