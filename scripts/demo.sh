@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rustup target add wasm32-wasip2
-cargo build --release --target wasm32-wasip2 -p tokenize -p filter -p count
+cargo build --release --target wasm32-wasip2 -p tokenize -p filter -p count -p window
 cargo run --release -p sluice -- run examples/wordcount/job.toml "$@"
 echo
 echo "most frequent words (word, count):"
