@@ -1,5 +1,6 @@
 //! The `sluice` command line.
 
+use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -15,6 +16,7 @@ use crossbeam_channel::{Sender, unbounded};
 use crate::job::{
     Job, JobControl, JobMonitor, JobOutcome, JobReport, RestorePoint, SinkKind, Vertex,
 };
+use crate::tenant::{HostConfig, InstanceBudget};
 use crate::wasm::{ComponentCache, EngineSettings, WasmEngine, supported_version};
 
 /// Runs stream operators as sandboxed WebAssembly components.
@@ -37,11 +39,15 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a job until its input ends (or it is stopped: SIGTERM or Ctrl-C stops it with a
-    /// savepoint when it checkpoints; a second one cancels it).
+    /// Run jobs until their input ends (or they are stopped: SIGTERM or Ctrl-C stops each
+    /// with a savepoint when it checkpoints; a second one cancels them). Several jobs run
+    /// side by side in this process, isolated from each other.
     Run {
-        /// The job file.
-        job: PathBuf,
+        /// Job files (more may come from the host configuration's `jobs`).
+        jobs: Vec<PathBuf>,
+        /// Tenants' limits and capabilities, and jobs to run.
+        #[arg(long, value_name = "HOST.toml")]
+        host_config: Option<PathBuf>,
         /// Resume from `latest` (the newest complete checkpoint or savepoint of the job)
         /// or from a checkpoint or savepoint folder.
         #[arg(long, value_name = "latest|PATH")]
@@ -101,7 +107,8 @@ fn engine(cli: &Cli) -> Result<Arc<WasmEngine>> {
 fn run(cli: Cli) -> Result<ExitCode> {
     match &cli.command {
         Command::Run {
-            job,
+            jobs,
+            host_config,
             from_checkpoint,
             drain_on_stop,
             quiet,
@@ -111,48 +118,198 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Some("latest") => RestorePoint::Latest,
                 Some(path) => RestorePoint::Path(PathBuf::from(path)),
             };
-            run_job(&cli, job, restore, *drain_on_stop, *quiet)
+            let host = match host_config {
+                Some(path) => HostConfig::load(path)?,
+                None => HostConfig::default(),
+            };
+            let mut jobs = jobs.clone();
+            jobs.extend(host.jobs.iter().cloned());
+            if jobs.is_empty() {
+                anyhow::bail!(
+                    "no job to run: name a job file, or list `jobs` in a host configuration"
+                );
+            }
+            if jobs.len() > 1 && restore != RestorePoint::Fresh {
+                anyhow::bail!("--from-checkpoint applies to one job at a time");
+            }
+            run_jobs(&cli, &host, &jobs, restore, *drain_on_stop, *quiet)
         }
         Command::Validate { job } => validate(&cli, job),
         Command::Inspect { plugin } => inspect(&cli, plugin),
     }
 }
 
-fn run_job(
+/// One job of a run.
+struct RunningJob {
+    path: PathBuf,
+    name: String,
+    tenant: String,
+    monitor: Arc<JobMonitor>,
+}
+
+fn run_jobs(
     cli: &Cli,
-    path: &Path,
+    host: &HostConfig,
+    paths: &[PathBuf],
     restore: RestorePoint,
     drain: bool,
     quiet: bool,
 ) -> Result<ExitCode> {
-    let job = Job::load(path, engine(cli)?)?;
-    let (control_tx, control_rx) = unbounded();
-    watch_signals(control_tx, job.graph().checkpoint.is_some(), drain)?;
-    let monitor = Arc::new(JobMonitor::default());
+    let engine = engine(cli)?;
+    let budget = InstanceBudget::default();
+    // Load every job first: a bad job file or plugin fails the run before anything runs.
+    let mut loaded = Vec::new();
+    for path in paths {
+        let job = Job::load_with(path, &engine, host)?.with_budget(budget.clone());
+        loaded.push((path.clone(), job));
+    }
+    let checkpointing = loaded.iter().all(|(_, j)| j.graph().checkpoint.is_some());
+    let mut controls = Vec::new();
+    let mut running = Vec::new();
+    for (path, job) in loaded {
+        let (control_tx, control_rx) = unbounded();
+        controls.push(control_tx);
+        let monitor = Arc::new(JobMonitor::default());
+        let name = job.graph().name.clone();
+        let tenant = job.tenant().name.clone();
+        let restore = restore.clone();
+        let m = monitor.clone();
+        let thread = thread::Builder::new()
+            .name(format!("job {name}"))
+            .spawn(move || job.run(restore, &control_rx, &m).map(|r| (job, r)))?;
+        running.push((
+            RunningJob {
+                path,
+                name,
+                tenant,
+                monitor,
+            },
+            thread,
+        ));
+    }
+    watch_signals(controls, checkpointing, drain)?;
     let done = Arc::new(AtomicBool::new(false));
     let progress = (!quiet && std::io::stderr().is_terminal()).then(|| {
-        let monitor = monitor.clone();
+        let monitors: Vec<(String, Arc<JobMonitor>)> = running
+            .iter()
+            .map(|(j, _)| (j.name.clone(), j.monitor.clone()))
+            .collect();
         let done = done.clone();
-        thread::spawn(move || show_progress(&monitor, &done))
+        thread::spawn(move || show_progress(&monitors, &done))
     });
-    let result = job.run(restore, &control_rx, &monitor);
+    let results: Vec<_> = running
+        .into_iter()
+        .map(|(job, thread)| {
+            let result = thread
+                .join()
+                .unwrap_or_else(|panic| Err(crate::task::panic_to_error(panic)));
+            (job, result)
+        })
+        .collect();
     done.store(true, Ordering::Relaxed);
     if let Some(p) = progress {
         let _ = p.join();
     }
-    let report = result?;
-    if !quiet {
-        print_summary(&job, &report);
+    let several = results.len() > 1;
+    let mut code = ExitCode::SUCCESS;
+    let mut tenants: BTreeMap<String, TenantTotals> = BTreeMap::new();
+    for (job, result) in &results {
+        let totals = tenants.entry(job.tenant.clone()).or_default();
+        totals.jobs += 1;
+        for (kind, n) in job.monitor.failures_by_kind() {
+            *totals.failures.entry(kind).or_default() += n;
+        }
+        match result {
+            Ok((loaded, report)) => {
+                totals.add(report);
+                if !quiet {
+                    print_summary(loaded, report);
+                }
+                if report.outcome == JobOutcome::Cancelled && code == ExitCode::SUCCESS {
+                    code = ExitCode::from(130);
+                }
+            }
+            Err(e) => {
+                totals.failed += 1;
+                totals.restarts += job.monitor.attempt();
+                if several {
+                    eprintln!("error: job '{}' ({}): {e:#}", job.name, job.path.display());
+                } else {
+                    eprintln!("error: {e:#}");
+                }
+                code = ExitCode::FAILURE;
+            }
+        }
     }
-    Ok(match report.outcome {
-        JobOutcome::Finished | JobOutcome::Stopped { .. } => ExitCode::SUCCESS,
-        JobOutcome::Cancelled => ExitCode::from(130),
-    })
+    if several && !quiet {
+        print_tenants(&tenants);
+    }
+    Ok(code)
 }
 
-/// SIGTERM / SIGINT: the first stops the job (with a savepoint when it checkpoints), the
-/// second cancels it.
-fn watch_signals(control: Sender<JobControl>, checkpointing: bool, drain: bool) -> Result<()> {
+/// What a tenant's jobs did in a run.
+#[derive(Default)]
+struct TenantTotals {
+    jobs: u32,
+    failed: u32,
+    restarts: u32,
+    records_read: u64,
+    records_written: u64,
+    busy: Duration,
+    peak_memory: u64,
+    failures: BTreeMap<String, u64>,
+}
+
+impl TenantTotals {
+    fn add(&mut self, report: &JobReport) {
+        self.restarts += report.restarts;
+        for task in &report.tasks {
+            if task.is_source {
+                self.records_read += task.records_in;
+            }
+            self.busy += task.busy;
+            for op in &task.operators {
+                if op.operator == "sink" {
+                    self.records_written += op.records_in;
+                }
+                self.peak_memory = self.peak_memory.max(op.memory_bytes);
+            }
+        }
+    }
+}
+
+fn print_tenants(tenants: &BTreeMap<String, TenantTotals>) {
+    eprintln!(
+        "{:<16} {:>5} {:>7} {:>9} {:>12} {:>12} {:>9} {:>11}  failures",
+        "tenant", "jobs", "failed", "restarts", "read", "written", "busy", "peak mem"
+    );
+    for (name, t) in tenants {
+        let failures: Vec<String> = t.failures.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        eprintln!(
+            "{name:<16} {:>5} {:>7} {:>9} {:>12} {:>12} {:>8.2}s {:>8.1}MiB  {}",
+            t.jobs,
+            t.failed,
+            t.restarts,
+            t.records_read,
+            t.records_written,
+            t.busy.as_secs_f64(),
+            t.peak_memory as f64 / (1 << 20) as f64,
+            if failures.is_empty() {
+                "-".to_string()
+            } else {
+                failures.join(" ")
+            }
+        );
+    }
+}
+
+/// SIGTERM / SIGINT: the first stops every job (with a savepoint when they checkpoint),
+/// the second cancels them.
+fn watch_signals(
+    controls: Vec<Sender<JobControl>>,
+    checkpointing: bool,
+    drain: bool,
+) -> Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
         .context("installing signal handlers")?;
@@ -162,25 +319,29 @@ fn watch_signals(control: Sender<JobControl>, checkpointing: bool, drain: bool) 
             let mut stopping = false;
             for signal in signals.forever() {
                 if stopping || !checkpointing {
-                    eprintln!("\nsluice: cancelling the job (signal {signal})");
-                    let _ = control.send(JobControl::Cancel);
+                    eprintln!("\nsluice: cancelling (signal {signal})");
+                    for control in &controls {
+                        let _ = control.send(JobControl::Cancel);
+                    }
                     continue;
                 }
                 stopping = true;
-                eprintln!(
-                    "\nsluice: stopping the job with a savepoint (signal {signal}; again to cancel)"
-                );
-                let (reply, answer) = unbounded();
-                let _ = control.send(JobControl::StopWithSavepoint { drain, reply });
-                let control = control.clone();
-                thread::spawn(move || match answer.recv() {
-                    Ok(Ok(path)) => eprintln!("sluice: savepoint written to {}", path.display()),
-                    Ok(Err(e)) => {
-                        eprintln!("sluice: the savepoint failed ({e}); cancelling");
-                        let _ = control.send(JobControl::Cancel);
-                    }
-                    Err(_) => {}
-                });
+                eprintln!("\nsluice: stopping with a savepoint (signal {signal}; again to cancel)");
+                for control in &controls {
+                    let (reply, answer) = unbounded();
+                    let _ = control.send(JobControl::StopWithSavepoint { drain, reply });
+                    let control = control.clone();
+                    thread::spawn(move || match answer.recv() {
+                        Ok(Ok(path)) => {
+                            eprintln!("sluice: savepoint written to {}", path.display())
+                        }
+                        Ok(Err(e)) => {
+                            eprintln!("sluice: the savepoint failed ({e}); cancelling");
+                            let _ = control.send(JobControl::Cancel);
+                        }
+                        Err(_) => {}
+                    });
+                }
             }
         })?;
     Ok(())
@@ -202,26 +363,38 @@ fn totals(monitor: &JobMonitor) -> (u64, u64) {
     (read, written)
 }
 
-fn show_progress(monitor: &JobMonitor, done: &AtomicBool) {
+fn show_progress(monitors: &[(String, Arc<JobMonitor>)], done: &AtomicBool) {
     let start = Instant::now();
-    let mut last = (0u64, Instant::now());
+    let mut last: Vec<(u64, Instant)> = monitors.iter().map(|_| (0, Instant::now())).collect();
     while !done.load(Ordering::Relaxed) {
         thread::sleep(Duration::from_millis(250));
-        let (read, written) = totals(monitor);
-        let dt = last.1.elapsed().as_secs_f64().max(1e-3);
-        let rate = (read.saturating_sub(last.0)) as f64 / dt;
-        last = (read, Instant::now());
-        let checkpoints = monitor.checkpoints().completed.len();
-        let attempt = monitor.attempt();
-        let restarts = if attempt > 0 {
-            format!("  restarts {attempt}")
-        } else {
-            String::new()
-        };
+        let mut parts = Vec::new();
+        for ((name, monitor), last) in monitors.iter().zip(&mut last) {
+            let (read, written) = totals(monitor);
+            let dt = last.1.elapsed().as_secs_f64().max(1e-3);
+            let rate = read.saturating_sub(last.0) as f64 / dt;
+            *last = (read, Instant::now());
+            let checkpoints = monitor.checkpoints().completed.len();
+            let attempt = monitor.attempt();
+            let restarts = if attempt > 0 {
+                format!(" restarts {attempt}")
+            } else {
+                String::new()
+            };
+            let prefix = if monitors.len() > 1 {
+                format!("{name}: ")
+            } else {
+                String::new()
+            };
+            parts.push(format!(
+                "{prefix}read {read} written {written} {}/s checkpoints {checkpoints}{restarts}",
+                human(rate)
+            ));
+        }
         eprint!(
-            "\r\x1b[2K{:>6.1}s  read {read}  written {written}  {}/s  checkpoints {checkpoints}{restarts}",
+            "\r\x1b[2K{:>6.1}s  {}",
             start.elapsed().as_secs_f64(),
-            human(rate)
+            parts.join("  |  ")
         );
         let _ = std::io::stderr().flush();
     }
@@ -318,7 +491,7 @@ fn print_summary(job: &Job, report: &JobReport) {
 }
 
 fn validate(cli: &Cli, path: &Path) -> Result<ExitCode> {
-    let job = Job::load(path, engine(cli)?)?;
+    let job = Job::load_with(path, &*engine(cli)?, &HostConfig::default())?;
     let graph = job.graph();
     println!("job '{}' (tenant '{}') is valid", graph.name, graph.tenant);
     for (i, chain) in graph.chains.iter().enumerate() {

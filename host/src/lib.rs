@@ -9,5 +9,6 @@ pub mod metrics;
 pub mod network;
 pub mod state;
 pub mod task;
+pub mod tenant;
 pub mod timers;
 pub mod wasm;

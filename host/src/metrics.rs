@@ -19,6 +19,10 @@ pub struct OperatorMetrics {
     pub busy_ns: AtomicU64,
     /// Counters the operator keeps (`add-counter` effects), by name.
     pub counters: Arc<Mutex<BTreeMap<String, u64>>>,
+    /// Largest linear memory of the instance, in bytes.
+    pub memory_bytes: AtomicU64,
+    /// Guest log lines dropped by the tenant's log rate.
+    pub log_lines_dropped: AtomicU64,
 }
 
 /// Counters of one task (one thread running a chain).
@@ -62,6 +66,10 @@ pub struct OperatorReport {
     pub busy: Duration,
     /// The operator's own counters.
     pub counters: BTreeMap<String, u64>,
+    /// Largest linear memory, in bytes.
+    pub memory_bytes: u64,
+    /// Guest log lines dropped by the log rate.
+    pub log_lines_dropped: u64,
 }
 
 /// A point-in-time copy of a task's metrics.
@@ -127,6 +135,8 @@ impl TaskMetricsHandle {
                     batches: o.batches.load(Relaxed),
                     busy: Duration::from_nanos(o.busy_ns.load(Relaxed)),
                     counters: o.counters.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+                    memory_bytes: o.memory_bytes.load(Relaxed),
+                    log_lines_dropped: o.log_lines_dropped.load(Relaxed),
                 })
                 .collect(),
         }

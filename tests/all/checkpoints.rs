@@ -231,8 +231,11 @@ fn stop_with_savepoint_then_resume_at_another_parallelism() {
         report.outcome,
         JobOutcome::Stopped {
             savepoint: savepoint.clone()
-        }
+        },
+        "failures: {:?}",
+        report.failures
     );
+    assert_eq!(report.restarts, 0, "the stop went through a restart");
     assert!(
         savepoint
             .file_name()

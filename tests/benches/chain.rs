@@ -71,13 +71,7 @@ fn wasm(path: &str, name: &str, keyed: bool) -> Box<dyn Operator> {
     };
     Box::new(
         plugin
-            .instantiate(
-                &engine,
-                identity,
-                limits,
-                state,
-                Arc::new(AtomicBool::new(false)),
-            )
+            .instantiate(identity, limits, state, Arc::new(AtomicBool::new(false)))
             .expect("instantiating"),
     )
 }

@@ -116,7 +116,6 @@ fn count_chain(keys: u64) -> OperatorChain {
     };
     let op = plugin
         .instantiate(
-            &engine,
             identity,
             limits,
             OperatorState::new(Some(backend)),

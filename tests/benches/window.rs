@@ -76,13 +76,7 @@ fn wasm_window() -> Box<dyn Operator> {
     let state = OperatorState::new(Some(KeyedStateBackend::new(128, 0..128)));
     Box::new(
         plugin
-            .instantiate(
-                &engine,
-                identity,
-                limits,
-                state,
-                Arc::new(AtomicBool::new(false)),
-            )
+            .instantiate(identity, limits, state, Arc::new(AtomicBool::new(false)))
             .unwrap(),
     )
 }

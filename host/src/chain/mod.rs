@@ -104,6 +104,12 @@ impl OperatorChain {
         let start = Instant::now();
         let result = f(&mut *link.operator);
         add_duration(&link.metrics.busy_ns, start.elapsed());
+        link.metrics
+            .memory_bytes
+            .store(link.operator.memory_bytes(), Relaxed);
+        link.metrics
+            .log_lines_dropped
+            .store(link.operator.log_lines_dropped(), Relaxed);
         let fail = |error: CallError, op: &dyn Operator| OperatorFailure {
             identity: op.identity().clone(),
             call,

@@ -357,6 +357,14 @@ pub trait Operator: Send {
     fn identity(&self) -> &OperatorIdentity;
     /// The host-managed state of this instance.
     fn state(&mut self) -> &mut OperatorState;
+    /// The most linear memory the instance has had (0 for native operators).
+    fn memory_bytes(&self) -> u64 {
+        0
+    }
+    /// Log lines of the instance dropped by its tenant's log rate.
+    fn log_lines_dropped(&self) -> u64 {
+        0
+    }
     /// `open`.
     fn open(&mut self, info: &OpenInfo) -> Result<CallOutput, CallError>;
     /// `process`.

@@ -497,6 +497,11 @@ impl Coordinator {
         for old in older {
             self.abort_quietly(old, format!("subsumed by checkpoint {id}"));
         }
+        // Whoever asked for a savepoint hears of it before the tasks do: a
+        // stop-with-savepoint ends the tasks as soon as they are notified.
+        if let Some(reply) = &pending.reply {
+            let _ = reply.send(Ok(folder.clone()));
+        }
         for task in &self.setup.tasks {
             let _ = task.notify_complete(id);
         }
@@ -504,9 +509,6 @@ impl Coordinator {
             && let Err(e) = self.setup.storage.retain(self.setup.settings.retain)
         {
             tracing::warn!("retention of checkpoints failed: {e:#}");
-        }
-        if let Some(reply) = &pending.reply {
-            let _ = reply.send(Ok(folder));
         }
         self.stats
             .lock()

@@ -33,6 +33,7 @@ use crate::state::key_groups::key_groups_of_subtask;
 use crate::task::{
     SourceReader, StreamTask, TaskContext, TaskHandle, TaskInput, TaskOutcome, panic_to_error,
 };
+use crate::tenant::{HostConfig, InstanceBudget, TenantConfig};
 use crate::wasm::{Plugin, SandboxLimits, WasmEngine};
 
 /// Where a job starts.
@@ -91,6 +92,8 @@ pub struct JobReport {
     pub failures: Vec<String>,
     /// Operator calls that a cancellation interrupted.
     pub interrupted: Vec<String>,
+    /// Failures of attempts by kind (`panic`, `deadline`, `memory`, `error`, ...).
+    pub failures_by_kind: BTreeMap<String, u64>,
 }
 
 /// A live view of a running job, for progress lines and status endpoints.
@@ -101,6 +104,7 @@ pub struct JobMonitor {
     attempt: AtomicU32,
     running: AtomicBool,
     interrupted: Mutex<Vec<String>>,
+    failures_by_kind: Mutex<BTreeMap<String, u64>>,
 }
 
 impl JobMonitor {
@@ -126,18 +130,23 @@ impl JobMonitor {
     pub fn is_running(&self) -> bool {
         self.running.load(Ordering::Relaxed)
     }
+
+    /// Failures of attempts so far, by kind.
+    pub fn failures_by_kind(&self) -> BTreeMap<String, u64> {
+        lock(&self.failures_by_kind).clone()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A loaded, validated job with its plugins compiled.
+/// A loaded, validated job with its plugins compiled for its tenant.
 pub struct Job {
     graph: Arc<JobGraph>,
-    engine: Arc<WasmEngine>,
     plugins: Arc<BTreeMap<String, Plugin>>,
-    limits: SandboxLimits,
+    tenant: TenantConfig,
+    budget: InstanceBudget,
 }
 
 enum AttemptEnd {
@@ -146,34 +155,63 @@ enum AttemptEnd {
 }
 
 impl Job {
-    /// Reads, validates and compiles the job at `path`.
+    /// Reads, validates and compiles the job at `path`, under the default host
+    /// configuration.
     pub fn load(path: &Path, engine: Arc<WasmEngine>) -> Result<Job> {
+        Self::load_with(path, &engine, &HostConfig::default())
+    }
+
+    /// Reads, validates and compiles the job at `path` under `host`'s configuration of
+    /// its tenant.
+    pub fn load_with(path: &Path, engine: &WasmEngine, host: &HostConfig) -> Result<Job> {
         let file = JobFile::load(path)?;
         let graph = JobGraph::from_file(&file, path)?;
-        Self::from_graph(graph, engine)
+        Self::from_graph(graph, engine, host)
     }
 
     /// Loads the plugins of a validated graph.
-    pub fn from_graph(graph: JobGraph, engine: Arc<WasmEngine>) -> Result<Job> {
+    pub fn from_graph(graph: JobGraph, engine: &WasmEngine, host: &HostConfig) -> Result<Job> {
+        let tenant = host
+            .tenant(&graph.tenant)
+            .with_context(|| format!("job '{}'", graph.name))?;
+        let fuel = tenant.limits.fuel_per_call.is_some();
         let mut plugins = BTreeMap::new();
         for op in graph.operators() {
             let plugin = engine
-                .load_plugin(&op.plugin)
+                .load_plugin_for(&op.plugin, fuel)
                 .with_context(|| format!("job '{}': operator '{}'", graph.name, op.name))?;
             plugins.insert(op.name.clone(), plugin);
         }
         Ok(Job {
             graph: Arc::new(graph),
-            engine,
             plugins: Arc::new(plugins),
-            limits: SandboxLimits::default(),
+            tenant,
+            budget: InstanceBudget::default(),
         })
     }
 
-    /// Sets the sandbox limits of every operator instance.
+    /// Replaces the sandbox limits of every operator instance (the tenant's by default).
+    /// A fuel budget needs plugins loaded for fuel metering.
     pub fn with_limits(mut self, limits: SandboxLimits) -> Self {
-        self.limits = limits;
+        self.tenant.limits = limits;
         self
+    }
+
+    /// Counts this job's operator instances against a budget shared with other jobs of
+    /// the host.
+    pub fn with_budget(mut self, budget: InstanceBudget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// The tenant the job runs for.
+    pub fn tenant(&self) -> &TenantConfig {
+        &self.tenant
+    }
+
+    /// Number of Wasm operator instances the job runs.
+    pub fn instances(&self) -> u32 {
+        self.graph.operators().map(|o| o.parallelism).sum()
     }
 
     /// The validated graph.
@@ -194,6 +232,9 @@ impl Job {
         monitor: &JobMonitor,
     ) -> Result<JobReport> {
         let graph = &self.graph;
+        let _instances = self
+            .budget
+            .reserve(&self.tenant, self.instances(), &graph.name)?;
         let storage = graph
             .checkpoint
             .as_ref()
@@ -253,11 +294,15 @@ impl Job {
                 checkpoints: lock(&stats).clone(),
                 failures: failures.clone(),
                 interrupted: lock(&monitor.interrupted).clone(),
+                failures_by_kind: monitor.failures_by_kind(),
             };
             let error = match end {
                 AttemptEnd::Outcome(outcome) => return Ok(report(outcome, &failures)),
                 AttemptEnd::Failed(e) => e,
             };
+            *lock(&monitor.failures_by_kind)
+                .entry(failure_kind(&error).to_string())
+                .or_default() += 1;
             let restart = attempt + 1;
             let delay = if is_permanent(&error) {
                 None
@@ -449,9 +494,8 @@ impl Job {
                 };
                 let builder = ChainBuilder {
                     graph: self.graph.clone(),
-                    engine: self.engine.clone(),
                     plugins: self.plugins.clone(),
-                    limits: self.limits.clone(),
+                    limits: self.tenant.limits.clone(),
                     members,
                     subtask: s,
                     attempt,
@@ -616,6 +660,16 @@ impl RunningAttempt {
             }
         }
         monitor.running.store(false, Ordering::Relaxed);
+        // A savepoint reply may still wait: the tasks of a stop-with-savepoint end as soon
+        // as they are notified, which can be before the loop above saw the reply.
+        if let Ok(result) = stop_rx.try_recv() {
+            if let Ok(path) = &result {
+                savepoint = Some(path.clone());
+            }
+            if let Some(reply) = stop_reply.take() {
+                let _ = reply.send(result);
+            }
+        }
         let _ = self.coordinator_tx.send(CoordinatorMessage::Shutdown);
         if let Some(c) = self.coordinator {
             let _ = c.join();
@@ -631,6 +685,18 @@ impl RunningAttempt {
             }
             (None, false, None) => AttemptEnd::Outcome(JobOutcome::Finished),
         }
+    }
+}
+
+/// What kind of failure ended an attempt, for metrics.
+pub fn failure_kind(e: &anyhow::Error) -> &'static str {
+    let failure = e.chain().find_map(|c| c.downcast_ref::<OperatorFailure>());
+    match failure.map(|f| &f.error) {
+        Some(CallError::Trap { kind, .. }) => kind.as_str(),
+        Some(CallError::InvalidConfig(_)) => "invalid-config",
+        Some(CallError::Failed(_)) => "error",
+        Some(CallError::Contract(_)) => "contract",
+        None => "host",
     }
 }
 
@@ -687,7 +753,6 @@ fn make_source(source: &SourceVertex, subtask: u32) -> Result<Box<dyn Source>> {
 /// Builds one task's operators on the task thread.
 struct ChainBuilder {
     graph: Arc<JobGraph>,
-    engine: Arc<WasmEngine>,
     plugins: Arc<BTreeMap<String, Plugin>>,
     limits: SandboxLimits,
     /// Vertex indices of the chain's operators (the source excluded).
@@ -755,7 +820,6 @@ impl ChainBuilder {
                     open_info.config = o.config.clone();
                     let plugin = &self.plugins[&o.name];
                     Box::new(plugin.instantiate(
-                        &self.engine,
                         identity,
                         self.limits.clone(),
                         state,

@@ -111,9 +111,11 @@ impl StreamTask {
         if let Some((savepoint, drain)) = self.sync_savepoint
             && id >= savepoint
         {
-            // The stop-with-savepoint succeeded: end the input now.
+            // The stop-with-savepoint succeeded. Sources end their input now (the
+            // reference's `finishTask`); every other task ends when its input does, so
+            // nothing downstream goes away while records or ends are still on their way.
             self.sync_savepoint = None;
-            self.stop_requested = true;
+            self.stop_requested = matches!(self.input, TaskInput::Source(_));
             self.stopped_without_drain = !drain;
         }
         Ok(())

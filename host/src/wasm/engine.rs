@@ -1,8 +1,8 @@
 //! The wasmtime engine of a host: configuration, linker, component cache, epoch ticker.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::Duration;
 
@@ -26,12 +26,38 @@ pub struct EngineSettings {
     pub cache_dir: Option<PathBuf>,
 }
 
-/// Compiles, caches and instantiates operator components. One per host process; cheap
-/// to share (`Arc`).
-pub struct WasmEngine {
+/// One wasmtime engine with its linker.
+struct Variant {
     engine: Engine,
     linker: Linker<StoreState>,
+}
+
+impl Variant {
+    fn new(fuel: bool) -> Result<Self> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        config.epoch_interruption(true);
+        config.consume_fuel(fuel);
+        config.cranelift_opt_level(OptLevel::Speed);
+        let engine = Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        bindings::Operator::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
+        Ok(Variant { engine, linker })
+    }
+}
+
+/// Compiles, caches and instantiates operator components. One per host process; cheap
+/// to share (`Arc`).
+///
+/// Fuel metering changes the generated code, so tenants with a fuel budget get their
+/// components compiled by a second engine configured for it, created when first needed;
+/// the component cache keeps both kinds apart (its key covers the engine configuration).
+pub struct WasmEngine {
+    plain: Variant,
+    metered: OnceLock<Variant>,
     cache: ComponentCache,
+    ticking: Arc<Mutex<Vec<Engine>>>,
     ticker_stop: Arc<AtomicBool>,
 }
 
@@ -39,49 +65,71 @@ impl WasmEngine {
     /// An engine with epoch interruption (for deadlines and cancellation) and a linker
     /// offering the `runtime` imports and a WASI context that grants nothing.
     pub fn new(settings: EngineSettings) -> Result<Self> {
-        let mut config = Config::new();
-        config.wasm_component_model(true);
-        config.epoch_interruption(true);
-        config.cranelift_opt_level(OptLevel::Speed);
-        let engine = Engine::new(&config)?;
-
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        bindings::Operator::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
-
+        let plain = Variant::new(false)?;
+        let ticking = Arc::new(Mutex::new(vec![plain.engine.clone()]));
         let ticker_stop = Arc::new(AtomicBool::new(false));
         {
-            let engine = engine.clone();
+            let engines = ticking.clone();
             let stop = ticker_stop.clone();
             thread::Builder::new()
                 .name("epoch ticker".into())
                 .spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
                         thread::sleep(EPOCH_TICK);
-                        engine.increment_epoch();
+                        for engine in engines.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                            engine.increment_epoch();
+                        }
                     }
                 })?;
         }
         Ok(WasmEngine {
-            engine,
-            linker,
+            plain,
+            metered: OnceLock::new(),
             cache: ComponentCache::new(settings.cache_dir),
+            ticking,
             ticker_stop,
         })
     }
 
+    fn variant(&self, fuel: bool) -> Result<&Variant> {
+        if !fuel {
+            return Ok(&self.plain);
+        }
+        if let Some(v) = self.metered.get() {
+            return Ok(v);
+        }
+        let v = Variant::new(true)?;
+        let engine = v.engine.clone();
+        if self.metered.set(v).is_ok() {
+            self.ticking
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(engine);
+        }
+        Ok(self.metered.get().expect("set above"))
+    }
+
     /// Loads and checks the operator component at `path` (see [`Plugin::load`]).
     pub fn load_plugin(&self, path: &Path) -> Result<Plugin> {
-        Plugin::load(self, path)
+        Plugin::load(self, path, false)
     }
 
-    /// The wasmtime engine.
+    /// Like [`WasmEngine::load_plugin`], for instances with a fuel budget when `fuel`.
+    pub fn load_plugin_for(&self, path: &Path, fuel: bool) -> Result<Plugin> {
+        Plugin::load(self, path, fuel)
+    }
+
+    /// The wasmtime engine (without fuel metering).
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        &self.plain.engine
     }
 
-    pub(crate) fn linker(&self) -> &Linker<StoreState> {
-        &self.linker
+    pub(crate) fn engine_for(&self, fuel: bool) -> Result<&Engine> {
+        Ok(&self.variant(fuel)?.engine)
+    }
+
+    pub(crate) fn linker_for(&self, fuel: bool) -> Result<&Linker<StoreState>> {
+        Ok(&self.variant(fuel)?.linker)
     }
 
     /// The component cache.

@@ -41,22 +41,6 @@ impl WasmOperator {
         }
     }
 
-    /// The most linear memory this instance has had, in bytes.
-    pub fn peak_memory(&self) -> usize {
-        self.store.data().limiter.peak
-    }
-
-    /// Log lines of this instance dropped by the rate limit.
-    pub fn dropped_log_lines(&self) -> u64 {
-        self.store
-            .data()
-            .output
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .rate()
-            .dropped
-    }
-
     fn call<R>(
         &mut self,
         f: impl FnOnce(&Guest, &mut Store<StoreState>) -> wasmtime::Result<Result<R, GuestError>>,
@@ -162,6 +146,24 @@ impl Operator for WasmOperator {
 
     fn state(&mut self) -> &mut OperatorState {
         &mut self.store.data_mut().operator
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        self.store
+            .data()
+            .limiter
+            .peak
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn log_lines_dropped(&self) -> u64 {
+        self.store
+            .data()
+            .output
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .rate()
+            .dropped
     }
 
     fn open(&mut self, info: &OpenInfo) -> Result<CallOutput, CallError> {

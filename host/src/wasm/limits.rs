@@ -1,11 +1,25 @@
 //! Resource limits of one operator instance.
 
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use wasmtime::ResourceLimiter;
 
-/// What one operator instance may use. Set per tenant; the defaults suit trusted jobs
-/// on a developer machine.
+/// A directory of the host an operator may see, the only way past the empty sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirGrant {
+    /// The directory on the host.
+    pub host: PathBuf,
+    /// Where the operator sees it (an absolute path).
+    pub guest: String,
+    /// Whether the operator may only read.
+    pub read_only: bool,
+}
+
+/// What one operator instance may use and reach. Set per tenant; the defaults suit
+/// trusted jobs on a developer machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxLimits {
     /// Largest linear memory, in bytes.
@@ -18,6 +32,8 @@ pub struct SandboxLimits {
     pub max_output_bytes: usize,
     /// Guest log lines (log import, stdout, stderr) per second before lines are dropped.
     pub log_lines_per_second: u32,
+    /// Directories granted (none by default: no file system at all).
+    pub dirs: Vec<DirGrant>,
 }
 
 impl Default for SandboxLimits {
@@ -28,6 +44,7 @@ impl Default for SandboxLimits {
             fuel_per_call: None,
             max_output_bytes: 64 << 20,
             log_lines_per_second: 1000,
+            dirs: Vec::new(),
         }
     }
 }
@@ -38,8 +55,8 @@ impl Default for SandboxLimits {
 #[derive(Debug)]
 pub struct MemoryLimiter {
     limit: usize,
-    /// Peak linear memory the instance has had.
-    pub peak: usize,
+    /// Largest linear memory the instance has had, readable from other threads.
+    pub peak: Arc<AtomicU64>,
 }
 
 /// The trap raised when an operator exceeds its memory limit.
@@ -74,7 +91,10 @@ fn mib(bytes: usize) -> String {
 impl MemoryLimiter {
     /// A limiter allowing `limit` bytes of linear memory.
     pub fn new(limit: usize) -> Self {
-        MemoryLimiter { limit, peak: 0 }
+        MemoryLimiter {
+            limit,
+            peak: Arc::default(),
+        }
     }
 }
 
@@ -92,7 +112,7 @@ impl ResourceLimiter for MemoryLimiter {
                 limit: self.limit,
             }));
         }
-        self.peak = self.peak.max(desired);
+        self.peak.fetch_max(desired as u64, Ordering::Relaxed);
         Ok(true)
     }
 

@@ -14,6 +14,6 @@ mod store;
 pub use cache::{CacheOutcome, ComponentCache, content_digest};
 pub use engine::{EPOCH_TICK, EngineSettings, WasmEngine};
 pub use instance::WasmOperator;
-pub use limits::{MemoryLimitExceeded, SandboxLimits};
+pub use limits::{DirGrant, MemoryLimitExceeded, SandboxLimits};
 pub use plugin::{Plugin, PluginInfo, supported_version};
 pub use store::{Interrupted, StoreState};

@@ -32,6 +32,9 @@ pub struct Plugin {
     pub compiled: CacheOutcome,
     /// What it exports and imports.
     pub info: PluginInfo,
+    /// Whether it was compiled for fuel metering.
+    pub metered: bool,
+    engine: wasmtime::Engine,
     pre: OperatorPre<StoreState>,
 }
 
@@ -78,7 +81,7 @@ fn wasm_kind(bytes: &[u8]) -> WasmKind {
 impl Plugin {
     /// Reads `path`, checks that it is a component exporting this host's version of
     /// the operator interface, and compiles it (or takes it from the cache).
-    pub fn load(engine: &WasmEngine, path: &Path) -> Result<Plugin> {
+    pub fn load(engine: &WasmEngine, path: &Path, fuel: bool) -> Result<Plugin> {
         let bytes = std::fs::read(path)
             .with_context(|| format!("cannot read plugin file {}", path.display()))?;
         match wasm_kind(&bytes) {
@@ -99,14 +102,15 @@ impl Plugin {
                 &bytes[4..8]
             ),
         }
+        let wasmtime_engine = engine.engine_for(fuel)?;
         let (component, compiled) = engine
             .cache()
-            .get_or_compile(engine.engine(), &bytes)
+            .get_or_compile(wasmtime_engine, &bytes)
             .with_context(|| format!("{} is not a valid component", path.display()))?;
-        let info = check_interface(engine, &component)
+        let info = check_interface(wasmtime_engine, &component)
             .with_context(|| format!("{} cannot be used as an operator", path.display()))?;
         let pre = engine
-            .linker()
+            .linker_for(fuel)?
             .instantiate_pre(&component)
             .map_err(anyhow::Error::from)
             .with_context(|| {
@@ -125,6 +129,8 @@ impl Plugin {
             size: bytes.len() as u64,
             compiled,
             info,
+            metered: fuel,
+            engine: wasmtime_engine.clone(),
             pre,
         })
     }
@@ -132,14 +138,20 @@ impl Plugin {
     /// A new, isolated instance in its own `Store`.
     pub fn instantiate(
         &self,
-        engine: &WasmEngine,
         identity: OperatorIdentity,
         limits: SandboxLimits,
         state: OperatorState,
         cancel: Arc<AtomicBool>,
     ) -> Result<WasmOperator> {
-        let data = StoreState::new(identity.clone(), limits, state, cancel);
-        let mut store = Store::new(engine.engine(), data);
+        if limits.fuel_per_call.is_some() && !self.metered {
+            anyhow::bail!(
+                "{identity}: its tenant has a fuel budget, but {} was compiled without fuel metering",
+                self.path.display()
+            );
+        }
+        let data = StoreState::new(identity.clone(), limits, state, cancel)
+            .with_context(|| format!("{identity}: setting up its sandbox"))?;
+        let mut store = Store::new(&self.engine, data);
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_callback(|ctx| match ctx.data().check_interrupt() {
             Ok(()) => Ok(wasmtime::UpdateDeadline::Continue(1)),
@@ -156,9 +168,8 @@ impl Plugin {
 }
 
 /// Finds the operator export and checks its version.
-fn check_interface(engine: &WasmEngine, component: &Component) -> Result<PluginInfo> {
+fn check_interface(engine: &wasmtime::Engine, component: &Component) -> Result<PluginInfo> {
     let ty = component.component_type();
-    let engine = engine.engine();
     let exports: Vec<(String, ComponentItem)> = ty
         .exports(engine)
         .map(|(name, item)| (name.to_string(), item.ty))

@@ -4,8 +4,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
 use super::limits::{MemoryLimiter, SandboxLimits};
 use super::stdio::{GuestOutput, GuestPipe, Stream};
@@ -57,18 +58,29 @@ impl StoreState {
         limits: SandboxLimits,
         operator: OperatorState,
         cancel: Arc<AtomicBool>,
-    ) -> Self {
+    ) -> anyhow::Result<Self> {
         let output = GuestOutput::new(identity, limits.log_lines_per_second);
-        // Nothing is granted: no preopened directories, no environment, no arguments,
-        // no network. Guest stdout and stderr go to the host log.
-        let wasi = WasiCtx::builder()
-            .stdout(GuestPipe::new(output.clone(), Stream::Stdout))
+        // Nothing is granted but what the tenant was given explicitly: no environment,
+        // no arguments, no network, no files outside granted directories. Guest stdout and
+        // stderr go to the host log.
+        let mut wasi = WasiCtx::builder();
+        wasi.stdout(GuestPipe::new(output.clone(), Stream::Stdout))
             .stderr(GuestPipe::new(output.clone(), Stream::Stderr))
             .allow_tcp(false)
             .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
-        StoreState {
+            .allow_ip_name_lookup(false);
+        for grant in &limits.dirs {
+            let perms = if grant.read_only {
+                FsPerms::ReadOnly
+            } else {
+                FsPerms::ReadWrite
+            };
+            wasi.preopened_dir(&grant.host, &grant.guest, perms)
+                .map_err(anyhow::Error::from)
+                .with_context(|| format!("granting directory {}", grant.host.display()))?;
+        }
+        let wasi = wasi.build();
+        Ok(StoreState {
             wasi,
             table: ResourceTable::new(),
             limiter: MemoryLimiter::new(limits.memory_bytes),
@@ -77,7 +89,7 @@ impl StoreState {
             limits,
             cancel,
             call_started: Instant::now(),
-        }
+        })
     }
 
     /// Decides, at each epoch tick during a call, whether the call may go on.

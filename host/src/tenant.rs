@@ -1,0 +1,365 @@
+//! Tenants: whose limits and capabilities an operator runs under.
+//!
+//! A job names its tenant (`tenant = "acme"`, default `default`). The host configuration
+//! (`sluice run --host-config HOST.toml`) gives each tenant its limits and, explicitly, any
+//! capability beyond the empty sandbox; a tenant it does not list gets the defaults, unless
+//! the configuration says `strict_tenants = true`.
+//!
+//! ```toml
+//! strict_tenants = false          # refuse jobs of tenants not listed below
+//! jobs = ["a.toml", "b.toml"]     # run these (besides any given on the command line)
+//!
+//! [defaults]                      # for every tenant, unless it says otherwise
+//! memory_mb = 256                 # linear memory per operator instance
+//! call_deadline_ms = 30000        # longest single call (0: no deadline)
+//! fuel_per_call = 0               # Wasm fuel per call (0: unmetered)
+//! max_output_mb = 64              # records and effects one call may return
+//! max_instances = 1000            # operator instances of the tenant in this host
+//! log_lines_per_second = 1000     # guest log lines (log import, stdout, stderr)
+//!
+//! [tenant.acme]                   # any field of [defaults], and capabilities:
+//! memory_mb = 64
+//! dirs = [{ host = "/srv/acme/ref", guest = "/ref", read_only = true }]
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+
+use crate::wasm::{DirGrant, SandboxLimits};
+
+/// The limits fields of `[defaults]` and `[tenant.NAME]`, all optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsSpec {
+    memory_mb: Option<u64>,
+    call_deadline_ms: Option<u64>,
+    fuel_per_call: Option<u64>,
+    max_output_mb: Option<u64>,
+    max_instances: Option<u32>,
+    log_lines_per_second: Option<u32>,
+    #[serde(default)]
+    dirs: Vec<DirSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DirSpec {
+    host: PathBuf,
+    guest: String,
+    #[serde(default = "yes")]
+    read_only: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HostConfigFile {
+    #[serde(default)]
+    strict_tenants: bool,
+    #[serde(default)]
+    jobs: Vec<PathBuf>,
+    #[serde(default)]
+    defaults: LimitsSpec,
+    #[serde(default)]
+    tenant: BTreeMap<String, LimitsSpec>,
+}
+
+/// What a tenant may use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantConfig {
+    /// The tenant's name.
+    pub name: String,
+    /// Limits and capabilities of each operator instance.
+    pub limits: SandboxLimits,
+    /// Most operator instances the tenant may have in this host at once.
+    pub max_instances: u32,
+}
+
+/// The host configuration.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// Where it was read from (for error messages).
+    pub path: Option<PathBuf>,
+    /// Refuse jobs of tenants not configured.
+    pub strict_tenants: bool,
+    /// Jobs to run.
+    pub jobs: Vec<PathBuf>,
+    defaults: TenantConfig,
+    tenants: BTreeMap<String, TenantConfig>,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            path: None,
+            strict_tenants: false,
+            jobs: Vec::new(),
+            defaults: TenantConfig {
+                name: "default".into(),
+                limits: SandboxLimits::default(),
+                max_instances: 1000,
+            },
+            tenants: BTreeMap::new(),
+        }
+    }
+}
+
+impl HostConfig {
+    /// Reads the host configuration at `path`.
+    pub fn load(path: &Path) -> Result<HostConfig> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read host configuration {}", path.display()))?;
+        let file: HostConfigFile =
+            toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let resolve = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+        let fallback = HostConfig::default().defaults;
+        let defaults = tenant_from(&fallback, "default", &file.defaults, &resolve)
+            .with_context(|| format!("{}: [defaults]", path.display()))?;
+        let tenants = file
+            .tenant
+            .iter()
+            .map(|(name, spec)| {
+                tenant_from(&defaults, name, spec, &resolve)
+                    .with_context(|| format!("{}: [tenant.{name}]", path.display()))
+                    .map(|t| (name.clone(), t))
+            })
+            .collect::<Result<_>>()?;
+        Ok(HostConfig {
+            path: Some(path.to_path_buf()),
+            strict_tenants: file.strict_tenants,
+            jobs: file.jobs.iter().map(|j| resolve(j)).collect(),
+            defaults,
+            tenants,
+        })
+    }
+
+    /// The configuration of tenant `name`.
+    pub fn tenant(&self, name: &str) -> Result<TenantConfig> {
+        if let Some(t) = self.tenants.get(name) {
+            return Ok(t.clone());
+        }
+        if self.strict_tenants && name != "default" {
+            bail!(
+                "tenant '{name}' is not configured in {} (it sets strict_tenants)",
+                self.path.as_deref().map_or_else(
+                    || "the host configuration".into(),
+                    |p| p.display().to_string()
+                )
+            );
+        }
+        Ok(TenantConfig {
+            name: name.to_string(),
+            ..self.defaults.clone()
+        })
+    }
+}
+
+fn tenant_from(
+    base: &TenantConfig,
+    name: &str,
+    spec: &LimitsSpec,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<TenantConfig> {
+    let mut limits = base.limits.clone();
+    if let Some(mb) = spec.memory_mb {
+        if mb == 0 {
+            bail!("memory_mb must be at least 1");
+        }
+        limits.memory_bytes = (mb as usize) << 20;
+    }
+    if let Some(ms) = spec.call_deadline_ms {
+        limits.call_deadline = (ms > 0).then(|| Duration::from_millis(ms));
+    }
+    if let Some(fuel) = spec.fuel_per_call {
+        limits.fuel_per_call = (fuel > 0).then_some(fuel);
+    }
+    if let Some(mb) = spec.max_output_mb {
+        limits.max_output_bytes = (mb as usize) << 20;
+    }
+    if let Some(rate) = spec.log_lines_per_second {
+        limits.log_lines_per_second = rate;
+    }
+    if !spec.dirs.is_empty() {
+        limits.dirs = spec
+            .dirs
+            .iter()
+            .map(|d| {
+                let host = resolve(&d.host);
+                if !host.is_dir() {
+                    bail!("dir {}: no such directory on the host", host.display());
+                }
+                if !d.guest.starts_with('/') {
+                    bail!("dir guest path {:?} must be absolute", d.guest);
+                }
+                Ok(DirGrant {
+                    host,
+                    guest: d.guest.clone(),
+                    read_only: d.read_only,
+                })
+            })
+            .collect::<Result<_>>()?;
+    }
+    Ok(TenantConfig {
+        name: name.to_string(),
+        limits,
+        max_instances: spec.max_instances.unwrap_or(base.max_instances),
+    })
+}
+
+/// Counts the operator instances each tenant has in this host, refusing a job that would
+/// take a tenant past its `max_instances`.
+#[derive(Debug, Default, Clone)]
+pub struct InstanceBudget {
+    in_use: Arc<Mutex<BTreeMap<String, u32>>>,
+}
+
+/// Instances reserved for one job; released when dropped.
+#[derive(Debug)]
+pub struct Reservation {
+    budget: InstanceBudget,
+    tenant: String,
+    instances: u32,
+}
+
+impl InstanceBudget {
+    /// Reserves `instances` for `tenant`, or says why not.
+    pub fn reserve(&self, tenant: &TenantConfig, instances: u32, job: &str) -> Result<Reservation> {
+        let mut in_use = self.in_use.lock().unwrap_or_else(|e| e.into_inner());
+        let used = in_use.entry(tenant.name.clone()).or_default();
+        if *used + instances > tenant.max_instances {
+            bail!(
+                "job '{job}' needs {instances} operator instances, but tenant '{}' has {} of its \
+                 {} in use",
+                tenant.name,
+                used,
+                tenant.max_instances
+            );
+        }
+        *used += instances;
+        Ok(Reservation {
+            budget: self.clone(),
+            tenant: tenant.name.clone(),
+            instances,
+        })
+    }
+
+    /// Instances `tenant` has in use.
+    pub fn in_use(&self, tenant: &str) -> u32 {
+        let in_use = self.in_use.lock().unwrap_or_else(|e| e.into_inner());
+        in_use.get(tenant).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut in_use = self.budget.in_use.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(used) = in_use.get_mut(&self.tenant) {
+            *used = used.saturating_sub(self.instances);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(name: &str, text: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("sluice-tenant-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("ref")).unwrap();
+        let path = dir.join("host.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn tenants_inherit_the_defaults_and_override_them() {
+        let path = write(
+            "inherit",
+            r#"
+jobs = ["a.toml"]
+[defaults]
+memory_mb = 128
+call_deadline_ms = 5000
+[tenant.acme]
+memory_mb = 32
+fuel_per_call = 1000000
+max_instances = 4
+dirs = [{ host = "ref", guest = "/ref" }]
+"#,
+        );
+        let c = HostConfig::load(&path).unwrap();
+        assert_eq!(c.jobs, vec![path.parent().unwrap().join("a.toml")]);
+        let acme = c.tenant("acme").unwrap();
+        assert_eq!(acme.limits.memory_bytes, 32 << 20);
+        assert_eq!(acme.limits.call_deadline, Some(Duration::from_secs(5)));
+        assert_eq!(acme.limits.fuel_per_call, Some(1_000_000));
+        assert_eq!(acme.max_instances, 4);
+        assert!(acme.limits.dirs[0].read_only);
+        let other = c.tenant("other").unwrap();
+        assert_eq!(other.limits.memory_bytes, 128 << 20);
+        assert!(other.limits.dirs.is_empty());
+    }
+
+    #[test]
+    fn strict_configurations_refuse_unknown_tenants_and_bad_fields_are_errors() {
+        let path = write("strict", "strict_tenants = true\n[tenant.acme]\n");
+        let err = HostConfig::load(&path)
+            .unwrap()
+            .tenant("intruder")
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("tenant 'intruder' is not configured in"),
+            "{err}"
+        );
+        let path = write("typo", "[defaults]\nmemory = 5\n");
+        let err = HostConfig::load(&path).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("unknown field `memory`"),
+            "{err:#}"
+        );
+        let path = write(
+            "nodir",
+            "[tenant.a]\ndirs = [{ host = \"missing\", guest = \"/x\" }]\n",
+        );
+        let err = format!("{:#}", HostConfig::load(&path).unwrap_err());
+        assert!(
+            err.contains("[tenant.a]") && err.contains("no such directory"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_budget_refuses_instances_past_the_maximum_and_releases_them() {
+        let budget = InstanceBudget::default();
+        let tenant = TenantConfig {
+            name: "t".into(),
+            limits: SandboxLimits::default(),
+            max_instances: 5,
+        };
+        let a = budget.reserve(&tenant, 3, "a").unwrap();
+        let err = budget.reserve(&tenant, 3, "b").unwrap_err();
+        assert!(
+            err.to_string().contains("tenant 't' has 3 of its 5 in use"),
+            "{err}"
+        );
+        drop(a);
+        assert_eq!(budget.in_use("t"), 0);
+        let _b = budget.reserve(&tenant, 3, "b").unwrap();
+    }
+}
