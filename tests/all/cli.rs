@@ -160,3 +160,140 @@ format = "key-value"
     lines.sort();
     assert_eq!(lines, ["b\t1", "b\t2", "b a\t1"]);
 }
+
+#[test]
+fn several_jobs_run_side_by_side_and_a_failing_one_fails_only_itself() {
+    let dir = test_dir("cli-several");
+    std::fs::write(dir.join("in.txt"), "a b\nb c\n").unwrap();
+    let good = |name: &str| {
+        format!(
+            r#"
+name = "{name}"
+tenant = "good"
+[source]
+type = "file"
+path = "in.txt"
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+key_by = "key"
+[sink]
+type = "file"
+path = "{name}.tsv"
+format = "key-value"
+"#
+        )
+    };
+    std::fs::write(dir.join("one.toml"), good("one")).unwrap();
+    std::fs::write(dir.join("two.toml"), good("two")).unwrap();
+    let bad = good("bad")
+        .replace(r#"tenant = "good""#, r#"tenant = "shady""#)
+        .replace(
+            &format!(r#"plugin = "{COUNT}""#),
+            &format!(r#"plugin = "{}""#, sluice_tests::plugins::TEST_MISBEHAVE),
+        )
+        .replace(
+            r#"key_by = "key""#,
+            r#"key_by = "key"
+config = { behavior = "error-in-process" }"#,
+        );
+    std::fs::write(dir.join("bad.toml"), bad).unwrap();
+    std::fs::write(
+        dir.join("host.toml"),
+        "jobs = [\"two.toml\", \"bad.toml\"]\n[tenant.good]\nmax_instances = 4\n",
+    )
+    .unwrap();
+    let one = dir.join("one.toml");
+    let host = dir.join("host.toml");
+    let (code, _, stderr) = outcome(&sluice(&[
+        "run",
+        one.to_str().unwrap(),
+        "--host-config",
+        host.to_str().unwrap(),
+    ]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("error: job 'bad'"), "{stderr}");
+    assert!(stderr.contains("deliberate error in process"), "{stderr}");
+    assert!(stderr.contains("job 'one' finished"), "{stderr}");
+    assert!(stderr.contains("job 'two' finished"), "{stderr}");
+    for name in ["one", "two"] {
+        let out = std::fs::read_to_string(dir.join(format!("{name}.tsv"))).unwrap();
+        let mut lines: Vec<&str> = out.lines().collect();
+        lines.sort();
+        assert_eq!(lines, ["a\t1", "b\t1", "b\t2", "c\t1"], "{name}");
+    }
+    assert!(!dir.join("bad.tsv").exists());
+    // The per-tenant table.
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("good") && l.contains(" 2 ")),
+        "{stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("shady") && l.contains("error=1")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn tenant_limits_are_enforced_before_a_job_starts() {
+    let dir = test_dir("cli-tenant-limits");
+    std::fs::write(dir.join("in.txt"), "x\n").unwrap();
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "wide"
+tenant = "small"
+[source]
+type = "file"
+path = "in.txt"
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+parallelism = 3
+key_by = "value"
+[sink]
+type = "stdout"
+"#
+        ),
+    );
+    std::fs::write(dir.join("host.toml"), "[tenant.small]\nmax_instances = 2\n").unwrap();
+    let host = dir.join("host.toml");
+    let (code, _, stderr) = outcome(&sluice(&[
+        "run",
+        job.to_str().unwrap(),
+        "--host-config",
+        host.to_str().unwrap(),
+    ]));
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains(
+            "job 'wide' needs 3 operator instances, but tenant 'small' has 0 of its 2 in use"
+        ),
+        "{stderr}"
+    );
+    std::fs::write(
+        dir.join("host.toml"),
+        "strict_tenants = true\n[tenant.other]\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = outcome(&sluice(&[
+        "run",
+        job.to_str().unwrap(),
+        "--host-config",
+        host.to_str().unwrap(),
+    ]));
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("tenant 'small' is not configured in"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("host.toml"), "{stderr}");
+}

@@ -6,4 +6,5 @@ mod cli;
 mod event_time;
 mod plugins;
 mod runtime;
+mod sandbox;
 mod wordcount;

@@ -71,9 +71,14 @@ pub struct TestJob {
 impl TestJob {
     /// Loads the job file at `path` with the shared engine.
     pub fn load(path: &Path) -> Result<TestJob> {
+        Self::load_with(path, &sluice::tenant::HostConfig::default())
+    }
+
+    /// Loads the job file at `path` under the host configuration `host`.
+    pub fn load_with(path: &Path, host: &sluice::tenant::HostConfig) -> Result<TestJob> {
         let (control, control_rx) = unbounded();
         Ok(TestJob {
-            job: Job::load(path, engine())?,
+            job: Job::load_with(path, &engine(), host)?,
             control,
             control_rx,
             monitor: Arc::new(JobMonitor::default()),

@@ -134,6 +134,8 @@ pub enum TrapKind {
     Memory,
     /// The call stack overflowed.
     StackOverflow,
+    /// The operator accessed memory outside its linear memory.
+    MemoryAccess,
     /// The call used up its fuel.
     Fuel,
     /// A host import refused to continue the call (contract violation).
@@ -151,6 +153,7 @@ impl TrapKind {
             TrapKind::Deadline => "deadline",
             TrapKind::Memory => "memory",
             TrapKind::StackOverflow => "stack-overflow",
+            TrapKind::MemoryAccess => "memory-access",
             TrapKind::Fuel => "fuel",
             TrapKind::Host => "host",
             TrapKind::Other => "other",

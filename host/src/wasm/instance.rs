@@ -106,6 +106,13 @@ impl WasmOperator {
                 wasmtime::Trap::StackOverflow => {
                     (TrapKind::StackOverflow, "call stack exhausted".into())
                 }
+                wasmtime::Trap::MemoryOutOfBounds => (
+                    TrapKind::MemoryAccess,
+                    "out of bounds memory access (languages that keep their stack in linear \
+                     memory, like Rust, end this way when the stack overflows, e.g. on runaway \
+                     recursion)"
+                        .into(),
+                ),
                 wasmtime::Trap::OutOfFuel => {
                     (TrapKind::Fuel, "ran out of fuel for this call".into())
                 }
