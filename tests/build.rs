@@ -36,6 +36,9 @@ fn main() {
         // Plugins carry no debug info: smaller components, faster compiles.
         .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
         .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
+        // Whole-program optimization: the SDK and codec inline into the operator.
+        .env("CARGO_PROFILE_RELEASE_LTO", "fat")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_BUILD_TARGET");

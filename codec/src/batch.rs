@@ -48,7 +48,10 @@ impl BatchWriter {
     }
 
     /// Appends one record.
+    #[inline]
     pub fn push(&mut self, key: Option<&[u8]>, value: &[u8], timestamp: Option<i64>) {
+        self.buf
+            .reserve(1 + 8 + 4 + key.map_or(0, <[u8]>::len) + 4 + value.len());
         let mut flags = 0;
         if timestamp.is_some() {
             flags |= HAS_TIMESTAMP;
@@ -68,27 +71,32 @@ impl BatchWriter {
     }
 
     /// Appends a record read from another batch.
+    #[inline]
     pub fn push_record(&mut self, record: RecordRef<'_>) {
         self.push(record.key, record.value, record.timestamp);
     }
 
     /// Appends already-encoded records (for example a whole batch).
+    #[inline]
     pub fn extend_encoded(&mut self, encoded: &[u8], records: usize) {
         self.buf.extend_from_slice(encoded);
         self.len += records;
     }
 
     /// Number of records written.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// True when no record was written.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Size of the encoded batch in bytes.
+    #[inline]
     pub fn byte_len(&self) -> usize {
         self.buf.len()
     }
@@ -102,6 +110,11 @@ impl BatchWriter {
     pub fn take(&mut self) -> Vec<u8> {
         self.len = 0;
         std::mem::take(&mut self.buf)
+    }
+
+    /// Makes room for `bytes` more bytes.
+    pub fn reserve(&mut self, bytes: usize) {
+        self.buf.reserve(bytes);
     }
 
     /// Forgets all records but keeps the allocation.
@@ -144,6 +157,17 @@ impl<'a> BatchReader<'a> {
         Ok(n)
     }
 
+    /// The next record together with its encoded bytes (which
+    /// [`BatchWriter::extend_encoded`] can copy as they are).
+    #[inline]
+    pub fn next_with_bytes(&mut self) -> Option<Result<(RecordRef<'a>, &'a [u8]), DecodeError>> {
+        let start = self.cursor.pos;
+        let buf = self.cursor.buf;
+        self.next()
+            .map(|r| r.map(|record| (record, &buf[start..self.cursor.pos])))
+    }
+
+    #[inline]
     fn read(&mut self) -> Result<RecordRef<'a>, DecodeError> {
         let c = &mut self.cursor;
         let flags = c.u8()?;
@@ -173,6 +197,7 @@ impl<'a> BatchReader<'a> {
 impl<'a> Iterator for BatchReader<'a> {
     type Item = Result<RecordRef<'a>, DecodeError>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.failed || self.cursor.is_empty() {
             return None;
@@ -223,6 +248,22 @@ mod tests {
             ]
         );
         assert_eq!(BatchReader::count(&bytes), Ok(4));
+    }
+
+    #[test]
+    fn records_come_with_their_encoded_bytes() {
+        let mut w = BatchWriter::new();
+        w.push(Some(b"k"), b"v1", Some(3));
+        w.push(None, b"v2", None);
+        let bytes = w.into_bytes();
+        let mut reader = BatchReader::new(&bytes);
+        let mut copy = BatchWriter::new();
+        while let Some(item) = reader.next_with_bytes() {
+            let (_, raw) = item.unwrap();
+            copy.extend_encoded(raw, 1);
+        }
+        assert_eq!(copy.as_bytes(), &bytes[..]);
+        assert_eq!(copy.len(), 2);
     }
 
     #[test]

@@ -56,10 +56,12 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
+    #[inline]
     fn new(buf: &'a [u8], what: &'static str) -> Self {
         Cursor { buf, pos: 0, what }
     }
 
+    #[inline]
     fn is_empty(&self) -> bool {
         self.pos >= self.buf.len()
     }
@@ -72,6 +74,7 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    #[inline]
     fn bytes(&mut self, len: usize) -> Result<&'a [u8], DecodeError> {
         let end = self
             .pos
@@ -83,31 +86,37 @@ impl<'a> Cursor<'a> {
         Ok(bytes)
     }
 
+    #[inline]
     fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.bytes(1)?[0])
     }
 
+    #[inline]
     fn u32(&mut self) -> Result<u32, DecodeError> {
         let b = self.bytes(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
+    #[inline]
     fn u64(&mut self) -> Result<u64, DecodeError> {
         let b = self.bytes(8)?;
         Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
     }
 
+    #[inline]
     fn i64(&mut self) -> Result<i64, DecodeError> {
         Ok(self.u64()? as i64)
     }
 
     /// A `u32` length followed by that many bytes.
+    #[inline]
     fn sized(&mut self) -> Result<&'a [u8], DecodeError> {
         let len = self.u32()? as usize;
         self.bytes(len)
     }
 }
 
+#[inline]
 fn put_sized(buf: &mut Vec<u8>, bytes: &[u8]) {
     let len = u32::try_from(bytes.len()).expect("a field larger than 4 GiB cannot be encoded");
     buf.extend_from_slice(&len.to_le_bytes());

@@ -3,9 +3,11 @@
 
 use std::time::Duration;
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use sluice_codec::{BatchWriter, Effect, EffectWriter, TimeDomain};
+use sluice_codec::{BatchWriter, Effect, EffectWriter, RecordRef, TimeDomain};
 
 use crate::host::{Host, Level, StateKind};
 use crate::state::StateCache;
@@ -18,7 +20,15 @@ pub(crate) struct Runtime {
     pub(crate) states: StateCache,
     pub(crate) records: BatchWriter,
     pub(crate) effects: EffectWriter,
+    /// Timers registered with the host that have not fired or been deleted: registering
+    /// one of them again sends nothing.
+    timers: FxHashMap<Vec<u8>, FxHashSet<(TimeDomain, i64)>>,
+    registered_timers: usize,
 }
+
+/// Past this many remembered timers the SDK forgets them (and may register some again,
+/// which the host ignores).
+const MAX_REMEMBERED_TIMERS: usize = 100_000;
 
 /// What a successful call hands back to the host.
 #[derive(Debug, Default)]
@@ -33,7 +43,11 @@ impl Runtime {
     /// Ends the current call and takes its output; after a failure the output is dropped
     /// (the host would discard it) and the state cache forgets the call's writes.
     pub(crate) fn end_call(&mut self, success: bool) -> CallOutput {
-        self.states.end_call(success);
+        self.states.end_call(success, &mut self.effects);
+        if !success || self.registered_timers > MAX_REMEMBERED_TIMERS {
+            self.timers = FxHashMap::default();
+            self.registered_timers = 0;
+        }
         if success {
             CallOutput {
                 records: self.records.take(),
@@ -47,19 +61,43 @@ impl Runtime {
     }
 
     fn timer(&mut self, register: bool, domain: TimeDomain, key: &[u8], timestamp: i64) {
-        self.effects.push(if register {
-            Effect::RegisterTimer {
+        if register {
+            let known = match self.timers.get_mut(key) {
+                Some(times) => !times.insert((domain, timestamp)),
+                None => {
+                    let mut times = FxHashSet::default();
+                    times.insert((domain, timestamp));
+                    self.timers.insert(key.to_vec(), times);
+                    false
+                }
+            };
+            if known {
+                return;
+            }
+            self.registered_timers += 1;
+            self.effects.push(Effect::RegisterTimer {
                 domain,
                 timestamp,
                 key,
-            }
+            });
         } else {
-            Effect::DeleteTimer {
+            self.forget_timer(domain, key, timestamp);
+            self.effects.push(Effect::DeleteTimer {
                 domain,
                 timestamp,
                 key,
+            });
+        }
+    }
+
+    /// The timer fired or was deleted: registering it again must reach the host.
+    pub(crate) fn forget_timer(&mut self, domain: TimeDomain, key: &[u8], timestamp: i64) {
+        if let Some(times) = self.timers.get_mut(key) {
+            times.remove(&(domain, timestamp));
+            if times.is_empty() {
+                self.timers.remove(key);
             }
-        });
+        }
     }
 
     fn add_counter(&mut self, name: &str, delta: u64) {
@@ -306,6 +344,9 @@ pub struct Context<'a> {
     pub(crate) host: &'a dyn Host,
     pub(crate) rt: &'a mut Runtime,
     pub(crate) timestamp: Option<i64>,
+    /// The input record being processed, with its encoded bytes: emitting it unchanged
+    /// copies those bytes instead of encoding it again.
+    pub(crate) input: Option<(RecordRef<'a>, &'a [u8])>,
 }
 
 impl Context<'_> {
@@ -323,6 +364,18 @@ impl Context<'_> {
 
     /// Emits `record` as it is (for example the input record, unchanged).
     pub fn emit_record(&mut self, record: Record<'_>) {
+        if let Some((input, encoded)) = self.input
+            && same_slice(record.value, input.value)
+            && record.timestamp == input.timestamp
+            && match (record.key, input.key) {
+                (Some(a), Some(b)) => same_slice(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+        {
+            self.rt.records.extend_encoded(encoded, 1);
+            return;
+        }
         self.rt
             .records
             .push(record.key, record.value, record.timestamp);
@@ -362,4 +415,9 @@ impl From<crate::bindings::sluice::operator::types::OpenContext> for OpenInfo {
             attempt: ctx.attempt,
         }
     }
+}
+
+/// True when `a` and `b` are the same bytes in memory (not just equal bytes).
+fn same_slice(a: &[u8], b: &[u8]) -> bool {
+    std::ptr::eq(a, b)
 }

@@ -74,34 +74,40 @@ pub(crate) fn open<T: Operator>(
 }
 
 /// Runs `f` as call `call` with a fresh [`Context`] and returns the call's output.
-fn run<T: Operator>(
-    slot: &mut Slot<T>,
-    host: &dyn Host,
+fn run<'c, T: Operator>(
+    slot: &'c mut Slot<T>,
+    host: &'c dyn Host,
     call: &str,
-    f: impl FnOnce(&mut T, &mut Context<'_>) -> Result<()>,
+    f: impl FnOnce(&mut T, &mut Context<'c>) -> Result<()>,
 ) -> Result<CallOutput> {
     let instance = slot.instance(call)?;
     let mut ctx = Context {
         host,
         rt: &mut instance.rt,
         timestamp: None,
+        input: None,
     };
     let result = f(&mut instance.operator, &mut ctx);
-    let output = instance.rt.end_call(result.is_ok());
+    let output = ctx.rt.end_call(result.is_ok());
     result.map(|()| output)
 }
 
-pub(crate) fn process<T: Operator>(
-    slot: &mut Slot<T>,
-    host: &dyn Host,
-    records: &[u8],
+pub(crate) fn process<'c, T: Operator>(
+    slot: &'c mut Slot<T>,
+    host: &'c dyn Host,
+    records: &'c [u8],
 ) -> Result<CallOutput> {
     run(slot, host, "process", |operator, ctx| {
-        for record in BatchReader::new(records) {
-            let record = record.map_err(|e| Error::failed(format!("process: {e}")))?;
+        // Most operators emit about as much as they read: one allocation, no regrowth.
+        ctx.rt.records.reserve(records.len());
+        let mut reader = BatchReader::new(records);
+        while let Some(item) = reader.next_with_bytes() {
+            let (record, encoded) = item.map_err(|e| Error::failed(format!("process: {e}")))?;
             ctx.timestamp = record.timestamp;
+            ctx.input = Some((record, encoded));
             operator.process(record.into(), ctx)?;
         }
+        ctx.input = None;
         Ok(())
     })
 }
@@ -130,6 +136,8 @@ pub(crate) fn on_timers<T: Operator>(
                 TimeDomain::EventTime => Some(timer.timestamp),
                 TimeDomain::ProcessingTime => None,
             };
+            ctx.rt
+                .forget_timer(timer.domain, timer.key, timer.timestamp);
             let timer = Timer {
                 domain: timer.domain,
                 timestamp: timer.timestamp,

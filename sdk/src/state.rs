@@ -27,11 +27,12 @@
 //!   host expires their entries by processing time between calls, which the guest cannot
 //!   see.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sluice_codec::{Effect, EffectWriter, EntryReader};
@@ -109,9 +110,10 @@ impl<T: Serialize + DeserializeOwned> ValueState<T> {
 
     /// Sets the value of `key`.
     pub fn put(&self, ctx: &mut Context<'_>, key: &[u8], value: &T) -> Result<()> {
-        let bytes = to_bytes(value)?;
         let rt = &mut *ctx.rt;
-        rt.states.value_put(&mut rt.effects, self.slot, key, bytes)
+        rt.states.value_put_with(self.slot, key, |buf| {
+            postcard::to_extend(value, buf).map_err(Error::from)
+        })
     }
 
     /// Removes the value of `key`.
@@ -251,11 +253,15 @@ struct StateSlot {
     kind: StateKind,
     ttl: bool,
     /// Value state: key -> value (`None`: known to be absent).
-    values: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    values: FxHashMap<Vec<u8>, Option<Vec<u8>>>,
     /// Map state: key -> cached part of its map.
-    maps: HashMap<Vec<u8>, MapCache>,
+    maps: FxHashMap<Vec<u8>, MapCache>,
     /// List state: key -> what the current call changed.
-    lists: HashMap<Vec<u8>, ListOverlay>,
+    lists: FxHashMap<Vec<u8>, ListOverlay>,
+    /// Entries (key -> user keys; the empty user key for value state) written in this
+    /// call and not yet sent to the host: each becomes one effect when the call ends,
+    /// however often it was written.
+    pending: FxHashMap<Vec<u8>, FxHashSet<Vec<u8>>>,
 }
 
 #[derive(Debug, Default)]
@@ -316,9 +322,10 @@ impl StateCache {
             name: name.to_owned(),
             kind,
             ttl: ttl_ms.is_some(),
-            values: HashMap::new(),
-            maps: HashMap::new(),
-            lists: HashMap::new(),
+            values: FxHashMap::default(),
+            maps: FxHashMap::default(),
+            lists: FxHashMap::default(),
+            pending: FxHashMap::default(),
         });
         Ok(self.slots.len() - 1)
     }
@@ -330,37 +337,58 @@ impl StateCache {
         key: &[u8],
     ) -> Result<Option<T>> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
-        if !s.values.contains_key(key) {
-            let value = host.state_get(s.id, key, &[]);
-            self.usage
-                .add(s.ttl, key.len() + value.as_ref().map_or(0, Vec::len));
-            s.values.insert(key.to_vec(), value);
-        }
-        s.values[key]
+        let cached = match s.values.get(key) {
+            Some(cached) => cached,
+            None => {
+                let value = host.state_get(s.id, key, &[]);
+                self.usage
+                    .add(s.ttl, key.len() + value.as_ref().map_or(0, Vec::len));
+                s.values.entry(key.to_vec()).or_insert(value)
+            }
+        };
+        cached
             .as_deref()
             .map(from_bytes)
             .transpose()
-            .map_err(s.context())
+            .map_err(|e| e.context(format_args!("state `{}`", s.name)))
     }
 
-    pub(crate) fn value_put(
+    #[cfg(test)]
+    fn value_put(
         &mut self,
-        effects: &mut EffectWriter,
+        _effects: &mut EffectWriter,
         slot: usize,
         key: &[u8],
         value: Vec<u8>,
     ) -> Result<()> {
+        self.value_put_with(slot, key, |mut buf| {
+            buf.clear();
+            buf.extend_from_slice(&value);
+            Ok(buf)
+        })
+    }
+
+    /// Sets the value of `key` to what `encode` appends to an empty buffer; the buffer of
+    /// the value it replaces is reused, so updating an entry allocates nothing.
+    pub(crate) fn value_put_with(
+        &mut self,
+        slot: usize,
+        key: &[u8],
+        encode: impl FnOnce(Vec<u8>) -> Result<Vec<u8>>,
+    ) -> Result<()> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
-        effects.push(Effect::Put {
-            state: s.id,
-            key,
-            user_key: &[],
-            value: &value,
-        });
-        self.usage.add(s.ttl, key.len() + value.len());
+        mark_pending(&mut s.pending, key, &[]);
         match s.values.get_mut(key) {
-            Some(cached) => *cached = Some(value),
+            Some(cached) => {
+                let mut buf = cached.take().unwrap_or_default();
+                buf.clear();
+                *cached =
+                    Some(encode(buf).map_err(|e| e.context(format_args!("state `{}`", s.name)))?);
+            }
             None => {
+                let value = encode(Vec::new())
+                    .map_err(|e| e.context(format_args!("state `{}`", s.name)))?;
+                self.usage.add(s.ttl, key.len() + value.len());
                 s.values.insert(key.to_vec(), Some(value));
             }
         }
@@ -375,6 +403,8 @@ impl StateCache {
         key: &[u8],
     ) -> Result<()> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
+        // Writes of this call to the key are superseded; later ones follow the clear.
+        s.pending.remove(key);
         effects.push(Effect::Clear { state: s.id, key });
         self.usage.add(s.ttl, key.len());
         match s.kind {
@@ -413,6 +443,18 @@ impl StateCache {
             s.maps.insert(key.to_vec(), MapCache::default());
         }
         let cache = s.maps.get_mut(key).expect("inserted above");
+        if !cache.complete && cache.entries.is_empty() {
+            // The first read of a key loads its whole map in one host call: later reads of
+            // other map keys (a new window, say) are then answered here.
+            let encoded = host.state_entries(s.id, key);
+            for entry in EntryReader::new(&encoded) {
+                let (k, v) = entry
+                    .map_err(|e| Error::from(e).context(format_args!("state `{}`", s.name)))?;
+                self.usage.add(s.ttl, k.len() + v.len());
+                cache.entries.insert(k.to_vec(), Some(v.to_vec()));
+            }
+            cache.complete = true;
+        }
         if !cache.entries.contains_key(user_key) {
             if cache.complete {
                 return Ok(None);
@@ -434,45 +476,39 @@ impl StateCache {
 
     pub(crate) fn map_put(
         &mut self,
-        effects: &mut EffectWriter,
+        _effects: &mut EffectWriter,
         slot: usize,
         key: &[u8],
         user_key: Vec<u8>,
         value: Vec<u8>,
     ) -> Result<()> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
-        effects.push(Effect::Put {
-            state: s.id,
-            key,
-            user_key: &user_key,
-            value: &value,
-        });
-        self.usage
-            .add(s.ttl, key.len() + user_key.len() + value.len());
-        map_cache(&mut s.maps, key)
-            .entries
-            .insert(user_key, Some(value));
+        mark_pending(&mut s.pending, key, &user_key);
+        let cache = map_cache(&mut s.maps, key);
+        if !cache.entries.contains_key(&user_key) {
+            self.usage
+                .add(s.ttl, key.len() + user_key.len() + value.len());
+        }
+        cache.entries.insert(user_key, Some(value));
         Ok(())
     }
 
     pub(crate) fn map_remove(
         &mut self,
-        effects: &mut EffectWriter,
+        _effects: &mut EffectWriter,
         slot: usize,
         key: &[u8],
         user_key: Vec<u8>,
     ) -> Result<()> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
-        effects.push(Effect::Delete {
-            state: s.id,
-            key,
-            user_key: &user_key,
-        });
-        self.usage.add(s.ttl, key.len() + user_key.len());
+        mark_pending(&mut s.pending, key, &user_key);
         let cache = map_cache(&mut s.maps, key);
         if cache.complete {
             cache.entries.remove(&user_key);
         } else {
+            if !cache.entries.contains_key(&user_key) {
+                self.usage.add(s.ttl, key.len() + user_key.len());
+            }
             cache.entries.insert(user_key, None);
         }
         Ok(())
@@ -570,17 +606,49 @@ impl StateCache {
         Ok(())
     }
 
-    /// Ends a call: forgets what is only valid within one call and, after a failure (whose
-    /// effects the host drops) or when the cache grew too big, everything.
-    pub(crate) fn end_call(&mut self, success: bool) {
+    /// Ends a call: sends the call's pending writes to the host (one effect per entry,
+    /// with its last value) and forgets what is only valid within one call; after a
+    /// failure (whose effects the host drops) or when the cache grew too big, everything.
+    pub(crate) fn end_call(&mut self, success: bool, effects: &mut EffectWriter) {
+        if success {
+            for s in &mut self.slots {
+                for (key, user_keys) in s.pending.drain() {
+                    for user_key in user_keys {
+                        let value = match s.kind {
+                            StateKind::Value => s.values.get(&key).and_then(|v| v.as_deref()),
+                            StateKind::Map => s
+                                .maps
+                                .get(&key)
+                                .and_then(|m| m.entries.get(&user_key))
+                                .and_then(|v| v.as_deref()),
+                            StateKind::List => None,
+                        };
+                        effects.push(match value {
+                            Some(value) => Effect::Put {
+                                state: s.id,
+                                key: &key,
+                                user_key: &user_key,
+                                value,
+                            },
+                            None => Effect::Delete {
+                                state: s.id,
+                                key: &key,
+                                user_key: &user_key,
+                            },
+                        });
+                    }
+                }
+            }
+        }
         let drop_all = !success
             || self.usage.entries > MAX_CACHED_ENTRIES
             || self.usage.bytes > MAX_CACHED_BYTES;
         for s in &mut self.slots {
             s.lists.clear();
+            s.pending.clear();
             if drop_all {
-                s.values = HashMap::new();
-                s.maps = HashMap::new();
+                s.values = FxHashMap::default();
+                s.maps = FxHashMap::default();
             } else if s.ttl {
                 s.values.clear();
                 s.maps.clear();
@@ -601,7 +669,23 @@ impl StateCache {
     }
 }
 
-fn map_cache<'m>(maps: &'m mut HashMap<Vec<u8>, MapCache>, key: &[u8]) -> &'m mut MapCache {
+/// Notes that `(key, user_key)` was written in this call.
+fn mark_pending(pending: &mut FxHashMap<Vec<u8>, FxHashSet<Vec<u8>>>, key: &[u8], user_key: &[u8]) {
+    match pending.get_mut(key) {
+        Some(user_keys) => {
+            if !user_keys.contains(user_key) {
+                user_keys.insert(user_key.to_vec());
+            }
+        }
+        None => {
+            let mut user_keys = FxHashSet::default();
+            user_keys.insert(user_key.to_vec());
+            pending.insert(key.to_vec(), user_keys);
+        }
+    }
+}
+
+fn map_cache<'m>(maps: &'m mut FxHashMap<Vec<u8>, MapCache>, key: &[u8]) -> &'m mut MapCache {
     if !maps.contains_key(key) {
         maps.insert(key.to_vec(), MapCache::default());
     }
@@ -659,17 +743,17 @@ mod tests {
     fn value_reads_go_to_the_host_once() {
         let host = CountingHost::default();
         let (mut cache, slot) = cache(&host, StateKind::Value, None);
+        let mut effects = EffectWriter::new();
         for _ in 0..3 {
             assert_eq!(cache.value_get::<u8>(&host, slot, b"k").unwrap(), Some(0));
-            cache.end_call(true);
+            cache.end_call(true, &mut effects);
         }
         assert_eq!(host.gets.get(), 1);
         // A write needs no read, and later reads see it.
-        let mut effects = EffectWriter::new();
         cache
             .value_put(&mut effects, slot, b"new", vec![5])
             .unwrap();
-        cache.end_call(true);
+        cache.end_call(true, &mut effects);
         assert_eq!(cache.value_get::<u8>(&host, slot, b"new").unwrap(), Some(5));
         assert_eq!(host.gets.get(), 1);
         let effects = effects.take();
@@ -688,13 +772,61 @@ mod tests {
     }
 
     #[test]
+    fn writes_of_a_call_become_one_effect_per_entry_in_order_with_clears() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Value, None);
+        let mut effects = EffectWriter::new();
+        for v in 1..=100u8 {
+            cache.value_put(&mut effects, slot, b"k", vec![v]).unwrap();
+        }
+        cache
+            .value_put(&mut effects, slot, b"gone", vec![1])
+            .unwrap();
+        cache.clear(&mut effects, slot, b"gone").unwrap();
+        cache.clear(&mut effects, slot, b"k2").unwrap();
+        cache.value_put(&mut effects, slot, b"k2", vec![9]).unwrap();
+        cache.end_call(true, &mut effects);
+        let bytes = effects.take();
+        let mut got: Vec<_> = sluice_codec::EffectReader::new(&bytes)
+            .map(Result::unwrap)
+            .collect();
+        // Clears go first, as they happened; then each written entry once, last value.
+        let writes = got.split_off(2);
+        assert_eq!(
+            got,
+            [
+                Effect::Clear {
+                    state: 0,
+                    key: b"gone"
+                },
+                Effect::Clear {
+                    state: 0,
+                    key: b"k2"
+                }
+            ]
+        );
+        let mut writes: Vec<(Vec<u8>, Vec<u8>)> = writes
+            .into_iter()
+            .map(|e| match e {
+                Effect::Put { key, value, .. } => (key.to_vec(), value.to_vec()),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        writes.sort();
+        assert_eq!(
+            writes,
+            [(b"k".to_vec(), vec![100]), (b"k2".to_vec(), vec![9])]
+        );
+    }
+
+    #[test]
     fn ttl_states_are_cached_only_within_a_call() {
         let host = CountingHost::default();
         let (mut cache, slot) = cache(&host, StateKind::Value, Some(Duration::from_secs(1)));
         let mut effects = EffectWriter::new();
         cache.value_put(&mut effects, slot, b"k", vec![7]).unwrap();
         assert_eq!(cache.value_get::<u8>(&host, slot, b"k").unwrap(), Some(7));
-        cache.end_call(true);
+        cache.end_call(true, &mut effects);
         assert_eq!(cache.value_get::<u8>(&host, slot, b"k").unwrap(), Some(0));
         assert_eq!(host.gets.get(), 1);
         let err = cache
@@ -709,7 +841,7 @@ mod tests {
         let (mut cache, slot) = cache(&host, StateKind::Value, None);
         let mut effects = EffectWriter::new();
         cache.value_put(&mut effects, slot, b"k", vec![7]).unwrap();
-        cache.end_call(false);
+        cache.end_call(false, &mut effects);
         assert_eq!(cache.cached_entries(), 0);
         assert_eq!(cache.value_get::<u8>(&host, slot, b"k").unwrap(), Some(0));
     }
@@ -724,12 +856,12 @@ mod tests {
                 .value_put(&mut effects, slot, &i.to_le_bytes(), vec![1])
                 .unwrap();
         }
-        cache.end_call(true);
+        cache.end_call(true, &mut effects);
         assert_eq!(cache.cached_entries(), MAX_CACHED_ENTRIES);
         cache
             .value_put(&mut effects, slot, b"one more", vec![1])
             .unwrap();
-        cache.end_call(true);
+        cache.end_call(true, &mut effects);
         assert_eq!(cache.cached_entries(), 0);
     }
 
@@ -758,7 +890,7 @@ mod tests {
         };
         let expected = [("b".to_owned(), 2), ("c".to_owned(), 3)];
         assert_eq!(collect(&mut cache), expected);
-        cache.end_call(true);
+        cache.end_call(true, &mut effects);
         assert_eq!(collect(&mut cache), expected);
         assert_eq!(host.entry_reads.get(), 1);
         // The complete map also answers point reads, including absent ones.
@@ -767,6 +899,27 @@ mod tests {
             None
         );
         assert_eq!(host.gets.get(), 0);
+    }
+
+    #[test]
+    fn the_first_read_of_a_key_loads_its_whole_map() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Map, None);
+        let key = |s: &str| to_bytes(s).unwrap();
+        assert_eq!(
+            cache.map_get::<u8>(&host, slot, b"k", &key("a")).unwrap(),
+            Some(1)
+        );
+        // Other map keys, present or not, need no further host call.
+        assert_eq!(
+            cache.map_get::<u8>(&host, slot, b"k", &key("b")).unwrap(),
+            Some(2)
+        );
+        assert_eq!(
+            cache.map_get::<u8>(&host, slot, b"k", &key("new")).unwrap(),
+            None
+        );
+        assert_eq!((host.entry_reads.get(), host.gets.get()), (1, 0));
     }
 
     #[test]

@@ -95,8 +95,15 @@ pub fn tokenize(min_length: usize) -> impl Operator {
                 if word.is_empty() || word.chars().count() < min_length {
                     continue;
                 }
-                let word = word.to_lowercase();
-                out.push(Some(word.as_bytes()), word.as_bytes(), r.timestamp);
+                if word
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                {
+                    out.push(Some(word.as_bytes()), word.as_bytes(), r.timestamp);
+                } else {
+                    let word = word.to_lowercase();
+                    out.push(Some(word.as_bytes()), word.as_bytes(), r.timestamp);
+                }
             }
         },
     )
@@ -114,7 +121,9 @@ pub fn filter_none_of(words: &[&str]) -> impl Operator {
 
 /// `count` as a native operator (counts in a `HashMap`, emitted as decimal text).
 pub fn count() -> impl Operator {
+    use std::fmt::Write;
     let mut counts: HashMap<Vec<u8>, u64> = HashMap::new();
+    let mut text = String::new();
     Native::new("count", move |r: RecordRef<'_>, out: &mut BatchWriter| {
         let key = r.key.unwrap_or_default();
         let c = match counts.get_mut(key) {
@@ -122,7 +131,9 @@ pub fn count() -> impl Operator {
             None => counts.entry(key.to_vec()).or_insert(0),
         };
         *c += 1;
-        out.push(Some(key), c.to_string().as_bytes(), r.timestamp);
+        text.clear();
+        let _ = write!(text, "{c}");
+        out.push(Some(key), text.as_bytes(), r.timestamp);
     })
 }
 

@@ -100,6 +100,9 @@ pub struct KeyedStateBackend {
     key_groups: Range<u32>,
     descriptors: Vec<StateDescriptor>,
     groups: Vec<OrdMap<Arc<[u8]>, Entry>>,
+    /// Reused to build composite keys for lookups, so writing an existing entry allocates
+    /// nothing.
+    scratch: Vec<u8>,
 }
 
 /// An immutable view of a [`KeyedStateBackend`] at one instant; taken in O(key groups).
@@ -121,6 +124,7 @@ impl KeyedStateBackend {
             key_groups,
             descriptors: Vec::new(),
             groups,
+            scratch: Vec::new(),
         }
     }
 
@@ -202,7 +206,8 @@ impl KeyedStateBackend {
         Ok(out.into_bytes())
     }
 
-    /// Sets one entry.
+    /// Sets one entry. An existing entry is updated in place; its value buffer is reused
+    /// when no snapshot shares it and the length is the same.
     pub fn put(
         &mut self,
         state: u32,
@@ -213,13 +218,26 @@ impl KeyedStateBackend {
     ) -> Result<(), StateError> {
         self.descriptor(state)?;
         let group = self.group_index(key)?;
-        self.groups[group].insert(
-            composite(state, key, user_key).into(),
-            Entry {
-                value: value.into(),
-                written_at: now,
-            },
-        );
+        compose(&mut self.scratch, state, key, user_key);
+        let map = &mut self.groups[group];
+        match map.get_mut(&self.scratch[..]) {
+            Some(entry) => {
+                entry.written_at = now;
+                match Arc::get_mut(&mut entry.value) {
+                    Some(bytes) if bytes.len() == value.len() => bytes.copy_from_slice(value),
+                    _ => entry.value = value.into(),
+                }
+            }
+            None => {
+                map.insert(
+                    Arc::from(&self.scratch[..]),
+                    Entry {
+                        value: value.into(),
+                        written_at: now,
+                    },
+                );
+            }
+        }
         Ok(())
     }
 
@@ -227,7 +245,8 @@ impl KeyedStateBackend {
     pub fn delete(&mut self, state: u32, key: &[u8], user_key: &[u8]) -> Result<(), StateError> {
         self.descriptor(state)?;
         let group = self.group_index(key)?;
-        self.groups[group].remove(&composite(state, key, user_key)[..]);
+        compose(&mut self.scratch, state, key, user_key);
+        self.groups[group].remove(&self.scratch[..]);
         Ok(())
     }
 
@@ -409,11 +428,17 @@ fn state_of(k: &[u8]) -> u32 {
 
 fn composite(state: u32, key: &[u8], user_key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(8 + key.len() + user_key.len());
-    k.extend_from_slice(&state.to_be_bytes());
-    k.extend_from_slice(&(key.len() as u32).to_be_bytes());
-    k.extend_from_slice(key);
-    k.extend_from_slice(user_key);
+    compose(&mut k, state, key, user_key);
     k
+}
+
+/// Writes the composite key of `(state, key, user_key)` into `out`.
+fn compose(out: &mut Vec<u8>, state: u32, key: &[u8], user_key: &[u8]) {
+    out.clear();
+    out.extend_from_slice(&state.to_be_bytes());
+    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(user_key);
 }
 
 fn alive(e: &Entry, ttl: Option<u64>, now: i64) -> bool {
@@ -468,6 +493,24 @@ mod tests {
         assert_eq!(&*b.get(s, b"k", b"", 0).unwrap().unwrap(), b"1");
         b.delete(s, b"k", b"").unwrap();
         assert_eq!(b.get(s, b"k", b"", 0).unwrap(), None);
+    }
+
+    #[test]
+    fn an_update_after_a_snapshot_does_not_change_the_snapshot() {
+        let mut b = backend();
+        let s = b.declare(value("v")).unwrap();
+        b.put(s, b"k", b"", b"aaaa", 0).unwrap();
+        // Same length, not shared: updated in place.
+        b.put(s, b"k", b"", b"bbbb", 1).unwrap();
+        let snap = b.snapshot();
+        b.put(s, b"k", b"", b"cccc", 2).unwrap();
+        let old: Vec<_> = snap
+            .key_groups()
+            .flat_map(|(_, es)| es)
+            .map(|(_, e)| (e.value.to_vec(), e.written_at))
+            .collect();
+        assert_eq!(old, vec![(b"bbbb".to_vec(), 1)]);
+        assert_eq!(&*b.get(s, b"k", b"", 2).unwrap().unwrap(), b"cccc");
     }
 
     #[test]

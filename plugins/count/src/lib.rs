@@ -24,6 +24,8 @@ pub struct Count {
     postcard: bool,
     /// `emit = "final"`: emit each key's count once, when its timer at `i64::MAX` fires.
     emit_final: bool,
+    /// Reused for the text of a count.
+    text: String,
 }
 
 impl Operator for Count {
@@ -55,6 +57,7 @@ impl Operator for Count {
             counts: ctx.value_state("count")?,
             postcard,
             emit_final,
+            text: String::new(),
         })
     }
 
@@ -87,11 +90,14 @@ impl Operator for Count {
 impl Count {
     /// Emits `count` for `key` in the configured format, with the timestamp of what is
     /// being processed.
-    fn emit(&self, ctx: &mut Context<'_>, key: &[u8], count: u64) -> Result<()> {
+    fn emit(&mut self, ctx: &mut Context<'_>, key: &[u8], count: u64) -> Result<()> {
         if self.postcard {
             ctx.emit_typed(Some(key), &count)?;
         } else {
-            ctx.emit(Some(key), count.to_string().as_bytes());
+            use std::fmt::Write;
+            self.text.clear();
+            let _ = write!(self.text, "{count}");
+            ctx.emit(Some(key), self.text.as_bytes());
         }
         Ok(())
     }

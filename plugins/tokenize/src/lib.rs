@@ -30,8 +30,16 @@ impl Operator for Tokenize {
             if word.is_empty() || word.chars().count() < self.min_length {
                 continue;
             }
-            let word = word.to_lowercase();
-            ctx.emit(Some(word.as_bytes()), word.as_bytes());
+            if word
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            {
+                // Already lowercase: no copy needed.
+                ctx.emit(Some(word.as_bytes()), word.as_bytes());
+            } else {
+                let word = word.to_lowercase();
+                ctx.emit(Some(word.as_bytes()), word.as_bytes());
+            }
         }
         Ok(())
     }
