@@ -252,16 +252,26 @@ struct StateSlot {
     name: String,
     kind: StateKind,
     ttl: bool,
-    /// Value state: key -> value (`None`: known to be absent).
-    values: FxHashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Value state: key -> value.
+    values: FxHashMap<Vec<u8>, CachedValue>,
+    /// Value state: keys written in this call (each once while its entry is dirty).
+    dirty_values: Vec<Vec<u8>>,
     /// Map state: key -> cached part of its map.
     maps: FxHashMap<Vec<u8>, MapCache>,
     /// List state: key -> what the current call changed.
     lists: FxHashMap<Vec<u8>, ListOverlay>,
-    /// Entries (key -> user keys; the empty user key for value state) written in this
-    /// call and not yet sent to the host: each becomes one effect when the call ends,
-    /// however often it was written.
+    /// Map state: entries (key -> user keys) written in this call and not yet sent to
+    /// the host. Each written entry, value or map, becomes one effect when the call
+    /// ends, however often it was written.
     pending: FxHashMap<Vec<u8>, FxHashSet<Vec<u8>>>,
+}
+
+#[derive(Debug)]
+struct CachedValue {
+    /// `None`: known to be absent.
+    value: Option<Vec<u8>>,
+    /// Written in this call and not yet sent to the host.
+    dirty: bool,
 }
 
 #[derive(Debug, Default)]
@@ -323,6 +333,7 @@ impl StateCache {
             kind,
             ttl: ttl_ms.is_some(),
             values: FxHashMap::default(),
+            dirty_values: Vec::new(),
             maps: FxHashMap::default(),
             lists: FxHashMap::default(),
             pending: FxHashMap::default(),
@@ -343,10 +354,15 @@ impl StateCache {
                 let value = host.state_get(s.id, key, &[]);
                 self.usage
                     .add(s.ttl, key.len() + value.as_ref().map_or(0, Vec::len));
-                s.values.entry(key.to_vec()).or_insert(value)
+                let cached = CachedValue {
+                    value,
+                    dirty: false,
+                };
+                s.values.entry(key.to_vec()).or_insert(cached)
             }
         };
         cached
+            .value
             .as_deref()
             .map(from_bytes)
             .transpose()
@@ -377,19 +393,27 @@ impl StateCache {
         encode: impl FnOnce(Vec<u8>) -> Result<Vec<u8>>,
     ) -> Result<()> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
-        mark_pending(&mut s.pending, key, &[]);
         match s.values.get_mut(key) {
             Some(cached) => {
-                let mut buf = cached.take().unwrap_or_default();
+                let mut buf = cached.value.take().unwrap_or_default();
                 buf.clear();
-                *cached =
+                cached.value =
                     Some(encode(buf).map_err(|e| e.context(format_args!("state `{}`", s.name)))?);
+                if !cached.dirty {
+                    cached.dirty = true;
+                    s.dirty_values.push(key.to_vec());
+                }
             }
             None => {
                 let value = encode(Vec::new())
                     .map_err(|e| e.context(format_args!("state `{}`", s.name)))?;
                 self.usage.add(s.ttl, key.len() + value.len());
-                s.values.insert(key.to_vec(), Some(value));
+                let cached = CachedValue {
+                    value: Some(value),
+                    dirty: true,
+                };
+                s.values.insert(key.to_vec(), cached);
+                s.dirty_values.push(key.to_vec());
             }
         }
         Ok(())
@@ -409,7 +433,11 @@ impl StateCache {
         self.usage.add(s.ttl, key.len());
         match s.kind {
             StateKind::Value => {
-                s.values.insert(key.to_vec(), None);
+                let absent = CachedValue {
+                    value: None,
+                    dirty: false,
+                };
+                s.values.insert(key.to_vec(), absent);
             }
             StateKind::Map => {
                 let empty = MapCache {
@@ -612,17 +640,34 @@ impl StateCache {
     pub(crate) fn end_call(&mut self, success: bool, effects: &mut EffectWriter) {
         if success {
             for s in &mut self.slots {
+                for key in s.dirty_values.drain(..) {
+                    // A key cleared after its write is no longer dirty; one written again
+                    // after a clear is listed twice but sent once.
+                    let Some(cached) = s.values.get_mut(&key).filter(|c| c.dirty) else {
+                        continue;
+                    };
+                    cached.dirty = false;
+                    effects.push(match &cached.value {
+                        Some(value) => Effect::Put {
+                            state: s.id,
+                            key: &key,
+                            user_key: &[],
+                            value,
+                        },
+                        None => Effect::Delete {
+                            state: s.id,
+                            key: &key,
+                            user_key: &[],
+                        },
+                    });
+                }
                 for (key, user_keys) in s.pending.drain() {
                     for user_key in user_keys {
-                        let value = match s.kind {
-                            StateKind::Value => s.values.get(&key).and_then(|v| v.as_deref()),
-                            StateKind::Map => s
-                                .maps
-                                .get(&key)
-                                .and_then(|m| m.entries.get(&user_key))
-                                .and_then(|v| v.as_deref()),
-                            StateKind::List => None,
-                        };
+                        let value = s
+                            .maps
+                            .get(&key)
+                            .and_then(|m| m.entries.get(&user_key))
+                            .and_then(|v| v.as_deref());
                         effects.push(match value {
                             Some(value) => Effect::Put {
                                 state: s.id,
@@ -645,6 +690,7 @@ impl StateCache {
             || self.usage.bytes > MAX_CACHED_BYTES;
         for s in &mut self.slots {
             s.lists.clear();
+            s.dirty_values.clear();
             s.pending.clear();
             if drop_all {
                 s.values = FxHashMap::default();
@@ -785,13 +831,22 @@ mod tests {
         cache.clear(&mut effects, slot, b"gone").unwrap();
         cache.clear(&mut effects, slot, b"k2").unwrap();
         cache.value_put(&mut effects, slot, b"k2", vec![9]).unwrap();
+        // Written, cleared and written again: the clear, then the last value once.
+        for v in [1, 2] {
+            cache
+                .value_put(&mut effects, slot, b"again", vec![v])
+                .unwrap();
+            if v == 1 {
+                cache.clear(&mut effects, slot, b"again").unwrap();
+            }
+        }
         cache.end_call(true, &mut effects);
         let bytes = effects.take();
         let mut got: Vec<_> = sluice_codec::EffectReader::new(&bytes)
             .map(Result::unwrap)
             .collect();
         // Clears go first, as they happened; then each written entry once, last value.
-        let writes = got.split_off(2);
+        let writes = got.split_off(3);
         assert_eq!(
             got,
             [
@@ -802,6 +857,10 @@ mod tests {
                 Effect::Clear {
                     state: 0,
                     key: b"k2"
+                },
+                Effect::Clear {
+                    state: 0,
+                    key: b"again"
                 }
             ]
         );
@@ -815,7 +874,11 @@ mod tests {
         writes.sort();
         assert_eq!(
             writes,
-            [(b"k".to_vec(), vec![100]), (b"k2".to_vec(), vec![9])]
+            [
+                (b"again".to_vec(), vec![2]),
+                (b"k".to_vec(), vec![100]),
+                (b"k2".to_vec(), vec![9])
+            ]
         );
     }
 

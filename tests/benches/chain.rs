@@ -15,7 +15,7 @@ use sluice::chain::{
 use sluice::state::KeyedStateBackend;
 use sluice::wasm::SandboxLimits;
 use sluice_codec::BatchWriter;
-use sluice_tests::bench::{median_time, rate, runs};
+use sluice_tests::bench::{paired, rate, runs};
 use sluice_tests::plugins::{COUNT, FILTER, TOKENIZE};
 use sluice_tests::{engine, native, sample_text};
 
@@ -117,7 +117,7 @@ fn main() {
         .sum();
     let runs = runs(7);
     println!(
-        "3-operator chain tokenize -> filter -> count: {} lines ({words} words), median of {runs} runs",
+        "3-operator chain tokenize -> filter -> count: {} lines ({words} words), median of {runs} alternating runs",
         lines.len()
     );
     println!(
@@ -135,22 +135,19 @@ fn main() {
                 (w.into_bytes(), chunk.len())
             })
             .collect();
-        let measure = |mut chain: OperatorChain| {
-            median_time(runs, || {
-                for (bytes, n) in &batches {
-                    chain.process(bytes.clone(), *n).expect("processing");
-                }
-            })
+        let run = |chain: &mut OperatorChain| {
+            for (bytes, n) in &batches {
+                chain.process(bytes.clone(), *n).expect("processing");
+            }
         };
-        let native = measure(native_chain());
-        let wasm = measure(wasm_chain());
+        let (mut native, mut wasm) = (native_chain(), wasm_chain());
+        let p = paired(runs, || run(&mut native), || run(&mut wasm));
         let n = lines.len() as f64;
-        let (native_rate, wasm_rate) = (n / native.as_secs_f64(), n / wasm.as_secs_f64());
         println!(
             "{batch_size:>6} {:>16} {:>16} {:>12.2}",
-            rate(native_rate),
-            rate(wasm_rate),
-            wasm_rate / native_rate
+            rate(n / p.baseline.as_secs_f64()),
+            rate(n / p.subject.as_secs_f64()),
+            p.speed
         );
     }
 }

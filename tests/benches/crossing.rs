@@ -16,7 +16,7 @@ use sluice::chain::{
 };
 use sluice::wasm::SandboxLimits;
 use sluice_codec::{BatchWriter, RecordRef};
-use sluice_tests::bench::{median_time, runs};
+use sluice_tests::bench::{paired, runs};
 use sluice_tests::engine;
 use sluice_tests::native::{Native, discard};
 use sluice_tests::plugins::TEST_MISBEHAVE;
@@ -83,7 +83,7 @@ fn native() -> Box<dyn Operator> {
 fn main() {
     let runs = runs(7);
     println!(
-        "crossing into one pass-through operator, {RECORDS} records of 32 bytes, median of {runs}"
+        "crossing into one pass-through operator, {RECORDS} records of 32 bytes, median of {runs} alternating runs"
     );
     println!(
         "{:>6} {:>14} {:>14} {:>12}",
@@ -99,15 +99,19 @@ fn main() {
                 w.into_bytes()
             })
             .collect();
-        let measure = |mut c: OperatorChain| {
-            median_time(runs, || {
-                for bytes in &batches {
-                    c.process(bytes.clone(), batch).unwrap();
-                }
-            })
+        let run = |c: &mut OperatorChain| {
+            for bytes in &batches {
+                c.process(bytes.clone(), batch).unwrap();
+            }
         };
-        let n = measure(chain(native())).as_secs_f64() * 1e9 / RECORDS as f64;
-        let w = measure(chain(wasm())).as_secs_f64() * 1e9 / RECORDS as f64;
-        println!("{batch:>6} {n:>14.1} {w:>14.1} {:>12.2}", w / n);
+        let (mut native, mut wasm) = (chain(native()), chain(wasm()));
+        let p = paired(runs, || run(&mut native), || run(&mut wasm));
+        let per_record = |d: std::time::Duration| d.as_secs_f64() * 1e9 / RECORDS as f64;
+        println!(
+            "{batch:>6} {:>14.1} {:>14.1} {:>12.2}",
+            per_record(p.baseline),
+            per_record(p.subject),
+            1.0 / p.speed
+        );
     }
 }

@@ -17,7 +17,7 @@ use sluice::connectors::generated_event;
 use sluice::state::KeyedStateBackend;
 use sluice::wasm::SandboxLimits;
 use sluice_codec::BatchWriter;
-use sluice_tests::bench::{median_time, rate, runs};
+use sluice_tests::bench::{paired, rate, runs};
 use sluice_tests::engine;
 use sluice_tests::native::{TumblingSum, discard};
 use sluice_tests::plugins::WINDOW;
@@ -100,26 +100,26 @@ fn main() {
         })
         .collect();
     let runs = runs(5);
-    let measure = |make: &dyn Fn() -> OperatorChain| {
-        median_time(runs, || {
-            let mut c = make();
-            for (bytes, n, watermark) in &batches {
-                c.process(bytes.clone(), *n).unwrap();
-                c.advance_watermark(*watermark).unwrap();
-            }
-            c.advance_watermark(i64::MAX).unwrap();
-        })
+    let run = |mut c: OperatorChain| {
+        for (bytes, n, watermark) in &batches {
+            c.process(bytes.clone(), *n).unwrap();
+            c.advance_watermark(*watermark).unwrap();
+        }
+        c.advance_watermark(i64::MAX).unwrap();
     };
-    let native = measure(&|| chain(Box::new(TumblingSum::new(10_000)), false));
-    let wasm = measure(&|| chain(wasm_window(), true));
+    let p = paired(
+        runs,
+        || run(chain(Box::new(TumblingSum::new(10_000)), false)),
+        || run(chain(wasm_window(), true)),
+    );
     let (n, w) = (
-        EVENTS as f64 / native.as_secs_f64(),
-        EVENTS as f64 / wasm.as_secs_f64(),
+        EVENTS as f64 / p.baseline.as_secs_f64(),
+        EVENTS as f64 / p.subject.as_secs_f64(),
     );
     println!(
-        "keyed tumbling window, {EVENTS} events, {KEYS} keys, 10 s windows, sum; median of {runs}"
+        "keyed tumbling window, {EVENTS} events, {KEYS} keys, 10 s windows, sum; median of {runs} alternating runs"
     );
     println!("  native        {:>12}", rate(n));
     println!("  wasm plugin   {:>12}", rate(w));
-    println!("  wasm / native {:>12.2}", w / n);
+    println!("  wasm / native {:>12.2}", p.speed);
 }

@@ -19,6 +19,47 @@ pub fn median_time(runs: usize, mut f: impl FnMut()) -> Duration {
     times[times.len() / 2]
 }
 
+/// Median times of a baseline and a subject measured in alternation, and the median of
+/// the per-pair ratios.
+#[derive(Debug, Clone, Copy)]
+pub struct Paired {
+    pub baseline: Duration,
+    pub subject: Duration,
+    /// Median of baseline time / subject time over the pairs: the subject's speed as a
+    /// fraction of the baseline's (1.0: as fast; 0.5: half as fast).
+    pub speed: f64,
+}
+
+/// Runs `baseline` and `subject` alternately `runs` times each (after one warm-up run of
+/// each). Alternating keeps a burst of load from another process on the machine from
+/// landing on one side only, and pairing the runs lets their ratio cancel slower drifts.
+pub fn paired(runs: usize, mut baseline: impl FnMut(), mut subject: impl FnMut()) -> Paired {
+    let time = |f: &mut dyn FnMut()| {
+        let start = Instant::now();
+        f();
+        start.elapsed()
+    };
+    baseline();
+    subject();
+    let pairs: Vec<(Duration, Duration)> = (0..runs.max(1))
+        .map(|_| (time(&mut baseline), time(&mut subject)))
+        .collect();
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let mut speeds: Vec<f64> = pairs
+        .iter()
+        .map(|(b, s)| b.as_secs_f64() / s.as_secs_f64())
+        .collect();
+    speeds.sort_by(f64::total_cmp);
+    Paired {
+        baseline: median(pairs.iter().map(|p| p.0).collect()),
+        subject: median(pairs.iter().map(|p| p.1).collect()),
+        speed: speeds[speeds.len() / 2],
+    }
+}
+
 /// `n` per second, human readable.
 pub fn rate(n: f64) -> String {
     match n {
