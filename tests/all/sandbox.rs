@@ -154,7 +154,7 @@ fn panics_name_the_call_they_happened_in() {
 fn a_slow_snapshot_is_cut_at_the_call_deadline() {
     let failure = fails_once_then_recovers(
         "hostile-slow-snapshot",
-        r#"behavior = "slow-snapshot", delay-ms = 3000"#,
+        r#"behavior = "slow-snapshot", delay-ms = 10000"#,
         "call_deadline_ms = 500",
     );
     assert!(
@@ -271,7 +271,18 @@ fn exhausted_restarts_fail_the_job_with_the_cause() {
         .replace(r#", attempts = "0""#, "");
     std::fs::write(&job, text).unwrap();
     let test_job = TestJob::load_with(&job, &host).unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(test_job.monitor.last_failure_at(), None);
     let err = format!("{:#}", test_job.run(RestorePoint::Fresh).unwrap_err());
+    let failed_at = test_job
+        .monitor
+        .last_failure_at()
+        .expect("failures recorded");
+    // The second attempt's failure, after the 200 ms deadline of each attempt.
+    assert!(
+        failed_at - started >= std::time::Duration::from_millis(400),
+        "{failed_at:?}"
+    );
     assert!(
         err.starts_with("job 'hostile' failed after 1 restarts"),
         "{err}"

@@ -5,7 +5,11 @@
 //! * the task thread's stall in the synchronous part of a checkpoint (the operator's
 //!   `snapshot` call plus O(1) copies of keyed state and timers) with 10k, 1M and 10M keys
 //!   of keyed state — it must not grow with the state (that is what asynchronous means) —
-//!   and, for scale, how long the asynchronous part takes to write that state.
+//!   and, for scale, how long the asynchronous part takes to write that state;
+//! * recovery: from the moment the supervisor learns that an operator trapped to the first
+//!   record processed by the restored job (cancel the failed attempt, load the latest
+//!   checkpoint, instantiate and restore every operator), with 10k, 100k and 1M keys of
+//!   keyed state, against a fresh start of the same job in the same engine.
 //!
 //! `cargo bench -p sluice-tests --bench checkpoint` (`SLUICE_BENCH_MAX_KEYS` caps the
 //! largest state, default 10M).
@@ -13,17 +17,22 @@
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::Instant;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::unbounded;
 
 use sluice::chain::{
     ChainOutput, ChainedOperator, OpenInfo, OperatorChain, OperatorIdentity, OperatorState,
 };
 use sluice::checkpoint::{CheckpointStorage, SnapshotKind};
+use sluice::job::{Job, JobControl, JobMonitor, RestorePoint};
 use sluice::state::{KeyedStateBackend, StateDescriptor, StateKind};
+use sluice::tenant::HostConfig;
 use sluice::wasm::SandboxLimits;
 use sluice_codec::BatchWriter;
-use sluice_tests::bench::{median_time, rate, runs};
-use sluice_tests::plugins::{COUNT, TOKENIZE};
+use sluice_tests::bench::{paired, rate, runs};
+use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE};
 use sluice_tests::{engine, run_job, test_dir, write_job};
 
 fn job(checkpoints: bool, records: u64) -> String {
@@ -59,25 +68,28 @@ format = "key-value"
 fn throughput() {
     let records = 1_500_000u64;
     let runs = runs(3);
-    let measure = |checkpoints: bool| {
-        let mut completed = 0;
-        let time = median_time(runs, || {
-            let dir = test_dir("bench-throughput");
-            let report = run_job(&write_job(&dir, &job(checkpoints, records))).unwrap();
-            completed = report.checkpoints.completed.len();
-            let _ = std::fs::remove_dir_all(&dir);
-        });
-        (records as f64 / time.as_secs_f64(), completed)
+    let completed = std::cell::Cell::new(0);
+    let run = |checkpoints: bool| {
+        let dir = test_dir("bench-throughput");
+        let report = run_job(&write_job(&dir, &job(checkpoints, records))).unwrap();
+        if checkpoints {
+            completed.set(report.checkpoints.completed.len());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     };
-    let (without, _) = measure(false);
-    let (with, completed) = measure(true);
-    println!("word count, {records} lines of 8 words, count x2, median of {runs} runs");
-    println!("  no checkpoints          {:>12}", rate(without));
+    let p = paired(runs, || run(false), || run(true));
+    let completed = completed.get();
+    let rate_of = |d: Duration| records as f64 / d.as_secs_f64();
+    println!("word count, {records} lines of 8 words, count x2, median of {runs} alternating runs");
+    println!(
+        "  no checkpoints          {:>12}",
+        rate(rate_of(p.baseline))
+    );
     println!(
         "  checkpoint every 1 s    {:>12}  ({completed} checkpoints per run)",
-        rate(with)
+        rate(rate_of(p.subject))
     );
-    println!("  with / without          {:>12.2}", with / without);
+    println!("  with / without          {:>12.2}", p.speed);
 }
 
 fn count_chain(keys: u64) -> OperatorChain {
@@ -206,7 +218,141 @@ fn stall() {
     }
 }
 
+/// Keyed counts of `keys` keys, with an operator that traps at record `fail_after` in the
+/// first attempt only, checkpoints every 200 ms and an immediate restart.
+fn recovery_job(keys: u64, fail_after: u64) -> String {
+    format!(
+        r#"
+name = "recovery"
+[source]
+type = "generator"
+shape = "events"
+records = 1000000000
+keys = {keys}
+[[operator]]
+name = "boom"
+plugin = "{TEST_MISBEHAVE}"
+config = {{ behavior = "panic-in-process", after = {fail_after}, attempts = "0" }}
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+key_by = {{ field = 1, separator = "," }}
+config = {{ emit = "final" }}
+[sink]
+type = "file"
+path = "out.tsv"
+[checkpoint]
+interval_ms = 200
+[restart]
+strategy = "fixed-delay"
+attempts = 1
+delay_ms = 0
+"#
+    )
+}
+
+/// Polls `ready` until it holds and returns when it first did.
+fn wait_until(mut ready: impl FnMut() -> bool) -> Instant {
+    while !ready() {
+        thread::sleep(Duration::from_micros(100));
+    }
+    Instant::now()
+}
+
+/// True when the current attempt's `count` operator has processed a record.
+fn count_started(monitor: &JobMonitor, attempt: u32) -> bool {
+    monitor.attempt() == attempt
+        && monitor.is_running()
+        && monitor
+            .tasks()
+            .iter()
+            .flat_map(|t| &t.operators)
+            .any(|o| o.operator == "count" && o.records_in > 0)
+}
+
+struct Recovery {
+    fresh_start: Duration,
+    recovery: Duration,
+    restored_bytes: u64,
+}
+
+/// One run: a fresh start to the first counted record, then a failure and the recovery
+/// to the first counted record of the restored attempt.
+fn recover_once(job: &Job) -> Recovery {
+    let (control, rx) = unbounded();
+    let monitor = JobMonitor::default();
+    let start = Instant::now();
+    thread::scope(|scope| {
+        let run = scope.spawn(|| job.run(RestorePoint::Fresh, &rx, &monitor));
+        let fresh_start = wait_until(|| count_started(&monitor, 0)) - start;
+        let mut restored_bytes = 0;
+        let failed_at = loop {
+            if let Some(at) = monitor.last_failure_at() {
+                break at;
+            }
+            if let Some(c) = monitor.checkpoints().completed.last() {
+                restored_bytes = c.bytes;
+            }
+            thread::sleep(Duration::from_micros(100));
+        };
+        let recovery = wait_until(|| count_started(&monitor, 1)) - failed_at;
+        control.send(JobControl::Cancel).unwrap();
+        run.join().unwrap().unwrap();
+        Recovery {
+            fresh_start,
+            recovery,
+            restored_bytes,
+        }
+    })
+}
+
+fn recovery() {
+    let runs = runs(3);
+    let max_keys: u64 = std::env::var("SLUICE_BENCH_MAX_KEYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000_000);
+    let engine = engine();
+    println!("recovery after an operator trap, median of {runs} runs");
+    println!(
+        "{:>10} {:>12} {:>12} {:>14} {:>16}",
+        "keys", "fresh start", "recovery", "recovery/fresh", "state restored"
+    );
+    for keys in [10_000u64, 100_000, 1_000_000]
+        .into_iter()
+        .filter(|k| *k <= max_keys)
+    {
+        // Enough records that nearly every key has a count before the failure.
+        let text = recovery_job(keys, (4 * keys).max(1_000_000));
+        let mut results: Vec<Recovery> = (0..runs)
+            .map(|_| {
+                let dir = test_dir("bench-recovery");
+                let path = write_job(&dir, &text);
+                let job = Job::load_with(&path, &engine, &HostConfig::default()).unwrap();
+                let result = recover_once(&job);
+                let _ = std::fs::remove_dir_all(&dir);
+                result
+            })
+            .collect();
+        let median = |f: fn(&Recovery) -> Duration, results: &mut Vec<Recovery>| {
+            results.sort_by_key(f);
+            f(&results[results.len() / 2])
+        };
+        let fresh = median(|r| r.fresh_start, &mut results);
+        let recovery = median(|r| r.recovery, &mut results);
+        let bytes = results[results.len() / 2].restored_bytes;
+        println!(
+            "{keys:>10} {:>10.1}ms {:>10.1}ms {:>14.2} {:>12.1} MiB",
+            fresh.as_secs_f64() * 1e3,
+            recovery.as_secs_f64() * 1e3,
+            recovery.as_secs_f64() / fresh.as_secs_f64(),
+            bytes as f64 / (1 << 20) as f64
+        );
+    }
+}
+
 fn main() {
     throughput();
     stall();
+    recovery();
 }

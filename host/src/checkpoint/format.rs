@@ -150,7 +150,17 @@ impl<R: Read> Reader<R> {
         Ok(i64::from_le_bytes(self.exact()?))
     }
     fn vec(&mut self, len: u64) -> Result<Vec<u8>> {
+        // Small fields (keys, values) are read in place; a large length is trusted only as
+        // far as the file really has bytes, so a corrupt one cannot allocate gigabytes.
+        const SMALL: u64 = 64 << 10;
         let mut v = Vec::new();
+        if len <= SMALL {
+            v.resize(len as usize, 0);
+            self.inner
+                .read_exact(&mut v)
+                .map_err(|_| anyhow::anyhow!("the state file ends early"))?;
+            return Ok(v);
+        }
         (&mut self.inner).take(len).read_to_end(&mut v)?;
         if v.len() as u64 != len {
             bail!("the state file ends early");

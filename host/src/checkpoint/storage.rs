@@ -397,7 +397,7 @@ impl LoadedCheckpoint {
             if same {
                 restore.state = Some(snapshot.state);
             }
-            if keyed {
+            if keyed && rescaled {
                 for (domain, ts, key) in timers_of(&snapshot.timers) {
                     let kg = crate::state::key_groups::key_group_of(&key, max);
                     if mine.contains(&kg) {
@@ -406,6 +406,8 @@ impl LoadedCheckpoint {
                 }
                 restore.keyed.extend(snapshot.keyed);
             } else if same {
+                // The subtask's own file, at the same parallelism: its timers are all its.
+                restore.keyed.extend(snapshot.keyed);
                 restore.timers = snapshot.timers;
             } else if !snapshot.timers.is_empty() {
                 bail!(

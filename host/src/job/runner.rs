@@ -105,6 +105,7 @@ pub struct JobMonitor {
     running: AtomicBool,
     interrupted: Mutex<Vec<String>>,
     failures_by_kind: Mutex<BTreeMap<String, u64>>,
+    last_failure_at: Mutex<Option<Instant>>,
 }
 
 impl JobMonitor {
@@ -134,6 +135,11 @@ impl JobMonitor {
     /// Failures of attempts so far, by kind.
     pub fn failures_by_kind(&self) -> BTreeMap<String, u64> {
         lock(&self.failures_by_kind).clone()
+    }
+
+    /// When the supervisor last learned that a task failed (the start of a recovery).
+    pub fn last_failure_at(&self) -> Option<Instant> {
+        *lock(&self.last_failure_at)
     }
 }
 
@@ -619,6 +625,7 @@ impl RunningAttempt {
                         }
                         Err(e) => {
                             if first_error.is_none() && !cancelled {
+                                *lock(&monitor.last_failure_at) = Some(Instant::now());
                                 tracing::error!("{e:#}");
                                 first_error = Some(e);
                                 cancel_all(&self.handles);

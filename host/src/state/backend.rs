@@ -331,16 +331,28 @@ impl KeyedStateBackend {
             .iter()
             .map(|d| self.declare(d.clone()))
             .collect::<Result<Vec<u32>, String>>()?;
-        for (kg, entries) in snapshot.key_groups() {
+        let same_ids = ids.iter().enumerate().all(|(i, id)| *id as usize == i);
+        for (i, entries) in snapshot.groups.iter().enumerate() {
+            let kg = snapshot.first_key_group + i as u32;
             if !self.key_groups.contains(&kg) {
                 continue;
             }
             let group = &mut self.groups[(kg - self.key_groups.start) as usize];
+            if same_ids && group.is_empty() {
+                // The usual case: share the snapshot's map, in O(1).
+                *group = entries.clone();
+                continue;
+            }
             for (k, e) in entries {
                 let id = ids[state_of(k) as usize];
-                let mut k = k.to_vec();
-                k[..4].copy_from_slice(&id.to_be_bytes());
-                group.insert(k.into(), e.clone());
+                let k = if id == state_of(k) {
+                    k.clone()
+                } else {
+                    let mut k = k.to_vec();
+                    k[..4].copy_from_slice(&id.to_be_bytes());
+                    k.into()
+                };
+                group.insert(k, e.clone());
             }
         }
         Ok(())
@@ -469,7 +481,7 @@ fn prefix_range<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::key_groups::{DEFAULT_MAX_PARALLELISM, key_groups_of_subtask};
+    use crate::state::key_groups::{DEFAULT_MAX_PARALLELISM, key_group_of, key_groups_of_subtask};
     use sluice_codec::EntryReader;
 
     fn backend() -> KeyedStateBackend {
@@ -645,5 +657,49 @@ mod tests {
             }
         }
         assert_eq!(total, 500);
+    }
+
+    #[test]
+    fn restored_state_is_shared_with_the_snapshot_until_written() {
+        // Two subtasks' snapshots merged into one backend (a scale-in), same state ids.
+        let mut snaps = Vec::new();
+        for subtask in 0..2 {
+            let mut old = KeyedStateBackend::new(
+                DEFAULT_MAX_PARALLELISM,
+                key_groups_of_subtask(subtask, 2, DEFAULT_MAX_PARALLELISM),
+            );
+            let s = old.declare(value("count")).unwrap();
+            for i in 0..500u32 {
+                let _ = old.put(s, &i.to_le_bytes(), b"", &[subtask as u8], 0);
+            }
+            snaps.push(old.snapshot());
+        }
+        let mut new = backend();
+        for snap in &snaps {
+            new.restore(snap).unwrap();
+        }
+        let s = new.declare(value("count")).unwrap();
+        assert_eq!(new.snapshot().len(), 500);
+        let owner = |i: u32| {
+            let kg = key_group_of(&i.to_le_bytes(), DEFAULT_MAX_PARALLELISM);
+            usize::from(!key_groups_of_subtask(0, 2, DEFAULT_MAX_PARALLELISM).contains(&kg))
+        };
+        for i in 0..500u32 {
+            let v = new.get(s, &i.to_le_bytes(), b"", 0).unwrap().unwrap();
+            assert_eq!(&*v, &[owner(i) as u8]);
+            new.put(s, &i.to_le_bytes(), b"", b"new", 0).unwrap();
+        }
+        // Writing the restored backend leaves the snapshots it came from as they were.
+        assert_eq!(
+            snaps.iter().map(KeyedStateSnapshot::len).sum::<usize>(),
+            500
+        );
+        for (subtask, snap) in snaps.iter().enumerate() {
+            for (_, entries) in snap.key_groups() {
+                for (_, e) in entries {
+                    assert_eq!(&*e.value, &[subtask as u8]);
+                }
+            }
+        }
     }
 }
