@@ -255,7 +255,7 @@ struct StateSlot {
     /// Value state: key -> value.
     values: FxHashMap<Vec<u8>, CachedValue>,
     /// Value state: keys written in this call (each once while its entry is dirty).
-    dirty_values: Vec<Vec<u8>>,
+    dirty_values: KeyList,
     /// Map state: key -> cached part of its map.
     maps: FxHashMap<Vec<u8>, MapCache>,
     /// List state: key -> what the current call changed.
@@ -264,6 +264,32 @@ struct StateSlot {
     /// the host. Each written entry, value or map, becomes one effect when the call
     /// ends, however often it was written.
     pending: FxHashMap<Vec<u8>, FxHashSet<Vec<u8>>>,
+}
+
+/// Keys in one buffer, so noting a key allocates nothing once the buffer has grown.
+#[derive(Debug, Default)]
+struct KeyList {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl KeyList {
+    fn push(&mut self, key: &[u8]) {
+        self.bytes.extend_from_slice(key);
+        self.ends.push(self.bytes.len());
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(&self.ends)
+            .map(|(start, &end)| &self.bytes[start..end])
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
 }
 
 #[derive(Debug)]
@@ -333,7 +359,7 @@ impl StateCache {
             kind,
             ttl: ttl_ms.is_some(),
             values: FxHashMap::default(),
-            dirty_values: Vec::new(),
+            dirty_values: KeyList::default(),
             maps: FxHashMap::default(),
             lists: FxHashMap::default(),
             pending: FxHashMap::default(),
@@ -401,7 +427,7 @@ impl StateCache {
                     Some(encode(buf).map_err(|e| e.context(format_args!("state `{}`", s.name)))?);
                 if !cached.dirty {
                     cached.dirty = true;
-                    s.dirty_values.push(key.to_vec());
+                    s.dirty_values.push(key);
                 }
             }
             None => {
@@ -413,7 +439,7 @@ impl StateCache {
                     dirty: true,
                 };
                 s.values.insert(key.to_vec(), cached);
-                s.dirty_values.push(key.to_vec());
+                s.dirty_values.push(key);
             }
         }
         Ok(())
@@ -640,23 +666,23 @@ impl StateCache {
     pub(crate) fn end_call(&mut self, success: bool, effects: &mut EffectWriter) {
         if success {
             for s in &mut self.slots {
-                for key in s.dirty_values.drain(..) {
+                for key in s.dirty_values.iter() {
                     // A key cleared after its write is no longer dirty; one written again
                     // after a clear is listed twice but sent once.
-                    let Some(cached) = s.values.get_mut(&key).filter(|c| c.dirty) else {
+                    let Some(cached) = s.values.get_mut(key).filter(|c| c.dirty) else {
                         continue;
                     };
                     cached.dirty = false;
                     effects.push(match &cached.value {
                         Some(value) => Effect::Put {
                             state: s.id,
-                            key: &key,
+                            key,
                             user_key: &[],
                             value,
                         },
                         None => Effect::Delete {
                             state: s.id,
-                            key: &key,
+                            key,
                             user_key: &[],
                         },
                     });
