@@ -16,6 +16,8 @@ use crossbeam_channel::{Sender, unbounded};
 use crate::job::{
     Job, JobControl, JobMonitor, JobOutcome, JobReport, RestorePoint, SinkKind, Vertex,
 };
+use crate::server::Server;
+use crate::server::client::Client;
 use crate::tenant::{HostConfig, InstanceBudget};
 use crate::wasm::{ComponentCache, EngineSettings, WasmEngine, supported_version};
 
@@ -70,6 +72,86 @@ enum Command {
         /// The `.wasm` file.
         plugin: PathBuf,
     },
+    /// Run a multi-tenant job server with an HTTP API until SIGTERM or Ctrl-C (which stop
+    /// its jobs with savepoints; they resume when it starts again).
+    Serve {
+        /// Tenants (with `token_sha256`), their limits and quotas, and `[server]`.
+        #[arg(long, value_name = "HOST.toml")]
+        host_config: PathBuf,
+        /// Listen here instead of `[server] address`.
+        #[arg(long)]
+        address: Option<String>,
+    },
+    /// Submit a job file to a server, uploading the plugins it names.
+    Submit {
+        /// The job file.
+        job: PathBuf,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// List your jobs on a server.
+    List {
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Show a job on a server: state, tasks, checkpoints, metrics, last failure.
+    Status {
+        /// The job id.
+        id: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Cancel a job on a server.
+    Cancel {
+        /// The job id.
+        id: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Stop a job on a server with a savepoint.
+    Stop {
+        /// The job id.
+        id: String,
+        /// Fire all event-time timers and windows first.
+        #[arg(long)]
+        drain: bool,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Start a stopped, cancelled or failed job on a server again.
+    Start {
+        /// The job id.
+        id: String,
+        /// Resume from this savepoint (a name from `status`) instead of the latest.
+        #[arg(long)]
+        savepoint: Option<String>,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Print a job's committed output.
+    Output {
+        /// The job id.
+        id: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
+
+/// Which server, as which tenant.
+#[derive(Debug, clap::Args)]
+struct Remote {
+    /// The server's address.
+    #[arg(long, env = "SLUICE_SERVER", default_value = "http://127.0.0.1:8600")]
+    server: String,
+    /// Your tenant's bearer token.
+    #[arg(long, env = "SLUICE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+impl Remote {
+    fn client(&self) -> Client {
+        Client::new(&self.server, self.token.clone())
+    }
 }
 
 /// Parses the arguments, runs the command, maps the result to an exit code.
@@ -136,7 +218,66 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Validate { job } => validate(&cli, job),
         Command::Inspect { plugin } => inspect(&cli, plugin),
+        Command::Serve {
+            host_config,
+            address,
+        } => serve(&cli, host_config, address.as_deref()),
+        Command::Submit { job, remote } => print_json(&remote.client().submit(job)?),
+        Command::List { remote } => print_jobs(&remote.client().list()?),
+        Command::Status { id, remote } => print_json(&remote.client().status(id)?),
+        Command::Cancel { id, remote } => print_json(&remote.client().cancel(id)?),
+        Command::Stop { id, drain, remote } => print_json(&remote.client().stop(id, *drain)?),
+        Command::Start {
+            id,
+            savepoint,
+            remote,
+        } => print_json(&remote.client().start(id, savepoint.as_deref())?),
+        Command::Output { id, remote } => {
+            std::io::stdout().write_all(&remote.client().output(id)?)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+fn print_json(value: &serde_json::Value) -> Result<ExitCode> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_jobs(value: &serde_json::Value) -> Result<ExitCode> {
+    println!(
+        "{:<18} {:<24} {:<10} {:>12} {:>12}",
+        "id", "name", "state", "read", "written"
+    );
+    for job in value["jobs"].as_array().into_iter().flatten() {
+        println!(
+            "{:<18} {:<24} {:<10} {:>12} {:>12}",
+            job["id"].as_str().unwrap_or("?"),
+            job["name"].as_str().unwrap_or("?"),
+            job["state"].as_str().unwrap_or("?"),
+            job["records_read"].as_u64().unwrap_or(0),
+            job["records_written"].as_u64().unwrap_or(0)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `sluice serve`: answers until SIGTERM or SIGINT, then stops the jobs with savepoints.
+fn serve(cli: &Cli, host_config: &Path, address: Option<&str>) -> Result<ExitCode> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let host = HostConfig::load(host_config)?;
+    let address = address.unwrap_or(&host.server.address).to_string();
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .context("installing signal handlers")?;
+    let server = Server::open(host, engine(cli)?)?;
+    let running = crate::server::serve(server, &address)?;
+    println!("sluice: serving http://{}", running.address());
+    std::io::stdout().flush()?;
+    if let Some(signal) = signals.forever().next() {
+        eprintln!("sluice: stopping (signal {signal}): savepoints, then exit");
+    }
+    running.shutdown(Duration::from_secs(120))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// One job of a run.

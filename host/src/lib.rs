@@ -7,6 +7,7 @@ pub mod job;
 pub mod mailbox;
 pub mod metrics;
 pub mod network;
+pub mod server;
 pub mod state;
 pub mod task;
 pub mod tenant;

@@ -16,10 +16,18 @@
 //! max_output_mb = 64              # records and effects one call may return
 //! max_instances = 1000            # operator instances of the tenant in this host
 //! log_lines_per_second = 1000     # guest log lines (log import, stdout, stderr)
+//! max_jobs = 20                   # jobs running at once (`sluice serve`)
+//! max_plugin_mb = 256             # plugin bytes stored (`sluice serve`)
 //!
 //! [tenant.acme]                   # any field of [defaults], and capabilities:
 //! memory_mb = 64
 //! dirs = [{ host = "/srv/acme/ref", guest = "/ref", read_only = true }]
+//! token_sha256 = "9f86d0…"        # `sluice serve`: SHA-256 (hex) of the tenant's bearer token
+//!
+//! [server]                        # `sluice serve` only
+//! address = "127.0.0.1:8600"      # where the HTTP API listens
+//! dir = "sluice-server"           # jobs, plugins, checkpoints and output live here
+//! max_upload_mb = 64              # largest request body (a plugin or a job file)
 //! ```
 
 use std::collections::BTreeMap;
@@ -44,6 +52,9 @@ struct LimitsSpec {
     log_lines_per_second: Option<u32>,
     #[serde(default)]
     dirs: Vec<DirSpec>,
+    max_jobs: Option<u32>,
+    max_plugin_mb: Option<u64>,
+    token_sha256: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -70,6 +81,36 @@ struct HostConfigFile {
     defaults: LimitsSpec,
     #[serde(default)]
     tenant: BTreeMap<String, LimitsSpec>,
+    server: Option<ServerSpec>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServerSpec {
+    address: Option<String>,
+    dir: Option<PathBuf>,
+    max_upload_mb: Option<u64>,
+}
+
+/// Settings of `sluice serve` (the `[server]` table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSettings {
+    /// Where the HTTP API listens (loopback by default).
+    pub address: String,
+    /// The server's registry: jobs, plugins, checkpoints and output.
+    pub dir: PathBuf,
+    /// The largest request body accepted.
+    pub max_upload_bytes: usize,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            address: "127.0.0.1:8600".into(),
+            dir: PathBuf::from("sluice-server"),
+            max_upload_bytes: 64 << 20,
+        }
+    }
 }
 
 /// What a tenant may use.
@@ -81,6 +122,12 @@ pub struct TenantConfig {
     pub limits: SandboxLimits,
     /// Most operator instances the tenant may have in this host at once.
     pub max_instances: u32,
+    /// Most jobs the tenant may have running at once in a server.
+    pub max_jobs: u32,
+    /// Most plugin bytes the tenant may store in a server.
+    pub max_plugin_bytes: u64,
+    /// SHA-256 of the tenant's bearer token (a server refuses tenants without one).
+    pub token_sha256: Option<[u8; 32]>,
 }
 
 /// The host configuration.
@@ -92,6 +139,8 @@ pub struct HostConfig {
     pub strict_tenants: bool,
     /// Jobs to run.
     pub jobs: Vec<PathBuf>,
+    /// Settings of `sluice serve`.
+    pub server: ServerSettings,
     defaults: TenantConfig,
     tenants: BTreeMap<String, TenantConfig>,
 }
@@ -102,10 +151,14 @@ impl Default for HostConfig {
             path: None,
             strict_tenants: false,
             jobs: Vec::new(),
+            server: ServerSettings::default(),
             defaults: TenantConfig {
                 name: "default".into(),
                 limits: SandboxLimits::default(),
                 max_instances: 1000,
+                max_jobs: 20,
+                max_plugin_bytes: 256 << 20,
+                token_sha256: None,
             },
             tenants: BTreeMap::new(),
         }
@@ -128,6 +181,12 @@ impl HostConfig {
             }
         };
         let fallback = HostConfig::default().defaults;
+        if file.defaults.token_sha256.is_some() {
+            bail!(
+                "{}: [defaults]: `token_sha256` belongs to a [tenant.NAME] table",
+                path.display()
+            );
+        }
         let defaults = tenant_from(&fallback, "default", &file.defaults, &resolve)
             .with_context(|| format!("{}: [defaults]", path.display()))?;
         let tenants = file
@@ -143,9 +202,16 @@ impl HostConfig {
             path: Some(path.to_path_buf()),
             strict_tenants: file.strict_tenants,
             jobs: file.jobs.iter().map(|j| resolve(j)).collect(),
+            server: server_from(file.server.unwrap_or_default(), &resolve)
+                .with_context(|| format!("{}: [server]", path.display()))?,
             defaults,
             tenants,
         })
+    }
+
+    /// The tenants configured by name (not the defaults).
+    pub fn tenants(&self) -> impl Iterator<Item = &TenantConfig> {
+        self.tenants.values()
     }
 
     /// The configuration of tenant `name`.
@@ -167,6 +233,37 @@ impl HostConfig {
             ..self.defaults.clone()
         })
     }
+}
+
+fn server_from(spec: ServerSpec, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<ServerSettings> {
+    let default = ServerSettings::default();
+    let address = spec.address.unwrap_or(default.address);
+    address
+        .parse::<std::net::SocketAddr>()
+        .map_err(|e| anyhow::anyhow!("address {address:?} is not a socket address ({e})"))?;
+    let max_upload_bytes = match spec.max_upload_mb {
+        Some(0) => bail!("max_upload_mb must be at least 1"),
+        Some(mb) => (mb as usize) << 20,
+        None => default.max_upload_bytes,
+    };
+    Ok(ServerSettings {
+        address,
+        dir: resolve(&spec.dir.unwrap_or(default.dir)),
+        max_upload_bytes,
+    })
+}
+
+/// Parses the hex SHA-256 of a token.
+fn parse_sha256(hex: &str) -> Result<[u8; 32]> {
+    let hex = hex.trim();
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        bail!("token_sha256 must be 64 hex digits (the SHA-256 of the token), not {hex:?}");
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("checked hex");
+    }
+    Ok(out)
 }
 
 fn tenant_from(
@@ -218,6 +315,11 @@ fn tenant_from(
         name: name.to_string(),
         limits,
         max_instances: spec.max_instances.unwrap_or(base.max_instances),
+        max_jobs: spec.max_jobs.unwrap_or(base.max_jobs),
+        max_plugin_bytes: spec
+            .max_plugin_mb
+            .map_or(base.max_plugin_bytes, |mb| mb << 20),
+        token_sha256: spec.token_sha256.as_deref().map(parse_sha256).transpose()?,
     })
 }
 
@@ -345,12 +447,50 @@ dirs = [{ host = "ref", guest = "/ref" }]
     }
 
     #[test]
+    fn server_settings_tokens_and_quotas_are_read_and_checked() {
+        let hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+        let path = write(
+            "server",
+            &format!(
+                "[server]\naddress = \"127.0.0.1:9000\"\ndir = \"reg\"\nmax_upload_mb = 2\n\
+                 [defaults]\nmax_jobs = 3\n[tenant.acme]\ntoken_sha256 = \"{hash}\"\nmax_plugin_mb = 5\n"
+            ),
+        );
+        let c = HostConfig::load(&path).unwrap();
+        assert_eq!(c.server.address, "127.0.0.1:9000");
+        assert_eq!(c.server.dir, path.parent().unwrap().join("reg"));
+        assert_eq!(c.server.max_upload_bytes, 2 << 20);
+        let acme = c.tenant("acme").unwrap();
+        assert_eq!(acme.token_sha256.unwrap()[..2], [0x9f, 0x86]);
+        assert_eq!((acme.max_jobs, acme.max_plugin_bytes), (3, 5 << 20));
+        assert_eq!(c.tenant("other").unwrap().token_sha256, None);
+
+        for (text, expected) in [
+            (
+                "[tenant.a]\ntoken_sha256 = \"abc\"\n",
+                "must be 64 hex digits",
+            ),
+            (
+                "[defaults]\ntoken_sha256 = \"x\"\n",
+                "belongs to a [tenant.NAME] table",
+            ),
+            ("[server]\naddress = \"nowhere\"\n", "[server]"),
+        ] {
+            let err = format!(
+                "{:#}",
+                HostConfig::load(&write("bad-server", text)).unwrap_err()
+            );
+            assert!(err.contains(expected), "{err}");
+        }
+    }
+
+    #[test]
     fn the_budget_refuses_instances_past_the_maximum_and_releases_them() {
         let budget = InstanceBudget::default();
         let tenant = TenantConfig {
             name: "t".into(),
-            limits: SandboxLimits::default(),
             max_instances: 5,
+            ..HostConfig::default().tenant("t").unwrap()
         };
         let a = budget.reserve(&tenant, 3, "a").unwrap();
         let err = budget.reserve(&tenant, 3, "b").unwrap_err();

@@ -7,4 +7,5 @@ mod event_time;
 mod plugins;
 mod runtime;
 mod sandbox;
+mod server;
 mod wordcount;

@@ -106,6 +106,7 @@ pub struct JobMonitor {
     interrupted: Mutex<Vec<String>>,
     failures_by_kind: Mutex<BTreeMap<String, u64>>,
     last_failure_at: Mutex<Option<Instant>>,
+    last_failure: Mutex<Option<String>>,
 }
 
 impl JobMonitor {
@@ -140,6 +141,11 @@ impl JobMonitor {
     /// When the supervisor last learned that a task failed (the start of a recovery).
     pub fn last_failure_at(&self) -> Option<Instant> {
         *lock(&self.last_failure_at)
+    }
+
+    /// The error that ended the last failed attempt.
+    pub fn last_failure(&self) -> Option<String> {
+        lock(&self.last_failure).clone()
     }
 }
 
@@ -309,6 +315,7 @@ impl Job {
             *lock(&monitor.failures_by_kind)
                 .entry(failure_kind(&error).to_string())
                 .or_default() += 1;
+            *lock(&monitor.last_failure) = Some(format!("{error:#}"));
             let restart = attempt + 1;
             let delay = if is_permanent(&error) {
                 None

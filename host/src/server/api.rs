@@ -1,0 +1,369 @@
+//! The HTTP API of a server (JSON; see the README for each route with curl).
+//!
+//! Every route but `/health` needs `Authorization: Bearer TOKEN`; a request sees only
+//! its tenant's jobs, plugins and metrics. Work that blocks (compiling a plugin, waiting
+//! for a savepoint) runs off the async threads.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{ApiError, ErrorKind, Server};
+use crate::tenant::TenantConfig;
+
+impl ErrorKind {
+    fn status(self) -> StatusCode {
+        match self {
+            ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+            ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::Conflict => StatusCode::CONFLICT,
+            ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::Quota => StatusCode::TOO_MANY_REQUESTS,
+            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response =
+            (self.kind.status(), Json(json!({ "error": self.message }))).into_response();
+        if self.kind == ErrorKind::Unauthorized {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"sluice\""),
+            );
+        }
+        response
+    }
+}
+
+/// The tenant a request authenticated as.
+struct Tenant(TenantConfig);
+
+impl FromRequestParts<Arc<Server>> for Tenant {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        server: &Arc<Server>,
+    ) -> Result<Self, Self::Rejection> {
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or_else(|| {
+                ApiError::new(
+                    ErrorKind::Unauthorized,
+                    "no bearer token: send `Authorization: Bearer TOKEN`",
+                )
+            })?;
+        server
+            .authenticate(token.trim())
+            .cloned()
+            .map(Tenant)
+            .ok_or_else(|| ApiError::new(ErrorKind::Unauthorized, "the token is not valid"))
+    }
+}
+
+/// Runs blocking server work on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(ApiError::internal(anyhow::anyhow!(
+            "a request handler failed: {e}"
+        )))
+    })
+}
+
+fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|e| {
+        let kind = if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ErrorKind::TooLarge
+        } else {
+            ErrorKind::BadRequest
+        };
+        ApiError::new(
+            kind,
+            format!("cannot read the request body: {}", e.body_text()),
+        )
+    })
+}
+
+/// The routes.
+pub fn router(server: Arc<Server>) -> axum::Router {
+    let limit = server.host.server.max_upload_bytes;
+    axum::Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/plugins", get(list_plugins).post(upload_plugin))
+        .route("/jobs", get(list_jobs).post(submit))
+        .route("/jobs/{id}", get(job_detail))
+        .route("/jobs/{id}/output", get(job_output))
+        .route("/jobs/{id}/cancel", post(cancel))
+        .route("/jobs/{id}/stop", post(stop))
+        .route("/jobs/{id}/start", post(start))
+        .fallback(|| async { ApiError::new(ErrorKind::NotFound, "no such route") })
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(server)
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+async fn metrics(State(server): State<Arc<Server>>, Tenant(t): Tenant) -> Response {
+    let text = server.metrics(&t);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+async fn list_plugins(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+) -> Json<serde_json::Value> {
+    Json(json!({ "plugins": server.list_plugins(&t) }))
+}
+
+#[derive(Deserialize)]
+struct UploadQuery {
+    name: Option<String>,
+}
+
+async fn upload_plugin(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Query(q): Query<UploadQuery>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let bytes = body(bytes)?;
+    let name = q.name.unwrap_or_else(|| "plugin.wasm".into());
+    let entry = blocking(move || server.upload_plugin(&t, &name, &bytes)).await?;
+    Ok((StatusCode::CREATED, Json(json!(entry))))
+}
+
+async fn list_jobs(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+) -> Json<serde_json::Value> {
+    Json(json!({ "jobs": server.list_jobs(&t) }))
+}
+
+async fn submit(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let bytes = body(bytes)?;
+    let text = String::from_utf8(bytes.to_vec())
+        .map_err(|_| ApiError::bad("the job file must be UTF-8 text (TOML)"))?;
+    let job = blocking(move || server.submit(&t, &text)).await?;
+    Ok((StatusCode::CREATED, Json(json!(job))))
+}
+
+async fn job_detail(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(json!(server.job_detail(&t, &id)?)))
+}
+
+async fn job_output(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let bytes = blocking(move || server.job_output(&t, &id)).await?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], bytes).into_response())
+}
+
+async fn cancel(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(json!(blocking(move || server.cancel(&t, &id)).await?)))
+}
+
+#[derive(Deserialize)]
+struct StopQuery {
+    #[serde(default)]
+    drain: bool,
+}
+
+async fn stop(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Path(id): Path<String>,
+    Query(q): Query<StopQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(json!(
+        blocking(move || server.stop(&t, &id, q.drain)).await?
+    )))
+}
+
+#[derive(Deserialize)]
+struct StartQuery {
+    savepoint: Option<String>,
+}
+
+async fn start(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Path(id): Path<String>,
+    Query(q): Query<StartQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(json!(
+        blocking(move || server.start(&t, &id, q.savepoint.as_deref())).await?
+    )))
+}
+
+/// A server answering on a socket, on threads of its own.
+pub struct RunningServer {
+    address: SocketAddr,
+    server: Arc<Server>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<Result<()>>>,
+}
+
+/// Serves `server`'s API on `address` (`127.0.0.1:0` picks a free port).
+pub fn serve(server: Arc<Server>, address: &str) -> Result<RunningServer> {
+    let listener = std::net::TcpListener::bind(address)
+        .with_context(|| format!("cannot listen on {address}"))?;
+    listener.set_nonblocking(true)?;
+    let bound = listener.local_addr()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("http")
+        .enable_io()
+        .enable_time()
+        .build()
+        .context("starting the HTTP runtime")?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let app = router(server.clone());
+    let thread = thread::Builder::new()
+        .name("http server".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener)?;
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = stopped.await;
+                    })
+                    .await
+                    .context("serving HTTP")
+            })
+        })?;
+    Ok(RunningServer {
+        address: bound,
+        server,
+        stop: Some(stop),
+        thread: Some(thread),
+    })
+}
+
+impl RunningServer {
+    /// Where it listens.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The service behind it.
+    pub fn server(&self) -> &Arc<Server> {
+        &self.server
+    }
+
+    /// Stops answering, then stops the jobs so that they resume when a server opens the
+    /// registry again (waiting at most `timeout` for their savepoints).
+    pub fn shutdown(mut self, timeout: Duration) -> Result<()> {
+        self.stop_http()?;
+        self.server.shutdown(timeout);
+        Ok(())
+    }
+
+    fn stop_http(&mut self) -> Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => anyhow::bail!("the HTTP server thread panicked"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        let _ = self.stop_http();
+    }
+}
+
+/// Metric families in Prometheus' text format, in the order first added.
+#[derive(Default)]
+pub(super) struct Metrics {
+    families: Vec<(String, String)>,
+    samples: BTreeMap<String, Vec<String>>,
+}
+
+impl Metrics {
+    pub(super) fn add(
+        &mut self,
+        name: &str,
+        kind: &str,
+        help: &str,
+        labels: &[(&str, &str)],
+        value: f64,
+    ) {
+        if !self.samples.contains_key(name) {
+            self.families.push((
+                name.to_string(),
+                format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"),
+            ));
+        }
+        let labels: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| {
+                let v = v
+                    .replace('\\', "\\\\")
+                    .replace('"', "\\\"")
+                    .replace('\n', "\\n");
+                format!("{k}=\"{v}\"")
+            })
+            .collect();
+        self.samples
+            .entry(name.to_string())
+            .or_default()
+            .push(format!("{name}{{{}}} {value}", labels.join(",")));
+    }
+
+    pub(super) fn finish(self) -> String {
+        let mut out = String::new();
+        for (name, header) in &self.families {
+            out.push_str(header);
+            for sample in &self.samples[name] {
+                let _ = writeln!(out, "{sample}");
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,190 @@
+//! A client of a server's API, behind `sluice submit|list|status|cancel|stop|start|output`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde_json::Value;
+
+/// Talks to one server as one tenant.
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+/// Largest answer read (job output can be large).
+const MAX_ANSWER: u64 = 1 << 30;
+
+impl Client {
+    /// A client of the server at `base` (e.g. `http://127.0.0.1:8600`).
+    pub fn new(base: &str, token: Option<String>) -> Client {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(600)))
+            .build()
+            .into();
+        Client {
+            base: base.trim_end_matches('/').to_string(),
+            token,
+            agent,
+        }
+    }
+
+    /// Sends a request; returns the status and the body.
+    pub fn request(&self, method: &str, path: &str, body: Option<&[u8]>) -> Result<(u16, Vec<u8>)> {
+        let url = format!("{}{path}", self.base);
+        let auth = self.token.as_ref().map(|t| format!("Bearer {t}"));
+        let sent = match (method, body) {
+            ("GET", None) => {
+                let mut req = self.agent.get(&url);
+                if let Some(auth) = &auth {
+                    req = req.header("Authorization", auth);
+                }
+                req.call()
+            }
+            ("POST", body) => {
+                let mut req = self.agent.post(&url);
+                if let Some(auth) = &auth {
+                    req = req.header("Authorization", auth);
+                }
+                req.send(body.unwrap_or_default())
+            }
+            _ => bail!("unsupported request {method} {path}"),
+        };
+        let mut response = sent.with_context(|| format!("{method} {url}"))?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_ANSWER)
+            .read_to_vec()
+            .with_context(|| format!("{method} {url}: reading the answer"))?;
+        Ok((status, bytes))
+    }
+
+    /// Sends a request and parses a successful JSON answer; an error status becomes an
+    /// error with the server's message.
+    fn json(&self, method: &str, path: &str, body: Option<&[u8]>) -> Result<Value> {
+        let (status, bytes) = self.request(method, path, body)?;
+        let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        if status >= 400 {
+            let message = value["error"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
+            bail!("{method} {path}: {status}: {message}");
+        }
+        Ok(value)
+    }
+
+    /// Uploads a plugin component; returns its entry (with `sha256`).
+    pub fn upload_plugin(&self, path: &Path) -> Result<Value> {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| anyhow!("{}: not a file name", path.display()))?;
+        self.json(
+            "POST",
+            &format!("/plugins?name={}", query_escape(&name)),
+            Some(&bytes),
+        )
+        .with_context(|| format!("uploading {}", path.display()))
+    }
+
+    /// Submits the job file at `path`: uploads the plugins it names by path (relative to
+    /// the job file) and submits the file with them named by content hash.
+    pub fn submit(&self, path: &Path) -> Result<Value> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut job: toml::Table =
+            toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new(""));
+        if let Some(toml::Value::Array(operators)) = job.get_mut("operator") {
+            for op in operators.iter_mut() {
+                let Some(plugin) = op.get_mut("plugin") else {
+                    continue;
+                };
+                let Some(named) = plugin.as_str().filter(|p| !p.starts_with("sha256:")) else {
+                    continue;
+                };
+                let file = base.join(named);
+                if !file.is_file() {
+                    // Maybe the name of a plugin uploaded before: the server decides.
+                    continue;
+                }
+                let entry = self.upload_plugin(&file)?;
+                let sha = entry["sha256"]
+                    .as_str()
+                    .ok_or_else(|| anyhow!("the server answered an upload without sha256"))?;
+                *plugin = toml::Value::String(format!("sha256:{sha}"));
+            }
+        }
+        let text = toml::to_string(&job)?;
+        self.json("POST", "/jobs", Some(text.as_bytes()))
+            .with_context(|| format!("submitting {}", path.display()))
+    }
+
+    /// The tenant's jobs.
+    pub fn list(&self) -> Result<Value> {
+        self.json("GET", "/jobs", None)
+    }
+
+    /// One job in detail.
+    pub fn status(&self, id: &str) -> Result<Value> {
+        self.json("GET", &format!("/jobs/{}", query_escape(id)), None)
+    }
+
+    /// Cancels a job.
+    pub fn cancel(&self, id: &str) -> Result<Value> {
+        self.json("POST", &format!("/jobs/{}/cancel", query_escape(id)), None)
+    }
+
+    /// Stops a job with a savepoint.
+    pub fn stop(&self, id: &str, drain: bool) -> Result<Value> {
+        self.json(
+            "POST",
+            &format!("/jobs/{}/stop?drain={drain}", query_escape(id)),
+            None,
+        )
+    }
+
+    /// Starts a stopped job again, from `savepoint` or its latest one.
+    pub fn start(&self, id: &str, savepoint: Option<&str>) -> Result<Value> {
+        let query = savepoint
+            .map(|s| format!("?savepoint={}", query_escape(s)))
+            .unwrap_or_default();
+        self.json(
+            "POST",
+            &format!("/jobs/{}/start{query}", query_escape(id)),
+            None,
+        )
+    }
+
+    /// A job's committed output.
+    pub fn output(&self, id: &str) -> Result<Vec<u8>> {
+        let path = format!("/jobs/{}/output", query_escape(id));
+        let (status, bytes) = self.request("GET", &path, None)?;
+        if status >= 400 {
+            let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            bail!(
+                "GET {path}: {status}: {}",
+                value["error"].as_str().unwrap_or("?")
+            );
+        }
+        Ok(bytes)
+    }
+}
+
+/// Percent-encodes everything but unreserved characters.
+fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,836 @@
+//! Jobs on a server: submission, their threads, control, and the record on disk that
+//! lets a restarted server resume them.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use crossbeam_channel::{Sender, unbounded};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::plugins::now_ms;
+use super::{ApiError, ErrorKind, Object, Server, hex, is_plain_name, write_atomic};
+use crate::checkpoint::CheckpointStorage;
+use crate::job::{
+    Job, JobControl, JobFile, JobGraph, JobMonitor, JobOutcome, JobReport, RestorePoint, SinkKind,
+    SourceKind,
+};
+use crate::tenant::TenantConfig;
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobState {
+    /// Its tasks run (or it is restarting after a failure).
+    Running,
+    /// Its input ended and all output was committed.
+    Finished,
+    /// Stopped with a savepoint; `start` resumes it.
+    Stopped,
+    /// Cancelled; `start` resumes it from its latest checkpoint.
+    Cancelled,
+    /// Failed past its restart strategy; `start` retries from its latest checkpoint.
+    Failed,
+}
+
+/// What the server keeps of a job on disk (`record.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct JobRecord {
+    id: String,
+    tenant: String,
+    name: String,
+    state: JobState,
+    submitted_ms: u64,
+    /// Operator name → SHA-256 of the plugin it runs, fixed at submission.
+    plugins: BTreeMap<String, String>,
+    /// Output files, relative to the job folder.
+    output: Vec<String>,
+    /// The folder name of the last savepoint.
+    savepoint: Option<String>,
+    /// Why the job last failed.
+    failure: Option<String>,
+    /// Restarts over all runs.
+    restarts: u32,
+}
+
+/// A job the server knows.
+struct JobEntry {
+    dir: PathBuf,
+    record: Mutex<JobRecord>,
+    monitor: Mutex<Arc<JobMonitor>>,
+    /// Where to send control requests while the job's thread runs.
+    run: Mutex<Option<Sender<JobControl>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The server's jobs, by id.
+#[derive(Default)]
+pub(super) struct Jobs {
+    by_id: Mutex<BTreeMap<String, Arc<JobEntry>>>,
+    /// Held while a submission checks quotas and starts its job, so that two submissions
+    /// cannot both take the last slot.
+    admission: Mutex<()>,
+    /// Set while the server stops: jobs that end then stay `running` on disk.
+    shutting_down: Arc<AtomicBool>,
+    next: AtomicU64,
+}
+
+impl JobEntry {
+    fn record(&self) -> JobRecord {
+        lock(&self.record).clone()
+    }
+
+    fn save(&self, record: &JobRecord) -> Result<()> {
+        let json = serde_json::to_vec_pretty(record).expect("plain data");
+        write_atomic(&self.dir.join("record.json"), &json)
+    }
+
+    fn update(&self, f: impl FnOnce(&mut JobRecord)) {
+        let mut record = lock(&self.record);
+        f(&mut record);
+        if let Err(e) = self.save(&record) {
+            tracing::error!("job {}: {e:#}", record.id);
+        }
+    }
+
+    fn is_running(&self) -> bool {
+        lock(&self.run).is_some()
+    }
+}
+
+impl Server {
+    fn entry(&self, tenant: &TenantConfig, id: &str) -> Result<Arc<JobEntry>, ApiError> {
+        let entry = lock(&self.jobs.by_id).get(id).cloned();
+        match entry {
+            Some(e) if lock(&e.record).tenant == tenant.name => Ok(e),
+            // Another tenant's job is indistinguishable from no job.
+            _ => Err(ApiError::not_found("job", id)),
+        }
+    }
+
+    /// Builds the job a record describes: its file as submitted, with the server's
+    /// choices for plugins, checkpoints and output.
+    fn prepare(
+        &self,
+        tenant: &TenantConfig,
+        text: &str,
+        job_dir: &Path,
+        plugins: &mut BTreeMap<String, String>,
+    ) -> Result<(Job, Vec<String>), ApiError> {
+        let shown = Path::new("job.toml");
+        let mut file = JobFile::parse(text, shown).map_err(|e| ApiError::bad(format!("{e:#}")))?;
+        if file.tenant != tenant.name && file.tenant != "default" {
+            return Err(ApiError::new(
+                ErrorKind::Forbidden,
+                format!(
+                    "job.toml names tenant '{}', but the token is tenant '{}'",
+                    file.tenant, tenant.name
+                ),
+            ));
+        }
+        file.tenant = tenant.name.clone();
+        for (i, source) in file.source.iter().enumerate() {
+            if source.kind != SourceKind::Generator {
+                let name = source.name.clone().unwrap_or_else(|| format!("#{}", i + 1));
+                return Err(ApiError::bad(format!(
+                    "job.toml: source {name}: only generator sources run on a server (a file or \
+                     stdin source would read the server's own files and input)"
+                )));
+            }
+        }
+        if file.sink.kind != SinkKind::File {
+            return Err(ApiError::bad(
+                "job.toml: sink: a server job writes to a file sink (type = \"file\"); its output \
+                 is read back with GET /jobs/ID/output",
+            ));
+        }
+        let sink_name = file
+            .sink
+            .path
+            .as_deref()
+            .and_then(Path::file_name)
+            .filter(|n| !n.to_string_lossy().starts_with('.'))
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| ApiError::bad("job.toml: sink: `path` must name a file"))?;
+        file.sink.path = Some(job_dir.join("output").join(&sink_name));
+        if let Some(checkpoint) = &mut file.checkpoint {
+            checkpoint.dir = Some(job_dir.join("checkpoints"));
+        }
+        for op in &mut file.operators {
+            let hash = match plugins.get(&op.name) {
+                Some(hash) => hash.clone(),
+                None => {
+                    let named = op.plugin.to_string_lossy();
+                    let hash = match named.strip_prefix("sha256:") {
+                        Some(hash) => hash.to_ascii_lowercase(),
+                        None => self
+                            .plugin_named(tenant, &named)
+                            .map(|p| p.sha256)
+                            .unwrap_or_default(),
+                    };
+                    plugins.insert(op.name.clone(), hash.clone());
+                    hash
+                }
+            };
+            op.plugin = self.plugin_path(&tenant.name, &hash).ok_or_else(|| {
+                ApiError::bad(format!(
+                    "job.toml: operator '{}': plugin {:?} was not uploaded by tenant '{}' \
+                     (upload it first: POST /plugins?name=FILE.wasm)",
+                    op.name,
+                    op.plugin.display().to_string(),
+                    tenant.name
+                ))
+            })?;
+        }
+        let output = match file.sink.parallelism {
+            0 | 1 => vec![format!("output/{sink_name}")],
+            n => {
+                let path = Path::new(&sink_name);
+                let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+                let ext = path
+                    .extension()
+                    .map(|e| format!(".{}", e.to_string_lossy()))
+                    .unwrap_or_default();
+                (0..n).map(|i| format!("output/{stem}-{i}{ext}")).collect()
+            }
+        };
+        let graph =
+            JobGraph::from_file(&file, shown).map_err(|e| ApiError::bad(format!("{e:#}")))?;
+        let job = Job::from_graph(graph, &self.engine, &self.host)
+            .map_err(|e| ApiError::bad(format!("{e:#}")))?
+            .with_budget(self.budget.clone());
+        Ok((job, output))
+    }
+
+    /// Checks the tenant's quotas for one more running job.
+    fn admit(&self, tenant: &TenantConfig, job: &Job) -> Result<(), ApiError> {
+        let running = lock(&self.jobs.by_id)
+            .values()
+            .filter(|e| e.is_running() && lock(&e.record).tenant == tenant.name)
+            .count() as u32;
+        if running >= tenant.max_jobs {
+            return Err(ApiError::new(
+                ErrorKind::Quota,
+                format!(
+                    "tenant '{}' has {running} of its {} jobs running (max_jobs)",
+                    tenant.name, tenant.max_jobs
+                ),
+            ));
+        }
+        let in_use = self.budget.in_use(&tenant.name);
+        if in_use + job.instances() > tenant.max_instances {
+            return Err(ApiError::new(
+                ErrorKind::Quota,
+                format!(
+                    "job '{}' needs {} operator instances, but tenant '{}' has {in_use} of its {} \
+                     in use (max_instances)",
+                    job.graph().name,
+                    job.instances(),
+                    tenant.name,
+                    tenant.max_instances
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Validates a job file, stores it and starts it. Nothing remains of a submission
+    /// that fails.
+    pub fn submit(&self, tenant: &TenantConfig, text: &str) -> Result<Object, ApiError> {
+        if self.jobs.shutting_down.load(Ordering::Relaxed) {
+            return Err(ApiError::new(
+                ErrorKind::Conflict,
+                "the server is shutting down",
+            ));
+        }
+        let seq = self.jobs.next.fetch_add(1, Ordering::Relaxed);
+        let seed = format!("{}/{}/{seq}/{}", tenant.name, now_ms(), std::process::id());
+        let id = hex(&super::token_sha256(&seed)[..8]);
+        let dir = self.dir.join("jobs").join(&id);
+        let mut plugins = BTreeMap::new();
+        let (job, output) = self.prepare(tenant, text, &dir, &mut plugins)?;
+        let _admission = lock(&self.jobs.admission);
+        self.admit(tenant, &job)?;
+        let record = JobRecord {
+            id: id.clone(),
+            tenant: tenant.name.clone(),
+            name: job.graph().name.clone(),
+            state: JobState::Running,
+            submitted_ms: now_ms(),
+            plugins,
+            output,
+            savepoint: None,
+            failure: None,
+            restarts: 0,
+        };
+        let entry = Arc::new(JobEntry {
+            dir: dir.clone(),
+            record: Mutex::new(record.clone()),
+            monitor: Mutex::new(Arc::new(JobMonitor::default())),
+            run: Mutex::new(None),
+        });
+        let stored = fs::create_dir_all(&dir)
+            .with_context(|| format!("creating {}", dir.display()))
+            .and_then(|()| write_atomic(&dir.join("job.toml"), text.as_bytes()))
+            .and_then(|()| entry.save(&record));
+        if let Err(e) = stored {
+            let _ = fs::remove_dir_all(&dir);
+            return Err(ApiError::internal(e));
+        }
+        lock(&self.jobs.by_id).insert(id.clone(), entry.clone());
+        self.launch(&entry, job, RestorePoint::Fresh);
+        tracing::info!(
+            "tenant '{}' submitted job {id} ({})",
+            tenant.name,
+            record.name
+        );
+        Ok(summary(&record, true))
+    }
+
+    /// Starts the job's thread.
+    fn launch(&self, entry: &Arc<JobEntry>, job: Job, restore: RestorePoint) {
+        let monitor = Arc::new(JobMonitor::default());
+        *lock(&entry.monitor) = monitor.clone();
+        let (control, control_rx) = unbounded();
+        let mut run = lock(&entry.run);
+        let finished = entry.clone();
+        let shutting_down = self.jobs.shutting_down.clone();
+        let spawned = thread::Builder::new()
+            .name(format!("job {}", lock(&entry.record).id))
+            .spawn(move || {
+                let result = job.run(restore, &control_rx, &monitor);
+                let stopping_server = shutting_down.load(Ordering::Relaxed);
+                finished_run(&finished, result, &monitor, stopping_server);
+            });
+        match spawned {
+            Ok(_detached) => *run = Some(control),
+            Err(e) => {
+                drop(run);
+                entry.update(|r| {
+                    r.state = JobState::Failed;
+                    r.failure = Some(format!("cannot start the job's thread: {e}"));
+                });
+            }
+        }
+    }
+}
+
+/// Records how a run ended (called on the job's thread).
+fn finished_run(
+    entry: &JobEntry,
+    result: Result<JobReport>,
+    monitor: &JobMonitor,
+    stopping_server: bool,
+) {
+    let restarts = monitor.attempt();
+    entry.update(|r| {
+        r.restarts += restarts;
+        match &result {
+            // A server going down stops its jobs; they stay `running` and resume when it
+            // comes back.
+            _ if stopping_server => {}
+            Ok(report) => match &report.outcome {
+                JobOutcome::Finished => r.state = JobState::Finished,
+                JobOutcome::Stopped { savepoint } => {
+                    r.state = JobState::Stopped;
+                    r.savepoint = savepoint
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned());
+                }
+                JobOutcome::Cancelled => r.state = JobState::Cancelled,
+            },
+            Err(e) => {
+                r.state = JobState::Failed;
+                r.failure = Some(format!("{e:#}"));
+            }
+        }
+    });
+    lock(&entry.run).take();
+}
+
+/// The short form of a job, for lists and answers to control requests.
+fn summary(record: &JobRecord, running: bool) -> Object {
+    let mut o = Object::new();
+    o.insert("id".into(), json!(record.id));
+    o.insert("name".into(), json!(record.name));
+    o.insert("state".into(), json!(record.state));
+    o.insert("running".into(), json!(running));
+    o.insert("submitted_ms".into(), json!(record.submitted_ms));
+    o
+}
+
+impl Server {
+    /// `tenant`'s jobs, oldest first.
+    pub fn list_jobs(&self, tenant: &TenantConfig) -> Vec<Object> {
+        let entries: Vec<Arc<JobEntry>> = lock(&self.jobs.by_id).values().cloned().collect();
+        let mut jobs: Vec<(u64, Object)> = entries
+            .iter()
+            .map(|e| (e.record(), e))
+            .filter(|(r, _)| r.tenant == tenant.name)
+            .map(|(r, e)| {
+                let mut o = summary(&r, e.is_running());
+                let (read, written) = io_totals(&lock(&e.monitor));
+                o.insert("records_read".into(), json!(read));
+                o.insert("records_written".into(), json!(written));
+                (r.submitted_ms, o)
+            })
+            .collect();
+        jobs.sort_by_key(|(t, _)| *t);
+        jobs.into_iter().map(|(_, o)| o).collect()
+    }
+
+    /// Everything about one of `tenant`'s jobs.
+    pub fn job_detail(&self, tenant: &TenantConfig, id: &str) -> Result<Object, ApiError> {
+        let entry = self.entry(tenant, id)?;
+        let record = entry.record();
+        let monitor = lock(&entry.monitor).clone();
+        let mut o = summary(&record, entry.is_running());
+        let (read, written) = io_totals(&monitor);
+        let checkpoints = monitor.checkpoints();
+        let last: Vec<_> = checkpoints
+            .completed
+            .iter()
+            .rev()
+            .take(5)
+            .map(|c| {
+                json!({
+                    "id": c.id,
+                    "kind": format!("{:?}", c.kind).to_lowercase(),
+                    "name": c.path.file_name().map(|n| n.to_string_lossy().into_owned()),
+                    "duration_ms": c.duration.as_secs_f64() * 1e3,
+                    "max_sync_ms": c.max_sync.as_secs_f64() * 1e3,
+                    "bytes": c.bytes,
+                })
+            })
+            .collect();
+        let tasks: Vec<_> = monitor
+            .tasks()
+            .iter()
+            .map(|t| {
+                json!({
+                    "task": t.task,
+                    "records_in": t.records_in,
+                    "records_out": t.records_out,
+                    "busy_ms": t.busy.as_millis() as u64,
+                    "idle_ms": t.idle.as_millis() as u64,
+                    "backpressured_ms": t.backpressured.as_millis() as u64,
+                    "mailbox_depth": t.mailbox_depth,
+                    "operators": t.operators.iter().map(|op| json!({
+                        "operator": op.operator,
+                        "subtask": op.subtask,
+                        "records_in": op.records_in,
+                        "records_out": op.records_out,
+                        "busy_ms": op.busy.as_millis() as u64,
+                        "memory_bytes": op.memory_bytes,
+                        "counters": op.counters,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        let extra = [
+            ("tenant", json!(record.tenant)),
+            ("plugins", json!(record.plugins)),
+            ("restarts", json!(record.restarts + monitor.attempt())),
+            ("records_read", json!(read)),
+            ("records_written", json!(written)),
+            ("failures_by_kind", json!(monitor.failures_by_kind())),
+            (
+                "last_failure",
+                json!(monitor.last_failure().or(record.failure.clone())),
+            ),
+            ("savepoint", json!(record.savepoint)),
+            (
+                "checkpoints",
+                json!({
+                    "completed": checkpoints.completed.len(),
+                    "aborted": checkpoints.aborted.len(),
+                    "last": last,
+                }),
+            ),
+            ("tasks", json!(tasks)),
+            ("output", json!(record.output)),
+        ];
+        o.extend(extra.into_iter().map(|(k, v)| (k.to_string(), v)));
+        Ok(o)
+    }
+
+    /// The committed output of one of `tenant`'s jobs: its sink's files, in subtask order.
+    pub fn job_output(&self, tenant: &TenantConfig, id: &str) -> Result<Vec<u8>, ApiError> {
+        let entry = self.entry(tenant, id)?;
+        let mut out = Vec::new();
+        for file in &entry.record().output {
+            match fs::read(entry.dir.join(file)) {
+                Ok(bytes) => out.extend_from_slice(&bytes),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(ApiError::internal(anyhow::anyhow!("reading {file}: {e}"))),
+            }
+        }
+        Ok(out)
+    }
+
+    fn control(&self, entry: &JobEntry, what: &str) -> Result<Sender<JobControl>, ApiError> {
+        match lock(&entry.run).as_ref() {
+            Some(control) => Ok(control.clone()),
+            None => {
+                let r = entry.record();
+                Err(ApiError::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "cannot {what} job '{}': it is {}",
+                        r.id,
+                        state_name(r.state)
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Cancels one of `tenant`'s jobs (no savepoint).
+    pub fn cancel(&self, tenant: &TenantConfig, id: &str) -> Result<Object, ApiError> {
+        let entry = self.entry(tenant, id)?;
+        let control = self.control(&entry, "cancel")?;
+        let _ = control.send(JobControl::Cancel);
+        wait_until_ended(&entry, Duration::from_secs(30));
+        Ok(summary(&entry.record(), entry.is_running()))
+    }
+
+    /// Stops one of `tenant`'s jobs with a savepoint; `drain` first fires all event-time
+    /// timers. Returns when the savepoint is written.
+    pub fn stop(&self, tenant: &TenantConfig, id: &str, drain: bool) -> Result<Object, ApiError> {
+        let entry = self.entry(tenant, id)?;
+        let control = self.control(&entry, "stop")?;
+        let (reply, answer) = unbounded();
+        let _ = control.send(JobControl::StopWithSavepoint { drain, reply });
+        match answer.recv_timeout(Duration::from_secs(300)) {
+            Ok(Ok(_)) => {
+                wait_until_ended(&entry, Duration::from_secs(30));
+                Ok(summary(&entry.record(), entry.is_running()))
+            }
+            Ok(Err(e)) => Err(ApiError::new(
+                ErrorKind::Conflict,
+                format!("the savepoint of job '{id}' failed: {e}"),
+            )),
+            Err(_) => {
+                // The job ended before it could answer (its input ended, or it failed).
+                wait_until_ended(&entry, Duration::from_secs(30));
+                let r = entry.record();
+                Err(ApiError::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "job '{id}' ended before its savepoint: it is {}",
+                        state_name(r.state)
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Starts a stopped, cancelled or failed job of `tenant` again, from `savepoint` (a
+    /// folder name in its checkpoints) or else its latest complete checkpoint or savepoint.
+    pub fn start(
+        &self,
+        tenant: &TenantConfig,
+        id: &str,
+        savepoint: Option<&str>,
+    ) -> Result<Object, ApiError> {
+        let entry = self.entry(tenant, id)?;
+        let _admission = lock(&self.jobs.admission);
+        let record = entry.record();
+        if entry.is_running() || record.state == JobState::Finished {
+            return Err(ApiError::new(
+                ErrorKind::Conflict,
+                format!(
+                    "cannot start job '{id}': it is {}",
+                    state_name(record.state)
+                ),
+            ));
+        }
+        let text = fs::read_to_string(entry.dir.join("job.toml"))
+            .map_err(|e| ApiError::internal(anyhow::anyhow!("job {id}: job.toml: {e}")))?;
+        let mut plugins = record.plugins.clone();
+        let (job, _) = self.prepare(tenant, &text, &entry.dir, &mut plugins)?;
+        self.admit(tenant, &job)?;
+        let restore = match savepoint {
+            Some(name) => {
+                let path = entry.dir.join("checkpoints").join(name);
+                if !is_plain_name(name) || !path.is_dir() {
+                    return Err(ApiError::not_found("savepoint", name));
+                }
+                RestorePoint::Path(path)
+            }
+            None => latest_or_fresh(&entry.dir),
+        };
+        entry.update(|r| {
+            r.state = JobState::Running;
+            r.failure = None;
+        });
+        self.launch(&entry, job, restore);
+        Ok(summary(&entry.record(), true))
+    }
+
+    /// Loads the jobs on disk and resumes those that were running.
+    pub(super) fn recover(&self) -> Result<()> {
+        let jobs_dir = self.dir.join("jobs");
+        let mut resumed = 0;
+        for dir_entry in
+            fs::read_dir(&jobs_dir).with_context(|| format!("reading {}", jobs_dir.display()))?
+        {
+            let dir = dir_entry?.path();
+            let record_path = dir.join("record.json");
+            let record: JobRecord = match fs::read(&record_path)
+                .map_err(anyhow::Error::from)
+                .and_then(|b| serde_json::from_slice(&b).map_err(anyhow::Error::from))
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    // A submission interrupted before its record was written.
+                    tracing::warn!("skipping {}: {e:#}", record_path.display());
+                    continue;
+                }
+            };
+            let entry = Arc::new(JobEntry {
+                dir: dir.clone(),
+                record: Mutex::new(record.clone()),
+                monitor: Mutex::new(Arc::new(JobMonitor::default())),
+                run: Mutex::new(None),
+            });
+            lock(&self.jobs.by_id).insert(record.id.clone(), entry.clone());
+            if record.state != JobState::Running {
+                continue;
+            }
+            let tenant = match self.tenants().find(|t| t.name == record.tenant) {
+                Some(t) => t.clone(),
+                None => {
+                    entry.update(|r| {
+                        r.state = JobState::Failed;
+                        r.failure = Some(format!(
+                            "tenant '{}' is no longer configured on this server",
+                            r.tenant
+                        ));
+                    });
+                    continue;
+                }
+            };
+            let text = fs::read_to_string(dir.join("job.toml")).unwrap_or_default();
+            let mut plugins = record.plugins.clone();
+            match self.prepare(&tenant, &text, &dir, &mut plugins) {
+                Ok((job, _)) => {
+                    self.launch(&entry, job, latest_or_fresh(&dir));
+                    resumed += 1;
+                }
+                Err(e) => entry.update(|r| {
+                    r.state = JobState::Failed;
+                    r.failure = Some(format!("cannot resume: {e}"));
+                }),
+            }
+        }
+        if resumed > 0 {
+            tracing::info!("resumed {resumed} jobs");
+        }
+        Ok(())
+    }
+
+    /// Stops every running job so that it resumes when a server opens this registry
+    /// again: with a savepoint when it checkpoints, else cancelled. Waits at most
+    /// `timeout`.
+    pub fn shutdown(&self, timeout: Duration) {
+        self.jobs.shutting_down.store(true, Ordering::Relaxed);
+        let entries: Vec<Arc<JobEntry>> = lock(&self.jobs.by_id).values().cloned().collect();
+        let mut answers = Vec::new();
+        for entry in &entries {
+            if let Some(control) = lock(&entry.run).as_ref() {
+                let (reply, answer) = unbounded();
+                let _ = control.send(JobControl::StopWithSavepoint {
+                    drain: false,
+                    reply,
+                });
+                answers.push((entry, control.clone(), answer));
+            }
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        for (entry, control, answer) in answers {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            // A job that cannot take a savepoint (no checkpointing) is cancelled; it
+            // starts again from scratch.
+            if let Ok(Err(_)) = answer.recv_timeout(left) {
+                let _ = control.send(JobControl::Cancel);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if !wait_until_ended(entry, left) {
+                let _ = control.send(JobControl::Cancel);
+                wait_until_ended(entry, Duration::from_secs(5));
+            }
+        }
+    }
+
+    /// Per tenant, job and operator metrics of `tenant`, in Prometheus' text format.
+    pub fn metrics(&self, tenant: &TenantConfig) -> String {
+        let mut m = super::api::Metrics::default();
+        let entries: Vec<Arc<JobEntry>> = lock(&self.jobs.by_id).values().cloned().collect();
+        let t = tenant.name.as_str();
+        let mut states: BTreeMap<&'static str, u64> = BTreeMap::new();
+        for entry in entries {
+            let record = entry.record();
+            if record.tenant != tenant.name {
+                continue;
+            }
+            *states.entry(state_name(record.state)).or_default() += 1;
+            let monitor = lock(&entry.monitor).clone();
+            let job = [("tenant", t), ("job", record.id.as_str())];
+            m.add(
+                "sluice_job_restarts_total",
+                "counter",
+                "Restarts after failures.",
+                &job,
+                (record.restarts + monitor.attempt()) as f64,
+            );
+            for (kind, n) in monitor.failures_by_kind() {
+                let labels = [job[0], job[1], ("kind", kind.as_str())];
+                m.add(
+                    "sluice_job_failures_total",
+                    "counter",
+                    "Failed attempts by kind (traps, deadlines, memory, errors).",
+                    &labels,
+                    n as f64,
+                );
+            }
+            let checkpoints = monitor.checkpoints();
+            m.add(
+                "sluice_checkpoints_completed_total",
+                "counter",
+                "Completed checkpoints and savepoints.",
+                &job,
+                checkpoints.completed.len() as f64,
+            );
+            m.add(
+                "sluice_checkpoints_aborted_total",
+                "counter",
+                "Aborted checkpoints.",
+                &job,
+                checkpoints.aborted.len() as f64,
+            );
+            if let Some(c) = checkpoints.completed.last() {
+                m.add(
+                    "sluice_checkpoint_last_duration_seconds",
+                    "gauge",
+                    "Trigger to completion of the last checkpoint.",
+                    &job,
+                    c.duration.as_secs_f64(),
+                );
+                m.add(
+                    "sluice_checkpoint_last_size_bytes",
+                    "gauge",
+                    "Bytes written by the last checkpoint.",
+                    &job,
+                    c.bytes as f64,
+                );
+            }
+            for task in monitor.tasks() {
+                for op in &task.operators {
+                    let subtask = op.subtask.to_string();
+                    let labels = [
+                        job[0],
+                        job[1],
+                        ("operator", op.operator.as_str()),
+                        ("subtask", subtask.as_str()),
+                    ];
+                    m.add(
+                        "sluice_operator_records_in_total",
+                        "counter",
+                        "Records into an operator.",
+                        &labels,
+                        op.records_in as f64,
+                    );
+                    m.add(
+                        "sluice_operator_records_out_total",
+                        "counter",
+                        "Records out of an operator.",
+                        &labels,
+                        op.records_out as f64,
+                    );
+                    m.add(
+                        "sluice_operator_busy_seconds_total",
+                        "counter",
+                        "Time spent in an operator's calls.",
+                        &labels,
+                        op.busy.as_secs_f64(),
+                    );
+                    m.add(
+                        "sluice_operator_memory_bytes",
+                        "gauge",
+                        "Linear memory of an operator instance.",
+                        &labels,
+                        op.memory_bytes as f64,
+                    );
+                }
+            }
+        }
+        for (state, n) in states {
+            m.add(
+                "sluice_jobs",
+                "gauge",
+                "Jobs by state.",
+                &[("tenant", t), ("state", state)],
+                n as f64,
+            );
+        }
+        m.finish()
+    }
+}
+
+fn state_name(state: JobState) -> &'static str {
+    match state {
+        JobState::Running => "running",
+        JobState::Finished => "finished",
+        JobState::Stopped => "stopped",
+        JobState::Cancelled => "cancelled",
+        JobState::Failed => "failed",
+    }
+}
+
+/// Records read by the sources and written by the sink of the current run.
+fn io_totals(monitor: &JobMonitor) -> (u64, u64) {
+    let tasks = monitor.tasks();
+    let read = tasks
+        .iter()
+        .filter(|t| t.is_source)
+        .map(|t| t.records_in)
+        .sum();
+    let written = tasks
+        .iter()
+        .flat_map(|t| &t.operators)
+        .filter(|o| o.operator == "sink")
+        .map(|o| o.records_in)
+        .sum();
+    (read, written)
+}
+
+/// The latest complete checkpoint or savepoint of a job folder, or a fresh start.
+fn latest_or_fresh(job_dir: &Path) -> RestorePoint {
+    let dir = job_dir.join("checkpoints");
+    match CheckpointStorage::new(&dir).and_then(|s| s.find_latest()) {
+        Ok(Some(_)) => RestorePoint::Latest,
+        _ => RestorePoint::Fresh,
+    }
+}
+
+/// Waits until the job's thread has recorded its end; false on timeout.
+fn wait_until_ended(entry: &JobEntry, timeout: Duration) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    while entry.is_running() {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    true
+}

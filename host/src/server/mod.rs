@@ -1,0 +1,210 @@
+//! `sluice serve`: a long-running, multi-tenant job service with an HTTP API.
+//!
+//! Tenants authenticate with bearer tokens (the host configuration keeps only their
+//! SHA-256), upload plugins by content, submit job files that name them, and see and
+//! control only their own jobs, plugins and output: another tenant's job is "not found".
+//! Everything lives on disk under the `[server] dir`:
+//!
+//! ```text
+//! DIR/plugins/TENANT/SHA256.wasm    uploaded components, by content hash
+//! DIR/plugins/TENANT/SHA256.json    their name, size and upload time
+//! DIR/jobs/ID/job.toml              a job file as submitted
+//! DIR/jobs/ID/record.json           its state, and the plugins its operators resolved to
+//! DIR/jobs/ID/checkpoints/          its checkpoints and savepoints
+//! DIR/jobs/ID/output/               its committed output (the file sink)
+//! ```
+//!
+//! Jobs on a server read only what the server gives them: generator sources, and a file
+//! sink whose file lands in the job's `output/` folder. A job recorded as running when the
+//! server starts resumes from its latest complete checkpoint (from scratch when it has
+//! none); with the sink's two-phase commit, a killed server loses and duplicates no
+//! committed output.
+
+mod api;
+pub mod client;
+mod jobs;
+mod plugins;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+
+pub use api::{RunningServer, serve};
+pub use jobs::JobState;
+
+use crate::tenant::{HostConfig, InstanceBudget, TenantConfig};
+use crate::wasm::WasmEngine;
+
+/// What went wrong with a request, and the HTTP status it maps to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request is malformed or names something invalid (400).
+    BadRequest,
+    /// No valid bearer token (401).
+    Unauthorized,
+    /// The tenant may not do this (403).
+    Forbidden,
+    /// No such job or plugin of this tenant (404).
+    NotFound,
+    /// The job is not in a state that allows it (409).
+    Conflict,
+    /// The request is larger than the server accepts (413).
+    TooLarge,
+    /// A tenant quota would be exceeded (429).
+    Quota,
+    /// The server failed (500).
+    Internal,
+}
+
+/// An error answered to a client: a kind and a message a person can act on.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// The kind (and so the HTTP status).
+    pub kind: ErrorKind,
+    /// What was wrong.
+    pub message: String,
+}
+
+impl ApiError {
+    fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ApiError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    fn bad(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::BadRequest, message)
+    }
+
+    fn not_found(what: &str, id: &str) -> Self {
+        Self::new(ErrorKind::NotFound, format!("no {what} '{id}'"))
+    }
+
+    fn internal(e: anyhow::Error) -> Self {
+        tracing::error!("server: {e:#}");
+        Self::new(ErrorKind::Internal, format!("internal error: {e:#}"))
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The SHA-256 of a bearer token, as the host configuration's `token_sha256` holds it.
+pub fn token_sha256(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Lowercase hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes `bytes` to `path` durably: a temporary file, fsync, rename.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut file = fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, path).with_context(|| format!("renaming {}", tmp.display()))?;
+    Ok(())
+}
+
+/// Names that become folder names (tenants, job ids) are plain.
+fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// The job service: tenants, plugins and jobs, without the HTTP layer.
+pub struct Server {
+    host: HostConfig,
+    engine: Arc<WasmEngine>,
+    dir: PathBuf,
+    budget: InstanceBudget,
+    tokens: Vec<([u8; 32], TenantConfig)>,
+    jobs: jobs::Jobs,
+}
+
+impl Server {
+    /// Opens the registry under `host.server.dir` (creating it) and resumes the jobs it
+    /// records as running.
+    pub fn open(host: HostConfig, engine: Arc<WasmEngine>) -> Result<Arc<Server>> {
+        let dir = host.server.dir.clone();
+        for sub in ["plugins", "jobs"] {
+            fs::create_dir_all(dir.join(sub))
+                .with_context(|| format!("creating {}", dir.join(sub).display()))?;
+        }
+        let mut tokens = Vec::new();
+        for tenant in host.tenants() {
+            match tenant.token_sha256 {
+                Some(hash) if is_plain_name(&tenant.name) => tokens.push((hash, tenant.clone())),
+                Some(_) => anyhow::bail!(
+                    "tenant '{}': a served tenant's name may hold only letters, digits, '-' and '_'",
+                    tenant.name
+                ),
+                None => tracing::warn!(
+                    "tenant '{}' has no token_sha256: it cannot use the server",
+                    tenant.name
+                ),
+            }
+        }
+        if tokens.is_empty() {
+            tracing::warn!("no tenant has a token_sha256: every request will be refused");
+        }
+        let server = Arc::new(Server {
+            host,
+            engine,
+            dir,
+            budget: InstanceBudget::default(),
+            tokens,
+            jobs: jobs::Jobs::default(),
+        });
+        server.recover()?;
+        Ok(server)
+    }
+
+    /// The tenant whose token this is.
+    pub fn authenticate(&self, token: &str) -> Option<&TenantConfig> {
+        let hash = token_sha256(token);
+        // Every hash is compared in full, so timing says nothing about which matched.
+        let mut found = None;
+        for (known, tenant) in &self.tokens {
+            let same = known
+                .iter()
+                .zip(&hash)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+            if same {
+                found = Some(tenant);
+            }
+        }
+        found
+    }
+
+    /// The configured tenants that can log in.
+    pub fn tenants(&self) -> impl Iterator<Item = &TenantConfig> {
+        self.tokens.iter().map(|(_, t)| t)
+    }
+
+    /// The registry folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// A JSON object of string keys, for answers.
+type Object = BTreeMap<String, serde_json::Value>;

@@ -1,0 +1,140 @@
+//! Plugins uploaded to a server: stored per tenant by content hash, checked before they
+//! are kept.
+
+use std::fs;
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::{ApiError, ErrorKind, Server, hex, write_atomic};
+use crate::tenant::TenantConfig;
+
+/// A stored plugin, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginEntry {
+    /// SHA-256 of the component, hex.
+    pub sha256: String,
+    /// The name it was uploaded under.
+    pub name: String,
+    /// Bytes.
+    pub size: u64,
+    /// The operator interface it exports.
+    pub interface: String,
+    /// Upload time, milliseconds since the Unix epoch.
+    pub uploaded_ms: u64,
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Server {
+    fn plugin_dir(&self, tenant: &str) -> PathBuf {
+        self.dir.join("plugins").join(tenant)
+    }
+
+    /// The component file of `tenant`'s plugin `sha256`, if it was uploaded.
+    pub(super) fn plugin_path(&self, tenant: &str, sha256: &str) -> Option<PathBuf> {
+        let plain = sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit());
+        let path = self.plugin_dir(tenant).join(format!("{sha256}.wasm"));
+        (plain && path.is_file()).then_some(path)
+    }
+
+    /// `tenant`'s plugins, newest first.
+    pub fn list_plugins(&self, tenant: &TenantConfig) -> Vec<PluginEntry> {
+        let Ok(dir) = fs::read_dir(self.plugin_dir(&tenant.name)) else {
+            return Vec::new();
+        };
+        let mut entries: Vec<PluginEntry> = dir
+            .filter_map(|e| {
+                let path = e.ok()?.path();
+                if path.extension()? != "json" {
+                    return None;
+                }
+                serde_json::from_slice(&fs::read(path).ok()?).ok()
+            })
+            .collect();
+        entries.sort_by(|a, b| b.uploaded_ms.cmp(&a.uploaded_ms).then(a.name.cmp(&b.name)));
+        entries
+    }
+
+    /// The newest plugin `tenant` uploaded as `name`.
+    pub(super) fn plugin_named(&self, tenant: &TenantConfig, name: &str) -> Option<PluginEntry> {
+        self.list_plugins(tenant)
+            .into_iter()
+            .find(|p| p.name == name)
+    }
+
+    /// Checks and stores a component for `tenant`. Uploading the same bytes again only
+    /// renames it.
+    pub fn upload_plugin(
+        &self,
+        tenant: &TenantConfig,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<PluginEntry, ApiError> {
+        if !name.ends_with(".wasm")
+            || name.contains(['/', '\\'])
+            || name.starts_with('.')
+            || name.len() > 128
+        {
+            return Err(ApiError::bad(format!(
+                "plugin name {name:?} must be a file name ending in .wasm"
+            )));
+        }
+        let sha256 = hex(&Sha256::digest(bytes));
+        let dir = self.plugin_dir(&tenant.name);
+        let stored: u64 = self
+            .list_plugins(tenant)
+            .iter()
+            .filter(|p| p.sha256 != sha256)
+            .map(|p| p.size)
+            .sum();
+        if stored + bytes.len() as u64 > tenant.max_plugin_bytes {
+            return Err(ApiError::new(
+                ErrorKind::Quota,
+                format!(
+                    "tenant '{}' stores {stored} plugin bytes; {name} ({} bytes) would pass its \
+                     quota of {} (max_plugin_mb)",
+                    tenant.name,
+                    bytes.len(),
+                    tenant.max_plugin_bytes
+                ),
+            ));
+        }
+        // Check it under its own name, so that errors name the file the tenant sent.
+        let incoming = dir.join(format!(".incoming-{sha256}"));
+        let file = incoming.join(name);
+        let checked = fs::create_dir_all(&incoming)
+            .and_then(|()| fs::write(&file, bytes))
+            .map_err(|e| ApiError::internal(anyhow::anyhow!("storing {name}: {e}")))
+            .and_then(|()| {
+                let fuel = tenant.limits.fuel_per_call.is_some();
+                self.engine.load_plugin_for(&file, fuel).map_err(|e| {
+                    let prefix = format!("{}/", incoming.display());
+                    ApiError::bad(format!("{e:#}").replace(&prefix, ""))
+                })
+            });
+        let result = checked.and_then(|plugin| {
+            let entry = PluginEntry {
+                sha256: sha256.clone(),
+                name: name.to_string(),
+                size: bytes.len() as u64,
+                interface: plugin.info.interface.clone(),
+                uploaded_ms: now_ms(),
+            };
+            let json = serde_json::to_vec_pretty(&entry).expect("plain data");
+            fs::rename(&file, dir.join(format!("{sha256}.wasm")))
+                .map_err(anyhow::Error::from)
+                .and_then(|()| write_atomic(&dir.join(format!("{sha256}.json")), &json))
+                .map_err(ApiError::internal)?;
+            Ok(entry)
+        });
+        let _ = fs::remove_dir_all(&incoming);
+        result
+    }
+}

@@ -1,0 +1,406 @@
+//! `sluice serve` driven over real HTTP on loopback: submission, progress, savepoints,
+//! resume, cancel, validation, quotas, tenant isolation, and a server killed mid-job.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sluice::server::client::Client;
+use sluice::server::token_sha256;
+use sluice_tests::plugins::{COUNT, TEST_WRONG_VERSION, TOKENIZE};
+use sluice_tests::{run_job, scratch_root, test_dir, write_job};
+
+/// A `sluice serve` child process; killed when dropped.
+struct ServerProcess {
+    child: Child,
+    url: String,
+}
+
+impl ServerProcess {
+    fn start(host_config: &Path) -> ServerProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+            .args(["serve", "--host-config"])
+            .arg(host_config)
+            .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawning sluice serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("sluice: serving ")
+            .unwrap_or_else(|| panic!("unexpected first line from the server: {line:?}"))
+            .to_string();
+        ServerProcess { child, url }
+    }
+
+    fn client(&self, token: Option<&str>) -> Client {
+        Client::new(&self.url, token.map(str::to_string))
+    }
+
+    /// SIGKILL: no chance to stop anything cleanly.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// SIGTERM, and wait for the clean exit.
+    fn terminate(mut self) {
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "sluice serve exited with {status}");
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A host configuration with tenants `a` (token `token-a`) and `b` (`token-b`).
+fn host_config(dir: &Path, extra_a: &str) -> PathBuf {
+    let path = dir.join("host.toml");
+    let text = format!(
+        r#"
+[server]
+address = "127.0.0.1:0"
+dir = "registry"
+max_upload_mb = 8
+[tenant.a]
+token_sha256 = "{}"
+{extra_a}
+[tenant.b]
+token_sha256 = "{}"
+"#,
+        hex(&token_sha256("token-a")),
+        hex(&token_sha256("token-b"))
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A word count throttled to run for a few seconds, checkpointing every 100 ms.
+fn wordcount(records: u64, rate: f64, seed: u64) -> String {
+    format!(
+        r#"
+name = "wordcount"
+[source]
+type = "generator"
+records = {records}
+words_per_record = 6
+vocabulary = 200
+seed = {seed}
+rate = {rate}
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+key_by = "key"
+[sink]
+type = "file"
+path = "counts.tsv"
+format = "key-value"
+[checkpoint]
+interval_ms = 100
+[runtime]
+batch_size = 100
+"#
+    )
+}
+
+/// The output of the same job run to its end in this process, without failures.
+fn failure_free_output(job: &str) -> String {
+    let dir = test_dir("server-reference");
+    let path = write_job(&dir, &job.replace("\nrate = ", "\n# rate = "));
+    run_job(&path).unwrap();
+    std::fs::read_to_string(dir.join("counts.tsv")).unwrap()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn state(client: &Client, id: &str) -> String {
+    client.status(id).unwrap()["state"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn error_of(result: anyhow::Result<Value>) -> String {
+    format!("{:#}", result.expect_err("the request should fail"))
+}
+
+#[test]
+fn a_tenant_submits_watches_stops_resumes_and_cancels_jobs() {
+    let dir = test_dir("server-lifecycle");
+    let server = ServerProcess::start(&host_config(&dir, ""));
+    let a = server.client(Some("token-a"));
+    let job_text = wordcount(3000, 1500.0, 7);
+    let job_path = write_job(&dir, &job_text);
+
+    let submitted = a.submit(&job_path).unwrap();
+    let id = submitted["id"].as_str().unwrap().to_string();
+    assert_eq!(submitted["state"], "running");
+    // Progress is visible while it runs.
+    wait_for("records and a checkpoint", Duration::from_secs(30), || {
+        let s = a.status(&id).unwrap();
+        s["records_read"].as_u64().unwrap() > 0
+            && s["checkpoints"]["completed"].as_u64().unwrap() > 0
+    });
+    let stopped = a.stop(&id, false).unwrap();
+    assert_eq!(stopped["state"], "stopped", "{stopped}");
+    let detail = a.status(&id).unwrap();
+    let savepoint = detail["savepoint"].as_str().unwrap().to_string();
+    assert!(savepoint.starts_with("savepoint-"), "{detail}");
+    let read_before = detail["records_read"].as_u64().unwrap();
+    assert!(
+        read_before < 3000,
+        "the job ended before the stop: {detail}"
+    );
+    // Stopping again is a conflict, not a crash.
+    assert!(error_of(a.stop(&id, false)).contains("409"), "stop twice");
+
+    // Resume from the savepoint: the output equals a run without interruption.
+    let started = a.start(&id, Some(&savepoint)).unwrap();
+    assert_eq!(started["state"], "running");
+    wait_for("the job to finish", Duration::from_secs(60), || {
+        state(&a, &id) == "finished"
+    });
+    let output = String::from_utf8(a.output(&id).unwrap()).unwrap();
+    assert_eq!(output, failure_free_output(&job_text));
+    let list = a.list().unwrap();
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list["jobs"][0]["state"], "finished");
+
+    // Cancel: the job ends as cancelled, and can be started again from its checkpoint.
+    let id2 = a.submit(&job_path).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(id, id2);
+    let cancelled = a.cancel(&id2).unwrap();
+    assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
+    assert!(error_of(a.cancel(&id2)).contains("it is cancelled"));
+
+    // Metrics in Prometheus' format, for this tenant's jobs.
+    let (status, metrics) = a.request("GET", "/metrics", None).unwrap();
+    let metrics = String::from_utf8(metrics).unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains(&format!(
+            "sluice_operator_records_in_total{{tenant=\"a\",job=\"{id}\",operator=\"count\",subtask=\"0\"}}"
+        )),
+        "{metrics}"
+    );
+    assert!(metrics.contains("# TYPE sluice_checkpoints_completed_total counter"));
+    server.terminate();
+}
+
+#[test]
+fn requests_without_a_valid_token_or_for_another_tenant_leak_nothing() {
+    let dir = test_dir("server-auth");
+    let server = ServerProcess::start(&host_config(&dir, ""));
+    let a = server.client(Some("token-a"));
+    let id = a
+        .submit(&write_job(&dir, &wordcount(100_000, 500.0, 1)))
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Health needs no token.
+    let (status, _) = server.client(None).request("GET", "/health", None).unwrap();
+    assert_eq!(status, 200);
+    for client in [server.client(None), server.client(Some("token-x"))] {
+        for (method, path) in [
+            ("GET", "/jobs".to_string()),
+            ("GET", format!("/jobs/{id}")),
+            ("POST", format!("/jobs/{id}/cancel")),
+            ("GET", "/plugins".to_string()),
+            ("GET", "/metrics".to_string()),
+        ] {
+            let (status, body) = client.request(method, &path, None).unwrap();
+            let body = String::from_utf8(body).unwrap();
+            assert_eq!(status, 401, "{method} {path}: {body}");
+            assert!(!body.contains(&id) && !body.contains("wordcount"), "{body}");
+        }
+    }
+
+    // Tenant b sees no job, cannot control a's, and a's job is "not found" to it.
+    let b = server.client(Some("token-b"));
+    assert_eq!(b.list().unwrap()["jobs"], serde_json::json!([]));
+    for result in [
+        b.status(&id),
+        b.cancel(&id),
+        b.stop(&id, false),
+        b.start(&id, None),
+    ] {
+        let e = error_of(result);
+        assert!(e.contains(": 404: no job"), "{e}");
+    }
+    assert!(b.output(&id).unwrap_err().to_string().contains("404"));
+    assert_eq!(b.request("GET", "/plugins", None).unwrap().0, 200);
+    let plugins: Value =
+        serde_json::from_slice(&b.request("GET", "/plugins", None).unwrap().1).unwrap();
+    assert_eq!(plugins["plugins"], serde_json::json!([]));
+    let metrics = String::from_utf8(b.request("GET", "/metrics", None).unwrap().1).unwrap();
+    assert!(!metrics.contains(&id), "{metrics}");
+
+    // A job file naming another tenant is refused.
+    let other =
+        wordcount(10, 100.0, 1).replace("name = \"wordcount\"", "name = \"x\"\ntenant = \"a\"");
+    let e = error_of(b.submit(&write_job(&dir, &other)));
+    assert!(e.contains("403") && e.contains("names tenant 'a'"), "{e}");
+    assert_eq!(state(&a, &id), "running");
+    a.cancel(&id).unwrap();
+}
+
+#[test]
+fn bad_submissions_get_clear_errors_and_leave_nothing_behind() {
+    let dir = test_dir("server-validation");
+    let server = ServerProcess::start(&host_config(&dir, "max_jobs = 1\nmax_plugin_mb = 1"));
+    let a = server.client(Some("token-a"));
+    let registry = dir.join("registry");
+    let jobs_on_disk = || std::fs::read_dir(registry.join("jobs")).unwrap().count();
+
+    // Not a component: named in the error, not stored.
+    let junk = dir.join("junk.wasm");
+    std::fs::write(&junk, b"this is not wasm").unwrap();
+    let e = format!("{:#}", a.upload_plugin(&junk).unwrap_err());
+    assert!(e.contains("400") && e.contains("junk.wasm"), "{e}");
+    assert_eq!(
+        a.request("GET", "/plugins", None).map(|r| r.0).unwrap(),
+        200
+    );
+    // Too large for the server's upload limit (8 MiB) or the tenant's plugin quota (1 MiB).
+    let big = dir.join("big.wasm");
+    std::fs::write(&big, vec![0u8; 9 << 20]).unwrap();
+    let e = format!("{:#}", a.upload_plugin(&big).unwrap_err());
+    assert!(e.contains("413"), "{e}");
+    std::fs::write(&big, vec![0u8; 2 << 20]).unwrap();
+    let e = format!("{:#}", a.upload_plugin(&big).unwrap_err());
+    assert!(e.contains("429") && e.contains("max_plugin_mb"), "{e}");
+
+    // A component of another WIT version: refused with the versions named.
+    let e = format!(
+        "{:#}",
+        a.upload_plugin(Path::new(TEST_WRONG_VERSION)).unwrap_err()
+    );
+    assert!(e.contains("400") && e.contains("0.1.0"), "{e}");
+    // Job files name uploaded plugins by name (or by content hash).
+    a.upload_plugin(Path::new(TOKENIZE)).unwrap();
+    let base = wordcount(10, 100.0, 1).replace(TOKENIZE, "tokenize.wasm");
+    let cases = [
+        (
+            "name = \"x\"\n[source\n".to_string(),
+            "400",
+            "job.toml: TOML parse error",
+        ),
+        (
+            base.replace(COUNT, "missing.wasm"),
+            "400",
+            "operator 'count': plugin \"missing.wasm\" was not uploaded by tenant 'a'",
+        ),
+        (
+            base.replace(
+                "type = \"generator\"",
+                "type = \"file\"\npath = \"/etc/passwd\"",
+            ),
+            "400",
+            "only generator sources run on a server",
+        ),
+        (
+            base.replace(
+                "type = \"file\"\npath = \"counts.tsv\"",
+                "type = \"stdout\"",
+            ),
+            "400",
+            "a server job writes to a file sink",
+        ),
+    ];
+    for (text, status, message) in cases {
+        // Sent as they are (the client would upload the plugins they name).
+        let (code, body) = a.request("POST", "/jobs", Some(text.as_bytes())).unwrap();
+        let body = String::from_utf8(body).unwrap();
+        assert_eq!(code.to_string(), status, "{body}");
+        assert!(body.contains(&message.replace('"', "\\\"")), "{body}");
+    }
+    assert_eq!(a.list().unwrap()["jobs"], serde_json::json!([]));
+    assert_eq!(jobs_on_disk(), 0);
+
+    // Quota: one running job at a time.
+    let long = write_job(&dir, &wordcount(100_000, 500.0, 1));
+    let id = a.submit(&long).unwrap()["id"].as_str().unwrap().to_string();
+    let e = error_of(a.submit(&long));
+    assert!(e.contains("429") && e.contains("max_jobs"), "{e}");
+    assert_eq!(jobs_on_disk(), 1);
+    a.cancel(&id).unwrap();
+    // Unknown routes and ids are JSON errors too.
+    let (status, body) = a.request("GET", "/nope", None).unwrap();
+    assert_eq!(status, 404);
+    assert!(String::from_utf8(body).unwrap().contains("\"error\""));
+}
+
+#[test]
+fn a_killed_server_resumes_every_tenants_jobs_without_loss_or_duplicates() {
+    let dir = test_dir("server-kill");
+    let config = host_config(&dir, "");
+    let server = ServerProcess::start(&config);
+    let texts = [wordcount(2400, 800.0, 11), wordcount(2400, 800.0, 12)];
+    let mut jobs = Vec::new();
+    for (token, text) in ["token-a", "token-b"].into_iter().zip(&texts) {
+        let client = server.client(Some(token));
+        let job_dir = dir.join(token);
+        std::fs::create_dir_all(&job_dir).unwrap();
+        let id = client.submit(&write_job(&job_dir, text)).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        jobs.push((token, id));
+    }
+    // Kill it once both jobs have committed something, but before they end.
+    for (token, id) in &jobs {
+        let client = server.client(Some(token));
+        wait_for("a checkpoint", Duration::from_secs(30), || {
+            let s = client.status(id).unwrap();
+            s["checkpoints"]["completed"].as_u64().unwrap() >= 2
+        });
+    }
+    for (token, id) in &jobs {
+        let s = server.client(Some(token)).status(id).unwrap();
+        assert_eq!(s["state"], "running", "{s}");
+        assert!(s["records_read"].as_u64().unwrap() < 2400, "{s}");
+    }
+    server.kill();
+
+    let server = ServerProcess::start(&config);
+    for ((token, id), text) in jobs.iter().zip(&texts) {
+        let client = server.client(Some(token));
+        wait_for("the resumed job to finish", Duration::from_secs(60), || {
+            state(&client, id) == "finished"
+        });
+        let output = String::from_utf8(client.output(id).unwrap()).unwrap();
+        assert_eq!(output, failure_free_output(text), "job {id} of {token}");
+    }
+}
