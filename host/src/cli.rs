@@ -30,6 +30,10 @@ pub struct Cli {
     /// Log filter, e.g. `info` or `sluice=debug` (also `SLUICE_LOG`).
     #[arg(long, global = true, env = "SLUICE_LOG", default_value = "warn")]
     log: String,
+    /// `text` for people, `json` (one object per line) for log collectors (also
+    /// `SLUICE_LOG_FORMAT`).
+    #[arg(long, global = true, env = "SLUICE_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
     /// Where compiled components are cached (default: `~/.cache/sluice`; also
     /// `SLUICE_CACHE_DIR`).
     #[arg(long, global = true)]
@@ -157,7 +161,7 @@ impl Remote {
 /// Parses the arguments, runs the command, maps the result to an exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(&cli.log);
+    init_logging(&cli.log, cli.log_format);
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -167,14 +171,24 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_logging(filter: &str) {
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn init_logging(filter: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+        .with_target(false);
+    let _ = match format {
+        LogFormat::Text => logs.try_init(),
+        LogFormat::Json => logs.json().try_init(),
+    };
 }
 
 fn engine(cli: &Cli) -> Result<Arc<WasmEngine>> {

@@ -561,10 +561,11 @@ impl Job {
                     tasks: handles.clone(),
                 };
                 let coordinator = Coordinator::new(setup, coordinator_rx, stats);
+                let span = tracing::Span::current();
                 Some(
                     thread::Builder::new()
                         .name(format!("checkpoint coordinator {}", graph.name))
-                        .spawn(move || coordinator.run())?,
+                        .spawn(move || span.in_scope(|| coordinator.run()))?,
                 )
             }
             _ => None,
@@ -575,8 +576,12 @@ impl Job {
         for task in tasks {
             let done = done_tx.clone();
             let id = task.handle().id();
+            // The tasks' log lines carry the span of whoever runs the job (a server's
+            // tenant and job id).
+            let span = tracing::Span::current();
             threads.push(thread::Builder::new().name(task.name().to_string()).spawn(
                 move || {
+                    let _span = span.entered();
                     let result = catch_unwind(AssertUnwindSafe(|| task.run()))
                         .unwrap_or_else(|panic| Err(panic_to_error(panic)));
                     let _ = done.send((id, result));

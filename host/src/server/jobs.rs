@@ -288,11 +288,7 @@ impl Server {
         }
         lock(&self.jobs.by_id).insert(id.clone(), entry.clone());
         self.launch(&entry, job, RestorePoint::Fresh);
-        tracing::info!(
-            "tenant '{}' submitted job {id} ({})",
-            tenant.name,
-            record.name
-        );
+        tracing::info!(tenant = %tenant.name, job = %id, name = %record.name, "job submitted");
         Ok(summary(&record, true))
     }
 
@@ -304,9 +300,15 @@ impl Server {
         let mut run = lock(&entry.run);
         let finished = entry.clone();
         let shutting_down = self.jobs.shutting_down.clone();
+        let (tenant, id) = {
+            let record = lock(&entry.record);
+            (record.tenant.clone(), record.id.clone())
+        };
         let spawned = thread::Builder::new()
-            .name(format!("job {}", lock(&entry.record).id))
+            .name(format!("job {id}"))
             .spawn(move || {
+                // The job's own log lines (checkpoints, restarts) carry tenant and job.
+                let _span = tracing::info_span!("job", tenant = %tenant, job = %id).entered();
                 let result = job.run(restore, &control_rx, &monitor);
                 let stopping_server = shutting_down.load(Ordering::Relaxed);
                 finished_run(&finished, result, &monitor, stopping_server);
@@ -354,6 +356,12 @@ fn finished_run(
             }
         }
     });
+    let record = entry.record();
+    tracing::info!(
+        tenant = %record.tenant, job = %record.id, state = state_name(record.state),
+        restarts = record.restarts, failure = record.failure.as_deref().unwrap_or(""),
+        "job ended"
+    );
     lock(&entry.run).take();
 }
 
