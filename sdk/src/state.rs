@@ -138,10 +138,10 @@ impl<T: Serialize + DeserializeOwned> ValueState<T> {
         key: &[u8],
         f: impl FnOnce(Option<T>) -> Option<T>,
     ) -> Result<Option<T>> {
-        let new = f(self.get(ctx, key)?);
-        match &new {
-            Some(value) => self.put(ctx, key, value)?,
-            None => self.clear(ctx, key)?,
+        let rt = &mut *ctx.rt;
+        let new = rt.states.value_update(ctx.host, self.slot, key, f)?;
+        if new.is_none() {
+            rt.states.clear(&mut rt.effects, self.slot, key)?;
         }
         Ok(new)
     }
@@ -393,6 +393,52 @@ impl StateCache {
             .map(from_bytes)
             .transpose()
             .map_err(|e| e.context(format_args!("state `{}`", s.name)))
+    }
+
+    /// Reads, changes and writes back the value of `key` with one lookup in the cache:
+    /// what [`ValueState::update`] does for every record of a counter. A `None` from `f`
+    /// is left for the caller to clear.
+    pub(crate) fn value_update<T: Serialize + DeserializeOwned>(
+        &mut self,
+        host: &dyn Host,
+        slot: usize,
+        key: &[u8],
+        f: impl FnOnce(Option<T>) -> Option<T>,
+    ) -> Result<Option<T>> {
+        let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
+        let cached = match s.values.get_mut(key) {
+            Some(cached) => cached,
+            None => {
+                let value = host.state_get(s.id, key, &[]);
+                self.usage
+                    .add(s.ttl, key.len() + value.as_ref().map_or(0, Vec::len));
+                let cached = CachedValue {
+                    value,
+                    dirty: false,
+                };
+                s.values.entry(key.to_vec()).or_insert(cached)
+            }
+        };
+        let name = &s.name;
+        let old = cached
+            .value
+            .as_deref()
+            .map(from_bytes)
+            .transpose()
+            .map_err(|e| e.context(format_args!("state `{name}`")))?;
+        let new = f(old);
+        if let Some(value) = &new {
+            let mut buf = cached.value.take().unwrap_or_default();
+            buf.clear();
+            let encoded = postcard::to_extend(value, buf)
+                .map_err(|e| Error::from(e).context(format_args!("state `{name}`")))?;
+            cached.value = Some(encoded);
+            if !cached.dirty {
+                cached.dirty = true;
+                s.dirty_values.push(key);
+            }
+        }
+        Ok(new)
     }
 
     #[cfg(test)]
@@ -906,6 +952,44 @@ mod tests {
                 (b"k2".to_vec(), vec![9])
             ]
         );
+    }
+
+    #[test]
+    fn updates_read_the_host_once_and_write_one_effect_per_call() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Value, None);
+        let mut effects = EffectWriter::new();
+        for round in 0..2u8 {
+            for _ in 0..10 {
+                let new = cache
+                    .value_update::<u8>(&host, slot, b"k", |n| Some(n.unwrap_or(0) + 1))
+                    .unwrap();
+                assert!(new.is_some());
+            }
+            cache.end_call(true, &mut effects);
+            let bytes = effects.take();
+            let got: Vec<_> = sluice_codec::EffectReader::new(&bytes)
+                .map(Result::unwrap)
+                .collect();
+            // The host's value was 0: 10 after the first call, 20 after the second.
+            assert_eq!(
+                got,
+                [Effect::Put {
+                    state: 0,
+                    key: b"k",
+                    user_key: b"",
+                    value: &[10 * (round + 1)]
+                }]
+            );
+        }
+        assert_eq!(host.gets.get(), 1);
+        // `None` leaves the cached value alone (the caller clears) and writes nothing.
+        let new = cache
+            .value_update::<u8>(&host, slot, b"k", |_| None)
+            .unwrap();
+        assert_eq!(new, None);
+        cache.end_call(true, &mut effects);
+        assert!(effects.take().is_empty());
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! The 3-operator chain `tokenize -> filter -> count` as Wasm components and as native
 //! Rust operators over the same flat batch layout, driven through the same chain code, at
-//! several batch sizes. Prints lines/s for both and the ratio Wasm / native.
+//! several batch sizes. Two native baselines: `count` with its counts in a `HashMap`
+//! (plain native code, not checkpointable) and in the host's keyed state (what a native
+//! operator of a checkpointed job does; the Wasm `count` keeps them there too). Prints
+//! lines/s and the ratio Wasm / native against each.
 //!
 //! `cargo bench -p sluice-tests --bench chain`
 
@@ -92,14 +95,19 @@ fn wasm_chain() -> OperatorChain {
     ])
 }
 
-fn native_chain() -> OperatorChain {
+fn native_chain(keyed_state: bool) -> OperatorChain {
+    let count: Box<dyn Operator> = if keyed_state {
+        Box::new(native::KeyedCount::new(128))
+    } else {
+        Box::new(native::count())
+    };
     chained(vec![
         (Box::new(native::tokenize(1)), info("tokenize", &[], false)),
         (
             Box::new(native::filter_none_of(STOP_WORDS)),
             info("filter", &[], false),
         ),
-        (Box::new(native::count()), info("count", &[], false)),
+        (count, info("count", &[], keyed_state)),
         (Box::new(native::discard()), info("sink", &[], false)),
     ])
 }
@@ -121,8 +129,8 @@ fn main() {
         lines.len()
     );
     println!(
-        "{:>6} {:>16} {:>16} {:>12}",
-        "batch", "native lines/s", "wasm lines/s", "wasm/native"
+        "{:>6} {:>14} {:>14} {:>14} {:>8} {:>8}",
+        "batch", "native", "native+state", "wasm", "vs nat.", "vs n+s"
     );
     for batch_size in [1usize, 64, 1024] {
         let batches: Vec<(Vec<u8>, usize)> = lines
@@ -140,14 +148,18 @@ fn main() {
                 chain.process(bytes.clone(), *n).expect("processing");
             }
         };
-        let (mut native, mut wasm) = (native_chain(), wasm_chain());
+        let (mut native, mut keyed, mut wasm) =
+            (native_chain(false), native_chain(true), wasm_chain());
         let p = paired(runs, || run(&mut native), || run(&mut wasm));
+        let k = paired(runs, || run(&mut keyed), || run(&mut wasm));
         let n = lines.len() as f64;
         println!(
-            "{batch_size:>6} {:>16} {:>16} {:>12.2}",
+            "{batch_size:>6} {:>14} {:>14} {:>14} {:>8.2} {:>8.2}",
             rate(n / p.baseline.as_secs_f64()),
+            rate(n / k.baseline.as_secs_f64()),
             rate(n / p.subject.as_secs_f64()),
-            p.speed
+            p.speed,
+            k.speed
         );
     }
 }

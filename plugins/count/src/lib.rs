@@ -24,8 +24,8 @@ pub struct Count {
     postcard: bool,
     /// `emit = "final"`: emit each key's count once, when its timer at `i64::MAX` fires.
     emit_final: bool,
-    /// Reused for the text of a count.
-    text: String,
+    /// Formats counts as text without `fmt`'s machinery.
+    text: itoa::Buffer,
 }
 
 impl Operator for Count {
@@ -57,14 +57,16 @@ impl Operator for Count {
             counts: ctx.value_state("count")?,
             postcard,
             emit_final,
-            text: String::new(),
+            text: itoa::Buffer::new(),
         })
     }
 
     fn process(&mut self, record: Record<'_>, ctx: &mut Context<'_>) -> Result<()> {
         let key = record.require_key()?;
-        let count = self.counts.get(ctx, key)?.unwrap_or(0) + 1;
-        self.counts.put(ctx, key, &count)?;
+        let count = self
+            .counts
+            .update(ctx, key, |n| Some(n.unwrap_or(0) + 1))?
+            .unwrap_or(1);
         if self.emit_final {
             // The host keeps one timer per key and time, so registering it again is free.
             ctx.register_event_timer(key, i64::MAX);
@@ -94,10 +96,7 @@ impl Count {
         if self.postcard {
             ctx.emit_typed(Some(key), &count)?;
         } else {
-            use std::fmt::Write;
-            self.text.clear();
-            let _ = write!(self.text, "{count}");
-            ctx.emit(Some(key), self.text.as_bytes());
+            ctx.emit(Some(key), self.text.format(count).as_bytes());
         }
         Ok(())
     }
