@@ -1,6 +1,7 @@
 //! What an operator can do during a call: [`OpenContext`] in `open`, [`Context`] in the
 //! other calls that may produce output.
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -24,6 +25,9 @@ pub(crate) struct Runtime {
     /// one of them again sends nothing.
     timers: FxHashMap<Vec<u8>, FxHashSet<(TimeDomain, i64)>>,
     registered_timers: usize,
+    /// The watermark as read from the host in the current call: it changes only between
+    /// calls, so one host call per call is enough.
+    watermark: Cell<Option<i64>>,
 }
 
 /// Past this many remembered timers the SDK forgets them (and may register some again,
@@ -43,6 +47,7 @@ impl Runtime {
     /// Ends the current call and takes its output; after a failure the output is dropped
     /// (the host would discard it) and the state cache forgets the call's writes.
     pub(crate) fn end_call(&mut self, success: bool) -> CallOutput {
+        self.watermark.set(None);
         self.states.end_call(success, &mut self.effects);
         if !success || self.registered_timers > MAX_REMEMBERED_TIMERS {
             self.timers = FxHashMap::default();
@@ -144,7 +149,14 @@ macro_rules! shared_context_methods {
         /// The operator's input watermark: no record with a smaller event timestamp is
         /// expected any more (`i64::MIN` before the first watermark).
         pub fn current_watermark(&self) -> i64 {
-            self.host.current_watermark()
+            match self.rt.watermark.get() {
+                Some(watermark) => watermark,
+                None => {
+                    let watermark = self.host.current_watermark();
+                    self.rt.watermark.set(Some(watermark));
+                    watermark
+                }
+            }
         }
 
         /// Calls [`Operator::on_timer`](crate::Operator::on_timer) for `key` once the

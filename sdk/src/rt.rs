@@ -341,6 +341,74 @@ mod tests {
         );
     }
 
+    /// A host whose watermark is set by the test and which counts how often it is read.
+    struct WatermarkHost {
+        watermark: std::cell::Cell<i64>,
+        reads: std::cell::Cell<usize>,
+    }
+
+    impl Host for WatermarkHost {
+        fn processing_time(&self) -> i64 {
+            0
+        }
+        fn current_watermark(&self) -> i64 {
+            self.reads.set(self.reads.get() + 1);
+            self.watermark.get()
+        }
+        fn declare_state(&self, _: &str, _: StateKind, _: Option<u64>) -> Result<u32, String> {
+            Err("no state here".to_owned())
+        }
+        fn state_get(&self, _: u32, _: &[u8], _: &[u8]) -> Option<Vec<u8>> {
+            None
+        }
+        fn state_entries(&self, _: u32, _: &[u8]) -> Vec<u8> {
+            Vec::new()
+        }
+        fn log(&self, _: Level, _: &str) {}
+    }
+
+    /// Emits the watermark it sees, three times per record.
+    struct Watermarks;
+
+    impl Operator for Watermarks {
+        fn open(_ctx: &mut OpenContext<'_>) -> Result<Self> {
+            Ok(Watermarks)
+        }
+
+        fn process(&mut self, _record: Record<'_>, ctx: &mut Context<'_>) -> Result<()> {
+            for _ in 0..3 {
+                let w = ctx.current_watermark();
+                ctx.emit(None, w.to_string().as_bytes());
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_watermark_is_read_from_the_host_once_per_call() {
+        let host = WatermarkHost {
+            watermark: std::cell::Cell::new(5),
+            reads: std::cell::Cell::new(0),
+        };
+        let mut slot = Slot::<Watermarks>::new();
+        open(&mut slot, &host, &OpenInfo::default()).unwrap();
+        let mut batch = sluice_codec::BatchWriter::new();
+        batch.push(None, b"a", None);
+        batch.push(None, b"b", None);
+        let batch = batch.into_bytes();
+        let values = |output: CallOutput| -> Vec<String> {
+            sluice_codec::BatchReader::new(&output.records)
+                .map(|r| String::from_utf8(r.unwrap().value.to_vec()).unwrap())
+                .collect()
+        };
+        assert_eq!(values(process(&mut slot, &host, &batch).unwrap()), ["5"; 6]);
+        assert_eq!(host.reads.get(), 1);
+        // The host moves the watermark between calls: the next call sees the new one.
+        host.watermark.set(9);
+        assert_eq!(values(process(&mut slot, &host, &batch).unwrap()), ["9"; 6]);
+        assert_eq!(host.reads.get(), 2);
+    }
+
     #[test]
     fn malformed_input_is_an_error_naming_it() {
         let mut slot = Slot::<Echo>::new();
