@@ -397,7 +397,7 @@ mod tests {
         batch.push(None, b"b", None);
         let batch = batch.into_bytes();
         let values = |output: CallOutput| -> Vec<String> {
-            sluice_codec::BatchReader::new(&output.records)
+            BatchReader::new(&output.records)
                 .map(|r| String::from_utf8(r.unwrap().value.to_vec()).unwrap())
                 .collect()
         };

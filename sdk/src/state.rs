@@ -181,16 +181,14 @@ where
 {
     /// The value of `map_key` in the map of `key`.
     pub fn get(&self, ctx: &mut Context<'_>, key: &[u8], map_key: &K) -> Result<Option<V>> {
-        let user_key = to_bytes(map_key)?;
-        ctx.rt.states.map_get(ctx.host, self.slot, key, &user_key)
+        ctx.rt.states.map_get(ctx.host, self.slot, key, map_key)
     }
 
     /// Sets `map_key` to `value` in the map of `key`.
     pub fn put(&self, ctx: &mut Context<'_>, key: &[u8], map_key: &K, value: &V) -> Result<()> {
-        let (user_key, value) = (to_bytes(map_key)?, to_bytes(value)?);
-        let rt = &mut *ctx.rt;
-        rt.states
-            .map_put(&mut rt.effects, self.slot, key, user_key, value)
+        ctx.rt.states.map_put_with(self.slot, key, map_key, |buf| {
+            postcard::to_extend(value, buf).map_err(Error::from)
+        })
     }
 
     /// Removes `map_key` from the map of `key`.
@@ -226,6 +224,8 @@ where
 pub(crate) struct StateCache {
     slots: Vec<StateSlot>,
     usage: Usage,
+    /// Reused for encoding map keys.
+    scratch: Vec<u8>,
 }
 
 /// How much went into the cache since it was last dropped. An upper bound: overwritten
@@ -531,7 +531,20 @@ impl StateCache {
         Ok(())
     }
 
-    pub(crate) fn map_get<V: DeserializeOwned>(
+    pub(crate) fn map_get<K: Serialize, V: DeserializeOwned>(
+        &mut self,
+        host: &dyn Host,
+        slot: usize,
+        key: &[u8],
+        map_key: &K,
+    ) -> Result<Option<V>> {
+        let user_key = encode_into(&mut self.scratch, map_key)?;
+        let result = self.map_get_encoded(host, slot, key, &user_key);
+        self.scratch = user_key;
+        result
+    }
+
+    fn map_get_encoded<V: DeserializeOwned>(
         &mut self,
         host: &dyn Host,
         slot: usize,
@@ -574,7 +587,8 @@ impl StateCache {
             .map_err(|e| e.context(format_args!("state `{name}`")))
     }
 
-    pub(crate) fn map_put(
+    #[cfg(test)]
+    fn map_put(
         &mut self,
         _effects: &mut EffectWriter,
         slot: usize,
@@ -582,14 +596,52 @@ impl StateCache {
         user_key: Vec<u8>,
         value: Vec<u8>,
     ) -> Result<()> {
+        self.map_put_encoded(slot, key, &user_key, |mut buf| {
+            buf.extend_from_slice(&value);
+            Ok(buf)
+        })
+    }
+
+    /// Sets `map_key` of `key` to what `encode` appends to an empty buffer. Neither the
+    /// map key nor, when the entry is cached, the value needs an allocation.
+    pub(crate) fn map_put_with<K: Serialize>(
+        &mut self,
+        slot: usize,
+        key: &[u8],
+        map_key: &K,
+        encode: impl FnOnce(Vec<u8>) -> Result<Vec<u8>>,
+    ) -> Result<()> {
+        let user_key = encode_into(&mut self.scratch, map_key)?;
+        let result = self.map_put_encoded(slot, key, &user_key, encode);
+        self.scratch = user_key;
+        result
+    }
+
+    fn map_put_encoded(
+        &mut self,
+        slot: usize,
+        key: &[u8],
+        user_key: &[u8],
+        encode: impl FnOnce(Vec<u8>) -> Result<Vec<u8>>,
+    ) -> Result<()> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
-        mark_pending(&mut s.pending, key, &user_key);
+        mark_pending(&mut s.pending, key, user_key);
         let cache = map_cache(&mut s.maps, key);
-        if !cache.entries.contains_key(&user_key) {
-            self.usage
-                .add(s.ttl, key.len() + user_key.len() + value.len());
+        let name = &s.name;
+        let context = |e: Error| e.context(format_args!("state `{name}`"));
+        match cache.entries.get_mut(user_key) {
+            Some(entry) => {
+                let mut buf = entry.take().unwrap_or_default();
+                buf.clear();
+                *entry = Some(encode(buf).map_err(context)?);
+            }
+            None => {
+                let value = encode(Vec::new()).map_err(context)?;
+                self.usage
+                    .add(s.ttl, key.len() + user_key.len() + value.len());
+                cache.entries.insert(user_key.to_vec(), Some(value));
+            }
         }
-        cache.entries.insert(user_key, Some(value));
         Ok(())
     }
 
@@ -788,6 +840,13 @@ impl StateCache {
 }
 
 /// Notes that `(key, user_key)` was written in this call.
+/// `value` encoded into `buf` (cleared first); the buffer comes back either way.
+fn encode_into<T: Serialize + ?Sized>(buf: &mut Vec<u8>, value: &T) -> Result<Vec<u8>> {
+    let mut bytes = std::mem::take(buf);
+    bytes.clear();
+    postcard::to_extend(value, bytes).map_err(Error::from)
+}
+
 fn mark_pending(pending: &mut FxHashMap<Vec<u8>, FxHashSet<Vec<u8>>>, key: &[u8], user_key: &[u8]) {
     match pending.get_mut(key) {
         Some(user_keys) => {
@@ -1068,7 +1127,9 @@ mod tests {
         assert_eq!(host.entry_reads.get(), 1);
         // The complete map also answers point reads, including absent ones.
         assert_eq!(
-            cache.map_get::<u8>(&host, slot, b"k", &key("zz")).unwrap(),
+            cache
+                .map_get_encoded::<u8>(&host, slot, b"k", &key("zz"))
+                .unwrap(),
             None
         );
         assert_eq!(host.gets.get(), 0);
@@ -1080,16 +1141,22 @@ mod tests {
         let (mut cache, slot) = cache(&host, StateKind::Map, None);
         let key = |s: &str| to_bytes(s).unwrap();
         assert_eq!(
-            cache.map_get::<u8>(&host, slot, b"k", &key("a")).unwrap(),
+            cache
+                .map_get_encoded::<u8>(&host, slot, b"k", &key("a"))
+                .unwrap(),
             Some(1)
         );
         // Other map keys, present or not, need no further host call.
         assert_eq!(
-            cache.map_get::<u8>(&host, slot, b"k", &key("b")).unwrap(),
+            cache
+                .map_get_encoded::<u8>(&host, slot, b"k", &key("b"))
+                .unwrap(),
             Some(2)
         );
         assert_eq!(
-            cache.map_get::<u8>(&host, slot, b"k", &key("new")).unwrap(),
+            cache
+                .map_get_encoded::<u8>(&host, slot, b"k", &key("new"))
+                .unwrap(),
             None
         );
         assert_eq!((host.entry_reads.get(), host.gets.get()), (1, 0));
