@@ -260,10 +260,40 @@ struct StateSlot {
     maps: FxHashMap<Vec<u8>, MapCache>,
     /// List state: key -> what the current call changed.
     lists: FxHashMap<Vec<u8>, ListOverlay>,
-    /// Map state: entries (key -> user keys) written in this call and not yet sent to
-    /// the host. Each written entry, value or map, becomes one effect when the call
-    /// ends, however often it was written.
-    pending: FxHashMap<Vec<u8>, FxHashSet<Vec<u8>>>,
+    /// Map state: entries (key, user key) written in this call and not yet sent to the
+    /// host, in one buffer. Each written entry, value or map, becomes one effect when the
+    /// call ends, however often it was written.
+    pending: PairList,
+}
+
+/// Pairs of byte strings in one buffer, so noting one allocates nothing once the buffer
+/// has grown.
+#[derive(Debug, Default)]
+struct PairList {
+    bytes: Vec<u8>,
+    /// Where each pair's first and second string end.
+    ends: Vec<(usize, usize)>,
+}
+
+impl PairList {
+    fn push(&mut self, first: &[u8], second: &[u8]) {
+        self.bytes.extend_from_slice(first);
+        let middle = self.bytes.len();
+        self.bytes.extend_from_slice(second);
+        self.ends.push((middle, self.bytes.len()));
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let starts = std::iter::once(0).chain(self.ends.iter().map(|e| e.1));
+        starts
+            .zip(&self.ends)
+            .map(|(start, &(middle, end))| (&self.bytes[start..middle], &self.bytes[middle..end]))
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
 }
 
 /// Keys in one buffer, so noting a key allocates nothing once the buffer has grown.
@@ -362,7 +392,7 @@ impl StateCache {
             dirty_values: KeyList::default(),
             maps: FxHashMap::default(),
             lists: FxHashMap::default(),
-            pending: FxHashMap::default(),
+            pending: PairList::default(),
         });
         Ok(self.slots.len() - 1)
     }
@@ -499,8 +529,9 @@ impl StateCache {
         key: &[u8],
     ) -> Result<()> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
-        // Writes of this call to the key are superseded; later ones follow the clear.
-        s.pending.remove(key);
+        // Map entries of the key written earlier in this call are gone from the cache, so
+        // at the end of the call they become deletes after this clear (changing nothing);
+        // entries written after it become puts.
         effects.push(Effect::Clear { state: s.id, key });
         self.usage.add(s.ttl, key.len());
         match s.kind {
@@ -625,7 +656,7 @@ impl StateCache {
         encode: impl FnOnce(Vec<u8>) -> Result<Vec<u8>>,
     ) -> Result<()> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
-        mark_pending(&mut s.pending, key, user_key);
+        s.pending.push(key, user_key);
         let cache = map_cache(&mut s.maps, key);
         let name = &s.name;
         let context = |e: Error| e.context(format_args!("state `{name}`"));
@@ -653,7 +684,7 @@ impl StateCache {
         user_key: Vec<u8>,
     ) -> Result<()> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
-        mark_pending(&mut s.pending, key, &user_key);
+        s.pending.push(key, &user_key);
         let cache = map_cache(&mut s.maps, key);
         if cache.complete {
             cache.entries.remove(&user_key);
@@ -785,27 +816,29 @@ impl StateCache {
                         },
                     });
                 }
-                for (key, user_keys) in s.pending.drain() {
-                    for user_key in user_keys {
-                        let value = s
-                            .maps
-                            .get(&key)
-                            .and_then(|m| m.entries.get(&user_key))
-                            .and_then(|v| v.as_deref());
-                        effects.push(match value {
-                            Some(value) => Effect::Put {
-                                state: s.id,
-                                key: &key,
-                                user_key: &user_key,
-                                value,
-                            },
-                            None => Effect::Delete {
-                                state: s.id,
-                                key: &key,
-                                user_key: &user_key,
-                            },
-                        });
+                let mut sent = FxHashSet::default();
+                for (key, user_key) in s.pending.iter() {
+                    if !sent.insert((key, user_key)) {
+                        continue;
                     }
+                    let value = s
+                        .maps
+                        .get(key)
+                        .and_then(|m| m.entries.get(user_key))
+                        .and_then(|v| v.as_deref());
+                    effects.push(match value {
+                        Some(value) => Effect::Put {
+                            state: s.id,
+                            key,
+                            user_key,
+                            value,
+                        },
+                        None => Effect::Delete {
+                            state: s.id,
+                            key,
+                            user_key,
+                        },
+                    });
                 }
             }
         }
@@ -839,27 +872,11 @@ impl StateCache {
     }
 }
 
-/// Notes that `(key, user_key)` was written in this call.
 /// `value` encoded into `buf` (cleared first); the buffer comes back either way.
 fn encode_into<T: Serialize + ?Sized>(buf: &mut Vec<u8>, value: &T) -> Result<Vec<u8>> {
     let mut bytes = std::mem::take(buf);
     bytes.clear();
     postcard::to_extend(value, bytes).map_err(Error::from)
-}
-
-fn mark_pending(pending: &mut FxHashMap<Vec<u8>, FxHashSet<Vec<u8>>>, key: &[u8], user_key: &[u8]) {
-    match pending.get_mut(key) {
-        Some(user_keys) => {
-            if !user_keys.contains(user_key) {
-                user_keys.insert(user_key.to_vec());
-            }
-        }
-        None => {
-            let mut user_keys = FxHashSet::default();
-            user_keys.insert(user_key.to_vec());
-            pending.insert(key.to_vec(), user_keys);
-        }
-    }
 }
 
 fn map_cache<'m>(maps: &'m mut FxHashMap<Vec<u8>, MapCache>, key: &[u8]) -> &'m mut MapCache {
@@ -1095,6 +1112,62 @@ mod tests {
             .unwrap();
         cache.end_call(true, &mut effects);
         assert_eq!(cache.cached_entries(), 0);
+    }
+
+    #[test]
+    fn map_writes_of_a_call_become_one_effect_per_entry_and_respect_clears() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Map, None);
+        let mut effects = EffectWriter::new();
+        let put = |cache: &mut StateCache, key: &[u8], map_key: &str, value: u8| {
+            cache
+                .map_put_with(slot, key, &map_key, |mut buf| {
+                    buf.push(value);
+                    Ok(buf)
+                })
+                .unwrap()
+        };
+        for v in 1..=50 {
+            put(&mut cache, b"k", "a", v);
+        }
+        put(&mut cache, b"k", "b", 1);
+        put(&mut cache, b"gone", "x", 1);
+        cache.clear(&mut effects, slot, b"gone").unwrap();
+        put(&mut cache, b"gone", "y", 2);
+        cache.end_call(true, &mut effects);
+        // Applied in order, the effects leave exactly the call's final entries.
+        let bytes = effects.take();
+        let mut model: BTreeMap<(Vec<u8>, Vec<u8>), Vec<u8>> = BTreeMap::new();
+        let mut puts = 0;
+        for effect in sluice_codec::EffectReader::new(&bytes) {
+            match effect.unwrap() {
+                Effect::Put {
+                    key,
+                    user_key,
+                    value,
+                    ..
+                } => {
+                    puts += 1;
+                    model.insert((key.to_vec(), user_key.to_vec()), value.to_vec());
+                }
+                Effect::Delete { key, user_key, .. } => {
+                    model.remove(&(key.to_vec(), user_key.to_vec()));
+                }
+                Effect::Clear { key, .. } => model.retain(|(k, _), _| k != key),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let entry = |k: &[u8], m: &str, v: u8| ((k.to_vec(), to_bytes(m).unwrap()), vec![v]);
+        assert_eq!(
+            model,
+            BTreeMap::from([
+                entry(b"gone", "y", 2),
+                entry(b"k", "a", 50),
+                entry(b"k", "b", 1)
+            ])
+        );
+        // One put per entry written, however often: a, b and y.
+        assert_eq!(puts, 3);
     }
 
     #[test]
