@@ -132,6 +132,13 @@ enum Command {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Print a job's recent log lines (its tasks' and operators', guest output included).
+    Logs {
+        /// The job id.
+        id: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Print a job's committed output.
     Output {
         /// The job id.
@@ -161,7 +168,8 @@ impl Remote {
 /// Parses the arguments, runs the command, maps the result to an exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(&cli.log, cli.log_format);
+    let serving = matches!(cli.command, Command::Serve { .. });
+    init_logging(&cli.log, cli.log_format, serving);
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -178,16 +186,28 @@ enum LogFormat {
     Json,
 }
 
-fn init_logging(filter: &str, format: LogFormat) {
+/// Logs to stderr as `filter` says; a server also keeps each job's recent lines (at
+/// `info` and above, whatever the filter) for `GET /jobs/ID/logs`.
+fn init_logging(filter: &str, format: LogFormat, job_logs: bool) {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::filter::LevelFilter;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(false);
-    let _ = match format {
-        LogFormat::Text => logs.try_init(),
-        LogFormat::Json => logs.json().try_init(),
+    let stderr = match format {
+        LogFormat::Text => stderr.boxed(),
+        LogFormat::Json => stderr.json().boxed(),
+    };
+    let logs = tracing_subscriber::registry().with(stderr.with_filter(filter));
+    let _ = if job_logs {
+        logs.with(crate::server::logs::layer().with_filter(LevelFilter::INFO))
+            .try_init()
+    } else {
+        logs.try_init()
     };
 }
 
@@ -246,6 +266,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             savepoint,
             remote,
         } => print_json(&remote.client().start(id, savepoint.as_deref())?),
+        Command::Logs { id, remote } => {
+            std::io::stdout().write_all(&remote.client().logs(id)?)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Output { id, remote } => {
             std::io::stdout().write_all(&remote.client().output(id)?)?;
             Ok(ExitCode::SUCCESS)

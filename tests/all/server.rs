@@ -189,6 +189,10 @@ fn a_tenant_submits_watches_stops_resumes_and_cancels_jobs() {
     });
     let output = String::from_utf8(a.output(&id).unwrap()).unwrap();
     assert_eq!(output, failure_free_output(&job_text));
+    // The job's own log lines, across both runs.
+    let logs = String::from_utf8(a.logs(&id).unwrap()).unwrap();
+    assert!(logs.contains("INFO completed savepoint"), "{logs}");
+    assert!(logs.contains("INFO job ended") && logs.contains("state=finished"), "{logs}");
     let list = a.list().unwrap();
     assert_eq!(list["jobs"].as_array().unwrap().len(), 1, "{list}");
     assert_eq!(list["jobs"][0]["state"], "finished");
@@ -236,6 +240,7 @@ fn requests_without_a_valid_token_or_for_another_tenant_leak_nothing() {
         for (method, path) in [
             ("GET", "/jobs".to_string()),
             ("GET", format!("/jobs/{id}")),
+            ("GET", format!("/jobs/{id}/logs")),
             ("POST", format!("/jobs/{id}/cancel")),
             ("GET", "/plugins".to_string()),
             ("GET", "/metrics".to_string()),
@@ -260,6 +265,7 @@ fn requests_without_a_valid_token_or_for_another_tenant_leak_nothing() {
         assert!(e.contains(": 404: no job"), "{e}");
     }
     assert!(b.output(&id).unwrap_err().to_string().contains("404"));
+    assert!(b.logs(&id).unwrap_err().to_string().contains("404"));
     assert_eq!(b.request("GET", "/plugins", None).unwrap().0, 200);
     let plugins: Value =
         serde_json::from_slice(&b.request("GET", "/plugins", None).unwrap().1).unwrap();

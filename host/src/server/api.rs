@@ -119,6 +119,7 @@ pub fn router(server: Arc<Server>) -> axum::Router {
         .route("/jobs", get(list_jobs).post(submit))
         .route("/jobs/{id}", get(job_detail))
         .route("/jobs/{id}/output", get(job_output))
+        .route("/jobs/{id}/logs", get(job_logs))
         .route("/jobs/{id}/cancel", post(cancel))
         .route("/jobs/{id}/stop", post(stop))
         .route("/jobs/{id}/start", post(start))
@@ -194,6 +195,23 @@ async fn job_output(
 ) -> Result<Response, ApiError> {
     let bytes = blocking(move || server.job_output(&t, &id)).await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], bytes).into_response())
+}
+
+async fn job_logs(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let (lines, dropped) = server.job_logs(&t, &id)?;
+    let mut text = String::new();
+    if dropped > 0 {
+        text.push_str(&format!("({dropped} older lines dropped)\n"));
+    }
+    for line in lines {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
 }
 
 async fn cancel(

@@ -164,8 +164,17 @@ impl Client {
 
     /// A job's committed output.
     pub fn output(&self, id: &str) -> Result<Vec<u8>> {
-        let path = format!("/jobs/{}/output", query_escape(id));
-        let (status, bytes) = self.request("GET", &path, None)?;
+        self.text(&format!("/jobs/{}/output", query_escape(id)))
+    }
+
+    /// A job's recent log lines.
+    pub fn logs(&self, id: &str) -> Result<Vec<u8>> {
+        self.text(&format!("/jobs/{}/logs", query_escape(id)))
+    }
+
+    /// A plain-text answer.
+    fn text(&self, path: &str) -> Result<Vec<u8>> {
+        let (status, bytes) = self.request("GET", path, None)?;
         if status >= 400 {
             let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             bail!(

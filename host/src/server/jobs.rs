@@ -308,7 +308,8 @@ impl Server {
             .name(format!("job {id}"))
             .spawn(move || {
                 // The job's own log lines (checkpoints, restarts) carry tenant and job.
-                let _span = tracing::info_span!("job", tenant = %tenant, job = %id).entered();
+                let _span = tracing::info_span!(super::logs::JOB_SPAN, tenant = %tenant, job = %id)
+                    .entered();
                 let result = job.run(restore, &control_rx, &monitor);
                 let stopping_server = shutting_down.load(Ordering::Relaxed);
                 finished_run(&finished, result, &monitor, stopping_server);
@@ -483,6 +484,17 @@ impl Server {
             }
         }
         Ok(out)
+    }
+
+    /// The recent log lines of one of `tenant`'s jobs, and how many older ones were
+    /// dropped.
+    pub fn job_logs(
+        &self,
+        tenant: &TenantConfig,
+        id: &str,
+    ) -> Result<(Vec<String>, u64), ApiError> {
+        self.entry(tenant, id)?;
+        Ok(super::logs::JobLogs::global().lines(id))
     }
 
     fn control(&self, entry: &JobEntry, what: &str) -> Result<Sender<JobControl>, ApiError> {

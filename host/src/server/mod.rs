@@ -23,6 +23,7 @@
 mod api;
 pub mod client;
 mod jobs;
+pub mod logs;
 mod plugins;
 
 use std::collections::BTreeMap;
