@@ -192,7 +192,10 @@ fn a_tenant_submits_watches_stops_resumes_and_cancels_jobs() {
     // The job's own log lines, across both runs.
     let logs = String::from_utf8(a.logs(&id).unwrap()).unwrap();
     assert!(logs.contains("INFO completed savepoint"), "{logs}");
-    assert!(logs.contains("INFO job ended") && logs.contains("state=finished"), "{logs}");
+    assert!(
+        logs.contains("INFO job ended") && logs.contains("state=finished"),
+        "{logs}"
+    );
     let list = a.list().unwrap();
     assert_eq!(list["jobs"].as_array().unwrap().len(), 1, "{list}");
     assert_eq!(list["jobs"][0]["state"], "finished");
@@ -233,9 +236,32 @@ fn requests_without_a_valid_token_or_for_another_tenant_leak_nothing() {
         .unwrap()
         .to_string();
 
-    // Health needs no token.
-    let (status, _) = server.client(None).request("GET", "/health", None).unwrap();
+    // Health and the API description need no token; every other documented route
+    // exists and refuses a request without one.
+    let anonymous = server.client(None);
+    let (status, _) = anonymous.request("GET", "/health", None).unwrap();
     assert_eq!(status, 200);
+    let (status, doc) = anonymous.request("GET", "/openapi.json", None).unwrap();
+    assert_eq!(status, 200);
+    let doc: Value = serde_json::from_slice(&doc).unwrap();
+    let paths = doc["paths"].as_object().unwrap();
+    assert!(paths.len() >= 10, "{doc}");
+    for (path, methods) in paths {
+        for method in methods.as_object().unwrap().keys() {
+            let method = method.to_uppercase();
+            let (status, body) = anonymous
+                .request(&method, &path.replace("{id}", &id), None)
+                .unwrap();
+            let open = methods[method.to_lowercase()]["security"] == serde_json::json!([]);
+            let expected = if open { 200 } else { 401 };
+            assert_eq!(
+                status,
+                expected,
+                "{method} {path}: {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+    }
     for client in [server.client(None), server.client(Some("token-x"))] {
         for (method, path) in [
             ("GET", "/jobs".to_string()),

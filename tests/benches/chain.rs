@@ -1,6 +1,7 @@
 //! The 3-operator chain `tokenize -> filter -> count` as Wasm components and as native
 //! Rust operators over the same flat batch layout, driven through the same chain code, at
-//! several batch sizes. Two native baselines: `count` with its counts in a `HashMap`
+//! several batch sizes, over 100,000 lines (long enough runs for steady ratios on a
+//! shared machine). Two native baselines: `count` with its counts in a `HashMap`
 //! (plain native code, not checkpointable) and in the host's keyed state (what a native
 //! operator of a checkpointed job does; the Wasm `count` keeps them there too). Prints
 //! lines/s and the ratio Wasm / native against each.
@@ -113,7 +114,7 @@ fn native_chain(keyed_state: bool) -> OperatorChain {
 }
 
 fn main() {
-    let text = sample_text(1, 20_000);
+    let text = sample_text(1, 100_000);
     let lines: Vec<&str> = text.lines().collect();
     let words: usize = lines
         .iter()

@@ -1,6 +1,7 @@
 //! The HTTP API of a server (JSON; see the README for each route with curl).
 //!
-//! Every route but `/health` needs `Authorization: Bearer TOKEN`; a request sees only
+//! The routes are described in OpenAPI 3.0 in `openapi.json` (served at
+//! `/openapi.json`). Every route but `/health` and that needs `Authorization: Bearer TOKEN`; a request sees only
 //! its tenant's jobs, plugins and metrics. Work that blocks (compiling a plugin, waiting
 //! for a savepoint) runs off the async threads.
 
@@ -114,6 +115,7 @@ pub fn router(server: Arc<Server>) -> axum::Router {
     let limit = server.host.server.max_upload_bytes;
     axum::Router::new()
         .route("/health", get(health))
+        .route("/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
         .route("/plugins", get(list_plugins).post(upload_plugin))
         .route("/jobs", get(list_jobs).post(submit))
@@ -130,6 +132,13 @@ pub fn router(server: Arc<Server>) -> axum::Router {
 
 async fn health() -> Json<serde_json::Value> {
     Json(json!({ "status": "ok" }))
+}
+
+/// The API described in OpenAPI 3.0.
+const OPENAPI: &str = include_str!("openapi.json");
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
 async fn metrics(State(server): State<Arc<Server>>, Tenant(t): Tenant) -> Response {
