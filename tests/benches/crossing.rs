@@ -21,7 +21,7 @@ use sluice_tests::engine;
 use sluice_tests::native::{Native, discard};
 use sluice_tests::plugins::TEST_MISBEHAVE;
 
-const RECORDS: usize = 1 << 18;
+const RECORDS: usize = 1 << 21;
 
 fn chain(op: Box<dyn Operator>) -> OperatorChain {
     let info = OpenInfo {
