@@ -27,7 +27,7 @@ use crate::connectors::{
 use crate::job::file::{JobFile, SinkKind};
 use crate::job::graph::{GeneratorShape, SourceInput, SourceVertex};
 use crate::metrics::{OperatorMetrics, TaskMetrics, TaskMetricsHandle, TaskReport};
-use crate::network::{InputGate, Partitioner, RecordWriter, channel};
+use crate::network::{InputGate, Partitioner, RecordWriter, UpstreamFailed, channel};
 use crate::state::KeyedStateBackend;
 use crate::state::key_groups::key_groups_of_subtask;
 use crate::task::{
@@ -116,6 +116,23 @@ impl JobMonitor {
             .iter()
             .map(TaskMetricsHandle::report)
             .collect()
+    }
+
+    /// Records read by the sources and written into the sink in the current attempt.
+    pub fn records_read_written(&self) -> (u64, u64) {
+        let tasks = self.tasks();
+        let read = tasks
+            .iter()
+            .filter(|t| t.is_source)
+            .map(|t| t.records_in)
+            .sum();
+        let written = tasks
+            .iter()
+            .flat_map(|t| &t.operators)
+            .filter(|o| o.operator == "sink")
+            .map(|o| o.records_in)
+            .sum();
+        (read, written)
     }
 
     /// Checkpoints of the current attempt.
@@ -635,16 +652,21 @@ impl RunningAttempt {
                         Ok(TaskOutcome::Cancelled { interrupted }) => {
                             lock(&monitor.interrupted).extend(interrupted);
                         }
-                        Err(e) => {
-                            if first_error.is_none() && !cancelled {
+                        Err(e) => match &first_error {
+                            None if !cancelled => {
                                 *lock(&monitor.last_failure_at) = Some(Instant::now());
                                 tracing::error!("{e:#}");
                                 first_error = Some(e);
                                 cancel_all(&self.handles);
-                            } else {
-                                tracing::debug!("secondary task failure: {e:#}");
                             }
-                        }
+                            // A task downstream of the failed one may report first; the
+                            // failed task's own error is the cause.
+                            Some(first) if explains_better(&e, first) => {
+                                tracing::error!("{e:#}");
+                                first_error = Some(e);
+                            }
+                            _ => tracing::debug!("secondary task failure: {e:#}"),
+                        },
                     }
                 }
                 recv(control) -> msg => match msg {
@@ -717,6 +739,18 @@ pub fn failure_kind(e: &anyhow::Error) -> &'static str {
         Some(CallError::Contract(_)) => "contract",
         None => "host",
     }
+}
+
+/// True when a task failed only because a task feeding it did.
+fn is_upstream_failure(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<UpstreamFailed>())
+}
+
+/// Whether task failure `new` explains an attempt's failure better than `first`, the
+/// one reported first: a task's own failure does, over one that only says its upstream
+/// failed.
+fn explains_better(new: &anyhow::Error, first: &anyhow::Error) -> bool {
+    is_upstream_failure(first) && !is_upstream_failure(new)
 }
 
 /// True for failures a restart cannot fix (an operator rejected its configuration).
@@ -868,5 +902,22 @@ impl ChainBuilder {
             });
         }
         Ok(OperatorChain::new(operators, output, ctx.metrics.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tasks_own_failure_explains_more_than_its_downstreams() {
+        let upstream = || {
+            anyhow::Error::from(UpstreamFailed { channel: 0 }).context("task count -> sink (1/1)")
+        };
+        let cause = || anyhow!("operator 'suspect': snapshot: the call deadline passed");
+        assert!(explains_better(&cause(), &upstream()));
+        assert!(!explains_better(&upstream(), &cause()));
+        assert!(!explains_better(&upstream(), &upstream()));
+        assert!(!explains_better(&cause(), &cause()));
     }
 }

@@ -4,11 +4,31 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use crossbeam_channel::{Receiver, Select, TryRecvError};
 
 use super::alignment::{AlignAction, BarrierAligner, CheckpointingMode};
 use super::{Barrier, StreamElement, StreamStatus};
+
+/// An input channel closed without its end-of-partition marker: the subtask feeding it
+/// failed. A consequence of another task's failure, never the cause of a job's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpstreamFailed {
+    /// The input channel.
+    pub channel: usize,
+}
+
+impl std::fmt::Display for UpstreamFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "input channel {} closed without end of partition: its upstream subtask failed",
+            self.channel
+        )
+    }
+}
+
+impl std::error::Error for UpstreamFailed {}
 
 /// What the task should do next with its input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,9 +142,9 @@ impl InputGate {
                         break;
                     }
                     Err(TryRecvError::Empty) => {}
-                    Err(TryRecvError::Disconnected) => bail!(
-                        "input channel {i} closed without end of partition: its upstream subtask failed"
-                    ),
+                    Err(TryRecvError::Disconnected) => {
+                        return Err(UpstreamFailed { channel: i }.into());
+                    }
                 }
             }
             let Some((i, element)) = found else {

@@ -13,7 +13,7 @@ mod partitioner;
 mod writer;
 
 pub use alignment::{AlignAction, BarrierAligner, CheckpointingMode};
-pub use gate::{GateEvent, InputGate};
+pub use gate::{GateEvent, InputGate, UpstreamFailed};
 pub use partitioner::{KeySelector, Partitioner};
 pub use writer::{NetworkSettings, RecordWriter};
 

@@ -197,6 +197,10 @@ impl StreamTask {
     pub fn run(mut self) -> Result<TaskOutcome> {
         let mut disposed = false;
         let result = self.invoke(&mut disposed);
+        // A task that failed on its own may be cancelled while it cleans up (its failure
+        // made the job cancel every task); its error is still the cause, not a
+        // consequence of the cancellation.
+        let cancelled_first = self.is_canceled();
         let result = self.cleanup(result, disposed);
         match result {
             Ok(()) => Ok(TaskOutcome::Finished),
@@ -205,7 +209,7 @@ impl StreamTask {
             }
             // Once cancelled, errors are consequences of the cancellation (an interrupted
             // call, a downstream task that is gone), as in the reference.
-            Err(e) if self.is_canceled() => {
+            Err(e) if cancelled_first => {
                 let interrupted = e
                     .chain()
                     .filter_map(|c| c.downcast_ref::<crate::chain::OperatorFailure>())

@@ -71,6 +71,8 @@ struct Behavior {
     forward: bool,
     /// Register a processing-time timer this many ms after `open`.
     timer_after_ms: Option<i64>,
+    /// Runs in `dispose`.
+    on_dispose: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 struct Recording {
@@ -157,6 +159,9 @@ impl Operator for Recording {
     }
     fn dispose(&mut self) -> Result<(), CallError> {
         self.note(Call::Dispose)?;
+        if let Some(f) = &self.behavior.on_dispose {
+            f();
+        }
         if self.behavior.fail_dispose {
             return Err(CallError::Failed("dispose failed".into()));
         }
@@ -298,6 +303,33 @@ fn a_failure_still_disposes_every_operator_and_reports_the_first_error() {
         taken(&log),
         ["b:open", "a:open", "a:process", "b:dispose", "a:dispose"]
     );
+}
+
+#[test]
+fn a_task_cancelled_while_it_cleans_up_after_its_own_failure_reports_that_failure() {
+    // A failed task's outputs close first; a downstream task fails on that and the job
+    // cancels every task, this one too, while it still disposes its operators.
+    let log = Log::default();
+    let source = TestSource {
+        batches: VecDeque::from([vec!["x"]]),
+        end_at: None,
+    };
+    let handle: Arc<Mutex<Option<TaskHandle>>> = Arc::default();
+    let cancel = handle.clone();
+    let head = Behavior {
+        fail_in: Some(Call::Process),
+        ..Behavior::default()
+    };
+    let tail = Behavior {
+        on_dispose: Some(Arc::new(move || {
+            cancel.lock().unwrap().as_ref().unwrap().cancel();
+        })),
+        ..Behavior::default()
+    };
+    let task = task_with(Box::new(source), two_ops(head, tail), &log);
+    *handle.lock().unwrap() = Some(task.handle());
+    let err = task.run().unwrap_err();
+    assert!(format!("{err:#}").contains("a fails in process"), "{err:#}");
 }
 
 #[test]
