@@ -526,22 +526,6 @@ fn watch_signals(
     Ok(())
 }
 
-fn totals(monitor: &JobMonitor) -> (u64, u64) {
-    let tasks = monitor.tasks();
-    let read = tasks
-        .iter()
-        .filter(|t| t.is_source)
-        .map(|t| t.records_in)
-        .sum();
-    let written = tasks
-        .iter()
-        .flat_map(|t| &t.operators)
-        .filter(|o| o.operator == "sink")
-        .map(|o| o.records_in)
-        .sum();
-    (read, written)
-}
-
 fn show_progress(monitors: &[(String, Arc<JobMonitor>)], done: &AtomicBool) {
     let start = Instant::now();
     let mut last: Vec<(u64, Instant)> = monitors.iter().map(|_| (0, Instant::now())).collect();
@@ -549,7 +533,7 @@ fn show_progress(monitors: &[(String, Arc<JobMonitor>)], done: &AtomicBool) {
         thread::sleep(Duration::from_millis(250));
         let mut parts = Vec::new();
         for ((name, monitor), last) in monitors.iter().zip(&mut last) {
-            let (read, written) = totals(monitor);
+            let (read, written) = monitor.records_read_written();
             let dt = last.1.elapsed().as_secs_f64().max(1e-3);
             let rate = read.saturating_sub(last.0) as f64 / dt;
             *last = (read, Instant::now());

@@ -286,27 +286,6 @@ mod tests {
     use crate::Record;
     use crate::host::{Level, StateKind};
 
-    struct NoHost;
-
-    impl Host for NoHost {
-        fn processing_time(&self) -> i64 {
-            0
-        }
-        fn current_watermark(&self) -> i64 {
-            i64::MIN
-        }
-        fn declare_state(&self, _: &str, _: StateKind, _: Option<u64>) -> Result<u32, String> {
-            Err("no state here".to_owned())
-        }
-        fn state_get(&self, _: u32, _: &[u8], _: &[u8]) -> Option<Vec<u8>> {
-            None
-        }
-        fn state_entries(&self, _: u32, _: &[u8]) -> Vec<u8> {
-            Vec::new()
-        }
-        fn log(&self, _: Level, _: &str) {}
-    }
-
     struct Echo;
 
     impl Operator for Echo {
@@ -323,31 +302,32 @@ mod tests {
     #[test]
     fn calls_out_of_order_are_errors() {
         let mut slot = Slot::<Echo>::new();
-        let err = process(&mut slot, &NoHost, &[]).unwrap_err();
+        let err = process(&mut slot, &TestHost::default(), &[]).unwrap_err();
         assert_eq!(err, Error::failed("process called before open"));
         assert_eq!(
             snapshot(&mut slot, 1).unwrap_err(),
             Error::failed("snapshot called before open")
         );
-        open(&mut slot, &NoHost, &OpenInfo::default()).unwrap();
+        open(&mut slot, &TestHost::default(), &OpenInfo::default()).unwrap();
         assert_eq!(
-            open(&mut slot, &NoHost, &OpenInfo::default()).unwrap_err(),
+            open(&mut slot, &TestHost::default(), &OpenInfo::default()).unwrap_err(),
             Error::failed("open called twice")
         );
         dispose(&mut slot);
         assert_eq!(
-            finish(&mut slot, &NoHost).unwrap_err(),
+            finish(&mut slot, &TestHost::default()).unwrap_err(),
             Error::failed("finish called after dispose")
         );
     }
 
-    /// A host whose watermark is set by the test and which counts how often it is read.
-    struct WatermarkHost {
+    /// A host without state whose watermark the test sets, counting how often it is read.
+    #[derive(Default)]
+    struct TestHost {
         watermark: std::cell::Cell<i64>,
         reads: std::cell::Cell<usize>,
     }
 
-    impl Host for WatermarkHost {
+    impl Host for TestHost {
         fn processing_time(&self) -> i64 {
             0
         }
@@ -386,10 +366,8 @@ mod tests {
 
     #[test]
     fn the_watermark_is_read_from_the_host_once_per_call() {
-        let host = WatermarkHost {
-            watermark: std::cell::Cell::new(5),
-            reads: std::cell::Cell::new(0),
-        };
+        let host = TestHost::default();
+        host.watermark.set(5);
         let mut slot = Slot::<Watermarks>::new();
         open(&mut slot, &host, &OpenInfo::default()).unwrap();
         let mut batch = sluice_codec::BatchWriter::new();
@@ -412,13 +390,13 @@ mod tests {
     #[test]
     fn malformed_input_is_an_error_naming_it() {
         let mut slot = Slot::<Echo>::new();
-        open(&mut slot, &NoHost, &OpenInfo::default()).unwrap();
-        let err = process(&mut slot, &NoHost, &[0x80]).unwrap_err();
+        open(&mut slot, &TestHost::default(), &OpenInfo::default()).unwrap();
+        let err = process(&mut slot, &TestHost::default(), &[0x80]).unwrap_err();
         assert_eq!(
             err.message(),
             "process: malformed record batch at byte 0: unknown record flags"
         );
-        let err = on_timers(&mut slot, &NoHost, &[0]).unwrap_err();
+        let err = on_timers(&mut slot, &TestHost::default(), &[0]).unwrap_err();
         assert!(
             err.message().starts_with("on-timers: malformed timer list"),
             "{err}"

@@ -397,44 +397,15 @@ impl StateCache {
         Ok(self.slots.len() - 1)
     }
 
-    pub(crate) fn value_get<T: DeserializeOwned>(
+    /// Runs `f` on the cached value of `key` (with the state's name and its list of dirty
+    /// keys), reading it from the host first when it is not cached.
+    fn with_value<R>(
         &mut self,
         host: &dyn Host,
         slot: usize,
         key: &[u8],
-    ) -> Result<Option<T>> {
-        let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
-        let cached = match s.values.get(key) {
-            Some(cached) => cached,
-            None => {
-                let value = host.state_get(s.id, key, &[]);
-                self.usage
-                    .add(s.ttl, key.len() + value.as_ref().map_or(0, Vec::len));
-                let cached = CachedValue {
-                    value,
-                    dirty: false,
-                };
-                s.values.entry(key.to_vec()).or_insert(cached)
-            }
-        };
-        cached
-            .value
-            .as_deref()
-            .map(from_bytes)
-            .transpose()
-            .map_err(|e| e.context(format_args!("state `{}`", s.name)))
-    }
-
-    /// Reads, changes and writes back the value of `key` with one lookup in the cache:
-    /// what [`ValueState::update`] does for every record of a counter. A `None` from `f`
-    /// is left for the caller to clear.
-    pub(crate) fn value_update<T: Serialize + DeserializeOwned>(
-        &mut self,
-        host: &dyn Host,
-        slot: usize,
-        key: &[u8],
-        f: impl FnOnce(Option<T>) -> Option<T>,
-    ) -> Result<Option<T>> {
+        f: impl FnOnce(&str, &mut CachedValue, &mut KeyList) -> Result<R>,
+    ) -> Result<R> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
         let cached = match s.values.get_mut(key) {
             Some(cached) => cached,
@@ -449,26 +420,45 @@ impl StateCache {
                 s.values.entry(key.to_vec()).or_insert(cached)
             }
         };
-        let name = &s.name;
-        let old = cached
-            .value
-            .as_deref()
-            .map(from_bytes)
-            .transpose()
-            .map_err(|e| e.context(format_args!("state `{name}`")))?;
-        let new = f(old);
-        if let Some(value) = &new {
-            let mut buf = cached.value.take().unwrap_or_default();
-            buf.clear();
-            let encoded = postcard::to_extend(value, buf)
-                .map_err(|e| Error::from(e).context(format_args!("state `{name}`")))?;
-            cached.value = Some(encoded);
-            if !cached.dirty {
-                cached.dirty = true;
-                s.dirty_values.push(key);
+        f(&s.name, cached, &mut s.dirty_values)
+    }
+
+    pub(crate) fn value_get<T: DeserializeOwned>(
+        &mut self,
+        host: &dyn Host,
+        slot: usize,
+        key: &[u8],
+    ) -> Result<Option<T>> {
+        self.with_value(host, slot, key, |name, cached, _| {
+            decode_value(name, cached.value.as_deref())
+        })
+    }
+
+    /// Reads, changes and writes back the value of `key` with one lookup in the cache:
+    /// what [`ValueState::update`] does for every record of a counter. A `None` from `f`
+    /// is left for the caller to clear.
+    pub(crate) fn value_update<T: Serialize + DeserializeOwned>(
+        &mut self,
+        host: &dyn Host,
+        slot: usize,
+        key: &[u8],
+        f: impl FnOnce(Option<T>) -> Option<T>,
+    ) -> Result<Option<T>> {
+        self.with_value(host, slot, key, |name, cached, dirty_values| {
+            let new = f(decode_value(name, cached.value.as_deref())?);
+            if let Some(value) = &new {
+                let mut buf = cached.value.take().unwrap_or_default();
+                buf.clear();
+                let encoded = postcard::to_extend(value, buf)
+                    .map_err(|e| Error::from(e).context(format_args!("state `{name}`")))?;
+                cached.value = Some(encoded);
+                if !cached.dirty {
+                    cached.dirty = true;
+                    dirty_values.push(key);
+                }
             }
-        }
-        Ok(new)
+            Ok(new)
+        })
     }
 
     #[cfg(test)]
@@ -870,6 +860,14 @@ impl StateCache {
             .map(|s| s.values.len() + s.maps.values().map(|m| m.entries.len()).sum::<usize>())
             .sum()
     }
+}
+
+/// A cached value of state `name`, decoded.
+fn decode_value<T: DeserializeOwned>(name: &str, bytes: Option<&[u8]>) -> Result<Option<T>> {
+    bytes
+        .map(from_bytes)
+        .transpose()
+        .map_err(|e| e.context(format_args!("state `{name}`")))
 }
 
 /// `value` encoded into `buf` (cleared first); the buffer comes back either way.

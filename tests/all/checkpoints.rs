@@ -16,7 +16,7 @@ use sluice_tests::{
 
 /// A word count over generated lines, throttled so that it runs for a few seconds, with
 /// checkpoints every 100 ms.
-fn throttled_wordcount(count_parallelism: u32, records: u64, rate: f64) -> String {
+pub(crate) fn throttled_wordcount(count_parallelism: u32, records: u64, rate: f64) -> String {
     format!(
         r#"
 name = "killable"

@@ -13,6 +13,8 @@ use sluice::server::token_sha256;
 use sluice_tests::plugins::{COUNT, TEST_WRONG_VERSION, TOKENIZE};
 use sluice_tests::{run_job, scratch_root, test_dir, write_job};
 
+use crate::checkpoints::throttled_wordcount;
+
 /// A `sluice serve` child process; killed when dropped.
 struct ServerProcess {
     child: Child,
@@ -93,43 +95,12 @@ token_sha256 = "{}"
     path
 }
 
-/// A word count throttled to run for a few seconds, checkpointing every 100 ms.
-fn wordcount(records: u64, rate: f64, seed: u64) -> String {
-    format!(
-        r#"
-name = "wordcount"
-[source]
-type = "generator"
-records = {records}
-words_per_record = 6
-vocabulary = 200
-seed = {seed}
-rate = {rate}
-[[operator]]
-name = "tokenize"
-plugin = "{TOKENIZE}"
-[[operator]]
-name = "count"
-plugin = "{COUNT}"
-key_by = "key"
-[sink]
-type = "file"
-path = "counts.tsv"
-format = "key-value"
-[checkpoint]
-interval_ms = 100
-[runtime]
-batch_size = 100
-"#
-    )
-}
-
 /// The output of the same job run to its end in this process, without failures.
 fn failure_free_output(job: &str) -> String {
     let dir = test_dir("server-reference");
     let path = write_job(&dir, &job.replace("\nrate = ", "\n# rate = "));
     run_job(&path).unwrap();
-    std::fs::read_to_string(dir.join("counts.tsv")).unwrap()
+    std::fs::read_to_string(dir.join("out/counts.tsv")).unwrap()
 }
 
 fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
@@ -156,7 +127,7 @@ fn a_tenant_submits_watches_stops_resumes_and_cancels_jobs() {
     let dir = test_dir("server-lifecycle");
     let server = ServerProcess::start(&host_config(&dir, ""));
     let a = server.client(Some("token-a"));
-    let job_text = wordcount(3000, 1500.0, 7);
+    let job_text = throttled_wordcount(1, 3000, 1500.0);
     let job_path = write_job(&dir, &job_text);
 
     let submitted = a.submit(&job_path).unwrap();
@@ -230,7 +201,7 @@ fn requests_without_a_valid_token_or_for_another_tenant_leak_nothing() {
     let server = ServerProcess::start(&host_config(&dir, ""));
     let a = server.client(Some("token-a"));
     let id = a
-        .submit(&write_job(&dir, &wordcount(100_000, 500.0, 1)))
+        .submit(&write_job(&dir, &throttled_wordcount(1, 100_000, 500.0)))
         .unwrap()["id"]
         .as_str()
         .unwrap()
@@ -274,7 +245,7 @@ fn requests_without_a_valid_token_or_for_another_tenant_leak_nothing() {
             let (status, body) = client.request(method, &path, None).unwrap();
             let body = String::from_utf8(body).unwrap();
             assert_eq!(status, 401, "{method} {path}: {body}");
-            assert!(!body.contains(&id) && !body.contains("wordcount"), "{body}");
+            assert!(!body.contains(&id) && !body.contains("killable"), "{body}");
         }
     }
 
@@ -300,8 +271,8 @@ fn requests_without_a_valid_token_or_for_another_tenant_leak_nothing() {
     assert!(!metrics.contains(&id), "{metrics}");
 
     // A job file naming another tenant is refused.
-    let other =
-        wordcount(10, 100.0, 1).replace("name = \"wordcount\"", "name = \"x\"\ntenant = \"a\"");
+    let other = throttled_wordcount(1, 10, 100.0)
+        .replace("name = \"killable\"", "name = \"x\"\ntenant = \"a\"");
     let e = error_of(b.submit(&write_job(&dir, &other)));
     assert!(e.contains("403") && e.contains("names tenant 'a'"), "{e}");
     assert_eq!(state(&a, &id), "running");
@@ -342,7 +313,7 @@ fn bad_submissions_get_clear_errors_and_leave_nothing_behind() {
     assert!(e.contains("400") && e.contains("0.1.0"), "{e}");
     // Job files name uploaded plugins by name (or by content hash).
     a.upload_plugin(Path::new(TOKENIZE)).unwrap();
-    let base = wordcount(10, 100.0, 1).replace(TOKENIZE, "tokenize.wasm");
+    let base = throttled_wordcount(1, 10, 100.0).replace(TOKENIZE, "tokenize.wasm");
     let cases = [
         (
             "name = \"x\"\n[source\n".to_string(),
@@ -364,7 +335,7 @@ fn bad_submissions_get_clear_errors_and_leave_nothing_behind() {
         ),
         (
             base.replace(
-                "type = \"file\"\npath = \"counts.tsv\"",
+                "type = \"file\"\npath = \"out/counts.tsv\"",
                 "type = \"stdout\"",
             ),
             "400",
@@ -382,7 +353,7 @@ fn bad_submissions_get_clear_errors_and_leave_nothing_behind() {
     assert_eq!(jobs_on_disk(), 0);
 
     // Quota: one running job at a time.
-    let long = write_job(&dir, &wordcount(100_000, 500.0, 1));
+    let long = write_job(&dir, &throttled_wordcount(1, 100_000, 500.0));
     let id = a.submit(&long).unwrap()["id"].as_str().unwrap().to_string();
     let e = error_of(a.submit(&long));
     assert!(e.contains("429") && e.contains("max_jobs"), "{e}");
@@ -399,7 +370,10 @@ fn a_killed_server_resumes_every_tenants_jobs_without_loss_or_duplicates() {
     let dir = test_dir("server-kill");
     let config = host_config(&dir, "");
     let server = ServerProcess::start(&config);
-    let texts = [wordcount(2400, 800.0, 11), wordcount(2400, 800.0, 12)];
+    let texts = [
+        throttled_wordcount(1, 2400, 800.0),
+        throttled_wordcount(1, 2400, 800.0),
+    ];
     let mut jobs = Vec::new();
     for (token, text) in ["token-a", "token-b"].into_iter().zip(&texts) {
         let client = server.client(Some(token));

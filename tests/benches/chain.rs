@@ -98,7 +98,7 @@ fn wasm_chain() -> OperatorChain {
 
 fn native_chain(keyed_state: bool) -> OperatorChain {
     let count: Box<dyn Operator> = if keyed_state {
-        Box::new(native::KeyedCount::new(128))
+        Box::new(native::keyed_count(128))
     } else {
         Box::new(native::count())
     };
@@ -108,7 +108,7 @@ fn native_chain(keyed_state: bool) -> OperatorChain {
             Box::new(native::filter_none_of(STOP_WORDS)),
             info("filter", &[], false),
         ),
-        (count, info("count", &[], keyed_state)),
+        (count, info("count", &[], false)),
         (Box::new(native::discard()), info("sink", &[], false)),
     ])
 }

@@ -2,8 +2,8 @@
 //! the baseline that benchmarks measure Wasm against. Each reads a batch with
 //! `BatchReader` and writes its output with `BatchWriter`, exactly like the plugins do
 //! through the SDK. `count` keeps its counts in a `HashMap`, as native code would;
-//! `KeyedCount` keeps them in the host's keyed state, as a native operator must for its
-//! state to be checkpointed.
+//! `keyed_count` keeps them in the host's keyed state backend, as a native operator must
+//! for its state to be checkpointed.
 
 use std::collections::HashMap;
 
@@ -137,95 +137,29 @@ pub fn count() -> impl Operator {
     })
 }
 
-/// `count` over the host's keyed state (declared in `open`, read and written per record),
-/// like a native Sluice operator whose counts are checkpointed with the job.
-pub struct KeyedCount {
-    identity: OperatorIdentity,
-    state: OperatorState,
-    id: u32,
-    text: itoa::Buffer,
-}
-
-impl KeyedCount {
-    /// A count over a backend holding key groups 0..`max_parallelism`.
-    pub fn new(max_parallelism: u32) -> Self {
-        KeyedCount {
-            identity: identity("count"),
-            state: OperatorState::new(Some(KeyedStateBackend::new(
-                max_parallelism,
-                0..max_parallelism,
-            ))),
-            id: 0,
-            text: itoa::Buffer::new(),
-        }
-    }
-}
-
-impl Operator for KeyedCount {
-    fn identity(&self) -> &OperatorIdentity {
-        &self.identity
-    }
-    fn state(&mut self) -> &mut OperatorState {
-        &mut self.state
-    }
-    fn open(&mut self, _info: &OpenInfo) -> Result<CallOutput, CallError> {
-        let backend = self.state.keyed.as_mut().expect("keyed");
-        self.id = backend
-            .declare(StateDescriptor {
-                name: "count".into(),
-                kind: StateKind::Value,
-                ttl_ms: None,
-            })
-            .map_err(CallError::Failed)?;
-        Ok(CallOutput::default())
-    }
-    fn process(&mut self, records: &[u8]) -> Result<CallOutput, CallError> {
-        let backend = self.state.keyed.as_mut().expect("keyed");
-        let failed = |e: String| CallError::Failed(e);
-        let mut out = BatchWriter::with_capacity(records.len());
-        for record in BatchReader::new(records) {
-            let r = record.map_err(|e| failed(e.to_string()))?;
-            let key = r.key.unwrap_or_default();
-            let old = backend
-                .get(self.id, key, &[], 0)
-                .map_err(|e| failed(e.to_string()))?;
-            let count = old.map_or(0, |v| {
-                u64::from_le_bytes(v[..].try_into().unwrap_or_default())
-            }) + 1;
-            backend
-                .put(self.id, key, &[], &count.to_le_bytes(), 0)
-                .map_err(|e| failed(e.to_string()))?;
-            out.push(Some(key), self.text.format(count).as_bytes(), r.timestamp);
-        }
-        Ok(CallOutput {
-            records: out.into_bytes(),
-            effects: Vec::new(),
+/// `count` over the host's keyed state backend (a value state read and written per
+/// record), like a native Sluice operator whose counts are checkpointed with the job.
+pub fn keyed_count(max_parallelism: u32) -> impl Operator {
+    let mut backend = KeyedStateBackend::new(max_parallelism, 0..max_parallelism);
+    let id = backend
+        .declare(StateDescriptor {
+            name: "count".into(),
+            kind: StateKind::Value,
+            ttl_ms: None,
         })
-    }
-    fn process_watermark(&mut self, _watermark: i64) -> Result<CallOutput, CallError> {
-        Ok(CallOutput::default())
-    }
-    fn on_timers(&mut self, _timers: &[u8]) -> Result<CallOutput, CallError> {
-        Ok(CallOutput::default())
-    }
-    fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>, CallError> {
-        Ok(Vec::new())
-    }
-    fn notify_complete(&mut self, _checkpoint_id: u64) -> Result<(), CallError> {
-        Ok(())
-    }
-    fn notify_aborted(&mut self, _checkpoint_id: u64) -> Result<(), CallError> {
-        Ok(())
-    }
-    fn finish(&mut self) -> Result<CallOutput, CallError> {
-        Ok(CallOutput::default())
-    }
-    fn close(&mut self) -> Result<CallOutput, CallError> {
-        Ok(CallOutput::default())
-    }
-    fn dispose(&mut self) -> Result<(), CallError> {
-        Ok(())
-    }
+        .expect("a fresh backend");
+    let mut text = itoa::Buffer::new();
+    Native::new("count", move |r: RecordRef<'_>, out: &mut BatchWriter| {
+        let key = r.key.unwrap_or_default();
+        let old = backend.get(id, key, &[], 0).expect("declared state");
+        let count = old.map_or(0, |v| {
+            u64::from_le_bytes(v[..].try_into().unwrap_or_default())
+        }) + 1;
+        backend
+            .put(id, key, &[], &count.to_le_bytes(), 0)
+            .expect("declared state");
+        out.push(Some(key), text.format(count).as_bytes(), r.timestamp);
+    })
 }
 
 /// A sink that drops what it gets (so a benchmark measures the operators, not I/O).

@@ -387,7 +387,7 @@ impl Server {
             .filter(|(r, _)| r.tenant == tenant.name)
             .map(|(r, e)| {
                 let mut o = summary(&r, e.is_running());
-                let (read, written) = io_totals(&lock(&e.monitor));
+                let (read, written) = lock(&e.monitor).records_read_written();
                 o.insert("records_read".into(), json!(read));
                 o.insert("records_written".into(), json!(written));
                 (r.submitted_ms, o)
@@ -403,7 +403,7 @@ impl Server {
         let record = entry.record();
         let monitor = lock(&entry.monitor).clone();
         let mut o = summary(&record, entry.is_running());
-        let (read, written) = io_totals(&monitor);
+        let (read, written) = monitor.records_read_written();
         let checkpoints = monitor.checkpoints();
         let last: Vec<_> = checkpoints
             .completed
@@ -815,23 +815,6 @@ fn state_name(state: JobState) -> &'static str {
         JobState::Cancelled => "cancelled",
         JobState::Failed => "failed",
     }
-}
-
-/// Records read by the sources and written by the sink of the current run.
-fn io_totals(monitor: &JobMonitor) -> (u64, u64) {
-    let tasks = monitor.tasks();
-    let read = tasks
-        .iter()
-        .filter(|t| t.is_source)
-        .map(|t| t.records_in)
-        .sum();
-    let written = tasks
-        .iter()
-        .flat_map(|t| &t.operators)
-        .filter(|o| o.operator == "sink")
-        .map(|o| o.records_in)
-        .sum();
-    (read, written)
 }
 
 /// The latest complete checkpoint or savepoint of a job folder, or a fresh start.
