@@ -282,7 +282,10 @@ fn requests_without_a_valid_token_or_for_another_tenant_leak_nothing() {
 #[test]
 fn bad_submissions_get_clear_errors_and_leave_nothing_behind() {
     let dir = test_dir("server-validation");
-    let server = ServerProcess::start(&host_config(&dir, "max_jobs = 1\nmax_plugin_mb = 1"));
+    let server = ServerProcess::start(&host_config(
+        &dir,
+        "max_jobs = 1\nmax_plugin_mb = 1\nmax_instances = 3",
+    ));
     let a = server.client(Some("token-a"));
     let registry = dir.join("registry");
     let jobs_on_disk = || std::fs::read_dir(registry.join("jobs")).unwrap().count();
@@ -352,6 +355,15 @@ fn bad_submissions_get_clear_errors_and_leave_nothing_behind() {
     assert_eq!(a.list().unwrap()["jobs"], serde_json::json!([]));
     assert_eq!(jobs_on_disk(), 0);
 
+    // Quota: at most 3 operator instances (this job has 1 + 4).
+    let wide = write_job(&dir, &throttled_wordcount(4, 100, 500.0));
+    let e = error_of(a.submit(&wide));
+    assert!(
+        e.contains("429")
+            && e.contains("needs 5 operator instances")
+            && e.contains("max_instances"),
+        "{e}"
+    );
     // Quota: one running job at a time.
     let long = write_job(&dir, &throttled_wordcount(1, 100_000, 500.0));
     let id = a.submit(&long).unwrap()["id"].as_str().unwrap().to_string();

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
@@ -66,6 +66,8 @@ struct JobEntry {
     monitor: Mutex<Arc<JobMonitor>>,
     /// Where to send control requests while the job's thread runs.
     run: Mutex<Option<Sender<JobControl>>>,
+    /// Operator instances of its current run.
+    instances: AtomicU32,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -211,12 +213,15 @@ impl Server {
         Ok((job, output))
     }
 
-    /// Checks the tenant's quotas for one more running job.
+    /// Checks the tenant's quotas for one more running job. Called under the admission
+    /// lock, which is held until the job is launched, so that what it counts is current.
     fn admit(&self, tenant: &TenantConfig, job: &Job) -> Result<(), ApiError> {
-        let running = lock(&self.jobs.by_id)
+        let (running, in_use) = lock(&self.jobs.by_id)
             .values()
             .filter(|e| e.is_running() && lock(&e.record).tenant == tenant.name)
-            .count() as u32;
+            .fold((0u32, 0u32), |(jobs, instances), e| {
+                (jobs + 1, instances + e.instances.load(Ordering::Relaxed))
+            });
         if running >= tenant.max_jobs {
             return Err(ApiError::new(
                 ErrorKind::Quota,
@@ -226,7 +231,6 @@ impl Server {
                 ),
             ));
         }
-        let in_use = self.budget.in_use(&tenant.name);
         if in_use + job.instances() > tenant.max_instances {
             return Err(ApiError::new(
                 ErrorKind::Quota,
@@ -277,6 +281,7 @@ impl Server {
             record: Mutex::new(record.clone()),
             monitor: Mutex::new(Arc::new(JobMonitor::default())),
             run: Mutex::new(None),
+            instances: AtomicU32::new(0),
         });
         let stored = fs::create_dir_all(&dir)
             .with_context(|| format!("creating {}", dir.display()))
@@ -294,6 +299,7 @@ impl Server {
 
     /// Starts the job's thread.
     fn launch(&self, entry: &Arc<JobEntry>, job: Job, restore: RestorePoint) {
+        entry.instances.store(job.instances(), Ordering::Relaxed);
         let monitor = Arc::new(JobMonitor::default());
         *lock(&entry.monitor) = monitor.clone();
         let (control, control_rx) = unbounded();
@@ -622,6 +628,7 @@ impl Server {
                 record: Mutex::new(record.clone()),
                 monitor: Mutex::new(Arc::new(JobMonitor::default())),
                 run: Mutex::new(None),
+                instances: AtomicU32::new(0),
             });
             lock(&self.jobs.by_id).insert(record.id.clone(), entry.clone());
             if record.state != JobState::Running {
