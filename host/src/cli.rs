@@ -165,6 +165,14 @@ impl Remote {
     }
 }
 
+/// `println!` that returns an error instead of panicking when stdout is gone (`sluice
+/// list | head`); `main` ends such a command quietly.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stdout(), $($arg)*)?
+    };
+}
+
 /// Parses the arguments, runs the command, maps the result to an exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -172,6 +180,12 @@ pub fn main() -> ExitCode {
     init_logging(&cli.log, cli.log_format, serving);
     match run(cli) {
         Ok(code) => code,
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -278,17 +292,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 fn print_json(value: &serde_json::Value) -> Result<ExitCode> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    out!("{}", serde_json::to_string_pretty(value)?);
     Ok(ExitCode::SUCCESS)
 }
 
 fn print_jobs(value: &serde_json::Value) -> Result<ExitCode> {
-    println!(
+    out!(
         "{:<18} {:<24} {:<10} {:>12} {:>12}",
-        "id", "name", "state", "read", "written"
+        "id",
+        "name",
+        "state",
+        "read",
+        "written"
     );
     for job in value["jobs"].as_array().into_iter().flatten() {
-        println!(
+        out!(
             "{:<18} {:<24} {:<10} {:>12} {:>12}",
             job["id"].as_str().unwrap_or("?"),
             job["name"].as_str().unwrap_or("?"),
@@ -309,7 +327,7 @@ fn serve(cli: &Cli, host_config: &Path, address: Option<&str>) -> Result<ExitCod
         .context("installing signal handlers")?;
     let server = Server::open(host, engine(cli)?)?;
     let running = crate::server::serve(server, &address)?;
-    println!("sluice: serving http://{}", running.address());
+    out!("sluice: serving http://{}", running.address());
     std::io::stdout().flush()?;
     if let Some(signal) = signals.forever().next() {
         eprintln!("sluice: stopping (signal {signal}): savepoints, then exit");
@@ -656,14 +674,14 @@ fn print_summary(job: &Job, report: &JobReport) {
 fn validate(cli: &Cli, path: &Path) -> Result<ExitCode> {
     let job = Job::load_with(path, &*engine(cli)?, &HostConfig::default())?;
     let graph = job.graph();
-    println!("job '{}' (tenant '{}') is valid", graph.name, graph.tenant);
+    out!("job '{}' (tenant '{}') is valid", graph.name, graph.tenant);
     for (i, chain) in graph.chains.iter().enumerate() {
         let input: String = chain
             .inputs
             .iter()
             .map(|(u, p)| format!(" <- {} from task {u}", p.name()))
             .collect();
-        println!(
+        out!(
             "  task {i}: {} x{}{input}",
             chain.name(graph),
             chain.parallelism
@@ -672,7 +690,7 @@ fn validate(cli: &Cli, path: &Path) -> Result<ExitCode> {
     for v in &graph.vertices {
         if let Vertex::Operator(o) = v {
             let plugin = &job.plugins()[&o.name];
-            println!(
+            out!(
                 "  operator '{}': {} ({} bytes, {})",
                 o.name,
                 plugin.path.display(),
@@ -682,13 +700,13 @@ fn validate(cli: &Cli, path: &Path) -> Result<ExitCode> {
         }
     }
     match &graph.checkpoint {
-        Some(c) => println!(
+        Some(c) => out!(
             "  checkpoints every {:?} ({:?}) in {}",
             c.interval,
             c.mode,
             c.dir.display()
         ),
-        None => println!("  checkpoints: off"),
+        None => out!("  checkpoints: off"),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -696,17 +714,17 @@ fn validate(cli: &Cli, path: &Path) -> Result<ExitCode> {
 fn inspect(cli: &Cli, path: &Path) -> Result<ExitCode> {
     let engine = engine(cli)?;
     let plugin = engine.load_plugin(path)?;
-    println!("file:      {}", plugin.path.display());
-    println!("size:      {} bytes", plugin.size);
-    println!("sha256:    {}", plugin.digest);
-    println!(
+    out!("file:      {}", plugin.path.display());
+    out!("size:      {} bytes", plugin.size);
+    out!("sha256:    {}", plugin.digest);
+    out!(
         "world:     sluice:operator/operator (host supports {})",
         supported_version()
     );
-    println!("exports:   {}", plugin.info.interface);
-    println!("calls:     {}", plugin.info.calls.join(", "));
-    println!("imports:   {}", plugin.info.imports.join(", "));
-    println!("compiled:  {:?}", plugin.compiled);
+    out!("exports:   {}", plugin.info.interface);
+    out!("calls:     {}", plugin.info.calls.join(", "));
+    out!("imports:   {}", plugin.info.imports.join(", "));
+    out!("compiled:  {:?}", plugin.compiled);
     Ok(ExitCode::SUCCESS)
 }
 

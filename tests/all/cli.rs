@@ -297,3 +297,30 @@ type = "stdout"
     );
     assert!(stderr.contains("host.toml"), "{stderr}");
 }
+
+#[test]
+fn a_closed_stdout_ends_a_command_quietly() {
+    // `sluice inspect X | head -1`: the reader is gone before the command writes.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .args(["inspect", COUNT])
+        .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}
+
+#[test]
+fn a_client_command_without_a_server_says_where_it_looked() {
+    let (code, _, stderr) = outcome(&sluice(&["list", "--server", "http://127.0.0.1:9"]));
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("http://127.0.0.1:9/jobs") && stderr.contains("SLUICE_SERVER"),
+        "{stderr}"
+    );
+}

@@ -52,7 +52,12 @@ impl Client {
             }
             _ => bail!("unsupported request {method} {path}"),
         };
-        let mut response = sent.with_context(|| format!("{method} {url}"))?;
+        let mut response = sent.with_context(|| {
+            format!(
+                "{method} {url}: no answer from a server there (is `sluice serve` running? \
+                 --server or SLUICE_SERVER say where it is)"
+            )
+        })?;
         let status = response.status().as_u16();
         let bytes = response
             .body_mut()
