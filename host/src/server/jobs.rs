@@ -87,6 +87,17 @@ pub(super) struct Jobs {
 }
 
 impl JobEntry {
+    /// A job kept in `dir`, not running.
+    fn new(dir: PathBuf, record: JobRecord) -> Arc<JobEntry> {
+        Arc::new(JobEntry {
+            dir,
+            record: Mutex::new(record),
+            monitor: Mutex::new(Arc::new(JobMonitor::default())),
+            run: Mutex::new(None),
+            instances: AtomicU32::new(0),
+        })
+    }
+
     fn record(&self) -> JobRecord {
         lock(&self.record).clone()
     }
@@ -276,13 +287,7 @@ impl Server {
             failure: None,
             restarts: 0,
         };
-        let entry = Arc::new(JobEntry {
-            dir: dir.clone(),
-            record: Mutex::new(record.clone()),
-            monitor: Mutex::new(Arc::new(JobMonitor::default())),
-            run: Mutex::new(None),
-            instances: AtomicU32::new(0),
-        });
+        let entry = JobEntry::new(dir.clone(), record.clone());
         let stored = fs::create_dir_all(&dir)
             .with_context(|| format!("creating {}", dir.display()))
             .and_then(|()| write_atomic(&dir.join("job.toml"), text.as_bytes()))
@@ -623,13 +628,7 @@ impl Server {
                     continue;
                 }
             };
-            let entry = Arc::new(JobEntry {
-                dir: dir.clone(),
-                record: Mutex::new(record.clone()),
-                monitor: Mutex::new(Arc::new(JobMonitor::default())),
-                run: Mutex::new(None),
-                instances: AtomicU32::new(0),
-            });
+            let entry = JobEntry::new(dir.clone(), record.clone());
             lock(&self.jobs.by_id).insert(record.id.clone(), entry.clone());
             if record.state != JobState::Running {
                 continue;
