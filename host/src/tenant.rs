@@ -173,13 +173,8 @@ impl HostConfig {
         let file: HostConfigFile =
             toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let resolve = |p: &Path| {
-            if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                base.join(p)
-            }
-        };
+        // An absolute path replaces the base.
+        let resolve = |p: &Path| base.join(p);
         let fallback = HostConfig::default().defaults;
         if file.defaults.token_sha256.is_some() {
             bail!(

@@ -8,108 +8,52 @@
 //!
 //! `cargo bench -p sluice-tests --bench chain`
 
-use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-
-use sluice::chain::{
-    ChainOutput, ChainedOperator, OpenInfo, Operator, OperatorChain, OperatorIdentity,
-    OperatorState,
-};
-use sluice::state::KeyedStateBackend;
-use sluice::wasm::SandboxLimits;
+use sluice::chain::{Operator, OperatorChain, OperatorState};
 use sluice_codec::BatchWriter;
-use sluice_tests::bench::{paired, rate, runs};
+use sluice_tests::bench::{
+    keyed_state, open_info, opened_chain, paired, rate, runs, wasm_operator,
+};
 use sluice_tests::plugins::{COUNT, FILTER, TOKENIZE};
-use sluice_tests::{engine, native, sample_text};
+use sluice_tests::{native, sample_text};
 
 const STOP_WORDS: &[&str] = &["the", "of", "x"];
 
-fn chained(operators: Vec<(Box<dyn Operator>, OpenInfo)>) -> OperatorChain {
-    let operators = operators
-        .into_iter()
-        .map(|(operator, open_info)| ChainedOperator {
-            operator,
-            open_info,
-            metrics: Arc::default(),
-        })
-        .collect();
-    let mut chain = OperatorChain::new(operators, ChainOutput::None, Arc::default());
-    chain.open_all().expect("opening the chain");
-    chain
-}
-
-fn info(name: &str, config: &[(&str, &str)], keyed: bool) -> OpenInfo {
-    OpenInfo {
-        job: "bench".into(),
-        operator: name.into(),
-        config: config
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        subtask: 0,
-        parallelism: 1,
-        max_parallelism: 128,
-        keyed,
-        restored_state: None,
-        attempt: 0,
-    }
-}
-
-fn wasm(path: &str, name: &str, keyed: bool) -> Box<dyn Operator> {
-    let engine = engine();
-    let plugin = engine
-        .load_plugin(Path::new(path))
-        .expect("loading a plugin");
-    let state = OperatorState::new(keyed.then(|| KeyedStateBackend::new(128, 0..128)));
-    let identity = OperatorIdentity {
-        tenant: "bench".into(),
-        job: "bench".into(),
-        operator: name.into(),
-        subtask: 0,
-        parallelism: 1,
-    };
-    let limits = SandboxLimits {
-        call_deadline: None,
-        ..SandboxLimits::default()
-    };
-    Box::new(
-        plugin
-            .instantiate(identity, limits, state, Arc::new(AtomicBool::new(false)))
-            .expect("instantiating"),
-    )
-}
-
 fn wasm_chain() -> OperatorChain {
     let stop = STOP_WORDS.join(",");
-    chained(vec![
+    opened_chain(vec![
         (
-            wasm(TOKENIZE, "tokenize", false),
-            info("tokenize", &[("min-length", "1")], false),
+            wasm_operator(TOKENIZE, "tokenize", OperatorState::new(None)),
+            open_info("tokenize", &[("min-length", "1")], false),
         ),
         (
-            wasm(FILTER, "filter", false),
-            info("filter", &[("none-of", &stop)], false),
+            wasm_operator(FILTER, "filter", OperatorState::new(None)),
+            open_info("filter", &[("none-of", &stop)], false),
         ),
-        (wasm(COUNT, "count", true), info("count", &[], true)),
-        (Box::new(native::discard()), info("sink", &[], false)),
+        (
+            wasm_operator(COUNT, "count", keyed_state()),
+            open_info("count", &[], true),
+        ),
+        (Box::new(native::discard()), open_info("sink", &[], false)),
     ])
 }
 
-fn native_chain(keyed_state: bool) -> OperatorChain {
-    let count: Box<dyn Operator> = if keyed_state {
+fn native_chain(host_state: bool) -> OperatorChain {
+    let count: Box<dyn Operator> = if host_state {
         Box::new(native::keyed_count(128))
     } else {
         Box::new(native::count())
     };
-    chained(vec![
-        (Box::new(native::tokenize(1)), info("tokenize", &[], false)),
+    opened_chain(vec![
+        (
+            Box::new(native::tokenize(1)),
+            open_info("tokenize", &[], false),
+        ),
         (
             Box::new(native::filter_none_of(STOP_WORDS)),
-            info("filter", &[], false),
+            open_info("filter", &[], false),
         ),
-        (count, info("count", &[], false)),
-        (Box::new(native::discard()), info("sink", &[], false)),
+        (count, open_info("count", &[], false)),
+        (Box::new(native::discard()), open_info("sink", &[], false)),
     ])
 }
 

@@ -14,24 +14,18 @@
 //! `cargo bench -p sluice-tests --bench checkpoint` (`SLUICE_BENCH_MAX_KEYS` caps the
 //! largest state, default 10M).
 
-use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::unbounded;
 
-use sluice::chain::{
-    ChainOutput, ChainedOperator, OpenInfo, OperatorChain, OperatorIdentity, OperatorState,
-};
+use sluice::chain::{OperatorChain, OperatorState};
 use sluice::checkpoint::{CheckpointStorage, SnapshotKind};
 use sluice::job::{Job, JobControl, JobMonitor, RestorePoint};
 use sluice::state::{KeyedStateBackend, StateDescriptor, StateKind};
 use sluice::tenant::HostConfig;
-use sluice::wasm::SandboxLimits;
 use sluice_codec::BatchWriter;
-use sluice_tests::bench::{paired, rate, runs};
+use sluice_tests::bench::{open_info, opened_chain, paired, rate, runs, wasm_operator};
 use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE};
 use sluice_tests::{engine, run_job, test_dir, write_job};
 
@@ -93,8 +87,6 @@ fn throughput() {
 }
 
 fn count_chain(keys: u64) -> OperatorChain {
-    let engine = engine();
-    let plugin = engine.load_plugin(Path::new(COUNT)).unwrap();
     let mut backend = KeyedStateBackend::new(128, 0..128);
     let state = backend
         .declare(StateDescriptor {
@@ -115,45 +107,16 @@ fn count_chain(keys: u64) -> OperatorChain {
             )
             .unwrap();
     }
-    let identity = OperatorIdentity {
-        tenant: "bench".into(),
-        job: "bench".into(),
-        operator: "count".into(),
-        subtask: 0,
-        parallelism: 1,
-    };
-    let limits = SandboxLimits {
-        call_deadline: None,
-        ..SandboxLimits::default()
-    };
-    let op = plugin
-        .instantiate(
-            identity,
-            limits,
-            OperatorState::new(Some(backend)),
-            Arc::new(AtomicBool::new(false)),
-        )
-        .unwrap();
-    let open_info = OpenInfo {
-        operator: "count".into(),
-        parallelism: 1,
-        max_parallelism: 128,
-        keyed: true,
-        ..OpenInfo::default()
-    };
-    let sink = ChainedOperator {
-        operator: Box::new(sluice_tests::native::discard()),
-        open_info: OpenInfo::default(),
-        metrics: Arc::default(),
-    };
-    let count = ChainedOperator {
-        operator: Box::new(op),
-        open_info,
-        metrics: Arc::default(),
-    };
-    let mut chain = OperatorChain::new(vec![count, sink], ChainOutput::None, Arc::default());
-    chain.open_all().unwrap();
-    chain
+    opened_chain(vec![
+        (
+            wasm_operator(COUNT, "count", OperatorState::new(Some(backend))),
+            open_info("count", &[], true),
+        ),
+        (
+            Box::new(sluice_tests::native::discard()),
+            open_info("sink", &[], false),
+        ),
+    ])
 }
 
 fn stall() {

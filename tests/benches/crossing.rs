@@ -6,71 +6,23 @@
 //!
 //! `cargo bench -p sluice-tests --bench crossing`
 
-use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-
-use sluice::chain::{
-    ChainOutput, ChainedOperator, OpenInfo, Operator, OperatorChain, OperatorIdentity,
-    OperatorState,
-};
-use sluice::wasm::SandboxLimits;
+use sluice::chain::{Operator, OperatorChain, OperatorState};
 use sluice_codec::{BatchWriter, RecordRef};
-use sluice_tests::bench::{paired, runs};
-use sluice_tests::engine;
+use sluice_tests::bench::{open_info, opened_chain, paired, runs, wasm_operator};
 use sluice_tests::native::{Native, discard};
 use sluice_tests::plugins::TEST_MISBEHAVE;
 
 const RECORDS: usize = 1 << 21;
 
 fn chain(op: Box<dyn Operator>) -> OperatorChain {
-    let info = OpenInfo {
-        operator: "pass".into(),
-        config: vec![("behavior".into(), "none".into())],
-        parallelism: 1,
-        max_parallelism: 128,
-        ..OpenInfo::default()
-    };
-    let ops = vec![
-        ChainedOperator {
-            operator: op,
-            open_info: info,
-            metrics: Arc::default(),
-        },
-        ChainedOperator {
-            operator: Box::new(discard()),
-            open_info: OpenInfo::default(),
-            metrics: Arc::default(),
-        },
-    ];
-    let mut c = OperatorChain::new(ops, ChainOutput::None, Arc::default());
-    c.open_all().unwrap();
-    c
+    opened_chain(vec![
+        (op, open_info("pass", &[("behavior", "none")], false)),
+        (Box::new(discard()), open_info("sink", &[], false)),
+    ])
 }
 
 fn wasm() -> Box<dyn Operator> {
-    let plugin = engine().load_plugin(Path::new(TEST_MISBEHAVE)).unwrap();
-    let identity = OperatorIdentity {
-        tenant: "bench".into(),
-        job: "bench".into(),
-        operator: "pass".into(),
-        subtask: 0,
-        parallelism: 1,
-    };
-    let limits = SandboxLimits {
-        call_deadline: None,
-        ..SandboxLimits::default()
-    };
-    Box::new(
-        plugin
-            .instantiate(
-                identity,
-                limits,
-                OperatorState::new(None),
-                Arc::new(AtomicBool::new(false)),
-            )
-            .unwrap(),
-    )
+    wasm_operator(TEST_MISBEHAVE, "pass", OperatorState::new(None))
 }
 
 fn native() -> Box<dyn Operator> {

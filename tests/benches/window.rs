@@ -5,20 +5,12 @@
 //!
 //! `cargo bench -p sluice-tests --bench window`
 
-use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-
-use sluice::chain::{
-    ChainOutput, ChainedOperator, OpenInfo, Operator, OperatorChain, OperatorIdentity,
-    OperatorState,
-};
+use sluice::chain::{Operator, OperatorChain};
 use sluice::connectors::generated_event;
-use sluice::state::KeyedStateBackend;
-use sluice::wasm::SandboxLimits;
 use sluice_codec::BatchWriter;
-use sluice_tests::bench::{paired, rate, runs};
-use sluice_tests::engine;
+use sluice_tests::bench::{
+    keyed_state, open_info, opened_chain, paired, rate, runs, wasm_operator,
+};
 use sluice_tests::native::{TumblingSum, discard};
 use sluice_tests::plugins::WINDOW;
 
@@ -27,58 +19,19 @@ const KEYS: u64 = 1000;
 const BATCH: usize = 1024;
 
 fn chain(window: Box<dyn Operator>, keyed: bool) -> OperatorChain {
-    let info = OpenInfo {
-        operator: "window".into(),
-        config: [
-            ("kind", "tumbling"),
-            ("size-ms", "10000"),
-            ("aggregate", "sum"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect(),
-        parallelism: 1,
-        max_parallelism: 128,
-        keyed,
-        ..OpenInfo::default()
-    };
-    let ops = vec![
-        ChainedOperator {
-            operator: window,
-            open_info: info,
-            metrics: Arc::default(),
-        },
-        ChainedOperator {
-            operator: Box::new(discard()),
-            open_info: OpenInfo::default(),
-            metrics: Arc::default(),
-        },
+    let config = [
+        ("kind", "tumbling"),
+        ("size-ms", "10000"),
+        ("aggregate", "sum"),
     ];
-    let mut chain = OperatorChain::new(ops, ChainOutput::None, Arc::default());
-    chain.open_all().unwrap();
-    chain
+    opened_chain(vec![
+        (window, open_info("window", &config, keyed)),
+        (Box::new(discard()), open_info("sink", &[], false)),
+    ])
 }
 
 fn wasm_window() -> Box<dyn Operator> {
-    let engine = engine();
-    let plugin = engine.load_plugin(Path::new(WINDOW)).unwrap();
-    let identity = OperatorIdentity {
-        tenant: "bench".into(),
-        job: "bench".into(),
-        operator: "window".into(),
-        subtask: 0,
-        parallelism: 1,
-    };
-    let limits = SandboxLimits {
-        call_deadline: None,
-        ..SandboxLimits::default()
-    };
-    let state = OperatorState::new(Some(KeyedStateBackend::new(128, 0..128)));
-    Box::new(
-        plugin
-            .instantiate(identity, limits, state, Arc::new(AtomicBool::new(false)))
-            .unwrap(),
-    )
+    wasm_operator(WINDOW, "window", keyed_state())
 }
 
 fn main() {

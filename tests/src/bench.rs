@@ -3,7 +3,19 @@
 //! Machines here are shared and noisy, so every figure is the median of several runs, and
 //! what matters is the ratio against a baseline measured in the same process.
 
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
+
+use sluice::chain::{
+    ChainOutput, ChainedOperator, OpenInfo, Operator, OperatorChain, OperatorIdentity,
+    OperatorState,
+};
+use sluice::state::KeyedStateBackend;
+use sluice::wasm::SandboxLimits;
+
+use crate::engine;
 
 /// Runs `f` `runs` times (after one warm-up run) and returns the median duration.
 pub fn median_time(runs: usize, mut f: impl FnMut()) -> Duration {
@@ -75,4 +87,66 @@ pub fn runs(default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// The open info of a benchmark operator: subtask 1 of 1, 128 key groups.
+pub fn open_info(name: &str, config: &[(&str, &str)], keyed: bool) -> OpenInfo {
+    OpenInfo {
+        job: "bench".into(),
+        operator: name.into(),
+        config: config
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        subtask: 0,
+        parallelism: 1,
+        max_parallelism: 128,
+        keyed,
+        restored_state: None,
+        attempt: 0,
+    }
+}
+
+/// An instance of the component at `path` named `name`, over `state`, without a call
+/// deadline (a slow run on a busy machine is measured, not cut).
+pub fn wasm_operator(path: &str, name: &str, state: OperatorState) -> Box<dyn Operator> {
+    let plugin = engine()
+        .load_plugin(Path::new(path))
+        .expect("loading a plugin");
+    let identity = OperatorIdentity {
+        tenant: "bench".into(),
+        job: "bench".into(),
+        operator: name.into(),
+        subtask: 0,
+        parallelism: 1,
+    };
+    let limits = SandboxLimits {
+        call_deadline: None,
+        ..SandboxLimits::default()
+    };
+    Box::new(
+        plugin
+            .instantiate(identity, limits, state, Arc::new(AtomicBool::new(false)))
+            .expect("instantiating"),
+    )
+}
+
+/// Keyed state for a benchmark operator: all 128 key groups.
+pub fn keyed_state() -> OperatorState {
+    OperatorState::new(Some(KeyedStateBackend::new(128, 0..128)))
+}
+
+/// `operators` as one opened chain without outputs.
+pub fn opened_chain(operators: Vec<(Box<dyn Operator>, OpenInfo)>) -> OperatorChain {
+    let operators = operators
+        .into_iter()
+        .map(|(operator, open_info)| ChainedOperator {
+            operator,
+            open_info,
+            metrics: Arc::default(),
+        })
+        .collect();
+    let mut chain = OperatorChain::new(operators, ChainOutput::None, Arc::default());
+    chain.open_all().expect("opening the chain");
+    chain
 }

@@ -190,13 +190,8 @@ impl JobGraph {
     /// Validates `file` (read from `path`) into a graph.
     pub fn from_file(file: &JobFile, path: &Path) -> Result<JobGraph> {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let resolve = |p: &Path| {
-            if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                base.join(p)
-            }
-        };
+        // An absolute path replaces the base.
+        let resolve = |p: &Path| base.join(p);
         let job = path.display();
         if file.name.trim().is_empty() {
             bail!("{job}: `name` must not be empty");
