@@ -23,11 +23,63 @@ pub(crate) struct Runtime {
     pub(crate) effects: EffectWriter,
     /// Timers registered with the host that have not fired or been deleted: registering
     /// one of them again sends nothing.
-    timers: FxHashMap<Vec<u8>, FxHashSet<(TimeDomain, i64)>>,
+    timers: TimerSet,
     registered_timers: usize,
+    /// True while an `on-timers` call runs.
+    firing_timers: bool,
+    /// During an `on-timers` call, the timers deleted since it began: those of its batch
+    /// must not fire when their turn comes (Flink pops timers one at a time, so a timer
+    /// deleted by an earlier one never fires). Empty otherwise; allocated on the first
+    /// such deletion and kept (out of line: most operators never need it).
+    deleted_timers: Option<Box<TimerSet>>,
     /// The watermark as read from the host in the current call: it changes only between
     /// calls, so one host call per call is enough.
     watermark: Cell<Option<i64>>,
+}
+
+/// A set of timers, by key, so that a timer can be looked up without copying its key.
+#[derive(Debug, Default)]
+struct TimerSet(FxHashMap<Vec<u8>, FxHashSet<(TimeDomain, i64)>>);
+
+impl TimerSet {
+    /// Adds a timer; false when it was already there.
+    fn insert(&mut self, domain: TimeDomain, key: &[u8], timestamp: i64) -> bool {
+        match self.0.get_mut(key) {
+            Some(times) => times.insert((domain, timestamp)),
+            None => {
+                let mut times = FxHashSet::default();
+                times.insert((domain, timestamp));
+                self.0.insert(key.to_vec(), times);
+                true
+            }
+        }
+    }
+
+    /// Removes a timer; false when it was not there.
+    fn remove(&mut self, domain: TimeDomain, key: &[u8], timestamp: i64) -> bool {
+        let Some(times) = self.0.get_mut(key) else {
+            return false;
+        };
+        let removed = times.remove(&(domain, timestamp));
+        if times.is_empty() {
+            self.0.remove(key);
+        }
+        removed
+    }
+
+    fn contains(&self, domain: TimeDomain, key: &[u8], timestamp: i64) -> bool {
+        self.0
+            .get(key)
+            .is_some_and(|times| times.contains(&(domain, timestamp)))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
 }
 
 /// Past this many remembered timers the SDK forgets them (and may register some again,
@@ -49,8 +101,12 @@ impl Runtime {
     pub(crate) fn end_call(&mut self, success: bool) -> CallOutput {
         self.watermark.set(None);
         self.states.end_call(success, &mut self.effects);
+        self.firing_timers = false;
+        if let Some(deleted) = &mut self.deleted_timers {
+            deleted.clear();
+        }
         if !success || self.registered_timers > MAX_REMEMBERED_TIMERS {
-            self.timers = FxHashMap::default();
+            self.timers = TimerSet::default();
             self.registered_timers = 0;
         }
         if success {
@@ -67,16 +123,7 @@ impl Runtime {
 
     fn timer(&mut self, register: bool, domain: TimeDomain, key: &[u8], timestamp: i64) {
         if register {
-            let known = match self.timers.get_mut(key) {
-                Some(times) => !times.insert((domain, timestamp)),
-                None => {
-                    let mut times = FxHashSet::default();
-                    times.insert((domain, timestamp));
-                    self.timers.insert(key.to_vec(), times);
-                    false
-                }
-            };
-            if known {
+            if !self.timers.insert(domain, key, timestamp) {
                 return;
             }
             self.registered_timers += 1;
@@ -87,6 +134,11 @@ impl Runtime {
             });
         } else {
             self.forget_timer(domain, key, timestamp);
+            if self.firing_timers {
+                self.deleted_timers
+                    .get_or_insert_default()
+                    .insert(domain, key, timestamp);
+            }
             self.effects.push(Effect::DeleteTimer {
                 domain,
                 timestamp,
@@ -95,14 +147,40 @@ impl Runtime {
         }
     }
 
-    /// The timer fired or was deleted: registering it again must reach the host.
-    pub(crate) fn forget_timer(&mut self, domain: TimeDomain, key: &[u8], timestamp: i64) {
-        if let Some(times) = self.timers.get_mut(key) {
-            times.remove(&(domain, timestamp));
-            if times.is_empty() {
-                self.timers.remove(key);
+    /// The timer was deleted (or fires): registering it again must reach the host.
+    fn forget_timer(&mut self, domain: TimeDomain, key: &[u8], timestamp: i64) {
+        self.timers.remove(domain, key, timestamp);
+    }
+
+    /// Starts an `on-timers` call: until it ends, the timers deleted are remembered so
+    /// that [`fire_timer`](Self::fire_timer) skips them.
+    pub(crate) fn begin_timers(&mut self) {
+        self.firing_timers = true;
+    }
+
+    /// The turn of a timer of the `on-timers` batch: whether it fires, as it would from
+    /// Flink's queue, which pops timers one at a time. It does not if it was deleted
+    /// during the call (by an earlier timer of the batch); it does if it was registered
+    /// again after that, and then that registration is cancelled, since the timer fires
+    /// now (the host applies the call's effects only after it, and would fire it twice).
+    pub(crate) fn fire_timer(&mut self, domain: TimeDomain, key: &[u8], timestamp: i64) -> bool {
+        // Only a batch in which something was deleted pays for the lookup.
+        if let Some(deleted) = &mut self.deleted_timers
+            && !deleted.is_empty()
+            && deleted.remove(domain, key, timestamp)
+        {
+            if !self.timers.contains(domain, key, timestamp) {
+                return false;
             }
+            self.effects.push(Effect::DeleteTimer {
+                domain,
+                timestamp,
+                key,
+            });
         }
+        // It fires: registering it again (from its own `on_timer`) must reach the host.
+        self.forget_timer(domain, key, timestamp);
+        true
     }
 
     fn add_counter(&mut self, name: &str, delta: u64) {
@@ -173,12 +251,16 @@ macro_rules! shared_context_methods {
                 .timer(true, TimeDomain::ProcessingTime, key, timestamp);
         }
 
-        /// Deletes an event-time timer, if it is registered.
+        /// Deletes an event-time timer, if it is registered. A timer due in the same
+        /// `on_timer` batch as the one being handled is deleted too: it does not fire
+        /// (unless registered again before its turn).
         pub fn delete_event_timer(&mut self, key: &[u8], timestamp: i64) {
             self.rt.timer(false, TimeDomain::EventTime, key, timestamp);
         }
 
-        /// Deletes a processing-time timer, if it is registered.
+        /// Deletes a processing-time timer, if it is registered (as with
+        /// [`delete_event_timer`](Self::delete_event_timer), also one due in the same
+        /// `on_timer` batch).
         pub fn delete_processing_timer(&mut self, key: &[u8], timestamp: i64) {
             self.rt
                 .timer(false, TimeDomain::ProcessingTime, key, timestamp);

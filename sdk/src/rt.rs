@@ -128,16 +128,19 @@ pub(crate) fn on_timers<T: Operator>(
     timers: &[u8],
 ) -> Result<CallOutput> {
     run(slot, host, "on-timers", |operator, ctx| {
+        ctx.rt.begin_timers();
         for timer in TimerReader::new(timers) {
             let timer = timer.map_err(|e| Error::failed(format!("on-timers: {e}")))?;
+            // A timer an earlier one of the batch deleted does not fire, as in Flink.
+            if !ctx.rt.fire_timer(timer.domain, timer.key, timer.timestamp) {
+                continue;
+            }
             // As in Flink: what an event-time timer emits carries the timer's time, what a
             // processing-time timer emits carries none.
             ctx.timestamp = match timer.domain {
                 TimeDomain::EventTime => Some(timer.timestamp),
                 TimeDomain::ProcessingTime => None,
             };
-            ctx.rt
-                .forget_timer(timer.domain, timer.key, timer.timestamp);
             let timer = Timer {
                 domain: timer.domain,
                 timestamp: timer.timestamp,
@@ -385,6 +388,107 @@ mod tests {
         host.watermark.set(9);
         assert_eq!(values(process(&mut slot, &host, &batch).unwrap()), ["9"; 6]);
         assert_eq!(host.reads.get(), 2);
+    }
+
+    /// Emits `T K` for each timer; the one at 10 deletes the event timer at 20 of its key,
+    /// and for key `r` registers it again.
+    struct Deleter;
+
+    impl Operator for Deleter {
+        fn open(_ctx: &mut OpenContext<'_>) -> Result<Self> {
+            Ok(Deleter)
+        }
+
+        fn process(&mut self, record: Record<'_>, ctx: &mut Context<'_>) -> Result<()> {
+            ctx.delete_event_timer(record.require_key()?, 20);
+            Ok(())
+        }
+
+        fn on_timer(&mut self, timer: Timer<'_>, ctx: &mut Context<'_>) -> Result<()> {
+            let text = format!("{} {}", timer.timestamp, String::from_utf8_lossy(timer.key));
+            ctx.emit(None, text.as_bytes());
+            if timer.timestamp == 10 {
+                ctx.delete_event_timer(timer.key, 20);
+                if timer.key == b"r" {
+                    ctx.register_event_timer(timer.key, 20);
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// Calls `on-timers` with event-time `timers`; returns the records' values and the
+    /// timer effects as `(registered, time, key)`.
+    fn fire(
+        slot: &mut Slot<Deleter>,
+        timers: &[(i64, &str)],
+    ) -> (Vec<String>, Vec<(bool, i64, String)>) {
+        let mut encoded = sluice_codec::TimerWriter::new();
+        for (timestamp, key) in timers {
+            encoded.push(TimeDomain::EventTime, *timestamp, key.as_bytes());
+        }
+        let output = on_timers(slot, &TestHost::default(), &encoded.into_bytes()).unwrap();
+        let records = BatchReader::new(&output.records)
+            .map(|r| String::from_utf8(r.unwrap().value.to_vec()).unwrap())
+            .collect();
+        let effects = sluice_codec::EffectReader::new(&output.effects)
+            .map(|e| match e.unwrap() {
+                sluice_codec::Effect::RegisterTimer { timestamp, key, .. } => {
+                    (true, timestamp, String::from_utf8_lossy(key).into_owned())
+                }
+                sluice_codec::Effect::DeleteTimer { timestamp, key, .. } => {
+                    (false, timestamp, String::from_utf8_lossy(key).into_owned())
+                }
+                other => panic!("unexpected effect {other:?}"),
+            })
+            .collect();
+        (records, effects)
+    }
+
+    fn opened_deleter() -> Slot<Deleter> {
+        let mut slot = Slot::<Deleter>::new();
+        open(&mut slot, &TestHost::default(), &OpenInfo::default()).unwrap();
+        slot
+    }
+
+    #[test]
+    fn a_timer_deleted_earlier_in_the_batch_is_skipped() {
+        let mut slot = opened_deleter();
+        let (records, effects) = fire(&mut slot, &[(10, "k"), (10, "l"), (20, "k"), (30, "k")]);
+        assert_eq!(records, ["10 k", "10 l", "30 k"]);
+        assert_eq!(
+            effects,
+            [(false, 20, "k".to_owned()), (false, 20, "l".to_owned())]
+        );
+    }
+
+    #[test]
+    fn a_timer_deleted_and_registered_again_fires_and_its_registration_is_cancelled() {
+        let mut slot = opened_deleter();
+        let (records, effects) = fire(&mut slot, &[(10, "r"), (20, "r"), (30, "r")]);
+        assert_eq!(records, ["10 r", "20 r", "30 r"]);
+        // Applied in order after the call, these leave 20 unregistered: it fired.
+        assert_eq!(
+            effects,
+            [
+                (false, 20, "r".to_owned()),
+                (true, 20, "r".to_owned()),
+                (false, 20, "r".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn only_deletions_of_the_same_call_skip_timers() {
+        let mut slot = opened_deleter();
+        // Deleted by a timer of an earlier call: the host decides whether it fires.
+        fire(&mut slot, &[(10, "k")]);
+        assert_eq!(fire(&mut slot, &[(20, "k")]).0, ["20 k"]);
+        // Deleted in `process`: likewise.
+        let mut batch = sluice_codec::BatchWriter::new();
+        batch.push(Some(b"k"), b"", None);
+        process(&mut slot, &TestHost::default(), &batch.into_bytes()).unwrap();
+        assert_eq!(fire(&mut slot, &[(20, "k")]).0, ["20 k"]);
     }
 
     #[test]

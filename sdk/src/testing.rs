@@ -10,7 +10,8 @@
 //!   time;
 //! - event-time and processing-time timers, deduplicated and deletable, fired in time order
 //!   when the watermark or the clock reaches them (before the watermark itself is
-//!   processed);
+//!   processed), the due ones in one `on-timers` call as the host does; as in Flink, a
+//!   timer deleted while an earlier one of the call is handled does not fire;
 //! - counters and log lines.
 //!
 //! ```

@@ -499,3 +499,159 @@ fn one_batch_is_one_call() -> Result<()> {
     assert_eq!(h.output_values_str(), ["2"]);
     Ok(())
 }
+
+/// What [`Canceller`] does when a timer fires: `(command, key, time)`.
+type Plan = Vec<(String, Vec<u8>, i64)>;
+
+/// Registers timers as its records say (`event T`, `proc T` for the record's key) and
+/// queues commands to run when a timer fires (`then T CMD K2 T2`: when the timer at `T`
+/// for the record's key fires, in either domain, run `CMD`, one of `event`, `unevent`,
+/// `proc`, `unproc`, for key `K2` at `T2`). A timer that fires emits `T K`.
+#[derive(Default)]
+struct Canceller {
+    plans: std::collections::HashMap<(i64, Vec<u8>), Plan>,
+}
+
+impl Canceller {
+    fn timer(ctx: &mut Context<'_>, command: &str, key: &[u8], time: i64) -> Result<()> {
+        match command {
+            "event" => ctx.register_event_timer(key, time),
+            "unevent" => ctx.delete_event_timer(key, time),
+            "proc" => ctx.register_processing_timer(key, time),
+            "unproc" => ctx.delete_processing_timer(key, time),
+            _ => return Err(Error::failed(format!("unknown command {command:?}"))),
+        }
+        Ok(())
+    }
+}
+
+impl Operator for Canceller {
+    fn open(_ctx: &mut OpenContext<'_>) -> Result<Self> {
+        Ok(Canceller::default())
+    }
+
+    fn process(&mut self, record: Record<'_>, ctx: &mut Context<'_>) -> Result<()> {
+        let key = record.require_key()?;
+        for command in record.value_str()?.split(';') {
+            match command.split_whitespace().collect::<Vec<_>>()[..] {
+                ["then", t, command, key2, t2] => {
+                    let step = (command.to_owned(), key2.as_bytes().to_vec(), t2.parse()?);
+                    self.plans
+                        .entry((t.parse()?, key.to_vec()))
+                        .or_default()
+                        .push(step);
+                }
+                [command, t] => Self::timer(ctx, command, key, t.parse()?)?,
+                _ => return Err(Error::failed(format!("unknown command {command:?}"))),
+            }
+        }
+        Ok(())
+    }
+
+    fn on_timer(&mut self, timer: Timer<'_>, ctx: &mut Context<'_>) -> Result<()> {
+        let key = String::from_utf8_lossy(timer.key);
+        ctx.emit(None, format!("{} {key}", timer.timestamp).as_bytes());
+        let plan = self
+            .plans
+            .get(&(timer.timestamp, timer.key.to_vec()))
+            .cloned()
+            .unwrap_or_default();
+        for (command, key, time) in plan {
+            Self::timer(ctx, &command, &key, time)?;
+        }
+        Ok(())
+    }
+}
+
+/// A keyed harness running [`Canceller`] with the given `(key, commands)` processed.
+fn canceller(steps: &[(&str, &str)]) -> Result<Harness<Canceller>> {
+    let mut h = Harness::<Canceller>::builder().keyed(true).open()?;
+    for (key, commands) in steps {
+        h.process(Some(key), commands, None)?;
+    }
+    Ok(h)
+}
+
+#[test]
+fn a_timer_deleted_by_an_earlier_timer_of_the_same_batch_does_not_fire() -> Result<()> {
+    let mut h = canceller(&[("k", "event 10;event 20;event 30;then 10 unevent k 20")])?;
+    // All three are due at once, so they come in one `on-timers` call.
+    h.process_watermark(100)?;
+    assert_eq!(h.output_values_str(), ["10 k", "30 k"]);
+    assert!(h.timers(TimeDomain::EventTime).is_empty());
+    h.finish()?;
+    assert_eq!(h.output_values_str(), ["10 k", "30 k"]);
+    Ok(())
+}
+
+#[test]
+fn a_timer_deleted_by_one_of_the_same_time_and_another_key_does_not_fire() -> Result<()> {
+    let mut h = canceller(&[
+        ("a", "event 10;then 10 unevent b 10"),
+        ("b", "event 10"),
+        ("c", "event 10"),
+    ])?;
+    h.process_watermark(10)?;
+    assert_eq!(h.output_values_str(), ["10 a", "10 c"]);
+    assert!(h.timers(TimeDomain::EventTime).is_empty());
+    Ok(())
+}
+
+#[test]
+fn a_timer_deleted_and_registered_again_before_its_turn_fires_once_in_order() -> Result<()> {
+    let mut h = canceller(&[(
+        "k",
+        "event 10;event 20;event 30;then 10 unevent k 20;then 10 event k 20",
+    )])?;
+    h.process_watermark(100)?;
+    assert_eq!(h.output_values_str(), ["10 k", "20 k", "30 k"]);
+    // It fired: it is not registered any more, so it does not fire again.
+    assert!(h.timers(TimeDomain::EventTime).is_empty());
+    h.finish()?;
+    assert_eq!(h.output_values_str(), ["10 k", "20 k", "30 k"]);
+
+    // Deleted, registered and deleted again: it does not fire.
+    let mut h = canceller(&[(
+        "k",
+        "event 10;event 20;then 10 unevent k 20;then 10 event k 20;then 10 unevent k 20",
+    )])?;
+    h.finish()?;
+    assert_eq!(h.output_values_str(), ["10 k"]);
+    assert!(h.timers(TimeDomain::EventTime).is_empty());
+    Ok(())
+}
+
+#[test]
+fn a_processing_timer_deleted_by_an_earlier_one_of_the_same_batch_does_not_fire() -> Result<()> {
+    let mut h = canceller(&[("k", "proc 10;proc 20;proc 30;then 10 unproc k 20")])?;
+    h.set_processing_time(100)?;
+    assert_eq!(h.output_values_str(), ["10 k", "30 k"]);
+    assert!(h.timers(TimeDomain::ProcessingTime).is_empty());
+    Ok(())
+}
+
+#[test]
+fn deleting_a_timer_of_the_other_domain_or_one_already_fired_skips_nothing() -> Result<()> {
+    // 10 deletes a processing-time timer at 20 (not the event-time one due with it); 20
+    // deletes 10, which already fired.
+    let mut h = canceller(&[(
+        "k",
+        "event 10;event 20;event 30;proc 20;then 10 unproc k 20;then 20 unevent k 10",
+    )])?;
+    h.process_watermark(100)?;
+    assert_eq!(h.output_values_str(), ["10 k", "20 k", "30 k"]);
+    assert!(h.timers(TimeDomain::ProcessingTime).is_empty());
+    Ok(())
+}
+
+#[test]
+fn a_timer_deleted_in_an_earlier_batch_and_registered_again_fires() -> Result<()> {
+    let mut h = canceller(&[("k", "event 10;event 20;then 10 unevent k 20")])?;
+    h.process_watermark(15)?;
+    assert_eq!(h.output_values_str(), ["10 k"]);
+    assert!(h.timers(TimeDomain::EventTime).is_empty());
+    h.process(Some("k"), "event 20", None)?;
+    h.process_watermark(100)?;
+    assert_eq!(h.output_values_str(), ["10 k", "20 k"]);
+    Ok(())
+}
