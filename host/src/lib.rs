@@ -3,6 +3,7 @@ pub mod chain;
 pub mod checkpoint;
 pub mod cli;
 pub mod connectors;
+pub mod failpoints;
 pub mod job;
 pub mod mailbox;
 pub mod metrics;

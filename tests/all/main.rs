@@ -1,9 +1,12 @@
 //! End-to-end tests: real components built from `plugins/`, real files, real processes.
 
+mod at_least_once;
 mod bad_input;
 mod checkpoints;
 mod cli;
 mod event_time;
+mod exactly_once;
+mod failpoints;
 mod plugins;
 mod runtime;
 mod sandbox;

@@ -95,11 +95,13 @@ fn cheap_operator() -> Box<dyn Operator> {
 fn chain(metrics: Arc<sluice::metrics::TaskMetrics>) -> OperatorChain {
     let ops = vec![
         ChainedOperator {
+            state_id: String::new(),
             operator: cheap_operator(),
             open_info: OpenInfo::default(),
             metrics: Arc::default(),
         },
         ChainedOperator {
+            state_id: String::new(),
             operator: Box::new(sluice_tests::native::discard()),
             open_info: OpenInfo::default(),
             metrics: Arc::default(),

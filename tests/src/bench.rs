@@ -141,6 +141,7 @@ pub fn opened_chain(operators: Vec<(Box<dyn Operator>, OpenInfo)>) -> OperatorCh
     let operators = operators
         .into_iter()
         .map(|(operator, open_info)| ChainedOperator {
+            state_id: open_info.operator.clone(),
             operator,
             open_info,
             metrics: Arc::default(),

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use anyhow::Result;
 use crossbeam_channel::{Receiver, Sender, unbounded};
-use sluice::job::{Job, JobControl, JobMonitor, JobReport, RestorePoint};
+use sluice::job::{Job, JobControl, JobMonitor, JobReport, RestorePoint, RunOptions};
 use sluice::wasm::{EngineSettings, WasmEngine};
 
 pub mod bench;
@@ -88,6 +88,11 @@ impl TestJob {
     /// Runs it to its end.
     pub fn run(&self, restore: RestorePoint) -> Result<JobReport> {
         self.job.run(restore, &self.control_rx, &self.monitor)
+    }
+
+    /// Runs it to its end with `options`.
+    pub fn run_with(&self, options: RunOptions) -> Result<JobReport> {
+        self.job.run(options, &self.control_rx, &self.monitor)
     }
 }
 

@@ -29,6 +29,8 @@ use crate::timers::now_millis;
 pub struct ChainedOperator {
     /// The instance.
     pub operator: Box<dyn Operator>,
+    /// The id its state has in checkpoints.
+    pub state_id: String,
     /// What it is opened with.
     pub open_info: OpenInfo,
     /// Its metrics.
@@ -291,7 +293,7 @@ impl OperatorChain {
             })?;
             let host = link.operator.state();
             snapshots.push(OperatorSnapshot {
-                operator: link.open_info.operator.clone(),
+                operator: link.state_id.clone(),
                 state,
                 keyed: host.keyed.as_ref().map(|k| k.snapshot()),
                 timers: host.timers.clone(),
@@ -373,6 +375,14 @@ impl OperatorChain {
             ChainOutput::Network(w) => Some(w),
             ChainOutput::None => None,
         }
+    }
+
+    /// Tells every output channel that no more data comes from this task.
+    pub fn end_data(&mut self) -> Result<()> {
+        if let ChainOutput::Network(w) = &mut self.output {
+            w.end_data()?;
+        }
+        Ok(())
     }
 
     /// Tells every output channel that this task has ended.

@@ -178,12 +178,18 @@ pub enum CallError {
     /// The operator broke the contract in what it returned (malformed buffers, output
     /// over its limit, effects it may not have); the instance is not trusted further.
     Contract(String),
+    /// Going on would lose or take back data (a sink asked to rewind committed output):
+    /// restarting will not help; the user must choose.
+    Unrecoverable(String),
 }
 
 impl CallError {
     /// True when retrying cannot succeed (the job should fail, not restart).
     pub fn is_permanent(&self) -> bool {
-        matches!(self, CallError::InvalidConfig(_))
+        matches!(
+            self,
+            CallError::InvalidConfig(_) | CallError::Unrecoverable(_)
+        )
     }
 }
 
@@ -197,11 +203,18 @@ impl fmt::Display for CallError {
                 _ => write!(f, "trapped ({}): {message}", kind.as_str()),
             },
             CallError::Contract(m) => write!(f, "broke the operator contract: {m}"),
+            CallError::Unrecoverable(m) => write!(f, "cannot recover: {m}"),
         }
     }
 }
 
 impl std::error::Error for CallError {}
+
+impl From<anyhow::Error> for CallError {
+    fn from(e: anyhow::Error) -> Self {
+        CallError::Failed(format!("{e:#}"))
+    }
+}
 
 /// A failed call, with the operator and call it happened in. This is the error a user
 /// sees at the top of a failed job's error chain.

@@ -95,6 +95,11 @@ impl CheckpointLink {
         }
     }
 
+    /// Tells the coordinator that `task`'s input ended: it waits for its final checkpoint.
+    pub fn input_ended(&self, task: TaskId) {
+        let _ = self.coordinator.send(CoordinatorMessage::InputEnded(task));
+    }
+
     /// Tells the coordinator that `task` declines checkpoint `id`.
     pub fn decline(&self, id: u64, task: TaskId, reason: String) {
         let _ = self
@@ -103,8 +108,8 @@ impl CheckpointLink {
     }
 
     /// Starts writing `operators` (and the source position) for checkpoint `barrier`,
-    /// taken in `sync_duration` on the task thread. The part acknowledges when done, or
-    /// declines when writing fails.
+    /// taken in `sync_duration` on the task thread (`finished`: after the task's input
+    /// ended). The part acknowledges when done, or declines when writing fails.
     pub fn start_async_part(
         &self,
         barrier: Barrier,
@@ -112,6 +117,7 @@ impl CheckpointLink {
         sync_duration: Duration,
         source_position: Option<Vec<u8>>,
         operators: Vec<OperatorSnapshot>,
+        finished: bool,
     ) -> AsyncPartHandle {
         let handle = AsyncPartHandle {
             state: Arc::new(AtomicU8::new(RUNNING)),
@@ -153,6 +159,8 @@ impl CheckpointLink {
                         id: barrier.id,
                         task,
                         source_position,
+                        finished,
+                        folder,
                         handles,
                         sync_duration,
                         async_duration: start.elapsed(),
@@ -235,8 +243,14 @@ mod tests {
     #[test]
     fn a_finished_part_acknowledges_with_its_files() {
         let (link, rx, storage, _pool) = link("ack");
-        let part =
-            link.start_async_part(barrier(3), TASK, Duration::ZERO, Some(vec![9]), snapshot());
+        let part = link.start_async_part(
+            barrier(3),
+            TASK,
+            Duration::ZERO,
+            Some(vec![9]),
+            snapshot(),
+            false,
+        );
         match rx.recv_timeout(Duration::from_secs(10)).unwrap() {
             CoordinatorMessage::Ack(ack) => {
                 assert_eq!(
@@ -262,7 +276,7 @@ mod tests {
         pool.submit(Box::new(move || {
             let _ = wait.recv();
         }));
-        let part = link.start_async_part(barrier(4), TASK, Duration::ZERO, None, snapshot());
+        let part = link.start_async_part(barrier(4), TASK, Duration::ZERO, None, snapshot(), false);
         assert!(part.discard());
         release.send(()).unwrap();
         // The part runs after the discard: it writes, sees it was discarded, cleans up.

@@ -6,15 +6,17 @@
 //! and carries out what they return.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::{Context, Result};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::snapshot::{StateHandle, TaskId};
 use super::storage::{
-    CheckpointMetadata, CheckpointStorage, OperatorMeta, SnapshotKind, SourceMeta, SourcePosition,
+    CheckpointMetadata, CheckpointStorage, FinishedTask, OperatorMeta, SnapshotKind, SourceMeta,
+    SourcePosition,
 };
 use crate::network::{Barrier, CheckpointKind, CheckpointingMode};
 use crate::task::TaskHandle;
@@ -48,6 +50,10 @@ pub struct Acknowledgement {
     pub task: TaskId,
     /// The source's position, for source tasks.
     pub source_position: Option<Vec<u8>>,
+    /// Taken after the task's input ended (its operators finished).
+    pub finished: bool,
+    /// The folder the files were written to.
+    pub folder: PathBuf,
     /// The files written.
     pub handles: Vec<StateHandle>,
     /// How long the task thread spent in the synchronous part.
@@ -72,6 +78,8 @@ pub enum CoordinatorMessage {
         /// Why.
         reason: String,
     },
+    /// A task's input ended; it waits for its final checkpoint.
+    InputEnded(TaskId),
     /// A task ended; it will acknowledge nothing more.
     TaskFinished(TaskId),
     /// Take a savepoint now; with `stop` the job finishes once it completes.
@@ -113,17 +121,31 @@ pub struct CheckpointStats {
     pub aborted: Vec<(u64, String)>,
 }
 
-/// When the next periodic checkpoint is due; `None` when none should be triggered
-/// (periodic checkpoints off, too many in flight, or the sources are done).
+/// How soon a final checkpoint follows the previous trigger (a retry after an abort).
+const FINAL_RETRY: Duration = Duration::from_millis(50);
+
+/// When the next checkpoint is due; `None` when none should be triggered (periodic
+/// checkpoints off, too many in flight, or no source task left). When every source's
+/// input has ended (`inputs_ended`), the final checkpoint is due at once, whatever the
+/// interval.
 pub fn next_trigger(
     settings: &CheckpointSettings,
     last_trigger: Option<Instant>,
     last_completion: Option<Instant>,
     in_flight: usize,
     sources_running: bool,
+    inputs_ended: bool,
     started: Instant,
 ) -> Option<Instant> {
-    if settings.interval.is_zero() || !sources_running || in_flight >= settings.max_concurrent {
+    if !sources_running || in_flight >= settings.max_concurrent {
+        return None;
+    }
+    if inputs_ended {
+        let after_retry = last_trigger.map_or(started, |t| t + FINAL_RETRY);
+        let after_pause = last_completion.map_or(after_retry, |c| c + settings.min_pause);
+        return Some(after_retry.max(after_pause));
+    }
+    if settings.interval.is_zero() {
         return None;
     }
     let after_interval = last_trigger.unwrap_or(started) + settings.interval;
@@ -216,6 +238,10 @@ pub struct CoordinatorSetup {
     pub tasks: Vec<TaskHandle>,
     /// The first checkpoint id to use.
     pub first_id: u64,
+    /// A checkpoint retention must keep: the current run's starting point.
+    pub protect: Option<PathBuf>,
+    /// The ids of the vertices of each chain (by chain index), for finished tasks.
+    pub chain_vertices: BTreeMap<usize, Vec<String>>,
 }
 
 /// The coordinator loop. Runs on its own thread until [`CoordinatorMessage::Shutdown`].
@@ -227,7 +253,13 @@ pub struct Coordinator {
     started: Instant,
     last_trigger: Option<Instant>,
     last_completion: Option<Instant>,
+    /// Tasks that ended.
     finished: BTreeSet<TaskId>,
+    /// Tasks whose input ended.
+    inputs_ended: BTreeSet<TaskId>,
+    /// The acknowledgement of each finished task in the newest completed checkpoint: what
+    /// later checkpoints keep of it once it has ended.
+    final_acks: BTreeMap<TaskId, Acknowledgement>,
     stats: Arc<Mutex<CheckpointStats>>,
 }
 
@@ -247,15 +279,28 @@ impl Coordinator {
             last_trigger: None,
             last_completion: None,
             finished: BTreeSet::new(),
+            inputs_ended: BTreeSet::new(),
+            final_acks: BTreeMap::new(),
             stats,
         }
     }
 
+    /// True while a source task runs (also one waiting for its final checkpoint).
     fn sources_running(&self) -> bool {
         self.setup
             .sources
             .iter()
-            .all(|s| !self.finished.contains(&s.id()))
+            .any(|s| !self.finished.contains(&s.id()))
+    }
+
+    /// True when every running source task's input has ended.
+    fn inputs_ended(&self) -> bool {
+        self.setup
+            .sources
+            .iter()
+            .map(TaskHandle::id)
+            .filter(|t| !self.finished.contains(t))
+            .all(|t| self.inputs_ended.contains(&t))
     }
 
     /// Runs until shut down.
@@ -272,6 +317,7 @@ impl Coordinator {
                 self.last_completion,
                 in_flight,
                 self.sources_running(),
+                self.inputs_ended(),
                 self.started,
             );
             let timeout_at = self
@@ -318,11 +364,13 @@ impl Coordinator {
             CoordinatorMessage::Ack(ack) => {
                 let id = ack.id;
                 let Some(pending) = self.pending.get_mut(&id) else {
-                    // Aborted meanwhile: its folder is gone or going; drop the files.
-                    let folder = self.setup.storage.folder(id, SnapshotKind::Checkpoint);
+                    // Aborted meanwhile: its folder (a checkpoint's or a savepoint's) is
+                    // gone, or was made again by this late write: drop the files, and the
+                    // folder if nothing else is in it.
                     for h in &ack.handles {
-                        let _ = std::fs::remove_file(folder.join(&h.file));
+                        let _ = std::fs::remove_file(ack.folder.join(&h.file));
                     }
+                    let _ = std::fs::remove_dir(&ack.folder);
                     return;
                 };
                 match pending.acknowledge(ack) {
@@ -339,17 +387,30 @@ impl Coordinator {
                     self.abort(id, reason);
                 }
             }
+            CoordinatorMessage::InputEnded(task) => {
+                self.inputs_ended.insert(task);
+            }
             CoordinatorMessage::TaskFinished(task) => {
                 self.finished.insert(task);
-                let doomed: Vec<u64> = self
+                let waiting: Vec<u64> = self
                     .pending
                     .values()
                     .filter(|p| p.is_waiting_for(task))
                     .map(|p| p.id)
                     .collect();
-                for id in doomed {
-                    let reason = format!("task {task:?} finished before acknowledging it");
-                    self.abort_quietly(id, reason);
+                for id in waiting {
+                    if self.final_acks.contains_key(&task) {
+                        // It ended after its final checkpoint: what that one has of it
+                        // stands for it in this one too.
+                        let pending = self.pending.get_mut(&id).expect("listed above");
+                        pending.waiting.remove(&task);
+                        if pending.waiting.is_empty() {
+                            self.complete(id);
+                        }
+                    } else {
+                        let reason = format!("task {task:?} finished before acknowledging it");
+                        self.abort_quietly(id, reason);
+                    }
                 }
             }
             CoordinatorMessage::TriggerSavepoint { stop, drain, reply } => {
@@ -385,12 +446,11 @@ impl Coordinator {
         self.pending.insert(id, pending);
         tracing::debug!("triggering {kind:?} {id}");
         for source in &self.setup.sources {
-            if source.trigger_checkpoint(barrier).is_err() {
-                // The source finished before the trigger reached it: the job is ending.
-                let reason = format!("source task {} has finished", source.name());
-                self.abort_quietly(id, reason);
-                return;
+            if self.finished.contains(&source.id()) {
+                continue;
             }
+            // A source that ends meanwhile is settled by its `TaskFinished`.
+            let _ = source.trigger_checkpoint(barrier);
         }
     }
 
@@ -400,8 +460,15 @@ impl Coordinator {
         };
         let kind = pending.snapshot_kind();
         let folder = self.setup.storage.folder(id, kind);
+        let mut acks = pending.acks.clone();
+        if let Err(e) = self.carry_ended_tasks(&folder, &mut acks) {
+            let reason = format!("keeping the state of ended tasks failed: {e:#}");
+            self.pending.insert(id, pending);
+            self.abort(id, reason);
+            return;
+        }
         let mut sources: BTreeMap<usize, SourceMeta> = BTreeMap::new();
-        for ack in &pending.acks {
+        for ack in &acks {
             let (Some(position), Some((name, parallelism))) = (
                 &ack.source_position,
                 self.setup.sources_by_chain.get(&ack.task.vertex),
@@ -428,7 +495,7 @@ impl Coordinator {
             })
             .collect();
         let mut operators: BTreeMap<String, Vec<StateHandle>> = BTreeMap::new();
-        for ack in &pending.acks {
+        for ack in &acks {
             for h in &ack.handles {
                 operators
                     .entry(h.operator.clone())
@@ -461,6 +528,19 @@ impl Coordinator {
                     }
                 })
                 .collect(),
+            finished: acks
+                .iter()
+                .filter(|a| a.finished)
+                .map(|a| FinishedTask {
+                    vertices: self
+                        .setup
+                        .chain_vertices
+                        .get(&a.task.vertex)
+                        .cloned()
+                        .unwrap_or_default(),
+                    subtask: a.task.subtask,
+                })
+                .collect(),
         };
         if let Err(e) = self.setup.storage.commit(&folder, &metadata) {
             let reason = format!("writing metadata failed: {e:#}");
@@ -468,6 +548,10 @@ impl Coordinator {
             self.abort(id, reason);
             return;
         }
+        for ack in acks.into_iter().filter(|a| a.finished) {
+            self.final_acks.insert(ack.task, ack);
+        }
+        crate::failpoint!(crash "checkpoint::after-metadata");
         let completed = CompletedCheckpoint {
             id,
             kind,
@@ -506,7 +590,10 @@ impl Coordinator {
             let _ = task.notify_complete(id);
         }
         if kind == SnapshotKind::Checkpoint
-            && let Err(e) = self.setup.storage.retain(self.setup.settings.retain)
+            && let Err(e) = self
+                .setup
+                .storage
+                .retain(self.setup.settings.retain, self.setup.protect.as_deref())
         {
             tracing::warn!("retention of checkpoints failed: {e:#}");
         }
@@ -515,6 +602,31 @@ impl Coordinator {
             .unwrap_or_else(|e| e.into_inner())
             .completed
             .push(completed);
+    }
+
+    /// Adds to `acks` what the newest completed checkpoint has of the tasks that ended
+    /// since, linking their state files into `folder` (they stay restorable after that
+    /// checkpoint is deleted by retention).
+    fn carry_ended_tasks(&self, folder: &Path, acks: &mut Vec<Acknowledgement>) -> Result<()> {
+        for (task, last) in &self.final_acks {
+            if !self.finished.contains(task) || acks.iter().any(|a| a.task == *task) {
+                continue;
+            }
+            std::fs::create_dir_all(folder)?;
+            for h in &last.handles {
+                let (from, to) = (last.folder.join(&h.file), folder.join(&h.file));
+                if std::fs::hard_link(&from, &to).is_err() {
+                    std::fs::copy(&from, &to).with_context(|| {
+                        format!("copying {} to {}", from.display(), to.display())
+                    })?;
+                }
+            }
+            acks.push(Acknowledgement {
+                folder: folder.to_path_buf(),
+                ..last.clone()
+            });
+        }
+        Ok(())
     }
 
     /// Aborts a checkpoint that failed (declined, timed out): logged as a warning.
@@ -582,32 +694,43 @@ mod tests {
         let ms = Duration::from_millis;
         let s = settings(100, 0, 1);
         assert_eq!(
-            next_trigger(&s, None, None, 0, true, t0),
+            next_trigger(&s, None, None, 0, true, false, t0),
             Some(t0 + ms(100))
         );
         assert_eq!(
-            next_trigger(&s, Some(t0 + ms(100)), None, 0, true, t0),
+            next_trigger(&s, Some(t0 + ms(100)), None, 0, true, false, t0),
             Some(t0 + ms(200))
         );
         // One in flight is the maximum.
-        assert_eq!(next_trigger(&s, Some(t0), None, 1, true, t0), None);
+        assert_eq!(next_trigger(&s, Some(t0), None, 1, true, false, t0), None);
         // Sources finished: no more periodic checkpoints.
-        assert_eq!(next_trigger(&s, Some(t0), None, 0, false, t0), None);
+        assert_eq!(next_trigger(&s, Some(t0), None, 0, false, false, t0), None);
         // Interval zero: periodic checkpoints off.
         assert_eq!(
-            next_trigger(&settings(0, 0, 1), None, None, 0, true, t0),
+            next_trigger(&settings(0, 0, 1), None, None, 0, true, false, t0),
             None
         );
         // The minimum pause counts from the last completion.
         let p = settings(100, 500, 1);
         assert_eq!(
-            next_trigger(&p, Some(t0), Some(t0 + ms(50)), 0, true, t0),
+            next_trigger(&p, Some(t0), Some(t0 + ms(50)), 0, true, false, t0),
             Some(t0 + ms(550))
         );
         assert_eq!(
-            next_trigger(&settings(100, 0, 2), Some(t0), None, 1, true, t0),
+            next_trigger(&settings(100, 0, 2), Some(t0), None, 1, true, false, t0),
             Some(t0 + ms(100))
         );
+        // Every source's input ended: the final checkpoint is due at once, also with
+        // periodic checkpoints off, and again shortly after an aborted one.
+        assert_eq!(
+            next_trigger(&settings(0, 0, 1), None, None, 0, true, true, t0),
+            Some(t0)
+        );
+        assert_eq!(
+            next_trigger(&s, Some(t0), None, 0, true, true, t0),
+            Some(t0 + FINAL_RETRY)
+        );
+        assert_eq!(next_trigger(&s, Some(t0), None, 1, true, true, t0), None);
     }
 
     fn ack(id: u64, subtask: u32) -> Acknowledgement {
@@ -615,6 +738,8 @@ mod tests {
             id,
             task: TaskId { vertex: 0, subtask },
             source_position: None,
+            finished: false,
+            folder: PathBuf::new(),
             handles: vec![],
             sync_duration: Duration::ZERO,
             async_duration: Duration::ZERO,

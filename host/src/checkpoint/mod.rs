@@ -23,6 +23,6 @@ pub use coordinator::{
 pub use format::{read_operator_state, write_operator_state};
 pub use snapshot::{OperatorSnapshot, StateHandle, TaskId};
 pub use storage::{
-    CheckpointMetadata, CheckpointStorage, LoadedCheckpoint, OperatorMeta, OperatorRestore,
-    SnapshotKind, SourceMeta, SourcePosition, load,
+    CheckpointMetadata, CheckpointStorage, FinishedTask, Lineage, LoadedCheckpoint, OperatorMeta,
+    SnapshotKind, SourceMeta, SourcePosition, load, state_file_name,
 };

@@ -5,7 +5,15 @@
 //!         count-0.state             one file per operator subtask (see `format`)
 //!         _metadata                 written last: its presence makes the checkpoint complete
 //! <dir>/savepoint-0000000009/      a savepoint (never deleted by retention)
+//! <dir>/_lineage                    where the current run of the job started (see below)
 //! ```
+//!
+//! A directory may hold checkpoints of several runs of a job: a run that restored an
+//! older savepoint continues a timeline that forked from the one the newer checkpoints
+//! belong to. `_lineage` records where the current run started and the first id it
+//! took, so "latest" — for a restart after a failure and for `--from-checkpoint
+//! latest` — is always the newest checkpoint of the current run, or its starting point,
+//! never a checkpoint of an abandoned timeline.
 //!
 //! `_metadata` is written to a temporary file, fsynced and renamed into place, and the
 //! folder is fsynced, so a checkpoint is either complete or it has no metadata. Before a
@@ -21,11 +29,9 @@ use serde::{Deserialize, Serialize};
 
 use super::format::{CrcWriter, read_operator_state, write_operator_state};
 use super::snapshot::{OperatorSnapshot, StateHandle};
-use crate::state::KeyedStateSnapshot;
-use crate::state::key_groups::key_groups_of_subtask;
-use crate::timers::TimerQueues;
 
 const METADATA: &str = "_metadata";
+const LINEAGE: &str = "_lineage";
 const FORMAT: u32 = 1;
 
 /// Checkpoint or savepoint.
@@ -99,6 +105,19 @@ pub struct CheckpointMetadata {
     pub sources: Vec<SourceMeta>,
     /// Operator states.
     pub operators: Vec<OperatorMeta>,
+    /// Tasks whose input had ended when the checkpoint was taken: restored, they do not
+    /// read input or finish their operators again.
+    #[serde(default)]
+    pub finished: Vec<FinishedTask>,
+}
+
+/// A task that had finished, by the ids of its chain's vertices and its subtask.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinishedTask {
+    /// Ids of the task's vertices, head first.
+    pub vertices: Vec<String>,
+    /// Subtask index.
+    pub subtask: u32,
 }
 
 /// A checkpoint folder whose files were checked.
@@ -108,19 +127,6 @@ pub struct LoadedCheckpoint {
     pub path: PathBuf,
     /// Its metadata.
     pub metadata: CheckpointMetadata,
-}
-
-/// What an operator instance gets back from a checkpoint.
-#[derive(Debug, Clone)]
-pub struct OperatorRestore {
-    /// What its `snapshot` returned (same subtask index).
-    pub state: Option<Vec<u8>>,
-    /// Keyed state of every old subtask whose key groups overlap this one's.
-    pub keyed: Vec<KeyedStateSnapshot>,
-    /// Timers (of this subtask's key groups, for keyed operators).
-    pub timers: TimerQueues,
-    /// The watermark to continue from: the lowest of the restored subtasks'.
-    pub watermark: i64,
 }
 
 /// A directory of checkpoints.
@@ -156,7 +162,7 @@ impl CheckpointStorage {
         subtask: u32,
     ) -> Result<StateHandle> {
         fs::create_dir_all(folder).with_context(|| format!("creating {}", folder.display()))?;
-        let file = format!("{}-{subtask}.state", sanitize(&snapshot.operator));
+        let file = state_file_name(&snapshot.operator, subtask);
         let path = folder.join(&file);
         let f = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
         let mut w = CrcWriter::new(BufWriter::with_capacity(1 << 20, f));
@@ -177,12 +183,10 @@ impl CheckpointStorage {
     /// Makes the checkpoint in `folder` complete by writing its metadata last.
     pub fn commit(&self, folder: &Path, metadata: &CheckpointMetadata) -> Result<()> {
         fs::create_dir_all(folder)?;
-        let tmp = folder.join(format!("{METADATA}.tmp"));
-        let mut f = File::create(&tmp)?;
-        f.write_all(&serde_json::to_vec_pretty(metadata)?)?;
-        f.sync_all()?;
-        fs::rename(&tmp, folder.join(METADATA))?;
-        File::open(folder)?.sync_all()?;
+        write_atomically(
+            &folder.join(METADATA),
+            &serde_json::to_vec_pretty(metadata)?,
+        )?;
         File::open(&self.dir)?.sync_all()?;
         Ok(())
     }
@@ -227,37 +231,85 @@ impl CheckpointStorage {
         Ok(self.folders()?.last().map_or(1, |f| f.0 + 1))
     }
 
-    /// Keeps the newest `keep` complete checkpoints (savepoints are never deleted) and
-    /// deletes the rest, and incomplete folders older than the newest complete one.
-    pub fn retain(&self, keep: usize) -> Result<()> {
+    /// Keeps the newest `keep` complete checkpoints and `protect` (the current run's
+    /// starting point), deletes the other complete checkpoints and every incomplete
+    /// folder older than the newest complete one (aborted, or orphaned by a crash).
+    /// Complete savepoints are never deleted.
+    pub fn retain(&self, keep: usize, protect: Option<&Path>) -> Result<()> {
         let folders = self.folders()?;
-        let complete: Vec<u64> = folders
+        let newest = folders
+            .iter()
+            .filter(|f| f.3)
+            .map(|f| f.0)
+            .max()
+            .unwrap_or(0);
+        let kept: Vec<u64> = folders
             .iter()
             .filter(|f| f.1 == SnapshotKind::Checkpoint && f.3)
             .map(|f| f.0)
+            .rev()
+            .take(keep.max(1))
             .collect();
-        let newest = complete.last().copied().unwrap_or(0);
-        let kept: Vec<u64> = complete.iter().rev().take(keep.max(1)).copied().collect();
         for (id, kind, path, is_complete) in folders {
-            if kind != SnapshotKind::Checkpoint {
-                continue;
-            }
-            let delete = if is_complete {
-                !kept.contains(&id)
-            } else {
-                id < newest
+            let delete = match (kind, is_complete) {
+                (SnapshotKind::Savepoint, true) => false,
+                (SnapshotKind::Checkpoint, true) => !kept.contains(&id),
+                (_, false) => id < newest,
             };
-            if delete {
+            if delete && protect != Some(path.as_path()) {
                 self.discard(&path);
             }
         }
         Ok(())
     }
 
-    /// The newest complete and intact checkpoint or savepoint, skipping (with a warning)
-    /// newer ones that are incomplete or corrupt.
+    /// Where the current run started; `None` in a directory written before lineages
+    /// were recorded (all of it counts as one run).
+    pub fn lineage(&self) -> Result<Option<Lineage>> {
+        let path = self.dir.join(LINEAGE);
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .with_context(|| format!("{} is corrupt", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
+    /// Records that a new run starts, from `started_from` or from scratch: checkpoints
+    /// taken before it no longer count as "latest".
+    pub fn begin_run(&self, started_from: Option<&Path>) -> Result<Lineage> {
+        let lineage = Lineage {
+            first_id: self.next_id()?,
+            started_from: started_from.map(Path::to_path_buf),
+        };
+        write_atomically(
+            &self.dir.join(LINEAGE),
+            &serde_json::to_vec_pretty(&lineage)?,
+        )?;
+        Ok(lineage)
+    }
+
+    /// Whether the directory holds a complete checkpoint or savepoint, which a new run
+    /// would take over.
+    pub fn has_history(&self) -> Result<bool> {
+        Ok(self.folders()?.iter().any(|f| f.3))
+    }
+
+    /// The newest complete and intact checkpoint or savepoint of the current run, or
+    /// else the point the run started from (`None`: it started from scratch). Newer
+    /// folders that are incomplete or corrupt are skipped with a warning.
     pub fn find_latest(&self) -> Result<Option<LoadedCheckpoint>> {
+        let lineage = self.lineage()?.unwrap_or_default();
+        self.latest_in(&lineage)
+    }
+
+    /// [`CheckpointStorage::find_latest`] for a given run.
+    pub fn latest_in(&self, lineage: &Lineage) -> Result<Option<LoadedCheckpoint>> {
         for (id, _kind, path, complete) in self.folders()?.into_iter().rev() {
+            if id < lineage.first_id {
+                break;
+            }
             if !complete {
                 tracing::warn!(
                     "skipping checkpoint {id} in {}: it is incomplete (no {METADATA})",
@@ -270,8 +322,42 @@ impl CheckpointStorage {
                 Err(e) => tracing::warn!("skipping checkpoint {id}: {e:#}"),
             }
         }
-        Ok(None)
+        lineage
+            .started_from
+            .as_deref()
+            .map(|p| {
+                load(p).with_context(|| {
+                    format!(
+                        "the current run of the job started from {}, and it has no intact \
+                         checkpoint of its own",
+                        p.display()
+                    )
+                })
+            })
+            .transpose()
     }
+}
+
+/// Where a run of a job started (the `_lineage` file of its checkpoint directory).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lineage {
+    /// The first checkpoint id of the run; lower ids belong to earlier runs.
+    pub first_id: u64,
+    /// The checkpoint or savepoint the run restored, if it restored one.
+    pub started_from: Option<PathBuf>,
+}
+
+/// Writes `bytes` to `path` durably: a temporary file, fsync, rename, fsync the folder.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, path).with_context(|| format!("renaming {}", tmp.display()))?;
+    if let Some(parent) = path.parent() {
+        File::open(parent)?.sync_all()?;
+    }
+    Ok(())
 }
 
 /// Loads and checks the checkpoint or savepoint in `path`.
@@ -324,6 +410,15 @@ pub fn load(path: &Path) -> Result<LoadedCheckpoint> {
 }
 
 impl LoadedCheckpoint {
+    /// True when the task of `vertices` (ids, head first), subtask `subtask`, had
+    /// finished when the checkpoint was taken.
+    pub fn is_finished(&self, vertices: &[String], subtask: u32) -> bool {
+        self.metadata
+            .finished
+            .iter()
+            .any(|f| f.subtask == subtask && f.vertices == vertices)
+    }
+
     /// The position of subtask `subtask` of `parallelism` of source `name`; `None` when
     /// the checkpoint has none (the source starts from the beginning).
     pub fn source_position(
@@ -349,104 +444,44 @@ impl LoadedCheckpoint {
             .map(|s| s.position.clone()))
     }
 
-    /// The state of operator `name`, subtask `subtask` of `parallelism`; `None` when the
-    /// checkpoint has no state for that operator. Keyed state is gathered from every old
-    /// subtask whose key groups overlap the new subtask's, so the parallelism may differ.
-    pub fn operator_restore(
-        &self,
-        name: &str,
-        subtask: u32,
-        parallelism: u32,
-        keyed: bool,
-    ) -> Result<Option<OperatorRestore>> {
-        let Some(op) = self.metadata.operators.iter().find(|o| o.name == name) else {
-            return Ok(None);
-        };
-        let max = self.metadata.max_parallelism;
-        let rescaled = op.parallelism != parallelism;
-        let mine = key_groups_of_subtask(subtask, parallelism, max);
-        let mut restore = OperatorRestore {
-            state: None,
-            keyed: Vec::new(),
-            timers: TimerQueues::new(),
-            watermark: i64::MIN,
-        };
-        let mut lowest: Option<i64> = None;
-        for h in &op.subtasks {
-            let theirs = key_groups_of_subtask(h.subtask, op.parallelism, max);
-            let same = !rescaled && h.subtask == subtask;
-            let overlaps = keyed && mine.start < theirs.end && theirs.start < mine.end;
-            // Unkeyed state cannot move between subtasks: after a rescale it must be empty.
-            let must_be_empty = rescaled && !keyed;
-            if !same && !overlaps && !must_be_empty {
-                continue;
-            }
-            let file = self.path.join(&h.file);
-            let snapshot = read_operator_state(BufReader::new(
-                File::open(&file).with_context(|| format!("opening {}", file.display()))?,
-            ))
-            .with_context(|| format!("reading {}", file.display()))?;
-            if rescaled && !snapshot.state.is_empty() {
-                bail!(
-                    "operator '{name}' has operator state (not keyed) from parallelism {}; it \
-                     cannot be redistributed to parallelism {parallelism}",
-                    op.parallelism
-                );
-            }
-            lowest = Some(lowest.map_or(snapshot.watermark, |w| w.min(snapshot.watermark)));
-            if same {
-                restore.state = Some(snapshot.state);
-            }
-            if keyed && rescaled {
-                for (domain, ts, key) in timers_of(&snapshot.timers) {
-                    let kg = crate::state::key_groups::key_group_of(&key, max);
-                    if mine.contains(&kg) {
-                        restore.timers.register(domain, ts, &key);
-                    }
-                }
-                restore.keyed.extend(snapshot.keyed);
-            } else if same {
-                // The subtask's own file, at the same parallelism: its timers are all its.
-                restore.keyed.extend(snapshot.keyed);
-                restore.timers = snapshot.timers;
-            } else if !snapshot.timers.is_empty() {
-                bail!(
-                    "operator '{name}' has timers on unkeyed input; they cannot be \
-                     redistributed from parallelism {} to {parallelism}",
-                    op.parallelism
-                );
-            }
-        }
-        restore.watermark = lowest.unwrap_or(i64::MIN);
-        Ok(Some(restore))
+    /// Reads the state file of `handle`.
+    pub fn read_state(&self, handle: &StateHandle) -> Result<OperatorSnapshot> {
+        let file = self.path.join(&handle.file);
+        read_operator_state(BufReader::new(
+            File::open(&file).with_context(|| format!("opening {}", file.display()))?,
+        ))
+        .with_context(|| format!("reading {}", file.display()))
+    }
+
+    /// The metadata of vertex `id`'s state, if the checkpoint has any.
+    pub fn operator(&self, id: &str) -> Option<&OperatorMeta> {
+        self.metadata.operators.iter().find(|o| o.name == id)
     }
 }
 
-fn timers_of(t: &TimerQueues) -> Vec<(sluice_codec::TimeDomain, i64, Vec<u8>)> {
-    use sluice_codec::TimeDomain::{EventTime, ProcessingTime};
-    [EventTime, ProcessingTime]
-        .into_iter()
-        .flat_map(|d| t.iter(d).map(move |(ts, k)| (d, ts, k.to_vec())))
-        .collect()
-}
-
-/// A file-name-safe form of an operator name.
-fn sanitize(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+/// The state file of subtask `subtask` of the vertex with id `id`: ASCII letters,
+/// digits and `-` stand for themselves, every other byte as `_` and two hex digits, so
+/// distinct ids never share a file (`a.b` is `a_2eb`, `a_b` is `a_5fb`).
+pub fn state_file_name(id: &str, subtask: u32) -> String {
+    let mut name = String::with_capacity(id.len() + 16);
+    for b in id.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' {
+            name.push(b as char);
+        } else {
+            name.push_str(&format!("_{b:02x}"));
+        }
+    }
+    name.push_str(&format!("-{subtask}.state"));
+    name
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::assignment::assign_operator_state;
+    use crate::state::key_groups::key_groups_of_subtask;
     use crate::state::{KeyedStateBackend, StateDescriptor, StateKind};
+    use crate::timers::TimerQueues;
 
     fn storage(name: &str) -> CheckpointStorage {
         let dir =
@@ -508,15 +543,14 @@ mod tests {
                 parallelism,
                 subtasks,
             }],
+            finished: Vec::new(),
         };
         s.commit(&folder, &metadata).unwrap();
         folder
     }
 
     fn value_of(c: &LoadedCheckpoint, subtask: u32, parallelism: u32, key: &str) -> Option<u64> {
-        let restore = c
-            .operator_restore("count", subtask, parallelism, true)
-            .unwrap()?;
+        let restore = assign_operator_state(c, "count", subtask, parallelism, true).unwrap()?;
         let mut backend =
             KeyedStateBackend::new(128, key_groups_of_subtask(subtask, parallelism, 128));
         for k in &restore.keyed {
@@ -573,7 +607,7 @@ mod tests {
         fs::create_dir_all(&incomplete_old).unwrap();
         let incomplete_new = s.folder(6, SnapshotKind::Checkpoint);
         fs::create_dir_all(&incomplete_new).unwrap();
-        s.retain(2).unwrap();
+        s.retain(2, None).unwrap();
         let left: Vec<(u64, SnapshotKind)> =
             s.folders().unwrap().iter().map(|f| (f.0, f.1)).collect();
         assert_eq!(
@@ -612,6 +646,10 @@ mod tests {
             Some(7u64.to_le_bytes().to_vec())
         );
         // An operator the checkpoint does not know starts empty.
-        assert!(c.operator_restore("other", 0, 1, true).unwrap().is_none());
+        assert!(
+            assign_operator_state(&c, "other", 0, 1, true)
+                .unwrap()
+                .is_none()
+        );
     }
 }

@@ -1,5 +1,7 @@
 //! The `sluice` command line.
 
+mod control;
+
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -14,7 +16,7 @@ use clap::{Parser, Subcommand};
 use crossbeam_channel::{Sender, unbounded};
 
 use crate::job::{
-    Job, JobControl, JobMonitor, JobOutcome, JobReport, RestorePoint, SinkKind, Vertex,
+    Job, JobControl, JobMonitor, JobOutcome, JobReport, RestorePoint, RunOptions, SinkKind, Vertex,
 };
 use crate::server::Server;
 use crate::server::client::Client;
@@ -54,10 +56,24 @@ enum Command {
         /// Tenants' limits and capabilities, and jobs to run.
         #[arg(long, value_name = "HOST.toml")]
         host_config: Option<PathBuf>,
-        /// Resume from `latest` (the newest complete checkpoint or savepoint of the job)
-        /// or from a checkpoint or savepoint folder.
-        #[arg(long, value_name = "latest|PATH")]
+        /// Resume from `latest` (the newest checkpoint of the job's last run, or the point
+        /// that run started from) or from a checkpoint or savepoint folder. Without it a
+        /// job starts from scratch, and refuses to when it has run before.
+        #[arg(long, value_name = "latest|PATH", conflicts_with = "fresh")]
         from_checkpoint: Option<String>,
+        /// Start from scratch even though the job has run before: its checkpoint folder
+        /// and output files are moved aside (to `NAME.N`) first, never deleted.
+        #[arg(long)]
+        fresh: bool,
+        /// Restore a checkpoint older than the output already committed: the output as it
+        /// is stays as a new file generation (`NAME.N`), the job goes on from the
+        /// checkpoint's.
+        #[arg(long, requires = "from_checkpoint")]
+        allow_rewind: bool,
+        /// Restore a checkpoint that has state of sources or operators the job no longer
+        /// has (by id); that state is dropped.
+        #[arg(long, requires = "from_checkpoint")]
+        allow_non_restored_state: bool,
         /// Advance event time to the end before a stop-with-savepoint (fires all timers
         /// and windows).
         #[arg(long)]
@@ -65,6 +81,12 @@ enum Command {
         /// No progress line and no summary.
         #[arg(long, short)]
         quiet: bool,
+    },
+    /// Take a savepoint of a job that `sluice run` is running, without stopping it; prints
+    /// the savepoint's folder.
+    Savepoint {
+        /// The job file, or its checkpoint folder.
+        job: PathBuf,
     },
     /// Check a job file and its plugins without running it.
     Validate {
@@ -175,6 +197,7 @@ macro_rules! out {
 
 /// Parses the arguments, runs the command, maps the result to an exit code.
 pub fn main() -> ExitCode {
+    crate::failpoints::setup();
     let cli = Cli::parse();
     let serving = matches!(cli.command, Command::Serve { .. });
     init_logging(&cli.log, cli.log_format, serving);
@@ -240,6 +263,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             jobs,
             host_config,
             from_checkpoint,
+            fresh,
+            allow_rewind,
+            allow_non_restored_state,
             drain_on_stop,
             quiet,
         } => {
@@ -247,6 +273,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 None => RestorePoint::Fresh,
                 Some("latest") => RestorePoint::Latest,
                 Some(path) => RestorePoint::Path(PathBuf::from(path)),
+            };
+            let options = RunOptions {
+                restore,
+                move_aside: *fresh,
+                allow_rewind: *allow_rewind,
+                allow_non_restored_state: *allow_non_restored_state,
             };
             let host = match host_config {
                 Some(path) => HostConfig::load(path)?,
@@ -259,10 +291,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     "no job to run: name a job file, or list `jobs` in a host configuration"
                 );
             }
-            if jobs.len() > 1 && restore != RestorePoint::Fresh {
+            if jobs.len() > 1 && options.restore != RestorePoint::Fresh {
                 anyhow::bail!("--from-checkpoint applies to one job at a time");
             }
-            run_jobs(&cli, &host, &jobs, restore, *drain_on_stop, *quiet)
+            run_jobs(&cli, &host, &jobs, options, *drain_on_stop, *quiet)
+        }
+        Command::Savepoint { job } => {
+            let path = control::request_savepoint(job)?;
+            out!("{}", path.display());
+            Ok(ExitCode::SUCCESS)
         }
         Command::Validate { job } => validate(&cli, job),
         Command::Inspect { plugin } => inspect(&cli, plugin),
@@ -348,7 +385,7 @@ fn run_jobs(
     cli: &Cli,
     host: &HostConfig,
     paths: &[PathBuf],
-    restore: RestorePoint,
+    options: RunOptions,
     drain: bool,
     quiet: bool,
 ) -> Result<ExitCode> {
@@ -365,15 +402,23 @@ fn run_jobs(
     let mut running = Vec::new();
     for (path, job) in loaded {
         let (control_tx, control_rx) = unbounded();
-        controls.push(control_tx);
+        controls.push(control_tx.clone());
         let monitor = Arc::new(JobMonitor::default());
         let name = job.graph().name.clone();
         let tenant = job.tenant().name.clone();
-        let restore = restore.clone();
+        let options = options.clone();
         let m = monitor.clone();
+        let listener = match &job.graph().checkpoint {
+            Some(c) => control::listen(&c.dir, control_tx.clone()),
+            None => None,
+        };
         let thread = thread::Builder::new()
             .name(format!("job {name}"))
-            .spawn(move || job.run(restore, &control_rx, &m).map(|r| (job, r)))?;
+            .spawn(move || {
+                let result = job.run(options, &control_rx, &m).map(|r| (job, r));
+                drop(listener);
+                result
+            })?;
         running.push((
             RunningJob {
                 path,
@@ -420,7 +465,7 @@ fn run_jobs(
             Ok((loaded, report)) => {
                 totals.add(report);
                 if !quiet {
-                    print_summary(loaded, report);
+                    print_summary(loaded, report, &job.path);
                 }
                 if report.outcome == JobOutcome::Cancelled && code == ExitCode::SUCCESS {
                     code = ExitCode::from(130);
@@ -590,7 +635,7 @@ fn human(n: f64) -> String {
     }
 }
 
-fn print_summary(job: &Job, report: &JobReport) {
+fn print_summary(job: &Job, report: &JobReport, path: &Path) {
     let graph = job.graph();
     let outcome = match &report.outcome {
         JobOutcome::Finished => "finished".to_string(),
@@ -609,6 +654,13 @@ fn print_summary(job: &Job, report: &JobReport) {
             String::new()
         }
     );
+    if let JobOutcome::Stopped { savepoint } = &report.outcome {
+        eprintln!(
+            "  resume it with: sluice run {} --from-checkpoint {}",
+            path.display(),
+            savepoint.display()
+        );
+    }
     eprintln!(
         "  {:<28} {:>12} {:>12} {:>10} {:>10}",
         "operator (subtask)", "records in", "records out", "batches", "busy"

@@ -7,13 +7,18 @@
 //! commits and the sizes of the pending files, which is enough to recover after a crash at
 //! any point:
 //!
-//! * the output is longer than what the checkpoint accounts for (later commits, or the
-//!   end-of-input commit, happened before the crash): truncate it, the replayed input
-//!   writes that data again;
-//! * the output is shorter (the crash hit before or during the pending commits): truncate
-//!   to the last fully appended pending file and append the rest. A staging file is
-//!   deleted only after its append was made durable, so the ones needed still exist.
+//! * the output is as long as the checkpoint accounts for: go on;
+//! * the output is shorter (the crash hit before or during the pending commits): cut back
+//!   a partial append and append the rest. A staging file is deleted only after its append
+//!   was made durable, so the ones needed still exist;
+//! * the output is longer: it holds commits of later checkpoints, so restoring this one
+//!   would take back committed output. That is refused ([`CallError::Unrecoverable`])
+//!   unless the job was started with `allow_rewind`: then the output as it was is kept
+//!   as a new file generation (`out.tsv.1`, ...) and the job goes on in a copy cut back to
+//!   the checkpoint.
 //!
+//! Committed output is never truncated or deleted: a fresh start refuses an existing
+//! output file (the job runner moves earlier output aside first when asked to).
 //! Without checkpointing, the whole output stays in the staging file and becomes the
 //! output file only when the input ended: a failed job never leaves a partial output.
 
@@ -28,12 +33,13 @@ use sluice_codec::BatchReader;
 use super::LineFormat;
 use crate::chain::{CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState};
 
+/// The file sink's checkpointed state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-struct SinkState {
+pub struct SinkState {
     /// Length of the output file with all commits before the pending ones.
-    base_len: u64,
+    pub base_len: u64,
     /// Sealed staging files not yet appended: `(checkpoint id, length)`.
-    pending: Vec<(u64, u64)>,
+    pub pending: Vec<(u64, u64)>,
 }
 
 /// Writes records as lines to a file, exactly once (see the module docs).
@@ -44,6 +50,7 @@ pub struct FileSink {
     output: PathBuf,
     staging: PathBuf,
     transactional: bool,
+    allow_rewind: bool,
     in_progress: Option<BufWriter<File>>,
     in_progress_len: u64,
     sink: SinkState,
@@ -52,23 +59,17 @@ pub struct FileSink {
 
 impl FileSink {
     /// A sink writing to `output` (subtask files get `-<index>` before the extension when
-    /// the sink has more than one subtask). `transactional` when the job checkpoints.
+    /// the sink has more than one subtask). `transactional` when the job checkpoints;
+    /// `allow_rewind` lets a restore take back committed output (kept as a generation).
     pub fn new(
         identity: OperatorIdentity,
         output: &Path,
         format: LineFormat,
         transactional: bool,
+        allow_rewind: bool,
     ) -> Self {
-        let output = if identity.parallelism > 1 {
-            subtask_path(output, identity.subtask)
-        } else {
-            output.to_path_buf()
-        };
-        let name = output
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "output".into());
-        let staging = output.with_file_name(format!(".{name}.pending"));
+        let output = output_path(output, identity.subtask, identity.parallelism);
+        let staging = staging_path(&output);
         FileSink {
             identity,
             state: OperatorState::new(None),
@@ -76,6 +77,7 @@ impl FileSink {
             output,
             staging,
             transactional,
+            allow_rewind,
             in_progress: None,
             in_progress_len: 0,
             sink: SinkState::default(),
@@ -113,50 +115,94 @@ impl FileSink {
         Ok(())
     }
 
-    fn recover(&mut self, restored: Option<&[u8]>) -> Result<()> {
+    fn recover(&mut self, restored: Option<&[u8]>, attempt: u32) -> Result<(), CallError> {
+        let io = |context: &str, e: anyhow::Error| {
+            CallError::Failed(format!("{context} ({}): {e:#}", self.output.display()))
+        };
         if let Some(parent) = self.output.parent().filter(|p| !p.as_os_str().is_empty()) {
-            fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+            fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))
+                .map_err(|e| io("cannot open the output", e))?;
         }
         fs::create_dir_all(&self.staging)
-            .with_context(|| format!("creating {}", self.staging.display()))?;
+            .with_context(|| format!("creating {}", self.staging.display()))
+            .map_err(|e| io("cannot open the output", e))?;
         let Some(bytes) = restored else {
-            // A fresh start replaces earlier output.
-            remove_if_exists(&self.output)?;
-            clear_dir(&self.staging, &[])?;
-            return Ok(());
+            return self.start_fresh(attempt);
         };
-        let restored: SinkState =
-            postcard::from_bytes(bytes).context("decoding the file sink's checkpointed state")?;
-        let target = restored.base_len + restored.pending.iter().map(|p| p.1).sum::<u64>();
+        let restored: SinkState = postcard::from_bytes(bytes).map_err(|e| {
+            CallError::Failed(format!("decoding the file sink's checkpointed state: {e}"))
+        })?;
         let current = fs::metadata(&self.output).map(|m| m.len()).unwrap_or(0);
-        if current >= target {
-            truncate(&self.output, target)?;
-            self.sink = SinkState {
-                base_len: target,
-                pending: Vec::new(),
-            };
-            clear_dir(&self.staging, &[])?;
-            return Ok(());
-        }
-        // Find how many pending files were fully appended before the crash.
-        let mut len = restored.base_len;
-        let mut appended = 0;
-        for &(_, size) in &restored.pending {
-            if len + size > current {
-                break;
+        let appended = match plan_recovery(current, &restored) {
+            Recovery::Appended(n) => n,
+            Recovery::Rewind { target } if self.allow_rewind => {
+                let kept =
+                    rewind(&self.output, target).map_err(|e| io("cannot rewind the output", e))?;
+                tracing::warn!(
+                    "{}: output rewound to the restored checkpoint; the output as it was is kept in {}",
+                    self.identity,
+                    kept.display()
+                );
+                restored.pending.len()
             }
-            len += size;
-            appended += 1;
+            Recovery::Rewind { target } => {
+                return Err(CallError::Unrecoverable(format!(
+                    "{}: {}",
+                    self.output.display(),
+                    rewind_refusal(current, target)
+                )));
+            }
+            Recovery::Missing => {
+                return Err(CallError::Unrecoverable(format!(
+                    "{}: it has {current} bytes, but the checkpoint says {} were committed (was the \
+                     output moved or changed by someone else?)",
+                    self.output.display(),
+                    restored.base_len
+                )));
+            }
+        };
+        let len = restored.base_len
+            + restored.pending[..appended]
+                .iter()
+                .map(|p| p.1)
+                .sum::<u64>();
+        self.finish_recovery(&restored, appended, len)
+            .map_err(|e| self.err("cannot recover the output", e))
+    }
+
+    /// A start without restored state: no output may exist yet, except what this run's
+    /// own earlier attempt wrote without checkpoints. Staged files are not committed
+    /// output (a job that has a complete checkpoint is restored, or its staging folder
+    /// was moved aside before a fresh start): they are cleared.
+    fn start_fresh(&mut self, attempt: u32) -> Result<(), CallError> {
+        let exists = fs::metadata(&self.output).is_ok();
+        if exists && (self.transactional || attempt == 0) {
+            return Err(CallError::Unrecoverable(format!(
+                "{} already exists and the job starts from scratch; it is left as it is \
+                 (resume the job from its latest checkpoint, or start it with --fresh to move \
+                 the earlier output aside)",
+                self.output.display()
+            )));
         }
-        if current < restored.base_len {
-            bail!(
-                "cannot recover {}: it has {current} bytes, but the checkpoint says {} were committed \
-                 (was the output file changed by someone else?)",
-                self.output.display(),
-                restored.base_len
-            );
+        (|| -> Result<()> {
+            clear_dir(&self.staging, &[])?;
+            if exists {
+                // An earlier attempt of this run finished without checkpoints.
+                remove_if_exists(&self.output)?;
+            }
+            Ok(())
+        })()
+        .map_err(|e| self.err("cannot open the output", e))
+    }
+
+    /// Cuts the output back to `len` (a partial append) and appends the pending files
+    /// from `appended` on: their checkpoint is complete, since it is being restored.
+    fn finish_recovery(&mut self, restored: &SinkState, appended: usize, len: u64) -> Result<()> {
+        let current = fs::metadata(&self.output).map(|m| m.len()).unwrap_or(0);
+        if current > len {
+            truncate(&self.output, len)?;
         }
-        truncate(&self.output, len)?;
         self.sink = SinkState {
             base_len: len,
             pending: restored.pending[appended..].to_vec(),
@@ -170,14 +216,12 @@ impl FileSink {
         for path in &keep {
             if !path.exists() {
                 bail!(
-                    "cannot recover {}: staging file {} of a checkpointed commit is missing",
-                    self.output.display(),
+                    "staging file {} of a checkpointed commit is missing",
                     path.display()
                 );
             }
         }
         clear_dir(&self.staging, &keep)?;
-        // The checkpoint that these files belong to is complete (we restore from it).
         self.commit_up_to(u64::MAX)
     }
 
@@ -190,6 +234,7 @@ impl FileSink {
             let sealed = self.sealed_path(pid);
             self.append_file(&sealed, size)?;
             self.sink.pending.remove(0);
+            crate::failpoint!("sink::commit");
         }
         Ok(())
     }
@@ -245,6 +290,108 @@ impl FileSink {
     fn err(&self, context: &str, e: anyhow::Error) -> CallError {
         CallError::Failed(format!("{context} ({}): {e:#}", self.output.display()))
     }
+}
+
+/// What restoring a sink's checkpointed state does to an output of `current` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovery {
+    /// The output holds everything committed before the checkpoint and the first `n`
+    /// of its pending files (a crash came before or during their append): the rest is
+    /// appended, a partly appended one again.
+    Appended(usize),
+    /// The output holds commits of later checkpoints: `target` bytes are the
+    /// checkpoint's.
+    Rewind {
+        /// The length the checkpoint accounts for.
+        target: u64,
+    },
+    /// The output is shorter than what was committed before the checkpoint.
+    Missing,
+}
+
+/// Decides how an output of `current` bytes recovers to `state`.
+pub fn plan_recovery(current: u64, state: &SinkState) -> Recovery {
+    let target = state.base_len + state.pending.iter().map(|p| p.1).sum::<u64>();
+    if current > target {
+        return Recovery::Rewind { target };
+    }
+    if current < state.base_len {
+        return Recovery::Missing;
+    }
+    let mut len = state.base_len;
+    let mut appended = 0;
+    for &(_, size) in &state.pending {
+        if len + size > current {
+            break;
+        }
+        len += size;
+        appended += 1;
+    }
+    Recovery::Appended(appended)
+}
+
+/// Why a restore that would take back committed output is refused.
+pub fn rewind_refusal(current: u64, target: u64) -> String {
+    format!(
+        "it holds {current} bytes of committed output, but the checkpoint being restored \
+         accounts for only {target}: restoring it would take back output that later \
+         checkpoints committed. Resume from the latest checkpoint instead, or allow the \
+         rewind (--allow-rewind), which keeps the current output as a new file generation \
+         and continues from the checkpoint's"
+    )
+}
+
+/// Keeps `output` as it is under the next free generation name and makes `output` a
+/// copy of its first `len` bytes. Returns the generation's path.
+fn rewind(output: &Path, len: u64) -> Result<PathBuf> {
+    let kept = next_generation(&[output.to_path_buf()])
+        .into_iter()
+        .next()
+        .expect("one path in, one out");
+    fs::rename(output, &kept)
+        .with_context(|| format!("moving {} to {}", output.display(), kept.display()))?;
+    let mut src = File::open(&kept)?;
+    let mut dst = File::create(output)?;
+    std::io::copy(&mut std::io::Read::take(&mut src, len), &mut dst)?;
+    dst.sync_all()?;
+    sync_dir(output.parent())?;
+    Ok(kept)
+}
+
+/// The names `paths` get when moved aside together: each with `.N` appended, for the
+/// smallest `N` free for all of them.
+pub fn next_generation(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let with = |p: &Path, n: u32| {
+        let mut name = p.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".{n}"));
+        p.with_file_name(name)
+    };
+    let n = (1..)
+        .find(|&n| {
+            paths
+                .iter()
+                .all(|p| fs::symlink_metadata(with(p, n)).is_err())
+        })
+        .expect("some generation is free");
+    paths.iter().map(|p| with(p, n)).collect()
+}
+
+/// The file subtask `subtask` of `parallelism` writes for a sink with output `path`.
+pub fn output_path(path: &Path, subtask: u32, parallelism: u32) -> PathBuf {
+    if parallelism > 1 {
+        subtask_path(path, subtask)
+    } else {
+        path.to_path_buf()
+    }
+}
+
+/// The staging folder of an output file.
+pub fn staging_path(output: &Path) -> PathBuf {
+    let name = output
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "output".into());
+    output.with_file_name(format!(".{name}.pending"))
 }
 
 fn subtask_path(path: &Path, subtask: u32) -> PathBuf {
@@ -309,8 +456,11 @@ impl Operator for FileSink {
     }
 
     fn open(&mut self, info: &OpenInfo) -> Result<CallOutput, CallError> {
-        self.recover(info.restored_state.as_deref())
-            .and_then(|()| self.start_in_progress())
+        self.recover(info.restored_state.as_deref(), info.attempt)?;
+        if info.restored_state.is_some() {
+            crate::failpoint!("restore::after-sink-recovery");
+        }
+        self.start_in_progress()
             .map_err(|e| self.err("cannot open the output", e))?;
         Ok(CallOutput::default())
     }
@@ -345,6 +495,7 @@ impl Operator for FileSink {
         }
         self.seal(checkpoint_id)
             .map_err(|e| self.err("cannot pre-commit output", e))?;
+        crate::failpoint!("sink::after-pre-commit");
         postcard::to_allocvec(&self.sink).map_err(|e| CallError::Failed(e.to_string()))
     }
 
@@ -360,8 +511,11 @@ impl Operator for FileSink {
     }
 
     fn finish(&mut self) -> Result<CallOutput, CallError> {
-        self.commit_all()
-            .map_err(|e| self.err("cannot commit the final output", e))?;
+        // With checkpoints the tail is committed by the final checkpoint.
+        if !self.transactional {
+            self.commit_all()
+                .map_err(|e| self.err("cannot commit the final output", e))?;
+        }
         Ok(CallOutput::default())
     }
 
@@ -405,7 +559,7 @@ mod tests {
     }
 
     fn open(path: &Path, restored: Option<Vec<u8>>) -> FileSink {
-        let mut sink = FileSink::new(identity(), path, LineFormat::Value, true);
+        let mut sink = FileSink::new(identity(), path, LineFormat::Value, true, false);
         sink.open(&OpenInfo {
             restored_state: restored,
             ..OpenInfo::default()
@@ -446,14 +600,18 @@ mod tests {
         assert_eq!(read(&out), "a\nb\nc\nd\n");
         sink.process(&batch(&["e"])).unwrap();
         sink.finish().unwrap();
+        // The tail is committed by the final checkpoint, not by the end of input.
+        assert_eq!(read(&out), "a\nb\nc\nd\n");
+        sink.snapshot(4).unwrap();
+        sink.notify_complete(4).unwrap();
         sink.dispose().unwrap();
         assert_eq!(read(&out), "a\nb\nc\nd\ne\n");
         fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
-    fn recovery_truncates_output_written_after_the_checkpoint() {
-        let dir = tempdir("truncate");
+    fn restoring_an_older_checkpoint_never_takes_back_committed_output() {
+        let dir = tempdir("rewind");
         let out = dir.join("out.txt");
         let mut sink = open(&out, None);
         sink.process(&batch(&["a"])).unwrap();
@@ -463,10 +621,43 @@ mod tests {
         sink.snapshot(2).unwrap();
         sink.notify_complete(2).unwrap();
         assert_eq!(read(&out), "a\nb\n");
-        // Crash, then restore from checkpoint 1: "b" will be replayed, so it goes.
+        // Restoring checkpoint 1 would take "b" back, which checkpoint 2 committed.
         drop(sink);
-        let _sink = open(&out, Some(state));
+        let mut refused = FileSink::new(identity(), &out, LineFormat::Value, true, false);
+        let err = refused
+            .open(&OpenInfo {
+                restored_state: Some(state.clone()),
+                ..OpenInfo::default()
+            })
+            .unwrap_err();
+        assert!(matches!(err, CallError::Unrecoverable(_)), "{err}");
+        assert!(err.to_string().contains("--allow-rewind"), "{err}");
+        assert_eq!(read(&out), "a\nb\n");
+        // Allowed: the output as it was stays as a generation, the job goes on from "a".
+        let mut rewound = FileSink::new(identity(), &out, LineFormat::Value, true, true);
+        rewound
+            .open(&OpenInfo {
+                restored_state: Some(state),
+                ..OpenInfo::default()
+            })
+            .unwrap();
         assert_eq!(read(&out), "a\n");
+        assert_eq!(read(&dir.join("out.txt.1")), "a\nb\n");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_fresh_start_leaves_an_existing_output_alone() {
+        let dir = tempdir("fresh");
+        let out = dir.join("out.txt");
+        fs::write(&out, "precious\n").unwrap();
+        for transactional in [true, false] {
+            let mut sink = FileSink::new(identity(), &out, LineFormat::Value, transactional, false);
+            let err = sink.open(&OpenInfo::default()).unwrap_err();
+            assert!(err.to_string().contains("already exists"), "{err}");
+            sink.dispose().unwrap();
+            assert_eq!(read(&out), "precious\n");
+        }
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -498,14 +689,14 @@ mod tests {
     fn without_checkpoints_a_failed_run_leaves_no_output() {
         let dir = tempdir("plain");
         let out = dir.join("out.txt");
-        let mut sink = FileSink::new(identity(), &out, LineFormat::KeyValue, false);
+        let mut sink = FileSink::new(identity(), &out, LineFormat::KeyValue, false, false);
         sink.open(&OpenInfo::default()).unwrap();
         let mut w = BatchWriter::new();
         w.push(Some(b"word"), b"3", None);
         sink.process(&w.into_bytes()).unwrap();
         sink.dispose().unwrap();
         assert!(!out.exists());
-        let mut sink = FileSink::new(identity(), &out, LineFormat::KeyValue, false);
+        let mut sink = FileSink::new(identity(), &out, LineFormat::KeyValue, false, false);
         sink.open(&OpenInfo::default()).unwrap();
         let mut w = BatchWriter::new();
         w.push(Some(b"word"), b"3", None);

@@ -7,7 +7,7 @@
 //! `notify-complete` (two-phase commit).
 
 mod event_time;
-mod file_sink;
+pub mod file_sink;
 mod sources;
 mod stdout_sink;
 

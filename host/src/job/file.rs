@@ -50,8 +50,11 @@ pub struct SourceSpec {
     /// `file`, `generator` or `stdin`.
     #[serde(rename = "type")]
     pub kind: SourceKind,
-    /// Name in metrics and checkpoints (default `source`, or `source-N` with several).
+    /// Name in metrics and task names (default `source`, or `source-N` with several).
     pub name: Option<String>,
+    /// Stable id under which checkpoints keep the source's positions (default: the
+    /// name). Keep it when renaming the source, so a savepoint still restores it.
+    pub id: Option<String>,
     /// `file`: the text file, one record per line, relative to the job file.
     pub path: Option<PathBuf>,
     /// `generator`: records in total, over all subtasks.
@@ -114,6 +117,9 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<SourceSpec>
 pub struct OperatorSpec {
     /// Name, unique in the job.
     pub name: String,
+    /// Stable id under which checkpoints keep the operator's state (default: the name).
+    /// Keep it when renaming the operator, so a savepoint still restores it.
+    pub id: Option<String>,
     /// The `.wasm` component, relative to the job file.
     pub plugin: PathBuf,
     /// Configuration passed to `open` as strings.
@@ -136,6 +142,8 @@ pub struct SinkSpec {
     /// `file` or `stdout`.
     #[serde(rename = "type")]
     pub kind: SinkKind,
+    /// Stable id under which checkpoints keep the sink's state (default `sink`).
+    pub id: Option<String>,
     /// Output file for `file` sinks, relative to the job file.
     pub path: Option<PathBuf>,
     /// `value` (default) or `key-value` (key, tab, value).

@@ -61,6 +61,8 @@ pub enum SourceInput {
 pub struct SourceVertex {
     /// Name, unique in the job.
     pub name: String,
+    /// Stable id of its checkpointed positions (the name unless set).
+    pub id: String,
     /// Where its records come from.
     pub input: SourceInput,
     /// Parallelism.
@@ -76,6 +78,8 @@ pub struct SourceVertex {
 pub struct OperatorVertex {
     /// Name.
     pub name: String,
+    /// Stable id of its checkpointed state (the name unless set).
+    pub id: String,
     /// The component file (resolved).
     pub plugin: PathBuf,
     /// Config as strings.
@@ -89,6 +93,8 @@ pub struct OperatorVertex {
 /// The sink of the job.
 #[derive(Debug, Clone)]
 pub struct SinkVertex {
+    /// Stable id of its checkpointed state (`sink` unless set).
+    pub id: String,
     /// File or stdout.
     pub kind: SinkKind,
     /// Output file (resolved), for file sinks.
@@ -117,6 +123,15 @@ impl Vertex {
             Vertex::Source(s) => &s.name,
             Vertex::Operator(o) => &o.name,
             Vertex::Sink(_) => "sink",
+        }
+    }
+
+    /// Stable id under which checkpoints keep the vertex's state (Flink's `uid`).
+    pub fn id(&self) -> &str {
+        match self {
+            Vertex::Source(s) => &s.id,
+            Vertex::Operator(o) => &o.id,
+            Vertex::Sink(s) => &s.id,
         }
     }
 
@@ -273,6 +288,7 @@ impl JobGraph {
             inputs.push((key_by.clone(), op.partition.clone()));
             vertices.push(Vertex::Operator(OperatorVertex {
                 name: op.name.clone(),
+                id: op.id.clone().unwrap_or_else(|| op.name.clone()),
                 plugin: resolve(&op.plugin),
                 config,
                 parallelism: op.parallelism,
@@ -297,11 +313,26 @@ impl JobGraph {
         };
         inputs.push((None, sink.partition.clone()));
         vertices.push(Vertex::Sink(SinkVertex {
+            id: sink.id.clone().unwrap_or_else(|| "sink".into()),
             kind: sink.kind,
             path: sink_path,
             format,
             parallelism: sink.parallelism,
         }));
+
+        let mut ids = BTreeSet::new();
+        for v in &vertices {
+            let id = v.id();
+            if id.trim().is_empty() {
+                bail!("{job}: '{}': `id` must not be empty", v.name());
+            }
+            if !ids.insert(id) {
+                bail!(
+                    "{job}: two vertices have the id '{id}'; ids (default: the names) must be unique, \
+                     since checkpoints keep state by id"
+                );
+            }
+        }
 
         // Chains: vertices joined by forward edges run in one task; every other edge
         // crosses channels. Several sources each run alone and meet (a union) at the
@@ -566,8 +597,10 @@ fn source_vertex(
     if event_time.is_none() && spec.out_of_orderness_ms.is_some() {
         bail!("`out_of_orderness_ms` needs `timestamp`");
     }
+    let name = spec.name.clone().unwrap_or(default_name);
     Ok(SourceVertex {
-        name: spec.name.clone().unwrap_or(default_name),
+        id: spec.id.clone().unwrap_or_else(|| name.clone()),
+        name,
         input,
         parallelism: spec.parallelism.unwrap_or(1),
         event_time,

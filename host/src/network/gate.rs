@@ -56,6 +56,9 @@ struct InputChannel {
     rx: Receiver<StreamElement>,
     watermark: i64,
     blocked: bool,
+    /// End of data: no records or watermarks come any more (barriers may).
+    data_ended: bool,
+    /// End of partition: nothing comes any more.
     ended: bool,
     idle: bool,
 }
@@ -67,8 +70,6 @@ pub struct InputGate {
     next: usize,
     watermark: i64,
     aligner: BarrierAligner,
-    /// The barrier being aligned (its id is the aligner's pending one).
-    pending_barrier: Option<Barrier>,
     queued: VecDeque<GateEvent>,
     end_reported: bool,
     /// The status last reported to the task.
@@ -86,6 +87,7 @@ impl InputGate {
                     rx,
                     watermark: i64::MIN,
                     blocked: false,
+                    data_ended: false,
                     ended: false,
                     idle: false,
                 })
@@ -93,7 +95,6 @@ impl InputGate {
             next: 0,
             watermark: i64::MIN,
             aligner: BarrierAligner::new(n, mode),
-            pending_barrier: None,
             queued: VecDeque::new(),
             end_reported: false,
             status: StreamStatus::Active,
@@ -110,6 +111,11 @@ impl InputGate {
         self.channels.is_empty()
     }
 
+    /// True once every channel ended: nothing, not even a barrier, comes any more.
+    pub fn is_ended(&self) -> bool {
+        self.channels.iter().all(|c| c.ended)
+    }
+
     /// The combined watermark: the minimum over all channels.
     pub fn watermark(&self) -> i64 {
         self.watermark
@@ -121,12 +127,14 @@ impl InputGate {
             if let Some(event) = self.queued.pop_front() {
                 return Ok(Some(event));
             }
-            if self.channels.iter().all(|c| c.ended) {
-                if self.end_reported {
-                    return Ok(None);
-                }
+            // Once every channel's data ended the task finishes; barriers of its final
+            // checkpoint still come until the channels end.
+            if !self.end_reported && self.channels.iter().all(|c| c.data_ended) {
                 self.end_reported = true;
                 return Ok(Some(GateEvent::EndOfInput));
+            }
+            if self.channels.iter().all(|c| c.ended) {
+                return Ok(None);
             }
             let n = self.channels.len();
             let mut found = None;
@@ -177,10 +185,7 @@ impl InputGate {
                 self.advance_watermark()
             }
             StreamElement::Barrier(b) => {
-                if self.aligner.pending() != Some(b.id) {
-                    self.pending_barrier = Some(b);
-                }
-                let action = self.aligner.on_barrier(i, b.id);
+                let action = self.aligner.on_barrier(i, b);
                 self.apply(action);
                 None
             }
@@ -189,7 +194,15 @@ impl InputGate {
                 self.apply(action);
                 None
             }
+            StreamElement::EndOfData => {
+                self.channels[i].data_ended = true;
+                // A channel without data no longer holds the combined watermark back,
+                // nor keeps the gate active.
+                self.set_idle(i, false);
+                None
+            }
             StreamElement::EndOfPartition => {
+                self.channels[i].data_ended = true;
                 self.channels[i].ended = true;
                 self.channels[i].blocked = false;
                 let action = self.aligner.on_end_of_partition(i);
@@ -206,7 +219,7 @@ impl InputGate {
     /// when every open channel is idle) and a watermark the change lets advance.
     fn set_idle(&mut self, i: usize, idle: bool) {
         self.channels[i].idle = idle;
-        let open = self.channels.iter().filter(|c| !c.ended);
+        let open = self.channels.iter().filter(|c| !c.data_ended);
         let status = if open.clone().count() > 0 && open.clone().all(|c| c.idle) {
             StreamStatus::Idle
         } else {
@@ -229,7 +242,7 @@ impl InputGate {
         let min = self
             .channels
             .iter()
-            .filter(|c| c.ended || !c.idle)
+            .filter(|c| c.data_ended || !c.idle)
             .map(|c| c.watermark)
             .min()?;
         if min > self.watermark && min != i64::MIN {
@@ -252,12 +265,7 @@ impl InputGate {
         if let Some(i) = action.block {
             self.channels[i].blocked = true;
         }
-        if let Some(id) = action.trigger {
-            let barrier = self
-                .pending_barrier
-                .take()
-                .filter(|b| b.id == id)
-                .expect("the aligner only triggers a barrier the gate has seen");
+        if let Some(barrier) = action.trigger {
             self.queued.push_back(GateEvent::Checkpoint(barrier));
         }
     }
@@ -289,11 +297,16 @@ mod tests {
     use crate::network::{CheckpointKind, channel};
 
     fn barrier(id: u64) -> StreamElement {
-        StreamElement::Barrier(Barrier {
+        StreamElement::Barrier(checkpoint_barrier(id))
+    }
+
+    /// Barrier `id`, with a timestamp that tells it apart from the others.
+    fn checkpoint_barrier(id: u64) -> Barrier {
+        Barrier {
             id,
-            timestamp: 0,
+            timestamp: 1000 + id as i64,
             kind: CheckpointKind::Checkpoint,
-        })
+        }
     }
 
     fn records(tag: u8) -> StreamElement {
@@ -377,6 +390,57 @@ mod tests {
             drain(&mut gate)[..],
             [GateEvent::Checkpoint(Barrier { id: 1, .. })]
         ));
+    }
+
+    #[test]
+    fn at_least_once_takes_every_checkpoint_a_lagging_channel_catches_up_on() {
+        // With several checkpoints in flight, a fast channel delivers barriers 1 and 2
+        // before the slow one delivers 1.
+        let (t0, r0) = channel(8);
+        let (t1, r1) = channel(8);
+        let mut gate = InputGate::new(vec![r0, r1], CheckpointingMode::AtLeastOnce);
+        let mut events = vec![];
+        t0.send(barrier(1)).unwrap();
+        t0.send(barrier(2)).unwrap();
+        t0.send(records(0xa)).unwrap();
+        events.extend(drain(&mut gate));
+        t1.send(barrier(1)).unwrap();
+        events.extend(drain(&mut gate));
+        t1.send(barrier(2)).unwrap();
+        events.extend(drain(&mut gate));
+        assert_eq!(
+            events,
+            vec![
+                records_event(0xa),
+                GateEvent::Checkpoint(checkpoint_barrier(1)),
+                GateEvent::Checkpoint(checkpoint_barrier(2)),
+            ]
+        );
+    }
+
+    #[test]
+    fn exactly_once_ignores_a_stale_barrier_behind_a_cancel_marker() {
+        let (t0, r0) = channel(8);
+        let (t1, r1) = channel(8);
+        let mut gate = InputGate::new(vec![r0, r1], CheckpointingMode::ExactlyOnce);
+        let mut events = vec![];
+        t1.send(StreamElement::CancelMarker(1)).unwrap();
+        t1.send(barrier(2)).unwrap();
+        t1.send(records(0xb)).unwrap();
+        events.extend(drain(&mut gate));
+        t0.send(barrier(1)).unwrap();
+        t0.send(barrier(2)).unwrap();
+        t0.send(records(0xa)).unwrap();
+        events.extend(drain(&mut gate));
+        assert_eq!(
+            events,
+            vec![
+                GateEvent::AbortCheckpoint(1),
+                GateEvent::Checkpoint(checkpoint_barrier(2)),
+                records_event(0xb),
+                records_event(0xa),
+            ]
+        );
     }
 
     #[test]

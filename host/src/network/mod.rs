@@ -73,6 +73,9 @@ pub enum StreamElement {
     CancelMarker(u64),
     /// The sender became idle or active again.
     Status(StreamStatus),
+    /// The sender's input ended and its operators finished: no more records or
+    /// watermarks come, but barriers still do until its final checkpoint completes.
+    EndOfData,
     /// The sender will send nothing more on this channel.
     EndOfPartition,
 }

@@ -167,6 +167,11 @@ impl RecordWriter {
         self.broadcast(StreamElement::Barrier(barrier))
     }
 
+    /// Flushes and tells every channel that no more data comes (barriers still do).
+    pub fn end_data(&mut self) -> Result<()> {
+        self.broadcast(StreamElement::EndOfData)
+    }
+
     /// Flushes and tells every channel that the task is done.
     pub fn finish(&mut self) -> Result<()> {
         self.broadcast(StreamElement::EndOfPartition)

@@ -124,6 +124,7 @@ pub fn router(server: Arc<Server>) -> axum::Router {
         .route("/jobs/{id}/logs", get(job_logs))
         .route("/jobs/{id}/cancel", post(cancel))
         .route("/jobs/{id}/stop", post(stop))
+        .route("/jobs/{id}/savepoint", post(savepoint))
         .route("/jobs/{id}/start", post(start))
         .fallback(|| async { ApiError::new(ErrorKind::NotFound, "no such route") })
         .layer(DefaultBodyLimit::max(limit))
@@ -248,9 +249,21 @@ async fn stop(
     )))
 }
 
+async fn savepoint(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(json!(
+        blocking(move || server.savepoint(&t, &id)).await?
+    )))
+}
+
 #[derive(Deserialize)]
 struct StartQuery {
     savepoint: Option<String>,
+    #[serde(default)]
+    allow_rewind: bool,
 }
 
 async fn start(
@@ -260,7 +273,7 @@ async fn start(
     Query(q): Query<StartQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     Ok(Json(json!(
-        blocking(move || server.start(&t, &id, q.savepoint.as_deref())).await?
+        blocking(move || server.start(&t, &id, q.savepoint.as_deref(), q.allow_rewind)).await?
     )))
 }
 

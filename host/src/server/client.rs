@@ -167,6 +167,15 @@ impl Client {
         )
     }
 
+    /// Takes a savepoint of a running job without stopping it.
+    pub fn savepoint(&self, id: &str) -> Result<Value> {
+        self.json(
+            "POST",
+            &format!("/jobs/{}/savepoint", query_escape(id)),
+            None,
+        )
+    }
+
     /// A job's committed output.
     pub fn output(&self, id: &str) -> Result<Vec<u8>> {
         self.text(&format!("/jobs/{}/output", query_escape(id)))

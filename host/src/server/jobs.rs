@@ -18,8 +18,8 @@ use super::plugins::now_ms;
 use super::{ApiError, ErrorKind, Object, Server, hex, is_plain_name, write_atomic};
 use crate::checkpoint::CheckpointStorage;
 use crate::job::{
-    Job, JobControl, JobFile, JobGraph, JobMonitor, JobOutcome, JobReport, RestorePoint, SinkKind,
-    SourceKind,
+    Job, JobControl, JobFile, JobGraph, JobMonitor, JobOutcome, JobReport, RestorePoint,
+    RunOptions, SinkKind, SourceKind,
 };
 use crate::tenant::TenantConfig;
 
@@ -303,7 +303,8 @@ impl Server {
     }
 
     /// Starts the job's thread.
-    fn launch(&self, entry: &Arc<JobEntry>, job: Job, restore: RestorePoint) {
+    fn launch(&self, entry: &Arc<JobEntry>, job: Job, options: impl Into<RunOptions>) {
+        let options = options.into();
         entry.instances.store(job.instances(), Ordering::Relaxed);
         let monitor = Arc::new(JobMonitor::default());
         *lock(&entry.monitor) = monitor.clone();
@@ -321,7 +322,7 @@ impl Server {
                 // The job's own log lines (checkpoints, restarts) carry tenant and job.
                 let _span = tracing::info_span!(super::logs::JOB_SPAN, tenant = %tenant, job = %id)
                     .entered();
-                let result = job.run(restore, &control_rx, &monitor);
+                let result = job.run(options, &control_rx, &monitor);
                 let stopping_server = shutting_down.load(Ordering::Relaxed);
                 finished_run(&finished, result, &monitor, stopping_server);
             });
@@ -565,13 +566,43 @@ impl Server {
         }
     }
 
+    /// Takes a savepoint of one of `tenant`'s running jobs without stopping it. Returns
+    /// when it is written.
+    pub fn savepoint(&self, tenant: &TenantConfig, id: &str) -> Result<Object, ApiError> {
+        let entry = self.entry(tenant, id)?;
+        let control = self.control(&entry, "take a savepoint of")?;
+        let (reply, answer) = unbounded();
+        let _ = control.send(JobControl::Savepoint { reply });
+        match answer.recv_timeout(Duration::from_secs(300)) {
+            Ok(Ok(path)) => {
+                let name = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let mut object = Object::new();
+                object.insert("savepoint".into(), json!(name));
+                Ok(object)
+            }
+            Ok(Err(e)) => Err(ApiError::new(
+                ErrorKind::Conflict,
+                format!("the savepoint of job '{id}' failed: {e}"),
+            )),
+            Err(_) => Err(ApiError::new(
+                ErrorKind::Conflict,
+                format!("job '{id}' ended before its savepoint completed"),
+            )),
+        }
+    }
+
     /// Starts a stopped, cancelled or failed job of `tenant` again, from `savepoint` (a
     /// folder name in its checkpoints) or else its latest complete checkpoint or savepoint.
+    /// A savepoint older than the committed output is refused unless `allow_rewind`.
     pub fn start(
         &self,
         tenant: &TenantConfig,
         id: &str,
         savepoint: Option<&str>,
+        allow_rewind: bool,
     ) -> Result<Object, ApiError> {
         let entry = self.entry(tenant, id)?;
         let _admission = lock(&self.jobs.admission);
@@ -604,7 +635,11 @@ impl Server {
             r.state = JobState::Running;
             r.failure = None;
         });
-        self.launch(&entry, job, restore);
+        let options = RunOptions {
+            allow_rewind,
+            ..RunOptions::from(restore)
+        };
+        self.launch(&entry, job, options);
         Ok(summary(&entry.record(), true))
     }
 

@@ -5,6 +5,7 @@
 //! thread and write it out asynchronously, and so that a restore with another parallelism
 //! can redistribute it by key group.
 
+pub mod assignment;
 mod backend;
 pub mod key_groups;
 

@@ -1,7 +1,7 @@
 //! The task side of checkpoints: taking the synchronous part, forwarding barriers,
 //! declining, notifications, and the synchronous-savepoint loop of stop-with-savepoint.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use super::{StreamTask, TaskInput};
 use crate::mailbox::Priority;
@@ -63,6 +63,11 @@ impl StreamTask {
             TaskInput::Network(_) => None,
         };
         let operators = self.chain().snapshot(barrier.id)?;
+        crate::failpoint!("task::after-operator-snapshot");
+        if self.finished {
+            crate::failpoint!("checkpoint::final");
+            self.final_checkpoint.get_or_insert(barrier.id);
+        }
         let link = self.checkpoints.as_ref().expect("checked above");
         let pending = link.start_async_part(
             barrier,
@@ -70,6 +75,7 @@ impl StreamTask {
             sync_start.elapsed(),
             position,
             operators,
+            self.finished,
         );
         self.async_checkpoints.retain(|p| !p.is_done());
         self.async_checkpoints.push(pending);
@@ -79,16 +85,24 @@ impl StreamTask {
     /// After a stop-with-savepoint's synchronous part: process only top-priority mails
     /// until the savepoint completes or is aborted (the reference's
     /// `runSynchronousSavepointMailboxLoop`).
+    /// A mail that fails here fails the task, as anywhere else; only cancellation ends
+    /// the loop quietly.
     fn after_checkpoint(&mut self, barrier: Barrier) -> Result<()> {
         if self.sync_savepoint.map(|(id, _)| id) != Some(barrier.id) {
             return Ok(());
         }
-        let executor = self.mailbox.executor(Priority::MAX);
-        while self.sync_savepoint.is_some() && !self.is_canceled() {
-            if executor.yield_mail(self).is_err() && self.is_canceled() {
-                break;
-            }
+        while self.sync_savepoint.is_some() {
+            let Ok(letter) = self.mailbox.take(Priority::MAX) else {
+                break; // cancelled
+            };
+            let description = letter.description.clone();
+            crate::failpoint!("savepoint::synchronous-loop");
+            letter.run(self).with_context(|| {
+                format!("mail '{description}' failed during a stop-with-savepoint")
+            })?;
         }
+        // Timers due meanwhile fire now, if the task goes on.
+        self.reschedule_processing_timer();
         Ok(())
     }
 
@@ -102,6 +116,9 @@ impl StreamTask {
     pub(super) fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
         if self.running {
             self.chain().notify_complete(id)?;
+            if self.final_checkpoint.is_some_and(|f| id >= f) {
+                self.done = true;
+            }
         } else {
             tracing::debug!(
                 "{}: ignoring completion of checkpoint {id}: not running",
@@ -115,8 +132,10 @@ impl StreamTask {
             // reference's `finishTask`); every other task ends when its input does, so
             // nothing downstream goes away while records or ends are still on their way.
             self.sync_savepoint = None;
-            self.stop_requested = matches!(self.input, TaskInput::Source(_));
+            self.stopping = true;
+            self.stop_requested = matches!(self.input, TaskInput::Source(_)) && !self.finished;
             self.stopped_without_drain = !drain;
+            self.done |= self.finished;
         }
         Ok(())
     }
@@ -126,12 +145,25 @@ impl StreamTask {
         if self.running {
             self.chain().notify_aborted(id)?;
         }
-        if self.sync_savepoint.map(|(s, _)| s) == Some(id) {
+        if self.final_checkpoint == Some(id) {
+            self.final_checkpoint = None;
+        }
+        if let Some((savepoint, drain)) = self.sync_savepoint
+            && savepoint == id
+        {
+            self.sync_savepoint = None;
+            if drain {
+                // Event time already went to the end for it: records from now on would
+                // all be late. Fail, so the job restarts from its last checkpoint.
+                anyhow::bail!(
+                    "stop-with-savepoint {id} with drain was aborted after event time had \
+                     advanced to the end; restarting from the last checkpoint"
+                );
+            }
             tracing::warn!(
                 "{}: stop-with-savepoint {id} was aborted; the task keeps running",
                 self.ctx.name
             );
-            self.sync_savepoint = None;
         }
         Ok(())
     }

@@ -10,7 +10,11 @@
 //! 2. open the operators, tail to head;
 //! 3. run the mailbox loop: input batches, interleaved with mails (timers, checkpoints,
 //!    notifications, cancellation);
-//! 4. at the end of input, `finish` the operators head to tail;
+//! 4. at the end of input, `finish` the operators head to tail; with checkpointing, tell
+//!    downstream tasks that no more data comes (end of data) and go on taking part in
+//!    checkpoints until one taken after the finish — the *final checkpoint* — is complete
+//!    (Flink's FLIP-147), so two-phase-commit sinks commit everything through a
+//!    checkpoint and nothing is written outside one;
 //! 5. close them head to tail, quiesce the timer service, stop accepting mails, run the
 //!    mails still queued, wait (bounded) for a timer callback in flight;
 //! 6. flush and end the outputs, dispose the operators tail to head.
@@ -126,10 +130,22 @@ pub struct StreamTask {
     restore_position: Option<Vec<u8>>,
     /// A stop-with-savepoint in progress: the savepoint id and whether it drains.
     sync_savepoint: Option<(u64, bool)>,
-    /// A stop-with-savepoint completed: end the input now.
+    /// A stop-with-savepoint completed: end the input now (sources).
     stop_requested: bool,
+    /// A stop-with-savepoint completed: the task ends with its input, without a final
+    /// checkpoint (the savepoint is the last one).
+    stopping: bool,
     /// ... without draining: the end of input skips `finish`.
     stopped_without_drain: bool,
+    /// The input ended and the operators finished (or were restored finished).
+    finished: bool,
+    /// Restored from a checkpoint taken after this task had finished: its operators are
+    /// opened (a sink still commits what that checkpoint holds) but not finished again.
+    finished_on_restore: bool,
+    /// The first checkpoint taken while finished; when it completes the task ends.
+    final_checkpoint: Option<u64>,
+    /// The final checkpoint completed, or the task was finished when a stop completed.
+    done: bool,
     /// Asynchronous checkpoint parts started by this task and maybe still running.
     async_checkpoints: Vec<crate::checkpoint::AsyncPartHandle>,
 }
@@ -162,9 +178,19 @@ impl StreamTask {
             restore_position,
             sync_savepoint: None,
             stop_requested: false,
+            stopping: false,
             stopped_without_drain: false,
+            finished: false,
+            finished_on_restore: false,
+            final_checkpoint: None,
+            done: false,
             async_checkpoints: Vec::new(),
         }
+    }
+
+    /// Marks the task as restored from a checkpoint taken after it had finished.
+    pub fn set_finished_on_restore(&mut self) {
+        self.finished_on_restore = true;
     }
 
     /// A handle for other threads: cancel, trigger checkpoints, notify, fail.
@@ -355,6 +381,9 @@ impl StreamTask {
 
     /// One unit of work: one input batch, watermark, barrier or end of input.
     fn default_action(&mut self) -> Result<ActionResult> {
+        if self.done {
+            return Ok(ActionResult::Done);
+        }
         if self
             .chain()
             .network_output()
@@ -362,10 +391,19 @@ impl StreamTask {
         {
             return Ok(ActionResult::Suspend);
         }
-        if self.stop_requested {
-            return self.end_of_input().map(|()| ActionResult::Done);
+        if self.stop_requested || (self.finished_on_restore && !self.finished && self.is_source()) {
+            return self.end_of_input();
         }
         let result = match &mut self.input {
+            // A finished source waits for its final checkpoint: only mails come.
+            TaskInput::Source(_) if self.finished => ActionResult::Suspend,
+            // Inputs that all ended before a final checkpoint reached this task (their
+            // tasks ended without one): no barrier can come any more.
+            TaskInput::Network(gate)
+                if self.finished && self.final_checkpoint.is_none() && gate.is_ended() =>
+            {
+                ActionResult::Done
+            }
             TaskInput::Source(_) => self.poll_source()?,
             TaskInput::Network(_) => self.poll_network()?,
         };
@@ -443,10 +481,7 @@ impl StreamTask {
                     ActionResult::Suspend
                 }
             }
-            SourceStatus::End => {
-                self.end_of_input()?;
-                ActionResult::Done
-            }
+            SourceStatus::End => self.end_of_input()?,
         })
     }
 
@@ -470,25 +505,38 @@ impl StreamTask {
             GateEvent::Checkpoint(barrier) => self.trigger_checkpoint_on_barrier(barrier)?,
             GateEvent::AbortCheckpoint(id) => self.abort_checkpoint_on_barrier(id)?,
             GateEvent::Status(status) => self.chain().emit_status(status)?,
-            GateEvent::EndOfInput => {
-                self.end_of_input()?;
-                return Ok(ActionResult::Done);
-            }
+            GateEvent::EndOfInput => return self.end_of_input(),
         }
         Ok(ActionResult::Continue)
     }
 
     /// The input ended: end of event time (for sources), then `finish` head to tail.
     /// After a stop-with-savepoint without drain, operators are not finished: the job
-    /// will resume from the savepoint, and finishing would emit results twice.
-    fn end_of_input(&mut self) -> Result<()> {
-        if self.stopped_without_drain {
-            return Ok(());
+    /// will resume from the savepoint, and finishing would emit results twice; nor are
+    /// operators restored finished. Then, with checkpointing and unless a stop ends the
+    /// task, the task waits for its final checkpoint.
+    fn end_of_input(&mut self) -> Result<ActionResult> {
+        if self.finished {
+            return Ok(ActionResult::Suspend);
         }
-        if matches!(self.input, TaskInput::Source(_)) {
-            self.chain().advance_watermark(i64::MAX)?;
+        if !self.stopped_without_drain && !self.finished_on_restore {
+            if self.is_source() {
+                self.chain().advance_watermark(i64::MAX)?;
+            }
+            self.chain().finish_all()?;
         }
-        self.chain().finish_all()
+        self.finished = true;
+        let Some(link) = self.checkpoints.clone().filter(|_| !self.stopping) else {
+            return Ok(ActionResult::Done);
+        };
+        self.chain().end_data()?;
+        self.chain().flush_outputs()?;
+        link.input_ended(self.ctx.id);
+        Ok(ActionResult::Suspend)
+    }
+
+    fn is_source(&self) -> bool {
+        matches!(self.input, TaskInput::Source(_))
     }
 
     /// Blocks until input, a mail, or (for an idle source) its retry time.
@@ -545,7 +593,9 @@ impl StreamTask {
         if self.scheduled_timer.as_ref().is_some_and(|(t, _)| *t == at) {
             self.scheduled_timer = None;
         }
-        if !self.running {
+        // Processing time does not advance for finished operators, nor inside the
+        // synchronous savepoint of a stop (the timer fires after it, if the task goes on).
+        if !self.running || self.finished || self.sync_savepoint.is_some() {
             return Ok(());
         }
         let now = now_millis().max(at);

@@ -184,6 +184,7 @@ fn task_with(source: Box<dyn Source>, ops: Vec<(&'static str, Behavior)>, log: &
         let operators = ops
             .into_iter()
             .map(|(name, behavior)| ChainedOperator {
+                state_id: name.to_string(),
                 operator: Box::new(Recording {
                     identity: OperatorIdentity {
                         tenant: "t".into(),
@@ -456,6 +457,7 @@ fn storage(name: &str) -> Arc<CheckpointStorage> {
 
 fn recording_chain(log: &Log, ctx: &TaskContext, output: ChainOutput) -> OperatorChain {
     let op = ChainedOperator {
+        state_id: "op".into(),
         operator: Box::new(Recording {
             identity: OperatorIdentity {
                 tenant: "t".into(),
@@ -620,6 +622,8 @@ fn stuck_job(log: &Log, timeout: Duration) -> Stuck {
             dir: storage.dir().to_path_buf(),
         },
         storage,
+        protect: None,
+        chain_vertices: Default::default(),
         max_parallelism: 128,
         sources_by_chain: [(0, ("source".to_string(), 1))].into(),
         operator_parallelism: Default::default(),

@@ -1,0 +1,55 @@
+//! Failpoints at the steps of the checkpoint protocol, for fault-injection tests.
+//!
+//! Compiled in only with the `failpoints` feature (the test suite enables it); otherwise
+//! [`failpoint!`](crate::failpoint) expands to nothing. A test sets the `FAILPOINTS`
+//! environment variable of a `sluice` process, e.g.
+//! `FAILPOINTS="checkpoint::after-metadata=1*off->return(abort)"`: `return(abort)`
+//! aborts the process at that point (a crash), `return(MESSAGE)` makes the step fail
+//! with MESSAGE (an error the job recovers from by a restart).
+//!
+//! | failpoint | where |
+//! |---|---|
+//! | `task::after-operator-snapshot` | a task took its operators' snapshots, before writing them |
+//! | `sink::after-pre-commit` | the file sink sealed a checkpoint's output |
+//! | `checkpoint::after-metadata` | a checkpoint's metadata is written, before any task hears of it |
+//! | `sink::commit` | the file sink appended one sealed file, before deleting it |
+//! | `restore::after-sink-recovery` | a restored file sink recovered its output |
+//! | `savepoint::synchronous-loop` | a task waits for its stop-with-savepoint to complete |
+//! | `checkpoint::final` | a finished task took part in its final checkpoint |
+
+/// Sets up the failpoints named in `FAILPOINTS` (a no-op without the feature). Call
+/// once, at the start of the process.
+pub fn setup() {
+    #[cfg(feature = "failpoints")]
+    std::mem::forget(fail::FailScenario::setup());
+}
+
+/// What a triggered failpoint does: abort the process, or an error to return.
+pub fn triggered(name: &str, arg: Option<String>) -> anyhow::Error {
+    match arg.as_deref() {
+        None | Some("abort") => {
+            eprintln!("failpoint {name}: aborting the process");
+            std::process::abort()
+        }
+        Some(message) => anyhow::anyhow!("failpoint {name}: {message}"),
+    }
+}
+
+/// A failpoint named after the protocol step it breaks (see the module docs). In a
+/// function returning `Result<_, E>` where `E: From<anyhow::Error>`; with `crash` before
+/// the name, anywhere (there `return(MESSAGE)` is only logged).
+#[macro_export]
+macro_rules! failpoint {
+    ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!($name, |arg| Err(
+            $crate::failpoints::triggered($name, arg).into()
+        ));
+    };
+    (crash $name:literal) => {
+        #[cfg(feature = "failpoints")]
+        if let Some(e) = fail::eval($name, |arg| $crate::failpoints::triggered($name, arg)) {
+            tracing::warn!("{e}");
+        }
+    };
+}

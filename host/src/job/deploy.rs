@@ -1,0 +1,410 @@
+//! Deployment of one attempt of a job: wiring the channels between subtasks, building
+//! every task with its input, chain and restored state, starting the checkpoint
+//! coordinator and the task threads.
+
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use anyhow::{Context, Result, anyhow};
+use crossbeam_channel::{Receiver, Sender, unbounded};
+
+use super::graph::{GeneratorShape, JobGraph, SourceInput, SourceVertex, Vertex};
+use super::runner::{Job, RunOptions};
+use super::supervisor::RunningAttempt;
+use crate::chain::{
+    ChainOutput, ChainedOperator, OpenInfo, Operator, OperatorChain, OperatorIdentity,
+    OperatorState,
+};
+use crate::checkpoint::{
+    AsyncPool, CheckpointLink, CheckpointStats, CheckpointStorage, Coordinator, CoordinatorSetup,
+    LoadedCheckpoint, TaskId,
+};
+use crate::connectors::{
+    FileSink, FileSource, Generated, GeneratorSource, Source, StdinSource, StdoutSink,
+};
+use crate::job::file::SinkKind;
+use crate::metrics::{OperatorMetrics, TaskMetrics, TaskMetricsHandle};
+use crate::network::{InputGate, Partitioner, RecordWriter, channel};
+use crate::state::KeyedStateBackend;
+use crate::state::assignment::assign_operator_state;
+use crate::state::key_groups::key_groups_of_subtask;
+use crate::task::{SourceReader, StreamTask, TaskContext, TaskHandle, TaskInput, panic_to_error};
+use crate::wasm::{Plugin, SandboxLimits};
+
+impl Job {
+    pub(super) fn deploy(
+        &self,
+        attempt: u32,
+        checkpoint: Option<Arc<LoadedCheckpoint>>,
+        storage: Option<Arc<CheckpointStorage>>,
+        run_start: Option<PathBuf>,
+        stats: Arc<Mutex<CheckpointStats>>,
+        options: &RunOptions,
+    ) -> Result<RunningAttempt> {
+        let graph = &self.graph;
+        let chains = &graph.chains;
+        let mode = graph
+            .checkpoint
+            .as_ref()
+            .map(|c| c.mode)
+            .unwrap_or_default();
+
+        // Channels: for every edge into chain `c`, one channel per pair of connected
+        // subtasks (forward edges connect subtask i to subtask i only). `senders[u][s]`
+        // are the channels of subtask `s` of chain `u` (every chain has at most one
+        // downstream chain); `receivers[c][d]` those into subtask `d` of chain `c`.
+        let mut senders: Vec<Vec<Vec<Sender<_>>>> = chains
+            .iter()
+            .map(|c| vec![Vec::new(); c.parallelism as usize])
+            .collect();
+        let mut receivers: Vec<Vec<Vec<Receiver<_>>>> = chains
+            .iter()
+            .map(|c| vec![Vec::new(); c.parallelism as usize])
+            .collect();
+        for (c, chain) in chains.iter().enumerate() {
+            for (u, partitioner) in &chain.inputs {
+                for (from, outbox) in senders[*u].iter_mut().enumerate() {
+                    for (to, inbox) in receivers[c].iter_mut().enumerate() {
+                        if *partitioner == Partitioner::Forward && from != to {
+                            continue;
+                        }
+                        let (tx, rx) = channel(graph.network.channel_capacity);
+                        outbox.push(tx);
+                        inbox.push(rx);
+                    }
+                }
+            }
+        }
+
+        let (coordinator_tx, coordinator_rx) = unbounded();
+        let link = match (&graph.checkpoint, &storage) {
+            (Some(_), Some(storage)) => Some(CheckpointLink::new(
+                coordinator_tx.clone(),
+                storage.clone(),
+                Arc::new(AsyncPool::new(2)),
+            )),
+            _ => None,
+        };
+
+        let mut tasks = Vec::new();
+        let mut metrics = Vec::new();
+        for (c, chain) in chains.iter().enumerate() {
+            for s in 0..chain.parallelism {
+                let ctx = TaskContext {
+                    name: format!("{} ({}/{})", chain.name(graph), s + 1, chain.parallelism),
+                    id: TaskId {
+                        vertex: c,
+                        subtask: s,
+                    },
+                    cancel: Arc::new(AtomicBool::new(false)),
+                    metrics: Arc::new(TaskMetrics::default()),
+                };
+                let source = chain.source(graph);
+                let input = match source {
+                    Some(source) => TaskInput::Source(SourceReader::new(
+                        make_source(source, s)?,
+                        source.event_time.clone(),
+                        source.idle_timeout,
+                    )),
+                    None => TaskInput::Network(InputGate::new(
+                        std::mem::take(&mut receivers[c][s as usize]),
+                        mode,
+                    )),
+                };
+                let output = match graph.downstream_of(c) {
+                    Some((_, partitioner)) => ChainOutput::Network(RecordWriter::new(
+                        std::mem::take(&mut senders[c][s as usize]),
+                        partitioner.clone(),
+                        &graph.network,
+                        ctx.cancel.clone(),
+                        ctx.metrics.clone(),
+                    )),
+                    None => ChainOutput::None,
+                };
+                let members: Vec<usize> = chain
+                    .vertices
+                    .iter()
+                    .copied()
+                    .filter(|&v| !matches!(graph.vertices[v], Vertex::Source(_)))
+                    .collect();
+                let op_metrics: Vec<Arc<OperatorMetrics>> =
+                    members.iter().map(|_| Arc::default()).collect();
+                metrics.push(TaskMetricsHandle {
+                    task: ctx.name.clone(),
+                    is_source: source.is_some(),
+                    metrics: ctx.metrics.clone(),
+                    operators: members
+                        .iter()
+                        .zip(&op_metrics)
+                        .map(|(&v, m)| (graph.vertices[v].name().to_string(), s, m.clone()))
+                        .collect(),
+                });
+                let restore_position = match (&checkpoint, source) {
+                    (Some(cp), Some(source)) => {
+                        cp.source_position(&source.id, s, chain.parallelism)?
+                    }
+                    _ => None,
+                };
+                let builder = ChainBuilder {
+                    graph: self.graph.clone(),
+                    plugins: self.plugins.clone(),
+                    limits: self.tenant.limits.clone(),
+                    members,
+                    subtask: s,
+                    attempt,
+                    checkpoint: checkpoint.clone(),
+                    metrics: op_metrics,
+                    allow_rewind: options.allow_rewind,
+                };
+                let finished = checkpoint
+                    .as_ref()
+                    .is_some_and(|c| c.is_finished(&chain_ids(graph, &chain.vertices), s));
+                let mut task = StreamTask::new(
+                    ctx,
+                    graph.task.clone(),
+                    input,
+                    Box::new(move |ctx: &TaskContext| builder.build(ctx, output)),
+                    link.clone(),
+                    restore_position,
+                );
+                if finished {
+                    task.set_finished_on_restore();
+                }
+                tasks.push(task);
+            }
+        }
+        let handles: Vec<TaskHandle> = tasks.iter().map(StreamTask::handle).collect();
+
+        let coordinator = match (&graph.checkpoint, storage) {
+            (Some(settings), Some(storage)) => {
+                let operator_parallelism = graph
+                    .vertices
+                    .iter()
+                    .filter(|v| !matches!(v, Vertex::Source(_)))
+                    .map(|v| (v.id().to_string(), v.parallelism()))
+                    .collect();
+                let sources_by_chain = chains
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(c, chain)| {
+                        chain
+                            .source(graph)
+                            .map(|s| (c, (s.id.clone(), s.parallelism)))
+                    })
+                    .collect();
+                let setup = CoordinatorSetup {
+                    job: graph.name.clone(),
+                    settings: settings.clone(),
+                    first_id: storage.next_id()?,
+                    protect: run_start,
+                    chain_vertices: chains
+                        .iter()
+                        .enumerate()
+                        .map(|(c, chain)| (c, chain_ids(graph, &chain.vertices)))
+                        .collect(),
+                    storage,
+                    max_parallelism: graph.max_parallelism,
+                    sources_by_chain,
+                    operator_parallelism,
+                    sources: handles
+                        .iter()
+                        .filter(|h| chains[h.id().vertex].source(graph).is_some())
+                        .cloned()
+                        .collect(),
+                    tasks: handles.clone(),
+                };
+                let coordinator = Coordinator::new(setup, coordinator_rx, stats);
+                let span = tracing::Span::current();
+                Some(
+                    thread::Builder::new()
+                        .name(format!("checkpoint coordinator {}", graph.name))
+                        .spawn(move || span.in_scope(|| coordinator.run()))?,
+                )
+            }
+            _ => None,
+        };
+
+        let (done_tx, done_rx) = unbounded();
+        let mut threads = Vec::new();
+        for task in tasks {
+            let done = done_tx.clone();
+            let id = task.handle().id();
+            // The tasks' log lines carry the span of whoever runs the job (a server's
+            // tenant and job id).
+            let span = tracing::Span::current();
+            threads.push(thread::Builder::new().name(task.name().to_string()).spawn(
+                move || {
+                    let _span = span.entered();
+                    let result = catch_unwind(AssertUnwindSafe(|| task.run()))
+                        .unwrap_or_else(|panic| Err(panic_to_error(panic)));
+                    let _ = done.send((id, result));
+                },
+            )?);
+        }
+        Ok(RunningAttempt {
+            handles,
+            metrics,
+            done: done_rx,
+            coordinator_tx,
+            coordinator,
+            threads,
+        })
+    }
+}
+
+/// The ids of `vertices`, head first: how checkpoints name a task.
+fn chain_ids(graph: &JobGraph, vertices: &[usize]) -> Vec<String> {
+    vertices
+        .iter()
+        .map(|&v| graph.vertices[v].id().to_string())
+        .collect()
+}
+
+fn make_source(source: &SourceVertex, subtask: u32) -> Result<Box<dyn Source>> {
+    Ok(match &source.input {
+        SourceInput::File(path) => Box::new(FileSource::open(path)?),
+        SourceInput::Generator {
+            records,
+            shape,
+            seed,
+            rate,
+        } => {
+            let generated = match *shape {
+                GeneratorShape::Words {
+                    words_per_record,
+                    vocabulary,
+                } => Generated::Words {
+                    words: words_per_record,
+                    vocabulary,
+                },
+                GeneratorShape::Events {
+                    keys,
+                    step_ms,
+                    jitter_ms,
+                } => Generated::Events {
+                    keys,
+                    step_ms,
+                    jitter_ms,
+                },
+            };
+            Box::new(GeneratorSource::new(
+                *records,
+                subtask,
+                source.parallelism,
+                *seed,
+                generated,
+                *rate,
+            ))
+        }
+        SourceInput::Stdin => Box::new(StdinSource::start()),
+    })
+}
+
+/// Builds one task's operators on the task thread.
+struct ChainBuilder {
+    graph: Arc<JobGraph>,
+    plugins: Arc<BTreeMap<String, Plugin>>,
+    limits: SandboxLimits,
+    /// Vertex indices of the chain's operators (the source excluded).
+    members: Vec<usize>,
+    subtask: u32,
+    attempt: u32,
+    checkpoint: Option<Arc<LoadedCheckpoint>>,
+    metrics: Vec<Arc<OperatorMetrics>>,
+    allow_rewind: bool,
+}
+
+impl ChainBuilder {
+    fn build(self, ctx: &TaskContext, output: ChainOutput) -> Result<OperatorChain> {
+        let graph = &self.graph;
+        let mut operators = Vec::new();
+        for (&v, metrics) in self.members.iter().zip(&self.metrics) {
+            let parallelism = graph.vertices[v].parallelism();
+            let name = graph.vertices[v].name().to_string();
+            let identity = OperatorIdentity {
+                tenant: graph.tenant.clone(),
+                job: graph.name.clone(),
+                operator: name.clone(),
+                subtask: self.subtask,
+                parallelism,
+            };
+            let keyed = matches!(&graph.vertices[v], Vertex::Operator(o) if o.key_by.is_some());
+            let id = graph.vertices[v].id();
+            let restore = match &self.checkpoint {
+                Some(c) => assign_operator_state(c, id, self.subtask, parallelism, keyed)
+                    .with_context(|| format!("restoring {identity}"))?,
+                None => None,
+            };
+            let mut open_info = OpenInfo {
+                job: graph.name.clone(),
+                operator: name.clone(),
+                config: Vec::new(),
+                subtask: self.subtask,
+                parallelism,
+                max_parallelism: graph.max_parallelism,
+                keyed,
+                restored_state: None,
+                attempt: self.attempt,
+            };
+            let operator: Box<dyn Operator> = match &graph.vertices[v] {
+                Vertex::Operator(o) => {
+                    let mut backend = keyed.then(|| {
+                        KeyedStateBackend::new(
+                            graph.max_parallelism,
+                            key_groups_of_subtask(self.subtask, parallelism, graph.max_parallelism),
+                        )
+                    });
+                    let mut state = OperatorState::new(None);
+                    state.counters = metrics.counters.clone();
+                    if let Some(r) = restore {
+                        state.watermark = r.watermark;
+                        if let Some(b) = backend.as_mut() {
+                            for snapshot in &r.keyed {
+                                b.restore(snapshot)
+                                    .map_err(|e| anyhow!("restoring {identity}: {e}"))?;
+                            }
+                        }
+                        state.timers = r.timers;
+                        open_info.restored_state = r.state;
+                    }
+                    state.keyed = backend;
+                    open_info.config = o.config.clone();
+                    let plugin = &self.plugins[&o.name];
+                    Box::new(plugin.instantiate(
+                        identity,
+                        self.limits.clone(),
+                        state,
+                        ctx.cancel.clone(),
+                    )?)
+                }
+                Vertex::Sink(sink) => {
+                    open_info.restored_state = restore.and_then(|r| r.state);
+                    match sink.kind {
+                        SinkKind::File => Box::new(FileSink::new(
+                            identity,
+                            sink.path.as_deref().expect("file sinks have a path"),
+                            sink.format,
+                            graph.checkpoint.is_some(),
+                            self.allow_rewind,
+                        )),
+                        SinkKind::Stdout => Box::new(StdoutSink::new(identity, sink.format)),
+                    }
+                }
+                Vertex::Source(_) => {
+                    unreachable!("the source is the task's input, not a chain member")
+                }
+            };
+            operators.push(ChainedOperator {
+                operator,
+                state_id: id.to_string(),
+                open_info,
+                metrics: metrics.clone(),
+            });
+        }
+        Ok(OperatorChain::new(operators, output, ctx.metrics.clone()))
+    }
+}

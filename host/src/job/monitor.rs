@@ -1,0 +1,83 @@
+//! A live view of a running job, shared with progress lines and status endpoints.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::checkpoint::CheckpointStats;
+use crate::metrics::{TaskMetricsHandle, TaskReport};
+
+/// A live view of a running job, for progress lines and status endpoints.
+#[derive(Default)]
+pub struct JobMonitor {
+    pub(super) tasks: Mutex<Vec<TaskMetricsHandle>>,
+    pub(super) checkpoints: Mutex<Arc<Mutex<CheckpointStats>>>,
+    pub(super) attempt: AtomicU32,
+    pub(super) running: AtomicBool,
+    pub(super) interrupted: Mutex<Vec<String>>,
+    pub(super) failures_by_kind: Mutex<BTreeMap<String, u64>>,
+    pub(super) last_failure_at: Mutex<Option<Instant>>,
+    pub(super) last_failure: Mutex<Option<String>>,
+}
+
+impl JobMonitor {
+    /// Metrics of the current attempt's tasks.
+    pub fn tasks(&self) -> Vec<TaskReport> {
+        lock(&self.tasks)
+            .iter()
+            .map(TaskMetricsHandle::report)
+            .collect()
+    }
+
+    /// Records read by the sources and written into the sink in the current attempt.
+    pub fn records_read_written(&self) -> (u64, u64) {
+        let tasks = self.tasks();
+        let read = tasks
+            .iter()
+            .filter(|t| t.is_source)
+            .map(|t| t.records_in)
+            .sum();
+        let written = tasks
+            .iter()
+            .flat_map(|t| &t.operators)
+            .filter(|o| o.operator == "sink")
+            .map(|o| o.records_in)
+            .sum();
+        (read, written)
+    }
+
+    /// Checkpoints of the current attempt.
+    pub fn checkpoints(&self) -> CheckpointStats {
+        lock(&lock(&self.checkpoints)).clone()
+    }
+
+    /// Current attempt (0 before any restart).
+    pub fn attempt(&self) -> u32 {
+        self.attempt.load(Ordering::Relaxed)
+    }
+
+    /// True while tasks run.
+    pub fn is_running(&self) -> bool {
+        self.running.load(Ordering::Relaxed)
+    }
+
+    /// Failures of attempts so far, by kind.
+    pub fn failures_by_kind(&self) -> BTreeMap<String, u64> {
+        lock(&self.failures_by_kind).clone()
+    }
+
+    /// When the supervisor last learned that a task failed (the start of a recovery).
+    pub fn last_failure_at(&self) -> Option<Instant> {
+        *lock(&self.last_failure_at)
+    }
+
+    /// The error that ended the last failed attempt.
+    pub fn last_failure(&self) -> Option<String> {
+        lock(&self.last_failure).clone()
+    }
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,249 @@
+//! Where a run of a job starts, decided before anything is written: a fresh start
+//! refuses to take over what an earlier run left (or moves it aside when asked), a
+//! restore must fit the job (every piece of state finds its source or operator, by id)
+//! and must not take back committed output. Only then is the run's lineage recorded.
+
+use std::fs;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, anyhow, bail};
+
+use super::graph::{JobGraph, Vertex};
+use super::runner::{RestorePoint, RunOptions, RunStart};
+use crate::checkpoint::{CheckpointStorage, LoadedCheckpoint, load};
+use crate::connectors::file_sink::{
+    Recovery, SinkState, next_generation, output_path, plan_recovery, rewind_refusal, staging_path,
+};
+use crate::job::file::SinkKind;
+use crate::state::assignment::assign_operator_state;
+
+/// Prepares a run as `options` say; see the module docs.
+pub(super) fn prepare_run(graph: &JobGraph, options: &RunOptions) -> Result<RunStart> {
+    let storage = graph
+        .checkpoint
+        .as_ref()
+        .map(|c| CheckpointStorage::new(&c.dir).map(Arc::new))
+        .transpose()?;
+    let initial = match &options.restore {
+        RestorePoint::Fresh => {
+            let earlier = earlier_run(graph, storage.as_deref())?;
+            if !earlier.is_empty() {
+                if !options.move_aside {
+                    bail!("{}", refusal(graph, &earlier));
+                }
+                move_aside(&earlier)?;
+                if let Some(s) = &storage {
+                    fs::create_dir_all(s.dir())
+                        .with_context(|| format!("creating {}", s.dir().display()))?;
+                }
+            }
+            None
+        }
+        RestorePoint::Latest => {
+            let storage = storage.as_ref().ok_or_else(|| {
+                anyhow!("--from-checkpoint needs checkpointing: add a [checkpoint] table to the job file")
+            })?;
+            Some(storage.find_latest()?.ok_or_else(|| {
+                anyhow!(
+                    "no complete checkpoint to restore from in {}",
+                    storage.dir().display()
+                )
+            })?)
+        }
+        RestorePoint::Path(p) => Some(load(p)?),
+    };
+    if let Some(c) = &initial {
+        check_restorable(graph, c, options.allow_non_restored_state)?;
+        check_sink_restore(graph, c, options.allow_rewind)?;
+    }
+    let lineage = match &storage {
+        Some(s) => {
+            let from = match &initial {
+                Some(c) => Some(
+                    fs::canonicalize(&c.path)
+                        .with_context(|| format!("resolving {}", c.path.display()))?,
+                ),
+                None => None,
+            };
+            Some(s.begin_run(from.as_deref())?)
+        }
+        None => None,
+    };
+    Ok(RunStart {
+        storage,
+        lineage,
+        initial,
+    })
+}
+
+/// What an earlier run of the job left that a fresh start would take over: its
+/// checkpoint directory (when it holds a complete checkpoint), its output files, and
+/// then also their staging folders (staged output of a run that completed no
+/// checkpoint was never committed: the sink clears it).
+fn earlier_run(graph: &JobGraph, storage: Option<&CheckpointStorage>) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    if let Some(s) = storage
+        && s.has_history()?
+    {
+        found.push(s.dir().to_path_buf());
+    }
+    let sink = graph.sink();
+    let mut staging = Vec::new();
+    if let (SinkKind::File, Some(path)) = (sink.kind, &sink.path) {
+        for subtask in 0..sink.parallelism {
+            let output = output_path(path, subtask, sink.parallelism);
+            staging.push(staging_path(&output));
+            if fs::symlink_metadata(&output).is_ok() {
+                found.push(output);
+            }
+        }
+    }
+    if !found.is_empty() {
+        found.extend(staging.into_iter().filter(|s| s.exists()));
+    }
+    Ok(found)
+}
+
+fn refusal(graph: &JobGraph, earlier: &[PathBuf]) -> String {
+    let list: Vec<String> = earlier.iter().map(|p| p.display().to_string()).collect();
+    let resume = if graph.checkpoint.is_some() {
+        "resume it from its latest checkpoint (--from-checkpoint latest), or "
+    } else {
+        ""
+    };
+    format!(
+        "job '{}' has run before and left {}; nothing was changed. To go on, {resume}start it \
+         over with --fresh, which moves these aside (to NAME.N) first",
+        graph.name,
+        list.join(", ")
+    )
+}
+
+/// Renames `paths` to their next free generation (`NAME.N`).
+fn move_aside(paths: &[PathBuf]) -> Result<()> {
+    for (from, to) in paths.iter().zip(next_generation(paths)) {
+        fs::rename(from, &to)
+            .with_context(|| format!("moving {} aside to {}", from.display(), to.display()))?;
+        tracing::warn!("moved {} aside to {}", from.display(), to.display());
+    }
+    Ok(())
+}
+
+/// Refuses checkpoints that do not fit the job: another number of key groups, or
+/// state of a source or operator the job does not have (unless that state may be
+/// dropped).
+pub(super) fn check_restorable(
+    graph: &JobGraph,
+    c: &LoadedCheckpoint,
+    allow_non_restored_state: bool,
+) -> Result<()> {
+    if c.metadata.max_parallelism != graph.max_parallelism {
+        bail!(
+            "{} was taken with max_parallelism {}, but the job has {}; key groups cannot be remapped",
+            c.path.display(),
+            c.metadata.max_parallelism,
+            graph.max_parallelism
+        );
+    }
+    let has = |id: &str, source: bool| {
+        graph
+            .vertices
+            .iter()
+            .any(|v| v.id() == id && matches!(v, Vertex::Source(_)) == source)
+    };
+    let unknown: Vec<String> = c
+        .metadata
+        .sources
+        .iter()
+        .filter(|s| !has(&s.name, true))
+        .map(|s| format!("source '{}'", s.name))
+        .chain(
+            c.metadata
+                .operators
+                .iter()
+                .filter(|o| !has(&o.name, false))
+                .map(|o| format!("operator '{}'", o.name)),
+        )
+        .collect();
+    if !unknown.is_empty() {
+        if allow_non_restored_state {
+            tracing::warn!(
+                "job '{}': dropping the state of {} from {}",
+                graph.name,
+                unknown.join(", "),
+                c.path.display()
+            );
+        } else {
+            let ids: Vec<&str> = graph.vertices.iter().map(Vertex::id).collect();
+            bail!(
+                "{} has state for {}, which job '{}' does not have (its ids: {}). If a source or \
+                 operator was renamed, give it `id = \"OLD NAME\"` in the job file; to drop that \
+                 state, pass --allow-non-restored-state",
+                c.path.display(),
+                unknown.join(", "),
+                graph.name,
+                ids.join(", ")
+            );
+        }
+    }
+    for source in graph.sources() {
+        if !c.metadata.sources.iter().any(|s| s.name == source.id) {
+            tracing::warn!(
+                "job '{}': {} has no position for source '{}'; it starts from the beginning",
+                graph.name,
+                c.path.display(),
+                source.id
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a restore that would take back committed output of a file sink, or that
+/// finds less output than the checkpoint says was committed.
+fn check_sink_restore(graph: &JobGraph, c: &LoadedCheckpoint, allow_rewind: bool) -> Result<()> {
+    let sink = graph.sink();
+    let (SinkKind::File, Some(path), Some(_)) = (sink.kind, &sink.path, &graph.checkpoint) else {
+        return Ok(());
+    };
+    for subtask in 0..sink.parallelism {
+        let output = output_path(path, subtask, sink.parallelism);
+        let current = fs::metadata(&output).map(|m| m.len()).ok();
+        let state = assign_operator_state(c, &sink.id, subtask, sink.parallelism, false)?
+            .and_then(|r| r.state)
+            .filter(|s| !s.is_empty());
+        let Some(bytes) = state else {
+            if current.is_some() {
+                bail!(
+                    "{} has no state for the sink, but {} exists; it is left as it is (move it \
+                     away, or restore a checkpoint of this job)",
+                    c.path.display(),
+                    output.display()
+                );
+            }
+            continue;
+        };
+        let state: SinkState = postcard::from_bytes(&bytes)
+            .with_context(|| format!("{}: decoding the sink's state", c.path.display()))?;
+        match plan_recovery(current.unwrap_or(0), &state) {
+            Recovery::Appended(_) => {}
+            Recovery::Rewind { .. } if allow_rewind => {}
+            Recovery::Rewind { target } => bail!(
+                "restoring {} refused: {} {}",
+                c.path.display(),
+                output.display(),
+                rewind_refusal(current.unwrap_or(0), target)
+            ),
+            Recovery::Missing => bail!(
+                "restoring {} refused: {} has {} bytes, but the checkpoint says {} were committed \
+                 (was it moved or changed by someone else?)",
+                c.path.display(),
+                output.display(),
+                current.unwrap_or(0),
+                state.base_len
+            ),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,247 @@
+//! Fault injection at every step of the checkpoint protocol: a `sluice run` process is
+//! made to crash (abort) or fail (an error it recovers from by a restart) exactly there,
+//! restarted from its latest checkpoint when it crashed, and its committed output is
+//! checked against counts computed independently from the input: nothing lost, nothing
+//! repeated.
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::thread;
+use std::time::Duration;
+
+use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE};
+use sluice_tests::{
+    expected_word_counts, final_counts, sample_text, scratch_root, test_dir, write_job,
+};
+
+/// A word count over 600 lines, slowed to about a line per millisecond so that
+/// checkpoints (every 20 ms) come while it runs.
+fn job(dir: &Path) -> (std::path::PathBuf, String) {
+    let text = sample_text(11, 600);
+    fs::write(dir.join("input.txt"), &text).unwrap();
+    let job = write_job(
+        dir,
+        &format!(
+            r#"
+name = "faults"
+[source]
+type = "file"
+path = "input.txt"
+[[operator]]
+name = "slow"
+plugin = "{TEST_MISBEHAVE}"
+config = {{ behavior = "slow-process", delay-ms = 1 }}
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+parallelism = 2
+key_by = "key"
+[sink]
+type = "file"
+path = "out/counts.tsv"
+format = "key-value"
+parallelism = 2
+[checkpoint]
+interval_ms = 20
+dir = "checkpoints"
+[restart]
+strategy = "fixed-delay"
+attempts = 5
+delay_ms = 10
+[runtime]
+batch_size = 20
+buffer_timeout_ms = 5
+"#
+        ),
+    );
+    (job, text)
+}
+
+fn run(job: &Path, args: &[&str], failpoints: Option<&str>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"));
+    command
+        .arg("run")
+        .arg("--quiet")
+        .arg(job)
+        .args(args)
+        .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
+        .env_remove("FAILPOINTS")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(f) = failpoints {
+        command.env("FAILPOINTS", f);
+    }
+    command.output().expect("running sluice")
+}
+
+fn has_checkpoint(dir: &Path) -> bool {
+    fs::read_dir(dir.join("checkpoints"))
+        .map(|d| d.flatten().any(|e| e.path().join("_metadata").exists()))
+        .unwrap_or(false)
+}
+
+/// Resumes (or starts) the job until it finishes, without failpoints.
+fn finish(dir: &Path, job: &Path) {
+    let args: &[&str] = if has_checkpoint(dir) {
+        &["--from-checkpoint", "latest"]
+    } else {
+        &[]
+    };
+    let out = run(job, args, None);
+    assert!(
+        out.status.success(),
+        "the run after the fault failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn check_output(dir: &Path, text: &str) {
+    let mut output = String::new();
+    for subtask in 0..2 {
+        output +=
+            &fs::read_to_string(dir.join(format!("out/counts-{subtask}.tsv"))).unwrap_or_default();
+    }
+    assert_eq!(
+        final_counts(&output).unwrap(),
+        expected_word_counts(text, 1),
+        "committed output differs from the input's counts"
+    );
+}
+
+/// Crashes the process at the `skip + 1`-th pass through `point`, then resumes.
+fn crash_at(point: &str, skip: u32) {
+    let dir = test_dir(&format!("crash-{}", point.replace("::", "-")));
+    let (job, text) = job(&dir);
+    let out = run(
+        &job,
+        &[],
+        Some(&format!("{point}={skip}*off->return(abort)")),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains(&format!("failpoint {point}")),
+        "the process did not crash at {point}: {stderr}"
+    );
+    finish(&dir, &job);
+    check_output(&dir, &text);
+}
+
+/// Makes `point` fail once with an error: the job restarts by itself and finishes.
+fn fail_at(point: &str, skip: u32) {
+    let dir = test_dir(&format!("error-{}", point.replace("::", "-")));
+    let (job, text) = job(&dir);
+    let out = run(
+        &job,
+        &[],
+        Some(&format!("{point}={skip}*off->1*return(injected)->off")),
+    );
+    assert!(
+        out.status.success(),
+        "the job did not recover from an error at {point}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check_output(&dir, &text);
+}
+
+#[test]
+fn a_crash_after_an_operator_snapshot() {
+    crash_at("task::after-operator-snapshot", 3);
+}
+
+#[test]
+fn an_error_after_an_operator_snapshot() {
+    fail_at("task::after-operator-snapshot", 3);
+}
+
+#[test]
+fn a_crash_after_the_sink_pre_committed() {
+    crash_at("sink::after-pre-commit", 2);
+}
+
+#[test]
+fn an_error_after_the_sink_pre_committed() {
+    fail_at("sink::after-pre-commit", 2);
+}
+
+#[test]
+fn a_crash_after_the_metadata_before_any_task_heard_of_it() {
+    crash_at("checkpoint::after-metadata", 2);
+}
+
+#[test]
+fn a_crash_inside_the_sink_commit() {
+    crash_at("sink::commit", 3);
+}
+
+#[test]
+fn an_error_inside_the_sink_commit() {
+    fail_at("sink::commit", 3);
+}
+
+#[test]
+fn a_crash_in_the_final_checkpoint() {
+    crash_at("checkpoint::final", 0);
+}
+
+#[test]
+fn an_error_in_the_final_checkpoint() {
+    fail_at("checkpoint::final", 0);
+}
+
+#[test]
+fn a_crash_during_restore() {
+    let dir = test_dir("crash-restore");
+    let (job, text) = job(&dir);
+    let out = run(
+        &job,
+        &[],
+        Some("checkpoint::after-metadata=3*off->return(abort)"),
+    );
+    assert!(!out.status.success());
+    assert!(has_checkpoint(&dir));
+    let out = run(
+        &job,
+        &["--from-checkpoint", "latest"],
+        Some("restore::after-sink-recovery=return(abort)"),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("failpoint restore::after-sink-recovery"),
+        "{stderr}"
+    );
+    finish(&dir, &job);
+    check_output(&dir, &text);
+}
+
+#[test]
+fn a_crash_during_stop_with_savepoint() {
+    let dir = test_dir("crash-stop");
+    let (job, text) = job(&dir);
+    let child = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .arg("run")
+        .arg("--quiet")
+        .arg(&job)
+        .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
+        .env("FAILPOINTS", "savepoint::synchronous-loop=return(abort)")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    thread::sleep(Duration::from_millis(300));
+    // SAFETY: sends a signal to our own child process.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("failpoint savepoint::synchronous-loop"),
+        "{stderr}"
+    );
+    finish(&dir, &job);
+    check_output(&dir, &text);
+}
