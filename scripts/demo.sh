@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rustup target add wasm32-wasip2
 cargo build --release --target wasm32-wasip2 -p tokenize -p filter -p count -p window
+# A demo starts over each time: --fresh moves an earlier run's output and checkpoints
+# aside (out/counts.tsv.1, ...) instead of refusing to start. Arguments replace it.
+if [ $# -eq 0 ]; then set -- --fresh; fi
 cargo run --release -p sluice -- run examples/wordcount/job.toml "$@"
 echo
 echo "most frequent words (word, count):"

@@ -595,6 +595,35 @@ mod tests {
     }
 
     #[test]
+    fn latest_stays_on_the_current_runs_timeline() {
+        let s = storage("lineage");
+        let savepoint = write_checkpoint(&s, 1, SnapshotKind::Savepoint, 1);
+        write_checkpoint(&s, 2, SnapshotKind::Checkpoint, 1);
+        write_checkpoint(&s, 3, SnapshotKind::Checkpoint, 1);
+        // Written before lineages: all one run.
+        assert_eq!(s.find_latest().unwrap().unwrap().metadata.id, 3);
+        // A run that goes back to the savepoint: until it has a checkpoint of its own,
+        // its latest is the savepoint, not the abandoned timeline's checkpoint 3.
+        let lineage = s.begin_run(Some(&savepoint)).unwrap();
+        assert_eq!(lineage.first_id, 4);
+        assert_eq!(s.find_latest().unwrap().unwrap().path, savepoint);
+        write_checkpoint(&s, 4, SnapshotKind::Checkpoint, 1);
+        assert_eq!(s.find_latest().unwrap().unwrap().metadata.id, 4);
+        // A fresh run has nothing to restore until it checkpoints.
+        s.begin_run(None).unwrap();
+        assert!(s.find_latest().unwrap().is_none());
+    }
+
+    #[test]
+    fn state_files_of_distinct_ids_are_distinct() {
+        let names = ["a.b", "a_b", "a-b", "ab", "a b", "a/b", "á"];
+        let files: std::collections::BTreeSet<String> =
+            names.iter().map(|n| state_file_name(n, 0)).collect();
+        assert_eq!(files.len(), names.len(), "{files:?}");
+        assert_eq!(state_file_name("a.b", 3), "a_2eb-3.state");
+    }
+
+    #[test]
     fn retention_keeps_the_newest_complete_checkpoints_and_all_savepoints() {
         let s = storage("retain");
         for id in 1..=5 {
@@ -607,6 +636,8 @@ mod tests {
         fs::create_dir_all(&incomplete_old).unwrap();
         let incomplete_new = s.folder(6, SnapshotKind::Checkpoint);
         fs::create_dir_all(&incomplete_new).unwrap();
+        // An aborted savepoint's folder, left by a late write: orphaned.
+        fs::create_dir_all(s.folder(3, SnapshotKind::Savepoint)).unwrap();
         s.retain(2, None).unwrap();
         let left: Vec<(u64, SnapshotKind)> =
             s.folders().unwrap().iter().map(|f| (f.0, f.1)).collect();

@@ -13,7 +13,7 @@ use super::runner::{JobControl, JobOutcome};
 use crate::chain::{CallError, OperatorFailure};
 use crate::checkpoint::{CoordinatorMessage, TaskId};
 use crate::metrics::TaskMetricsHandle;
-use crate::network::UpstreamFailed;
+use crate::network::{DownstreamGone, UpstreamFailed};
 use crate::task::{TaskHandle, TaskOutcome};
 
 /// How an attempt ended.
@@ -165,9 +165,11 @@ pub fn failure_kind(e: &anyhow::Error) -> &'static str {
     }
 }
 
-/// True when a task failed only because a task feeding it did.
+/// True when a task failed only because a task it talks to did: one feeding it, or one
+/// it feeds.
 fn is_upstream_failure(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.is::<UpstreamFailed>())
+    e.chain()
+        .any(|c| c.is::<UpstreamFailed>() || c.is::<DownstreamGone>())
 }
 
 /// Whether task failure `new` explains an attempt's failure better than `first`, the

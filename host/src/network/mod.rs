@@ -15,7 +15,7 @@ mod writer;
 pub use alignment::{AlignAction, BarrierAligner, CheckpointingMode};
 pub use gate::{GateEvent, InputGate, UpstreamFailed};
 pub use partitioner::{KeySelector, Partitioner};
-pub use writer::{NetworkSettings, RecordWriter};
+pub use writer::{DownstreamGone, NetworkSettings, RecordWriter};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use crossbeam_channel::{SendTimeoutError, Sender, TrySendError};
 use sluice_codec::{BatchReader, BatchWriter};
 
@@ -204,7 +204,7 @@ impl RecordWriter {
     fn send(&self, i: usize, element: StreamElement) -> Result<()> {
         let element = match self.channels[i].try_send(element) {
             Ok(()) => return Ok(()),
-            Err(TrySendError::Disconnected(_)) => bail!("downstream subtask {i} is gone"),
+            Err(TrySendError::Disconnected(_)) => return Err(DownstreamGone { channel: i }.into()),
             Err(TrySendError::Full(e)) => e,
         };
         let start = Instant::now();
@@ -219,7 +219,7 @@ impl RecordWriter {
                 Ok(()) => break Ok(()),
                 Err(SendTimeoutError::Timeout(e)) => element = e,
                 Err(SendTimeoutError::Disconnected(_)) => {
-                    break Err(anyhow::anyhow!("downstream subtask {i} is gone"));
+                    break Err(DownstreamGone { channel: i }.into());
                 }
             }
         };
@@ -348,3 +348,19 @@ mod tests {
         assert!(metrics.backpressured_ns.load(Ordering::Relaxed) >= 50_000_000);
     }
 }
+
+/// An output channel's receiver is gone: the subtask it fed ended or failed. A
+/// consequence of another task's end, never the cause of a job's failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DownstreamGone {
+    /// The output channel.
+    pub channel: usize,
+}
+
+impl std::fmt::Display for DownstreamGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "downstream subtask {} is gone", self.channel)
+    }
+}
+
+impl std::error::Error for DownstreamGone {}
