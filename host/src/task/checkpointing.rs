@@ -10,6 +10,12 @@ use crate::network::{Barrier, CheckpointKind};
 impl StreamTask {
     /// A source task was asked by the coordinator to take a checkpoint (a mail).
     pub(super) fn trigger_checkpoint(&mut self, barrier: Barrier) -> Result<()> {
+        if self.done {
+            // Its final checkpoint is complete, so the tasks downstream may have ended:
+            // nothing may be sent to them. The coordinator counts that final checkpoint
+            // for this one too when the task reports that it ended.
+            return Ok(());
+        }
         if !self.perform_checkpoint(barrier)? {
             self.decline(barrier.id, "the task is not running");
             return Ok(());

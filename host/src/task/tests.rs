@@ -456,6 +456,16 @@ fn storage(name: &str) -> Arc<CheckpointStorage> {
 }
 
 fn recording_chain(log: &Log, ctx: &TaskContext, output: ChainOutput) -> OperatorChain {
+    recording_chain_with(log, ctx, output, Behavior::default())
+}
+
+/// One recording operator that forwards its records and otherwise behaves as `behavior`.
+fn recording_chain_with(
+    log: &Log,
+    ctx: &TaskContext,
+    output: ChainOutput,
+    behavior: Behavior,
+) -> OperatorChain {
     let op = ChainedOperator {
         state_id: "op".into(),
         operator: Box::new(Recording {
@@ -470,7 +480,7 @@ fn recording_chain(log: &Log, ctx: &TaskContext, output: ChainOutput) -> Operato
             log: log.clone(),
             behavior: Behavior {
                 forward: true,
-                ..Behavior::default()
+                ..behavior
             },
         }),
         open_info: OpenInfo::default(),
@@ -716,4 +726,212 @@ fn a_decline_aborts_the_checkpoint_with_its_reason() {
     assert_eq!(aborted[0], (1, "disk full".to_string()));
     job.stop();
     assert!(taken(&log).contains(&"op1:notify-aborted".to_string()));
+}
+
+/// A source task over `source` with one recording operator writing to a channel, and a
+/// checkpoint link whose messages the test reads.
+struct LinkedSource {
+    task: StreamTask,
+    coordinator: Receiver<CoordinatorMessage>,
+    downstream: Receiver<StreamElement>,
+}
+
+fn linked_source(
+    log: &Log,
+    source: Box<dyn Source>,
+    behavior: Behavior,
+    name: &str,
+) -> LinkedSource {
+    let (coordinator, messages) = unbounded();
+    let link = CheckpointLink::new(coordinator, storage(name), Arc::new(AsyncPool::new(1)));
+    let (out, downstream) = channel(64);
+    let ctx = context(0);
+    let writer = RecordWriter::new(
+        vec![out],
+        Partitioner::Forward,
+        &NetworkSettings::default(),
+        ctx.cancel.clone(),
+        ctx.metrics.clone(),
+    );
+    let log = log.clone();
+    let task = StreamTask::new(
+        ctx,
+        TaskSettings::default(),
+        TaskInput::Source(SourceReader::plain(source)),
+        Box::new(move |ctx: &TaskContext| {
+            Ok(recording_chain_with(
+                &log,
+                ctx,
+                ChainOutput::Network(writer),
+                behavior,
+            ))
+        }),
+        Some(link),
+        None,
+    );
+    LinkedSource {
+        task,
+        coordinator: messages,
+        downstream,
+    }
+}
+
+fn next_message(messages: &Receiver<CoordinatorMessage>) -> CoordinatorMessage {
+    messages
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a message for the coordinator")
+}
+
+fn savepoint(id: u64, drain: bool) -> Barrier {
+    Barrier {
+        id,
+        timestamp: 0,
+        kind: CheckpointKind::Savepoint { stop: true, drain },
+    }
+}
+
+/// A finished source whose final checkpoint completed may still find a later trigger in
+/// its mailbox (the coordinator keeps triggering while any source task lives). The tasks
+/// downstream have ended by then; the trigger must not make the source send to them.
+#[test]
+fn a_trigger_after_the_final_checkpoint_sends_nothing_downstream() {
+    let log = Log::default();
+    let source = TestSource {
+        batches: VecDeque::from([vec!["x"]]),
+        end_at: None,
+    };
+    let LinkedSource {
+        task,
+        coordinator,
+        downstream,
+    } = linked_source(&log, Box::new(source), Behavior::default(), "after-final");
+    let handle = task.handle();
+    let runner = thread::spawn(move || task.run());
+    assert!(matches!(
+        next_message(&coordinator),
+        CoordinatorMessage::InputEnded(_)
+    ));
+    let StreamElement::Barrier(first) = barrier(1) else {
+        unreachable!()
+    };
+    handle.trigger_checkpoint(first).unwrap();
+    let CoordinatorMessage::Ack(ack) = next_message(&coordinator) else {
+        panic!("expected the final checkpoint's acknowledgement");
+    };
+    assert!(ack.finished);
+    // The downstream task ends after the final checkpoint; the next trigger comes
+    // with the completion.
+    let sent: Vec<StreamElement> = downstream.try_iter().collect();
+    assert!(sent.contains(&barrier(1)), "{sent:?}");
+    drop(downstream);
+    handle.notify_complete(1).unwrap();
+    let StreamElement::Barrier(second) = barrier(2) else {
+        unreachable!()
+    };
+    let late = handle.trigger_checkpoint(second);
+    assert_eq!(runner.join().unwrap().unwrap(), TaskOutcome::Finished);
+    if late.is_ok() {
+        // Taken in: settled by the final checkpoint, neither acknowledged nor declined.
+        let after: Vec<_> = coordinator.try_iter().collect();
+        assert!(
+            !after.iter().any(|m| matches!(
+                m,
+                CoordinatorMessage::Ack(_) | CoordinatorMessage::Decline { .. }
+            )),
+            "{after:?}"
+        );
+    }
+}
+
+/// A source that never ends, for stop-with-savepoint.
+fn endless() -> Box<dyn Source> {
+    Box::new(SilentSource)
+}
+
+/// Starts a stop-with-savepoint on `task` and waits for its acknowledgement: the task is
+/// then in its synchronous-savepoint loop.
+fn in_savepoint_loop(
+    task: StreamTask,
+    coordinator: &Receiver<CoordinatorMessage>,
+    drain: bool,
+) -> (TaskHandle, thread::JoinHandle<Result<TaskOutcome>>) {
+    let handle = task.handle();
+    let runner = thread::spawn(move || task.run());
+    handle.trigger_checkpoint(savepoint(1, drain)).unwrap();
+    assert!(matches!(next_message(coordinator), CoordinatorMessage::Ack(a) if a.id == 1));
+    (handle, runner)
+}
+
+#[test]
+fn a_mail_failing_in_the_savepoint_loop_fails_the_task() {
+    let log = Log::default();
+    let behavior = Behavior {
+        fail_in: Some(Call::NotifyComplete),
+        ..Behavior::default()
+    };
+    let source = linked_source(&log, endless(), behavior, "loop-mail-fails");
+    let (handle, runner) = in_savepoint_loop(source.task, &source.coordinator, false);
+    // The sink's commit fails after the savepoint completed: the task must not wait for
+    // anything more, nor end as if stopped.
+    handle.notify_complete(1).unwrap();
+    let err = runner.join().unwrap().unwrap_err();
+    assert!(
+        format!("{err:#}").contains("op0 fails in notify-complete"),
+        "{err:#}"
+    );
+}
+
+#[test]
+fn processing_time_timers_do_not_fire_in_the_savepoint_loop() {
+    let log = Log::default();
+    let behavior = Behavior {
+        timer_after_ms: Some(30),
+        ..Behavior::default()
+    };
+    let source = linked_source(&log, endless(), behavior, "loop-timers");
+    let (handle, runner) = in_savepoint_loop(source.task, &source.coordinator, false);
+    // The timer is due while the task waits for the savepoint to complete; a mail that
+    // the loop runs (an abort of an older checkpoint) comes after it.
+    thread::sleep(Duration::from_millis(100));
+    handle.notify_aborted(0).unwrap();
+    handle.notify_complete(1).unwrap();
+    assert_eq!(runner.join().unwrap().unwrap(), TaskOutcome::Finished);
+    let calls = taken(&log);
+    assert!(
+        calls.contains(&"op0:notify-aborted".to_string()),
+        "{calls:?}"
+    );
+    // Stopped without drain: the job resumes from the savepoint, where the timer is. (On
+    // a slow machine it may have fired before the savepoint began, which is fine.)
+    let position = |call: &str| calls.iter().position(|c| c == call);
+    let snapshot = position("op0:snapshot").expect("the savepoint's snapshot");
+    assert!(
+        position("op0:on-timers").is_none_or(|t| t < snapshot),
+        "{calls:?}"
+    );
+}
+
+#[test]
+fn an_aborted_savepoint_with_drain_fails_the_task_and_without_drain_it_goes_on() {
+    let log = Log::default();
+    let source = linked_source(&log, endless(), Behavior::default(), "drain-aborted");
+    let (handle, runner) = in_savepoint_loop(source.task, &source.coordinator, true);
+    handle.notify_aborted(1).unwrap();
+    let err = runner.join().unwrap().unwrap_err();
+    assert!(
+        format!("{err:#}").contains("event time had advanced to the end"),
+        "{err:#}"
+    );
+
+    let source = linked_source(&log, endless(), Behavior::default(), "kept-aborted");
+    let (handle, runner) = in_savepoint_loop(source.task, &source.coordinator, false);
+    handle.notify_aborted(1).unwrap();
+    // It runs on and takes the next checkpoint.
+    let StreamElement::Barrier(next) = barrier(2) else {
+        unreachable!()
+    };
+    handle.trigger_checkpoint(next).unwrap();
+    assert!(matches!(next_message(&source.coordinator), CoordinatorMessage::Ack(a) if a.id == 2));
+    handle.cancel();
+    assert!(runner.join().unwrap().is_ok());
 }
