@@ -422,3 +422,52 @@ fn a_killed_server_resumes_every_tenants_jobs_without_loss_or_duplicates() {
         assert_eq!(output, failure_free_output(text), "job {id} of {token}");
     }
 }
+
+#[test]
+fn a_savepoint_without_stopping_leaves_the_job_running_and_can_be_rewound_to() {
+    let dir = test_dir("server-savepoint");
+    let server = ServerProcess::start(&host_config(&dir, ""));
+    let a = server.client(Some("token-a"));
+    let job_text = throttled_wordcount(1, 3000, 1500.0);
+    let id = a.submit(&write_job(&dir, &job_text)).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for("a checkpoint", Duration::from_secs(30), || {
+        a.status(&id).unwrap()["checkpoints"]["completed"]
+            .as_u64()
+            .unwrap()
+            > 0
+    });
+    let taken = a.savepoint(&id).unwrap();
+    let savepoint = taken["savepoint"].as_str().unwrap().to_string();
+    assert!(savepoint.starts_with("savepoint-"), "{taken}");
+    // The job goes on: it commits more checkpoints after the savepoint.
+    assert_eq!(state(&a, &id), "running");
+    let completed = a.status(&id).unwrap()["checkpoints"]["completed"]
+        .as_u64()
+        .unwrap();
+    wait_for("a later checkpoint", Duration::from_secs(30), || {
+        a.status(&id).unwrap()["checkpoints"]["completed"]
+            .as_u64()
+            .unwrap()
+            > completed + 1
+    });
+    assert_eq!(a.stop(&id, false).unwrap()["state"], "stopped");
+    assert!(error_of(a.savepoint(&id)).contains("409"), "not running");
+
+    // The savepoint is older than the committed output: starting from it is refused,
+    // unless rewinding, which keeps the output aside and runs to the failure-free end.
+    let refused = error_of(a.start(&id, Some(&savepoint)));
+    assert!(refused.contains("allow_rewind"), "{refused}");
+    assert_eq!(state(&a, &id), "stopped");
+    let path = format!("/jobs/{id}/start?savepoint={savepoint}&allow_rewind=true");
+    let (status, body) = a.request("POST", &path, None).unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    wait_for("the rewound job to finish", Duration::from_secs(60), || {
+        state(&a, &id) == "finished"
+    });
+    let output = String::from_utf8(a.output(&id).unwrap()).unwrap();
+    assert_eq!(output, failure_free_output(&job_text));
+    server.terminate();
+}

@@ -336,7 +336,7 @@ pub fn rewind_refusal(current: u64, target: u64) -> String {
         "it holds {current} bytes of committed output, but the checkpoint being restored \
          accounts for only {target}: restoring it would take back output that later \
          checkpoints committed. Resume from the latest checkpoint instead, or allow the \
-         rewind (--allow-rewind), which keeps the current output as a new file generation \
+         rewind (--allow-rewind; on the server, allow_rewind=true), which keeps the current output as a new file generation \
          and continues from the checkpoint's"
     )
 }

@@ -13,7 +13,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::graph::JobGraph;
 use super::monitor::{JobMonitor, lock};
-use super::start::prepare_run;
+use super::start::{check_start, prepare_run};
 use super::supervisor::{AttemptEnd, failure_kind, is_permanent};
 use crate::checkpoint::{CheckpointStats, CheckpointStorage, LoadedCheckpoint, SnapshotKind};
 use crate::metrics::TaskReport;
@@ -187,6 +187,13 @@ impl Job {
     /// The compiled plugins, by operator name.
     pub fn plugins(&self) -> &BTreeMap<String, Plugin> {
         &self.plugins
+    }
+
+    /// Checks, changing nothing, that a run with `options` may start: what [`Job::run`]
+    /// would refuse before running (output of an earlier run, a checkpoint that does not
+    /// fit the job, a rewind of committed output).
+    pub fn check_start(&self, options: &RunOptions) -> Result<()> {
+        check_start(&self.graph, options)
     }
 
     /// Runs the job to its end, restarting after failures as its strategy allows. Every

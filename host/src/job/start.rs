@@ -18,44 +18,24 @@ use crate::connectors::file_sink::{
 use crate::job::file::SinkKind;
 use crate::state::assignment::assign_operator_state;
 
+/// Whether a run may start as `options` say, without changing anything: what
+/// [`prepare_run`] would refuse, said before a caller commits to the run (the server
+/// answers a start request with it).
+pub(super) fn check_start(graph: &JobGraph, options: &RunOptions) -> Result<()> {
+    let storage = storage(graph)?;
+    decide(graph, storage.as_deref(), options).map(|_| ())
+}
+
 /// Prepares a run as `options` say; see the module docs.
 pub(super) fn prepare_run(graph: &JobGraph, options: &RunOptions) -> Result<RunStart> {
-    let storage = graph
-        .checkpoint
-        .as_ref()
-        .map(|c| CheckpointStorage::new(&c.dir).map(Arc::new))
-        .transpose()?;
-    let initial = match &options.restore {
-        RestorePoint::Fresh => {
-            let earlier = earlier_run(graph, storage.as_deref())?;
-            if !earlier.is_empty() {
-                if !options.move_aside {
-                    bail!("{}", refusal(graph, &earlier));
-                }
-                move_aside(&earlier)?;
-                if let Some(s) = &storage {
-                    fs::create_dir_all(s.dir())
-                        .with_context(|| format!("creating {}", s.dir().display()))?;
-                }
-            }
-            None
+    let storage = storage(graph)?;
+    let (initial, earlier) = decide(graph, storage.as_deref(), options)?;
+    if !earlier.is_empty() {
+        move_aside(&earlier)?;
+        if let Some(s) = &storage {
+            fs::create_dir_all(s.dir())
+                .with_context(|| format!("creating {}", s.dir().display()))?;
         }
-        RestorePoint::Latest => {
-            let storage = storage.as_ref().ok_or_else(|| {
-                anyhow!("--from-checkpoint needs checkpointing: add a [checkpoint] table to the job file")
-            })?;
-            Some(storage.find_latest()?.ok_or_else(|| {
-                anyhow!(
-                    "no complete checkpoint to restore from in {}",
-                    storage.dir().display()
-                )
-            })?)
-        }
-        RestorePoint::Path(p) => Some(load(p)?),
-    };
-    if let Some(c) = &initial {
-        check_restorable(graph, c, options.allow_non_restored_state)?;
-        check_sink_restore(graph, c, options.allow_rewind)?;
     }
     let lineage = match &storage {
         Some(s) => {
@@ -75,6 +55,50 @@ pub(super) fn prepare_run(graph: &JobGraph, options: &RunOptions) -> Result<RunS
         lineage,
         initial,
     })
+}
+
+fn storage(graph: &JobGraph) -> Result<Option<Arc<CheckpointStorage>>> {
+    graph
+        .checkpoint
+        .as_ref()
+        .map(|c| CheckpointStorage::new(&c.dir).map(Arc::new))
+        .transpose()
+}
+
+/// The checkpoint the run starts from (checked against the job and its output), and
+/// what an earlier run left that a fresh start moves aside (refused unless asked to).
+fn decide(
+    graph: &JobGraph,
+    storage: Option<&CheckpointStorage>,
+    options: &RunOptions,
+) -> Result<(Option<LoadedCheckpoint>, Vec<PathBuf>)> {
+    let mut earlier = Vec::new();
+    let initial = match &options.restore {
+        RestorePoint::Fresh => {
+            earlier = earlier_run(graph, storage)?;
+            if !earlier.is_empty() && !options.move_aside {
+                bail!("{}", refusal(graph, &earlier));
+            }
+            None
+        }
+        RestorePoint::Latest => {
+            let storage = storage.ok_or_else(|| {
+                anyhow!("--from-checkpoint needs checkpointing: add a [checkpoint] table to the job file")
+            })?;
+            Some(storage.find_latest()?.ok_or_else(|| {
+                anyhow!(
+                    "no complete checkpoint to restore from in {}",
+                    storage.dir().display()
+                )
+            })?)
+        }
+        RestorePoint::Path(p) => Some(load(p)?),
+    };
+    if let Some(c) = &initial {
+        check_restorable(graph, c, options.allow_non_restored_state)?;
+        check_sink_restore(graph, c, options.allow_rewind)?;
+    }
+    Ok((initial, earlier))
 }
 
 /// What an earlier run of the job left that a fresh start would take over: its

@@ -631,14 +631,20 @@ impl Server {
             }
             None => latest_or_fresh(&entry.dir),
         };
-        entry.update(|r| {
-            r.state = JobState::Running;
-            r.failure = None;
-        });
         let options = RunOptions {
             allow_rewind,
             ..RunOptions::from(restore)
         };
+        job.check_start(&options).map_err(|e| {
+            ApiError::new(
+                ErrorKind::Conflict,
+                format!("cannot start job '{id}': {e:#}"),
+            )
+        })?;
+        entry.update(|r| {
+            r.state = JobState::Running;
+            r.failure = None;
+        });
         self.launch(&entry, job, options);
         Ok(summary(&entry.record(), true))
     }
