@@ -25,16 +25,28 @@ pub(crate) struct Runtime {
     /// one of them again sends nothing.
     timers: TimerSet,
     registered_timers: usize,
-    /// True while an `on-timers` call runs.
-    firing_timers: bool,
-    /// During an `on-timers` call, the timers deleted since it began: those of its batch
-    /// must not fire when their turn comes (Flink pops timers one at a time, so a timer
-    /// deleted by an earlier one never fires). Empty otherwise; allocated on the first
-    /// such deletion and kept (out of line: most operators never need it).
-    deleted_timers: Option<Box<TimerSet>>,
+    /// While an `on-timers` call runs, the latest time of its batch.
+    firing_until: Option<i64>,
+    /// What an `on-timers` call changed in its own batch (see [`BatchTimers`]). Empty
+    /// otherwise; allocated on the first such change and kept (out of line: most
+    /// operators never need it).
+    batch: Option<Box<BatchTimers>>,
     /// The watermark as read from the host in the current call: it changes only between
     /// calls, so one host call per call is enough.
     watermark: Cell<Option<i64>>,
+}
+
+/// During an `on-timers` call, the timers of its batch that an earlier timer changed.
+#[derive(Debug, Default)]
+struct BatchTimers {
+    /// Deleted since the call began: they must not fire when their turn comes (Flink
+    /// pops timers one at a time, so a timer deleted by an earlier one never fires).
+    deleted: TimerSet,
+    /// Registered since the call began and due no later than the batch's latest time, so
+    /// possibly in the batch: one that fires at its turn has its registration cancelled
+    /// (Flink's queue would have kept the one entry). Only registrations the SDK did not
+    /// know of land here (after a restore, or past `MAX_REMEMBERED_TIMERS`).
+    registered: TimerSet,
 }
 
 /// A set of timers, by key, so that a timer can be looked up without copying its key.
@@ -101,9 +113,10 @@ impl Runtime {
     pub(crate) fn end_call(&mut self, success: bool) -> CallOutput {
         self.watermark.set(None);
         self.states.end_call(success, &mut self.effects);
-        self.firing_timers = false;
-        if let Some(deleted) = &mut self.deleted_timers {
-            deleted.clear();
+        self.firing_until = None;
+        if let Some(batch) = &mut self.batch {
+            batch.deleted.clear();
+            batch.registered.clear();
         }
         if !success || self.registered_timers > MAX_REMEMBERED_TIMERS {
             self.timers = TimerSet::default();
@@ -127,6 +140,12 @@ impl Runtime {
                 return;
             }
             self.registered_timers += 1;
+            if self.firing_until.is_some_and(|until| timestamp <= until) {
+                self.batch
+                    .get_or_insert_default()
+                    .registered
+                    .insert(domain, key, timestamp);
+            }
             self.effects.push(Effect::RegisterTimer {
                 domain,
                 timestamp,
@@ -134,10 +153,10 @@ impl Runtime {
             });
         } else {
             self.forget_timer(domain, key, timestamp);
-            if self.firing_timers {
-                self.deleted_timers
-                    .get_or_insert_default()
-                    .insert(domain, key, timestamp);
+            if self.firing_until.is_some() {
+                let batch = self.batch.get_or_insert_default();
+                batch.registered.remove(domain, key, timestamp);
+                batch.deleted.insert(domain, key, timestamp);
             }
             self.effects.push(Effect::DeleteTimer {
                 domain,
@@ -152,26 +171,32 @@ impl Runtime {
         self.timers.remove(domain, key, timestamp);
     }
 
-    /// Starts an `on-timers` call: until it ends, the timers deleted are remembered so
-    /// that [`fire_timer`](Self::fire_timer) skips them.
-    pub(crate) fn begin_timers(&mut self) {
-        self.firing_timers = true;
+    /// Starts an `on-timers` call whose batch reaches up to `until`: until it ends, the
+    /// timers deleted and registered are remembered for [`fire_timer`](Self::fire_timer).
+    pub(crate) fn begin_timers(&mut self, until: i64) {
+        self.firing_until = Some(until);
     }
 
     /// The turn of a timer of the `on-timers` batch: whether it fires, as it would from
     /// Flink's queue, which pops timers one at a time. It does not if it was deleted
-    /// during the call (by an earlier timer of the batch); it does if it was registered
-    /// again after that, and then that registration is cancelled, since the timer fires
-    /// now (the host applies the call's effects only after it, and would fire it twice).
+    /// during the call (by an earlier timer of the batch) and not registered again. When
+    /// it fires after an earlier timer registered it (again), that registration is
+    /// cancelled: the host applies the call's effects only after it, and would fire the
+    /// timer a second time.
     pub(crate) fn fire_timer(&mut self, domain: TimeDomain, key: &[u8], timestamp: i64) -> bool {
-        // Only a batch in which something was deleted pays for the lookup.
-        if let Some(deleted) = &mut self.deleted_timers
-            && !deleted.is_empty()
-            && deleted.remove(domain, key, timestamp)
-        {
-            if !self.timers.contains(domain, key, timestamp) {
-                return false;
+        // Only a batch in which something was deleted or registered pays for lookups.
+        let (deleted, registered) = match &mut self.batch {
+            Some(batch) => {
+                let taken =
+                    |set: &mut TimerSet| !set.is_empty() && set.remove(domain, key, timestamp);
+                (taken(&mut batch.deleted), taken(&mut batch.registered))
             }
+            None => (false, false),
+        };
+        if deleted && !self.timers.contains(domain, key, timestamp) {
+            return false;
+        }
+        if registered {
             self.effects.push(Effect::DeleteTimer {
                 domain,
                 timestamp,

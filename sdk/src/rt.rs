@@ -128,7 +128,12 @@ pub(crate) fn on_timers<T: Operator>(
     timers: &[u8],
 ) -> Result<CallOutput> {
     run(slot, host, "on-timers", |operator, ctx| {
-        ctx.rt.begin_timers();
+        let mut until = i64::MIN;
+        for timer in TimerReader::new(timers) {
+            let timer = timer.map_err(|e| Error::failed(format!("on-timers: {e}")))?;
+            until = until.max(timer.timestamp);
+        }
+        ctx.rt.begin_timers(until);
         for timer in TimerReader::new(timers) {
             let timer = timer.map_err(|e| Error::failed(format!("on-timers: {e}")))?;
             // A timer an earlier one of the batch deleted does not fire, as in Flink.
@@ -391,7 +396,7 @@ mod tests {
     }
 
     /// Emits `T K` for each timer; the one at 10 deletes the event timer at 20 of its key,
-    /// and for key `r` registers it again.
+    /// and for key `r` registers it again; the one at 15 registers the one at 20.
     struct Deleter;
 
     impl Operator for Deleter {
@@ -412,6 +417,10 @@ mod tests {
                 if timer.key == b"r" {
                     ctx.register_event_timer(timer.key, 20);
                 }
+            }
+            if timer.timestamp == 15 {
+                // Registers a timer of its own batch without deleting it first.
+                ctx.register_event_timer(timer.key, 20);
             }
             Ok(())
         }
@@ -476,6 +485,22 @@ mod tests {
                 (false, 20, "r".to_owned())
             ]
         );
+    }
+
+    #[test]
+    fn a_timer_registered_again_by_an_earlier_one_of_its_batch_fires_once() {
+        // A fresh instance (as after a restore) does not know that 20 is registered:
+        // registering it sends the registration, and its turn cancels it.
+        let mut slot = opened_deleter();
+        let (records, effects) = fire(&mut slot, &[(15, "q"), (20, "q")]);
+        assert_eq!(records, ["15 q", "20 q"]);
+        assert_eq!(
+            effects,
+            [(true, 20, "q".to_owned()), (false, 20, "q".to_owned())]
+        );
+        // Registered for a time past the batch: a new timer, kept.
+        let (_, effects) = fire(&mut slot, &[(15, "p")]);
+        assert_eq!(effects, [(true, 20, "p".to_owned())]);
     }
 
     #[test]
