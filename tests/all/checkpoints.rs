@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -11,7 +11,8 @@ use crossbeam_channel::unbounded;
 use sluice::job::{JobControl, JobOutcome, RestorePoint};
 use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TEST_RECORDER, TOKENIZE};
 use sluice_tests::{
-    TestJob, final_counts, final_counts_any_order, run_job, scratch_root, test_dir, write_job,
+    TestJob, final_counts, final_counts_any_order, has_complete_checkpoint, run_job, sluice_run,
+    test_dir, write_job,
 };
 
 /// A word count over generated lines, throttled so that it runs for a few seconds, with
@@ -49,12 +50,8 @@ batch_size = 200
 }
 
 pub(crate) fn spawn_sluice(job: &Path, args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
-        .arg("run")
-        .arg("--quiet")
-        .arg(job)
+    sluice_run(env!("CARGO_BIN_EXE_sluice-test-cli"), job, None)
         .args(args)
-        .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -129,16 +126,6 @@ pub(crate) fn run_with_kills(
         );
     }
     (output, killed, restored)
-}
-
-fn has_complete_checkpoint(dir: &Path) -> bool {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .any(|e| e.path().join("_metadata").exists())
-        })
-        .unwrap_or(false)
 }
 
 pub(crate) fn sorted_lines(s: &str) -> Vec<&str> {

@@ -6,13 +6,14 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::thread;
 use std::time::Duration;
 
 use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE};
 use sluice_tests::{
-    expected_word_counts, final_counts, sample_text, scratch_root, test_dir, write_job,
+    expected_word_counts, final_counts, has_complete_checkpoint, sample_text, sluice_run, test_dir,
+    write_job,
 };
 
 /// A word count over 600 lines, slowed to about a line per millisecond so that
@@ -62,14 +63,9 @@ buffer_timeout_ms = 5
 }
 
 fn run(job: &Path, args: &[&str], failpoints: Option<&str>) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"));
+    let mut command = sluice_run(env!("CARGO_BIN_EXE_sluice-test-cli"), job, None);
     command
-        .arg("run")
-        .arg("--quiet")
-        .arg(job)
         .args(args)
-        .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
-        .env_remove("FAILPOINTS")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     if let Some(f) = failpoints {
@@ -79,9 +75,7 @@ fn run(job: &Path, args: &[&str], failpoints: Option<&str>) -> Output {
 }
 
 fn has_checkpoint(dir: &Path) -> bool {
-    fs::read_dir(dir.join("checkpoints"))
-        .map(|d| d.flatten().any(|e| e.path().join("_metadata").exists()))
-        .unwrap_or(false)
+    has_complete_checkpoint(&dir.join("checkpoints"))
 }
 
 /// Resumes (or starts) the job until it finishes, without failpoints.
@@ -221,11 +215,7 @@ fn a_crash_during_restore() {
 fn a_crash_during_stop_with_savepoint() {
     let dir = test_dir("crash-stop");
     let (job, text) = job(&dir);
-    let child = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
-        .arg("run")
-        .arg("--quiet")
-        .arg(&job)
-        .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
+    let child = sluice_run(env!("CARGO_BIN_EXE_sluice-test-cli"), &job, None)
         .env("FAILPOINTS", "savepoint::synchronous-loop=return(abort)")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -9,13 +9,12 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_tests::plugins::{COUNT, TOKENIZE};
-use sluice_tests::{run_job, scratch_root, test_dir, write_job};
+use sluice_tests::{run_job, sluice_run, test_dir, write_job};
 
 fn job(parallelism: u32, records: u64) -> String {
     format!(
@@ -49,12 +48,6 @@ batch_size = 200
     )
 }
 
-fn has_checkpoint(dir: &Path) -> bool {
-    std::fs::read_dir(dir.join("checkpoints"))
-        .map(|d| d.flatten().any(|e| e.path().join("_metadata").exists()))
-        .unwrap_or(false)
-}
-
 /// Lines by how often they occur.
 fn multiset(text: &str) -> BTreeMap<&str, i64> {
     let mut m = BTreeMap::new();
@@ -79,17 +72,15 @@ fn soak(parallelism: u32, kills: usize, seed: &mut u64) {
     let started = Instant::now();
     let mut killed = 0;
     loop {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"));
-        command
-            .args(["run", "--quiet"])
-            .arg(&job)
-            .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if has_checkpoint(&dir) {
-            command.args(["--from-checkpoint", "latest"]);
-        }
-        let mut child = command.spawn().expect("spawning sluice");
+        let mut child = sluice_run(
+            env!("CARGO_BIN_EXE_sluice-test-cli"),
+            &job,
+            Some(&dir.join("checkpoints")),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawning sluice");
         if killed == kills {
             assert!(child.wait().unwrap().success(), "the last run failed");
             break;

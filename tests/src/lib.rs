@@ -57,6 +57,34 @@ pub fn write_job(dir: &Path, toml: &str) -> PathBuf {
     path
 }
 
+/// Whether the checkpoint folder `dir` holds a complete checkpoint or savepoint (one with
+/// its `_metadata` written), so a run can resume with `--from-checkpoint latest`.
+pub fn has_complete_checkpoint(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.path().join("_metadata").exists())
+        })
+        .unwrap_or(false)
+}
+
+/// `sluice run --quiet JOB` with the shared compile cache; `bin` is the test binary's
+/// `env!("CARGO_BIN_EXE_sluice-test-cli")` (only tests and benches know it). Resumes from
+/// the latest checkpoint when `checkpoints` holds a complete one.
+pub fn sluice_run(bin: &str, job: &Path, resume_from: Option<&Path>) -> std::process::Command {
+    let mut command = std::process::Command::new(bin);
+    command
+        .args(["run", "--quiet"])
+        .arg(job)
+        .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
+        .env_remove("FAILPOINTS");
+    if resume_from.is_some_and(has_complete_checkpoint) {
+        command.args(["--from-checkpoint", "latest"]);
+    }
+    command
+}
+
 /// A running or finished job driven from a test.
 pub struct TestJob {
     /// The loaded job.
