@@ -7,6 +7,7 @@ mod cli;
 mod event_time;
 mod exactly_once;
 mod failpoints;
+mod guest_time;
 mod plugins;
 mod runtime;
 mod sandbox;

@@ -5,7 +5,7 @@ use sluice_tests::engine;
 use sluice_tests::plugins::*;
 
 fn load(path: &str) -> anyhow::Result<sluice::wasm::Plugin> {
-    engine().load_plugin(std::path::Path::new(path))
+    sluice::wasm::Plugin::load(&engine(), std::path::Path::new(path), false)
 }
 
 macro_rules! assert_test_exists {
@@ -58,6 +58,11 @@ fn window() {
 #[test]
 fn test_misbehave() {
     assert_operator(TEST_MISBEHAVE);
+}
+
+#[test]
+fn test_sleeper() {
+    assert_operator(TEST_SLEEPER);
 }
 
 #[test]

@@ -244,7 +244,7 @@ fn rss_bytes() -> u64 {
 fn instances() {
     const N: usize = 1000;
     let engine = engine();
-    let plugin = engine.load_plugin(Path::new(COUNT)).unwrap();
+    let plugin = sluice::wasm::Plugin::load(&engine, Path::new(COUNT), false).unwrap();
     let before = rss_bytes();
     let start = Instant::now();
     let mut ops = Vec::with_capacity(N);

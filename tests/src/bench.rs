@@ -110,9 +110,8 @@ pub fn open_info(name: &str, config: &[(&str, &str)], keyed: bool) -> OpenInfo {
 /// An instance of the component at `path` named `name`, over `state`, without a call
 /// deadline (a slow run on a busy machine is measured, not cut).
 pub fn wasm_operator(path: &str, name: &str, state: OperatorState) -> Box<dyn Operator> {
-    let plugin = engine()
-        .load_plugin(Path::new(path))
-        .expect("loading a plugin");
+    let plugin =
+        sluice::wasm::Plugin::load(&engine(), Path::new(path), false).expect("loading a plugin");
     let identity = OperatorIdentity {
         tenant: "bench".into(),
         job: "bench".into(),

@@ -21,7 +21,7 @@ use crate::job::{
 use crate::server::Server;
 use crate::server::client::Client;
 use crate::tenant::{HostConfig, InstanceBudget};
-use crate::wasm::{ComponentCache, EngineSettings, WasmEngine, supported_version};
+use crate::wasm::{ComponentCache, EngineSettings, Plugin, WasmEngine, supported_version};
 
 /// Runs stream operators as sandboxed WebAssembly components.
 #[derive(Debug, Parser)]
@@ -765,7 +765,7 @@ fn validate(cli: &Cli, path: &Path) -> Result<ExitCode> {
 
 fn inspect(cli: &Cli, path: &Path) -> Result<ExitCode> {
     let engine = engine(cli)?;
-    let plugin = engine.load_plugin(path)?;
+    let plugin = Plugin::load(&engine, path, false)?;
     out!("file:      {}", plugin.path.display());
     out!("size:      {} bytes", plugin.size);
     out!("sha256:    {}", plugin.digest);

@@ -142,8 +142,7 @@ impl Job {
         let fuel = tenant.limits.fuel_per_call.is_some();
         let mut plugins = BTreeMap::new();
         for op in graph.operators() {
-            let plugin = engine
-                .load_plugin_for(&op.plugin, fuel)
+            let plugin = Plugin::load(engine, &op.plugin, fuel)
                 .with_context(|| format!("job '{}': operator '{}'", graph.name, op.name))?;
             plugins.insert(op.name.clone(), plugin);
         }

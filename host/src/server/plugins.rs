@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 
 use super::{ApiError, ErrorKind, Server, hex, write_atomic};
 use crate::tenant::TenantConfig;
+use crate::wasm::Plugin;
 
 /// A stored plugin, as listed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,7 +115,7 @@ impl Server {
             .map_err(|e| ApiError::internal(anyhow::anyhow!("storing {name}: {e}")))
             .and_then(|()| {
                 let fuel = tenant.limits.fuel_per_call.is_some();
-                self.engine.load_plugin_for(&file, fuel).map_err(|e| {
+                Plugin::load(&self.engine, &file, fuel).map_err(|e| {
                     let prefix = format!("{}/", incoming.display());
                     ApiError::bad(format!("{e:#}").replace(&prefix, ""))
                 })

@@ -1,6 +1,6 @@
 //! The wasmtime engine of a host: configuration, linker, component cache, epoch ticker.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
@@ -12,7 +12,7 @@ use wasmtime::{Config, Engine, OptLevel};
 
 use super::bindings;
 use super::cache::ComponentCache;
-use super::plugin::Plugin;
+use super::sandbox;
 use super::store::StoreState;
 
 /// How often the epoch advances: the granularity of call deadlines and of cancelling a
@@ -41,7 +41,7 @@ impl Variant {
         config.cranelift_opt_level(OptLevel::Speed);
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        sandbox::add_wasi_to_linker(&mut linker)?;
         bindings::Operator::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         Ok(Variant { engine, linker })
     }
@@ -107,16 +107,6 @@ impl WasmEngine {
                 .push(engine);
         }
         Ok(self.metered.get().expect("set above"))
-    }
-
-    /// Loads and checks the operator component at `path` (see [`Plugin::load`]).
-    pub fn load_plugin(&self, path: &Path) -> Result<Plugin> {
-        Plugin::load(self, path, false)
-    }
-
-    /// Like [`WasmEngine::load_plugin`], for instances with a fuel budget when `fuel`.
-    pub fn load_plugin_for(&self, path: &Path, fuel: bool) -> Result<Plugin> {
-        Plugin::load(self, path, fuel)
     }
 
     /// The wasmtime engine (without fuel metering).

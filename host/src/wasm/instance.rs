@@ -1,15 +1,14 @@
 //! One operator instance: a component instantiated in its own `Store`.
 
-use std::time::Instant;
-
 use wasmtime::Store;
 
 use super::bindings::Operator as Bindings;
 use super::bindings::exports::sluice::operator::stream_operator::Guest;
 use super::bindings::sluice::operator::types::{Error as GuestError, OpenContext, Output};
 use super::limits::MemoryLimitExceeded;
+use super::sandbox::{self, Interrupted};
 use super::stdio::panic_message;
-use super::store::{Interrupted, StoreState};
+use super::store::StoreState;
 use crate::chain::{
     CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState, TrapKind,
 };
@@ -51,19 +50,13 @@ impl WasmOperator {
                 message: format!("instance is unusable after an earlier trap ({reason})"),
             });
         }
-        {
-            let data = self.store.data_mut();
-            data.call_started = Instant::now();
-            data.output
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clear_stderr_tail();
-        }
-        self.store.set_epoch_deadline(1);
-        if let Some(fuel) = self.store.data().limits.fuel_per_call {
-            // Fuel is only enabled on engines built for it; elsewhere this is a no-op error.
-            let _ = self.store.set_fuel(fuel);
-        }
+        self.store
+            .data_mut()
+            .output
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear_stderr_tail();
+        sandbox::arm(&mut self.store);
         match f(
             self.bindings.sluice_operator_stream_operator(),
             &mut self.store,

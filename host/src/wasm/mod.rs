@@ -8,6 +8,7 @@ mod host;
 mod instance;
 mod limits;
 mod plugin;
+mod sandbox;
 mod stdio;
 mod store;
 
@@ -16,4 +17,5 @@ pub use engine::{EPOCH_TICK, EngineSettings, WasmEngine};
 pub use instance::WasmOperator;
 pub use limits::{DirGrant, MemoryLimitExceeded, SandboxLimits};
 pub use plugin::{Plugin, PluginInfo, supported_version};
-pub use store::{Interrupted, StoreState};
+pub use sandbox::Interrupted;
+pub use store::StoreState;

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use anyhow::{Context, Result, bail};
-use wasmtime::Store;
 use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
@@ -16,6 +15,7 @@ use super::cache::{CacheOutcome, content_digest};
 use super::engine::WasmEngine;
 use super::instance::WasmOperator;
 use super::limits::SandboxLimits;
+use super::sandbox;
 use super::store::StoreState;
 use crate::chain::{OperatorIdentity, OperatorState};
 
@@ -151,13 +151,7 @@ impl Plugin {
         }
         let data = StoreState::new(identity.clone(), limits, state, cancel)
             .with_context(|| format!("{identity}: setting up its sandbox"))?;
-        let mut store = Store::new(&self.engine, data);
-        store.limiter(|s| &mut s.limiter);
-        store.epoch_deadline_callback(|ctx| match ctx.data().check_interrupt() {
-            Ok(()) => Ok(wasmtime::UpdateDeadline::Continue(1)),
-            Err(interrupted) => Err(wasmtime::Error::new(interrupted)),
-        });
-        store.set_epoch_deadline(1);
+        let mut store = sandbox::new_store(&self.engine, data);
         let bindings = self
             .pre
             .instantiate(&mut store)

@@ -1,41 +1,19 @@
 //! What a Wasm operator's `Store` holds.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use anyhow::Context as _;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::limits::{MemoryLimiter, SandboxLimits};
+use super::sandbox::{CallGuard, wasi_context};
 use super::stdio::{GuestOutput, GuestPipe, Stream};
 use crate::chain::{OperatorIdentity, OperatorState};
 
-/// Why the epoch callback ended a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Interrupted {
-    /// The task was cancelled.
-    Cancelled,
-    /// The call ran past its deadline.
-    DeadlineExceeded(Duration),
-}
-
-impl std::fmt::Display for Interrupted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Interrupted::Cancelled => f.write_str("interrupted because the task was cancelled"),
-            Interrupted::DeadlineExceeded(d) => {
-                write!(f, "interrupted after exceeding the call deadline of {d:?}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for Interrupted {}
-
-/// The data of one operator instance's `Store`: its sandbox (WASI context granting
-/// nothing, limits), its host-managed state, and the bookkeeping of the running call.
+/// The data of one operator instance's `Store`: its sandbox (WASI context and limits,
+/// see `sandbox`), its host-managed state, and the bookkeeping of the running call.
 pub struct StoreState {
     wasi: WasiCtx,
     table: ResourceTable,
@@ -60,26 +38,11 @@ impl StoreState {
         cancel: Arc<AtomicBool>,
     ) -> anyhow::Result<Self> {
         let output = GuestOutput::new(identity, limits.log_lines_per_second);
-        // Nothing is granted but what the tenant was given explicitly: no environment,
-        // no arguments, no network, no files outside granted directories. Guest stdout and
-        // stderr go to the host log.
-        let mut wasi = WasiCtx::builder();
-        wasi.stdout(GuestPipe::new(output.clone(), Stream::Stdout))
-            .stderr(GuestPipe::new(output.clone(), Stream::Stderr))
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false);
-        for grant in &limits.dirs {
-            let perms = if grant.read_only {
-                FsPerms::ReadOnly
-            } else {
-                FsPerms::ReadWrite
-            };
-            wasi.preopened_dir(&grant.host, &grant.guest, perms)
-                .map_err(anyhow::Error::from)
-                .with_context(|| format!("granting directory {}", grant.host.display()))?;
-        }
-        let wasi = wasi.build();
+        let wasi = wasi_context(
+            &limits,
+            GuestPipe::new(output.clone(), Stream::Stdout),
+            GuestPipe::new(output.clone(), Stream::Stderr),
+        )?;
         Ok(StoreState {
             wasi,
             table: ResourceTable::new(),
@@ -92,17 +55,18 @@ impl StoreState {
         })
     }
 
-    /// Decides, at each epoch tick during a call, whether the call may go on.
-    pub(crate) fn check_interrupt(&self) -> Result<(), Interrupted> {
-        if self.cancel.load(Ordering::Relaxed) {
-            return Err(Interrupted::Cancelled);
+    /// What decides whether the running call may go on.
+    pub(crate) fn guard(&self) -> CallGuard {
+        CallGuard {
+            cancel: self.cancel.clone(),
+            deadline: self.limits.call_deadline,
+            started: self.call_started,
         }
-        match self.limits.call_deadline {
-            Some(deadline) if self.call_started.elapsed() > deadline => {
-                Err(Interrupted::DeadlineExceeded(deadline))
-            }
-            _ => Ok(()),
-        }
+    }
+
+    /// The table of WASI resources.
+    pub(crate) fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
     }
 
     /// The instance's identity.
