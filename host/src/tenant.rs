@@ -16,6 +16,12 @@
 //! max_output_mb = 64              # records and effects one call may return
 //! max_instances = 1000            # operator instances of the tenant in this host
 //! log_lines_per_second = 1000     # guest log lines (log import, stdout, stderr)
+//! state_mb = 1024                 # keyed state the host holds per operator instance
+//! timers = 10000000               # timers the host holds per operator instance
+//! counters = 1000                 # distinct counter names per operator instance
+//! guest_string_kb = 16            # longest log line, error or counter name kept
+//! tenant_state_mb = 4096          # keyed state of all the tenant's instances in this host
+//! tenant_timers = 50000000        # timers of all the tenant's instances in this host
 //! max_jobs = 20                   # jobs running at once (`sluice serve`)
 //! max_plugin_mb = 256             # plugin bytes stored (`sluice serve`)
 //!
@@ -38,6 +44,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 
+use crate::state::TenantUsage;
 use crate::wasm::{DirGrant, SandboxLimits};
 
 /// The limits fields of `[defaults]` and `[tenant.NAME]`, all optional.
@@ -50,6 +57,12 @@ struct LimitsSpec {
     max_output_mb: Option<u64>,
     max_instances: Option<u32>,
     log_lines_per_second: Option<u32>,
+    state_mb: Option<u64>,
+    timers: Option<u64>,
+    counters: Option<usize>,
+    guest_string_kb: Option<usize>,
+    tenant_state_mb: Option<u64>,
+    tenant_timers: Option<u64>,
     #[serde(default)]
     dirs: Vec<DirSpec>,
     max_jobs: Option<u32>,
@@ -128,6 +141,10 @@ pub struct TenantConfig {
     pub max_plugin_bytes: u64,
     /// SHA-256 of the tenant's bearer token (a server refuses tenants without one).
     pub token_sha256: Option<[u8; 32]>,
+    /// Most keyed-state bytes all the tenant's instances in this host may make it hold.
+    pub max_state_bytes: u64,
+    /// Most timers all the tenant's instances in this host may make it hold.
+    pub max_timers: u64,
 }
 
 /// The host configuration.
@@ -159,6 +176,8 @@ impl Default for HostConfig {
                 max_jobs: 20,
                 max_plugin_bytes: 256 << 20,
                 token_sha256: None,
+                max_state_bytes: 4 << 30,
+                max_timers: 50_000_000,
             },
             tenants: BTreeMap::new(),
         }
@@ -286,6 +305,21 @@ fn tenant_from(
     if let Some(rate) = spec.log_lines_per_second {
         limits.log_lines_per_second = rate;
     }
+    if let Some(mb) = spec.state_mb {
+        limits.max_state_bytes = mb << 20;
+    }
+    if let Some(n) = spec.timers {
+        limits.max_timers = n;
+    }
+    if let Some(n) = spec.counters {
+        limits.max_counters = n;
+    }
+    if let Some(kb) = spec.guest_string_kb {
+        if kb == 0 {
+            bail!("guest_string_kb must be at least 1");
+        }
+        limits.max_guest_string_bytes = kb << 10;
+    }
     if !spec.dirs.is_empty() {
         limits.dirs = spec
             .dirs
@@ -315,6 +349,10 @@ fn tenant_from(
             .max_plugin_mb
             .map_or(base.max_plugin_bytes, |mb| mb << 20),
         token_sha256: spec.token_sha256.as_deref().map(parse_sha256).transpose()?,
+        max_state_bytes: spec
+            .tenant_state_mb
+            .map_or(base.max_state_bytes, |mb| mb << 20),
+        max_timers: spec.tenant_timers.unwrap_or(base.max_timers),
     })
 }
 
@@ -323,6 +361,8 @@ fn tenant_from(
 #[derive(Debug, Default, Clone)]
 pub struct InstanceBudget {
     in_use: Arc<Mutex<BTreeMap<String, u32>>>,
+    /// What each tenant's instances make the host hold (keyed state, timers).
+    usage: Arc<Mutex<BTreeMap<String, Arc<TenantUsage>>>>,
 }
 
 /// Instances reserved for one job; released when dropped.
@@ -353,6 +393,21 @@ impl InstanceBudget {
             tenant: tenant.name.clone(),
             instances,
         })
+    }
+
+    /// The host resources `tenant`'s instances hold, shared by all of them.
+    pub fn usage(&self, tenant: &TenantConfig) -> Arc<TenantUsage> {
+        let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        usage
+            .entry(tenant.name.clone())
+            .or_insert_with(|| {
+                Arc::new(TenantUsage::new(
+                    &tenant.name,
+                    tenant.max_state_bytes,
+                    tenant.max_timers,
+                ))
+            })
+            .clone()
     }
 
     /// Instances `tenant` has in use.

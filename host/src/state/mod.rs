@@ -5,10 +5,12 @@
 //! thread and write it out asynchronously, and so that a restore with another parallelism
 //! can redistribute it by key group.
 
+mod account;
 pub mod assignment;
 mod backend;
 pub mod key_groups;
 
+pub use account::{Account, Holding, InstanceLimits, TenantUsage};
 pub use backend::{
     Entry, KeyedStateBackend, KeyedStateSnapshot, StateDescriptor, StateError, StateKind,
     split_composite,

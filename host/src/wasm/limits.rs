@@ -34,6 +34,16 @@ pub struct SandboxLimits {
     pub log_lines_per_second: u32,
     /// Directories granted (none by default: no file system at all).
     pub dirs: Vec<DirGrant>,
+    /// Most bytes of keyed state (keys, values and per-entry overhead) the host may hold
+    /// for the instance.
+    pub max_state_bytes: u64,
+    /// Most timers the host may hold for the instance.
+    pub max_timers: u64,
+    /// Most distinct counter names the instance may create.
+    pub max_counters: usize,
+    /// Longest guest string the host keeps or prints (a log line, an error message, a
+    /// counter name); longer ones are cut.
+    pub max_guest_string_bytes: usize,
 }
 
 impl Default for SandboxLimits {
@@ -45,6 +55,10 @@ impl Default for SandboxLimits {
             max_output_bytes: 64 << 20,
             log_lines_per_second: 1000,
             dirs: Vec::new(),
+            max_state_bytes: 1 << 30,
+            max_timers: 10_000_000,
+            max_counters: 1000,
+            max_guest_string_bytes: 16 << 10,
         }
     }
 }
