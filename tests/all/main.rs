@@ -8,6 +8,7 @@ mod event_time;
 mod exactly_once;
 mod failpoints;
 mod guest_time;
+mod host_memory;
 mod plugins;
 mod runtime;
 mod sandbox;

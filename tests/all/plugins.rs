@@ -61,6 +61,11 @@ fn test_misbehave() {
 }
 
 #[test]
+fn test_hog() {
+    assert_operator(TEST_HOG);
+}
+
+#[test]
 fn test_sleeper() {
     assert_operator(TEST_SLEEPER);
 }

@@ -25,6 +25,12 @@ use crate::metrics::{OperatorMetrics, TaskMetrics, add_duration};
 use crate::network::{Barrier, RecordWriter, StreamElement};
 use crate::timers::now_millis;
 
+/// How many times in a row one watermark or processing-time tick may call an operator's
+/// `on-timers` because the previous call registered timers that were already due. Flink
+/// fires such timers in the same advance too; beyond this many rounds the operator is
+/// looping (each round firing what the one before registered) and the task fails.
+pub const MAX_TIMER_ROUNDS: usize = 1000;
+
 /// One operator of a chain with what the chain keeps about it.
 pub struct ChainedOperator {
     /// The instance.
@@ -118,13 +124,19 @@ impl OperatorChain {
             error,
         };
         let output = result.map_err(|e| fail(e, &*link.operator))?;
-        if !output.effects.is_empty() {
-            let now = now_millis();
+        let now = now_millis();
+        let writes = if output.effects.is_empty() {
+            0
+        } else {
             link.operator
                 .state()
                 .apply_effects(&output.effects, now)
-                .map_err(|e| fail(e, &*link.operator))?;
-        }
+                .map_err(|e| fail(e, &*link.operator))?
+        };
+        link.operator
+            .state()
+            .settle(now, writes)
+            .map_err(|e| fail(e, &*link.operator))?;
         let count = BatchReader::count(&output.records).map_err(|e| {
             fail(
                 CallError::Contract(format!("returned {e}")),
@@ -212,18 +224,47 @@ impl OperatorChain {
     }
 
     /// Fires operator `i`'s timers of `domain` due at `time`, again while firing them
-    /// registered more that are due.
+    /// registered more that are due — at most [`MAX_TIMER_ROUNDS`] times, so an operator
+    /// that keeps registering timers that are already due fails instead of holding the
+    /// task (no checkpoint, no stop) for ever.
     fn fire_timers(&mut self, i: usize, domain: TimeDomain, time: i64) -> Result<()> {
-        while let Some(timers) = self.operators[i]
-            .operator
-            .state()
-            .timers
-            .pop_due(domain, time)
-        {
+        for _ in 0..MAX_TIMER_ROUNDS {
+            let Some(timers) = self.operators[i]
+                .operator
+                .state()
+                .timers
+                .pop_due(domain, time)
+            else {
+                return Ok(());
+            };
             let (records, count) = self.call(i, Call::OnTimers, |op| op.on_timers(&timers))?;
             self.push(i + 1, records, count)?;
         }
-        Ok(())
+        let link = &mut self.operators[i];
+        if link
+            .operator
+            .state()
+            .timers
+            .next(domain)
+            .is_none_or(|t| t > time)
+        {
+            return Ok(());
+        }
+        let domain = match domain {
+            TimeDomain::EventTime => "event-time",
+            TimeDomain::ProcessingTime => "processing-time",
+        };
+        Err(OperatorFailure {
+            identity: link.operator.identity().clone(),
+            call: Call::OnTimers,
+            error: CallError::Limit(format!(
+                "{MAX_TIMER_ROUNDS} rounds of `on-timers` at {domain} {time} each registered \
+                 {domain} timers that were already due: a timer registered for a time not \
+                 later than the one firing fires again at once; register the next one for a \
+                 later time"
+            )),
+        }
+        .into())
     }
 
     /// The earliest processing-time timer of any operator.
@@ -281,6 +322,7 @@ impl OperatorChain {
     /// call) and an O(1) copy of its keyed state and timers, head first.
     pub fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<OperatorSnapshot>> {
         let mut snapshots = Vec::with_capacity(self.operators.len());
+        let now = now_millis();
         for i in 0..self.operators.len() {
             let link = &mut self.operators[i];
             let start = Instant::now();
@@ -295,7 +337,7 @@ impl OperatorChain {
             snapshots.push(OperatorSnapshot {
                 operator: link.state_id.clone(),
                 state,
-                keyed: host.keyed.as_ref().map(|k| k.snapshot()),
+                keyed: host.keyed.as_ref().map(|k| k.snapshot(now)),
                 timers: host.timers.clone(),
                 watermark: host.watermark,
             });

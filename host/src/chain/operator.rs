@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use sluice_codec::{Effect, EffectReader};
 
-use crate::state::{KeyedStateBackend, StateError, key_groups::key_group_of};
+use crate::state::{Account, Holding, KeyedStateBackend, StateError, key_groups::key_group_of};
 use crate::timers::TimerQueues;
 
 /// Who an operator instance is: used in every log line and error about it.
@@ -161,6 +161,10 @@ impl TrapKind {
     }
 }
 
+/// How many entries of an operator with TTL states the host looks at after each call
+/// at least, dropping the expired ones (see [`KeyedStateBackend::expire_some`]).
+const TTL_CLEANUP_PER_CALL: usize = 64;
+
 /// How a call into an operator failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallError {
@@ -181,6 +185,9 @@ pub enum CallError {
     /// Going on would lose or take back data (a sink asked to rewind committed output):
     /// restarting will not help; the user must choose.
     Unrecoverable(String),
+    /// The operator made the host hold more than its tenant allows (keyed state, timers,
+    /// counters) or kept the task busy past a bound (timers that are due again at once).
+    Limit(String),
 }
 
 impl CallError {
@@ -204,6 +211,7 @@ impl fmt::Display for CallError {
             },
             CallError::Contract(m) => write!(f, "broke the operator contract: {m}"),
             CallError::Unrecoverable(m) => write!(f, "cannot recover: {m}"),
+            CallError::Limit(m) => write!(f, "exceeded a limit: {m}"),
         }
     }
 }
@@ -255,6 +263,8 @@ pub struct OperatorState {
     pub counters: Arc<Mutex<BTreeMap<String, u64>>>,
     /// True while `open` runs: the only time states may be declared.
     pub opening: bool,
+    /// What the instance makes the host hold, charged to its tenant.
+    pub account: Account,
 }
 
 impl OperatorState {
@@ -266,23 +276,62 @@ impl OperatorState {
             watermark: i64::MIN,
             counters: Arc::default(),
             opening: false,
+            account: Account::default(),
+        }
+    }
+
+    /// After a call that wrote `writes` entries (and after a restore): drops some entries
+    /// whose TTL has passed — looking at more than twice as many as were written, so
+    /// cleanup keeps up with any write rate — and charges what the instance holds now.
+    /// Fails when that is over a limit.
+    pub fn settle(&mut self, now: i64, writes: usize) -> Result<(), CallError> {
+        if let Some(keyed) = self.keyed.as_mut() {
+            keyed.expire_some(now, TTL_CLEANUP_PER_CALL + 2 * writes);
+        }
+        self.account
+            .charge(self.holding())
+            .map_err(CallError::Limit)
+    }
+
+    /// What the instance makes the host hold now.
+    fn holding(&self) -> Holding {
+        Holding {
+            state_bytes: self.keyed.as_ref().map_or(0, KeyedStateBackend::bytes),
+            timers: self.timers.len() as u64,
         }
     }
 
     /// Applies the effects of a successful call, in order. `now` is the processing
     /// time (for state TTL). An error means the operator sent effects it may not
     /// (malformed, state of an unkeyed operator, a key of another subtask); effects
-    /// before the bad one stay applied, and the task fails anyway.
-    pub fn apply_effects(&mut self, effects: &[u8], now: i64) -> Result<(), CallError> {
+    /// before the bad one stay applied, and the task fails anyway. Returns how many
+    /// state entries were written.
+    pub fn apply_effects(&mut self, effects: &[u8], now: i64) -> Result<usize, CallError> {
+        let mut writes = 0;
         for effect in EffectReader::new(effects) {
             let effect = effect.map_err(|e| CallError::Contract(e.to_string()))?;
-            self.apply(effect, now).map_err(CallError::Contract)?;
+            let grows = match effect {
+                Effect::Put { .. } | Effect::Append { .. } => {
+                    writes += 1;
+                    true
+                }
+                Effect::RegisterTimer { .. } => true,
+                _ => false,
+            };
+            self.apply(effect, now)?;
+            if grows {
+                // The instance's own limits hold effect by effect; the tenant is charged
+                // once per call, in `settle`.
+                self.account
+                    .check(self.holding())
+                    .map_err(CallError::Limit)?;
+            }
         }
-        Ok(())
+        Ok(writes)
     }
 
-    fn apply(&mut self, effect: Effect<'_>, now: i64) -> Result<(), String> {
-        let state_err = |e: StateError| e.to_string();
+    fn apply(&mut self, effect: Effect<'_>, now: i64) -> Result<(), CallError> {
+        let state_err = |e: StateError| CallError::Contract(e.to_string());
         match effect {
             Effect::Put {
                 state,
@@ -311,7 +360,7 @@ impl OperatorState {
                 timestamp,
                 key,
             } => {
-                self.check_timer_key(key)?;
+                self.check_timer_key(key).map_err(CallError::Contract)?;
                 self.timers.register(domain, timestamp, key);
                 Ok(())
             }
@@ -323,24 +372,48 @@ impl OperatorState {
                 self.timers.delete(domain, timestamp, key);
                 Ok(())
             }
-            Effect::Counter { name, delta } => {
-                let mut counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
-                let name = String::from_utf8_lossy(name);
-                match counters.get_mut(name.as_ref()) {
-                    Some(c) => *c = c.saturating_add(delta),
-                    None => {
-                        counters.insert(name.into_owned(), delta);
-                    }
-                }
-                Ok(())
-            }
+            Effect::Counter { name, delta } => self.count(name, delta),
         }
     }
 
-    fn backend(&mut self) -> Result<&mut KeyedStateBackend, String> {
+    /// Adds `delta` to counter `name`, within the instance's limits on counters.
+    fn count(&mut self, name: &[u8], delta: u64) -> Result<(), CallError> {
+        let limits = *self.account.limits();
+        if name.len() > limits.string_bytes {
+            return Err(CallError::Limit(format!(
+                "a counter name of {} bytes is longer than the limit of {} bytes \
+                 (`guest_string_kb`)",
+                name.len(),
+                limits.string_bytes
+            )));
+        }
+        let mut counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        // Names are printed (metrics, summaries): no control characters.
+        let name = String::from_utf8_lossy(name);
+        let name = crate::wasm::printable(&name);
+        let known = counters.len();
+        if let Some(c) = counters.get_mut(name.as_ref()) {
+            *c = c.saturating_add(delta);
+        } else if known >= limits.counters {
+            return Err(CallError::Limit(format!(
+                "counter '{name}' would be counter number {} of the instance; the limit is {} \
+                 (`counters`)",
+                known + 1,
+                limits.counters
+            )));
+        } else {
+            counters.insert(name.into_owned(), delta);
+        }
+        Ok(())
+    }
+
+    fn backend(&mut self) -> Result<&mut KeyedStateBackend, CallError> {
         self.keyed.as_mut().ok_or_else(|| {
-            "keyed state used, but the operator's input is not keyed (set `key_by` in the job file)"
-                .to_string()
+            CallError::Contract(
+                "keyed state used, but the operator's input is not keyed (set `key_by` in the \
+                 job file)"
+                    .to_string(),
+            )
         })
     }
 

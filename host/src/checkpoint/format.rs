@@ -276,7 +276,7 @@ mod tests {
         let snapshot = OperatorSnapshot {
             operator: "count".into(),
             state: b"opaque".to_vec(),
-            keyed: Some(backend.snapshot()),
+            keyed: Some(backend.snapshot(8)),
             timers: timers.clone(),
             watermark: 77,
         };

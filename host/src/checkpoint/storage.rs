@@ -516,7 +516,7 @@ mod tests {
             let snapshot = OperatorSnapshot {
                 operator: "count".into(),
                 state: Vec::new(),
-                keyed: Some(backend.snapshot()),
+                keyed: Some(backend.snapshot(0)),
                 timers: TimerQueues::new(),
                 watermark: i64::MIN,
             };

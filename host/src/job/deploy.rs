@@ -29,9 +29,9 @@ use crate::connectors::{
 use crate::job::file::SinkKind;
 use crate::metrics::{OperatorMetrics, TaskMetrics, TaskMetricsHandle};
 use crate::network::{InputGate, Partitioner, RecordWriter, channel};
-use crate::state::KeyedStateBackend;
 use crate::state::assignment::assign_operator_state;
 use crate::state::key_groups::key_groups_of_subtask;
+use crate::state::{Account, InstanceLimits, KeyedStateBackend, TenantUsage};
 use crate::task::{SourceReader, StreamTask, TaskContext, TaskHandle, TaskInput, panic_to_error};
 use crate::wasm::{Plugin, SandboxLimits};
 
@@ -153,6 +153,7 @@ impl Job {
                     graph: self.graph.clone(),
                     plugins: self.plugins.clone(),
                     limits: self.tenant.limits.clone(),
+                    usage: self.budget.usage(&self.tenant),
                     members,
                     subtask: s,
                     attempt,
@@ -309,6 +310,8 @@ struct ChainBuilder {
     graph: Arc<JobGraph>,
     plugins: Arc<BTreeMap<String, Plugin>>,
     limits: SandboxLimits,
+    /// What the tenant's instances hold in this host.
+    usage: Arc<TenantUsage>,
     /// Vertex indices of the chain's operators (the source excluded).
     members: Vec<usize>,
     subtask: u32,
@@ -360,6 +363,15 @@ impl ChainBuilder {
                     });
                     let mut state = OperatorState::new(None);
                     state.counters = metrics.counters.clone();
+                    state.account = Account::new(
+                        InstanceLimits {
+                            state_bytes: self.limits.max_state_bytes,
+                            timers: self.limits.max_timers,
+                            counters: self.limits.max_counters,
+                            string_bytes: self.limits.max_guest_string_bytes,
+                        },
+                        Some(self.usage.clone()),
+                    );
                     if let Some(r) = restore {
                         state.watermark = r.watermark;
                         if let Some(b) = backend.as_mut() {
@@ -372,6 +384,10 @@ impl ChainBuilder {
                         open_info.restored_state = r.state;
                     }
                     state.keyed = backend;
+                    // What it restored counts against its limits from the start.
+                    state
+                        .settle(crate::timers::now_millis(), 0)
+                        .map_err(|e| anyhow!("restoring {identity}: {e}"))?;
                     open_info.config = o.config.clone();
                     let plugin = &self.plugins[&o.name];
                     Box::new(plugin.instantiate(

@@ -118,7 +118,7 @@ pub struct Job {
     pub(super) graph: Arc<JobGraph>,
     pub(super) plugins: Arc<BTreeMap<String, Plugin>>,
     pub(super) tenant: TenantConfig,
-    budget: InstanceBudget,
+    pub(super) budget: InstanceBudget,
 }
 
 impl Job {

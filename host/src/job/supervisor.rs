@@ -161,6 +161,7 @@ pub fn failure_kind(e: &anyhow::Error) -> &'static str {
         Some(CallError::Failed(_)) => "error",
         Some(CallError::Contract(_)) => "contract",
         Some(CallError::Unrecoverable(_)) => "unrecoverable",
+        Some(CallError::Limit(_)) => "limit",
         None => "host",
     }
 }

@@ -114,29 +114,35 @@ impl Account {
         &self.limits
     }
 
+    /// Whether the instance may hold `now`, by its own limits (not its tenant's; see
+    /// [`Account::charge`]), when it grew since it was last charged.
+    pub fn check(&self, now: Holding) -> Result<(), String> {
+        if now.state_bytes > self.charged.state_bytes && now.state_bytes > self.limits.state_bytes {
+            return Err(state_over(now.state_bytes, self.limits.state_bytes));
+        }
+        if now.timers > self.charged.timers && now.timers > self.limits.timers {
+            return Err(timers_over(now.timers, self.limits.timers));
+        }
+        Ok(())
+    }
+
     /// Charges what the instance holds now. On a breach the new holding stays charged
     /// (it is held, after all) and the error says which limit; the task fails and the
     /// charge is given back when the instance is dropped.
     pub fn charge(&mut self, now: Holding) -> Result<(), String> {
+        if now == self.charged {
+            return Ok(());
+        }
         let before = std::mem::replace(&mut self.charged, now);
         let tenant = self.tenant.as_deref();
         let tenant_state =
             tenant.map(|t| adjust(&t.state_bytes, before.state_bytes, now.state_bytes));
         let tenant_timers = tenant.map(|t| adjust(&t.timers, before.timers, now.timers));
         if now.state_bytes > before.state_bytes && now.state_bytes > self.limits.state_bytes {
-            return Err(format!(
-                "keyed state limit exceeded: the instance holds {} of keyed state (limit {} per \
-                 instance, `state_mb`)",
-                mib(now.state_bytes),
-                mib(self.limits.state_bytes)
-            ));
+            return Err(state_over(now.state_bytes, self.limits.state_bytes));
         }
         if now.timers > before.timers && now.timers > self.limits.timers {
-            return Err(format!(
-                "timer limit exceeded: the instance holds {} timers (limit {} per instance, \
-                 `timers`)",
-                now.timers, self.limits.timers
-            ));
+            return Err(timers_over(now.timers, self.limits.timers));
         }
         if let (Some(t), Some(held)) = (tenant, tenant_state)
             && now.state_bytes > before.state_bytes
@@ -171,6 +177,22 @@ impl Drop for Account {
             adjust(&t.timers, self.charged.timers, 0);
         }
     }
+}
+
+fn state_over(held: u64, limit: u64) -> String {
+    format!(
+        "keyed state limit exceeded: the instance holds {} of keyed state (limit {} per \
+         instance, `state_mb`)",
+        mib(held),
+        mib(limit)
+    )
+}
+
+fn timers_over(held: u64, limit: u64) -> String {
+    format!(
+        "timer limit exceeded: the instance holds {held} timers (limit {limit} per instance, \
+         `timers`)"
+    )
 }
 
 /// Moves `total` by `now - before`; returns the new total.

@@ -100,10 +100,25 @@ pub struct KeyedStateBackend {
     key_groups: Range<u32>,
     descriptors: Vec<StateDescriptor>,
     groups: Vec<OrdMap<Arc<[u8]>, Entry>>,
+    /// Bytes held per key group, as [`entry_bytes`] counts them.
+    group_bytes: Vec<u64>,
+    /// Their sum.
+    bytes: u64,
     /// Reused to build composite keys for lookups, so writing an existing entry allocates
     /// nothing.
     scratch: Vec<u8>,
+    /// Where the incremental TTL cleanup goes on: a key group and the last key it saw.
+    cleanup: (usize, Option<Arc<[u8]>>),
 }
+
+/// What the host counts one entry as holding: its composite key, its value, and an
+/// estimate of the map's and the reference counts' overhead per entry.
+pub fn entry_bytes(composite_key_len: usize, value_len: usize) -> u64 {
+    (ENTRY_OVERHEAD + composite_key_len + value_len) as u64
+}
+
+/// Map node share, two reference-counted buffers and the entry itself, rounded up.
+const ENTRY_OVERHEAD: usize = 96;
 
 /// An immutable view of a [`KeyedStateBackend`] at one instant; taken in O(key groups).
 #[derive(Debug, Clone)]
@@ -113,18 +128,24 @@ pub struct KeyedStateSnapshot {
     /// First key group of `groups`.
     pub first_key_group: u32,
     groups: Vec<OrdMap<Arc<[u8]>, Entry>>,
+    group_bytes: Vec<u64>,
+    /// Processing time when it was taken: entries expired by then are not part of it.
+    taken_at: i64,
 }
 
 impl KeyedStateBackend {
     /// An empty backend for the key groups `key_groups` out of `max_parallelism`.
     pub fn new(max_parallelism: u32, key_groups: Range<u32>) -> Self {
-        let groups = key_groups.clone().map(|_| OrdMap::new()).collect();
+        let groups: Vec<_> = key_groups.clone().map(|_| OrdMap::new()).collect();
         KeyedStateBackend {
             max_parallelism,
             key_groups,
             descriptors: Vec::new(),
+            group_bytes: vec![0; groups.len()],
             groups,
+            bytes: 0,
             scratch: Vec::new(),
+            cleanup: (0, None),
         }
     }
 
@@ -176,6 +197,16 @@ impl KeyedStateBackend {
         self.groups.iter().all(OrdMap::is_empty)
     }
 
+    /// Bytes the entries hold, as [`entry_bytes`] counts them.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    fn add_bytes(&mut self, group: usize, added: u64, removed: u64) {
+        self.group_bytes[group] = (self.group_bytes[group] + added).saturating_sub(removed);
+        self.bytes = (self.bytes + added).saturating_sub(removed);
+    }
+
     /// Reads one entry; `None` when absent or expired at `now`.
     pub fn get(
         &self,
@@ -220,13 +251,15 @@ impl KeyedStateBackend {
         let group = self.group_index(key)?;
         compose(&mut self.scratch, state, key, user_key);
         let map = &mut self.groups[group];
-        match map.get_mut(&self.scratch[..]) {
+        let old_len = match map.get_mut(&self.scratch[..]) {
             Some(entry) => {
                 entry.written_at = now;
+                let old_len = entry.value.len();
                 match Arc::get_mut(&mut entry.value) {
                     Some(bytes) if bytes.len() == value.len() => bytes.copy_from_slice(value),
                     _ => entry.value = value.into(),
                 }
+                Some(old_len)
             }
             None => {
                 map.insert(
@@ -236,7 +269,13 @@ impl KeyedStateBackend {
                         written_at: now,
                     },
                 );
+                None
             }
+        };
+        let key_len = self.scratch.len();
+        match old_len {
+            Some(old) => self.add_bytes(group, value.len() as u64, old as u64),
+            None => self.add_bytes(group, entry_bytes(key_len, value.len()), 0),
         }
         Ok(())
     }
@@ -246,7 +285,10 @@ impl KeyedStateBackend {
         self.descriptor(state)?;
         let group = self.group_index(key)?;
         compose(&mut self.scratch, state, key, user_key);
-        self.groups[group].remove(&self.scratch[..]);
+        if let Some(e) = self.groups[group].remove(&self.scratch[..]) {
+            let freed = entry_bytes(self.scratch.len(), e.value.len());
+            self.add_bytes(group, 0, freed);
+        }
         Ok(())
     }
 
@@ -259,7 +301,9 @@ impl KeyedStateBackend {
             .map(|(k, _)| k.clone())
             .collect();
         for k in doomed {
-            self.groups[group].remove(&k);
+            if let Some(e) = self.groups[group].remove(&k) {
+                self.add_bytes(group, 0, entry_bytes(k.len(), e.value.len()));
+            }
         }
         Ok(())
     }
@@ -293,33 +337,68 @@ impl KeyedStateBackend {
         self.put(state, key, &next.to_be_bytes(), value, now)
     }
 
-    /// Drops entries whose TTL has passed at `now`; returns how many.
+    /// Drops every entry whose TTL has passed at `now`; returns how many.
     pub fn expire(&mut self, now: i64) -> usize {
-        let ttls: Vec<Option<u64>> = self.descriptors.iter().map(|d| d.ttl_ms).collect();
-        if ttls.iter().all(Option::is_none) {
+        self.expire_some(now, usize::MAX)
+    }
+
+    /// Looks at up to `budget` entries, going on where the last call stopped (round
+    /// robin over the key groups), and drops those whose TTL has passed at `now`; returns
+    /// how many. Called with a small budget after each call of an operator with TTL
+    /// states, it cleans all of its state over time at a bounded cost per call (as
+    /// Flink's incremental cleanup does); nothing is looked at without TTL states.
+    pub fn expire_some(&mut self, now: i64, budget: usize) -> usize {
+        if self.descriptors.iter().all(|d| d.ttl_ms.is_none()) || self.groups.is_empty() {
             return 0;
         }
+        let ttls: Vec<Option<u64>> = self.descriptors.iter().map(|d| d.ttl_ms).collect();
         let mut removed = 0;
-        for group in &mut self.groups {
-            let expired: Vec<Arc<[u8]>> = group
-                .iter()
-                .filter(|(k, e)| !alive(e, ttls[state_of(k) as usize], now))
-                .map(|(k, _)| k.clone())
-                .collect();
-            removed += expired.len();
+        let mut seen = 0;
+        let mut groups_visited = 0;
+        while seen < budget && groups_visited <= self.groups.len() {
+            let (g, after) = self.cleanup.clone();
+            let from = match &after {
+                Some(k) => Bound::Excluded(k.clone()),
+                None => Bound::Unbounded,
+            };
+            let mut last = None;
+            let mut expired = Vec::new();
+            for (k, e) in self.groups[g].range((from, Bound::Unbounded)) {
+                if seen == budget {
+                    break;
+                }
+                seen += 1;
+                if !alive(e, ttls.get(state_of(k) as usize).copied().flatten(), now) {
+                    expired.push(k.clone());
+                }
+                last = Some(k.clone());
+            }
             for k in expired {
-                group.remove(&k);
+                if let Some(e) = self.groups[g].remove(&k) {
+                    self.add_bytes(g, 0, entry_bytes(k.len(), e.value.len()));
+                    removed += 1;
+                }
+            }
+            if seen < budget || last.is_none() {
+                // The key group is done: on to the next.
+                self.cleanup = ((g + 1) % self.groups.len(), None);
+                groups_visited += 1;
+            } else {
+                self.cleanup = (g, last);
             }
         }
         removed
     }
 
-    /// A consistent view of all state as of now, in O(key groups).
-    pub fn snapshot(&self) -> KeyedStateSnapshot {
+    /// A consistent view of all state at processing time `now` (entries expired by then
+    /// are left out when it is read), in O(key groups).
+    pub fn snapshot(&self, now: i64) -> KeyedStateSnapshot {
         KeyedStateSnapshot {
             descriptors: self.descriptors.clone(),
             first_key_group: self.key_groups.start,
             groups: self.groups.clone(),
+            group_bytes: self.group_bytes.clone(),
+            taken_at: now,
         }
     }
 
@@ -337,12 +416,15 @@ impl KeyedStateBackend {
             if !self.key_groups.contains(&kg) {
                 continue;
             }
-            let group = &mut self.groups[(kg - self.key_groups.start) as usize];
+            let g = (kg - self.key_groups.start) as usize;
+            let group = &mut self.groups[g];
             if same_ids && group.is_empty() {
                 // The usual case: share the snapshot's map, in O(1).
                 *group = entries.clone();
+                self.add_bytes(g, snapshot.group_bytes[i], 0);
                 continue;
             }
+            let mut added = 0;
             for (k, e) in entries {
                 let id = ids[state_of(k) as usize];
                 let k = if id == state_of(k) {
@@ -352,8 +434,13 @@ impl KeyedStateBackend {
                     k[..4].copy_from_slice(&id.to_be_bytes());
                     k.into()
                 };
-                group.insert(k, e.clone());
+                let bytes = entry_bytes(k.len(), e.value.len());
+                if let Some(old) = group.insert(k.clone(), e.clone()) {
+                    added -= entry_bytes(k.len(), old.value.len()) as i64;
+                }
+                added += bytes as i64;
             }
+            self.add_bytes(g, added.max(0) as u64, (-added).max(0) as u64);
         }
         Ok(())
     }
@@ -384,6 +471,15 @@ impl KeyedStateSnapshot {
         first_key_group: u32,
         groups: Vec<Vec<(Vec<u8>, Entry)>>,
     ) -> Self {
+        let group_bytes = groups
+            .iter()
+            .map(|entries| {
+                entries
+                    .iter()
+                    .map(|(k, e)| entry_bytes(k.len(), e.value.len()))
+                    .sum()
+            })
+            .collect();
         let groups = groups
             .into_iter()
             .map(|entries| {
@@ -397,17 +493,31 @@ impl KeyedStateSnapshot {
             descriptors,
             first_key_group,
             groups,
+            group_bytes,
+            // Written without the entries expired then.
+            taken_at: i64::MIN,
         }
     }
 
-    /// Every key group with its entries as `(composite key, entry)`, in key order.
+    /// Every key group with its entries as `(composite key, entry)`, in key order,
+    /// without the entries whose TTL had passed when the snapshot was taken.
     pub fn key_groups(
         &self,
     ) -> impl Iterator<Item = (u32, impl Iterator<Item = (&[u8], &Entry)>)> + '_ {
-        self.groups.iter().enumerate().map(|(i, g)| {
+        let ttls: Vec<Option<u64>> = self.descriptors.iter().map(|d| d.ttl_ms).collect();
+        self.groups.iter().enumerate().map(move |(i, g)| {
+            let ttls = ttls.clone();
             (
                 self.first_key_group + i as u32,
-                g.iter().map(|(k, e)| (&k[..], e)),
+                g.iter()
+                    .filter(move |(k, e)| {
+                        alive(
+                            e,
+                            ttls.get(state_of(k) as usize).copied().flatten(),
+                            self.taken_at,
+                        )
+                    })
+                    .map(|(k, e)| (&k[..], e)),
             )
         })
     }
@@ -496,6 +606,82 @@ mod tests {
         }
     }
 
+    /// The bytes of every entry, counted from scratch.
+    fn counted(b: &KeyedStateBackend) -> u64 {
+        b.snapshot(i64::MIN)
+            .key_groups()
+            .flat_map(|(_, es)| es)
+            .map(|(k, e)| entry_bytes(k.len(), e.value.len()))
+            .sum()
+    }
+
+    #[test]
+    fn the_bytes_held_follow_every_change() {
+        let mut b = backend();
+        let v = b.declare(value("v")).unwrap();
+        let l = b
+            .declare(StateDescriptor {
+                name: "l".into(),
+                kind: StateKind::List,
+                ttl_ms: None,
+            })
+            .unwrap();
+        for i in 0..300u32 {
+            b.put(v, &i.to_le_bytes(), b"", &vec![1; i as usize % 7], 0)
+                .unwrap();
+            b.append(l, b"k", &i.to_le_bytes(), 0).unwrap();
+        }
+        assert_eq!(b.bytes(), counted(&b));
+        b.put(v, &7u32.to_le_bytes(), b"", b"a longer value", 0)
+            .unwrap();
+        b.delete(v, &8u32.to_le_bytes(), b"").unwrap();
+        b.delete(v, b"never written", b"").unwrap();
+        b.clear(l, b"k").unwrap();
+        assert_eq!(b.bytes(), counted(&b));
+        let mut restored = backend();
+        restored.restore(&b.snapshot(0)).unwrap();
+        assert_eq!(restored.bytes(), b.bytes());
+        // Restored into a backend that already has state: merged entry by entry.
+        restored.restore(&b.snapshot(0)).unwrap();
+        assert_eq!(restored.bytes(), counted(&restored));
+    }
+
+    #[test]
+    fn ttl_cleanup_goes_round_in_steps_and_snapshots_leave_expired_entries_out() {
+        let mut b = backend();
+        let t = b
+            .declare(StateDescriptor {
+                name: "t".into(),
+                kind: StateKind::Value,
+                ttl_ms: Some(10),
+            })
+            .unwrap();
+        let keep = b.declare(value("keep")).unwrap();
+        for i in 0..1000u32 {
+            b.put(t, &i.to_le_bytes(), b"", b"x", 0).unwrap();
+            b.put(keep, &i.to_le_bytes(), b"", b"y", 0).unwrap();
+        }
+        // At 5 nothing has expired; at 20 the TTL state has, and a snapshot then leaves
+        // it out, while the entries are still in memory.
+        assert_eq!(b.snapshot(5).len(), 2000);
+        let live: usize = b.snapshot(20).key_groups().map(|(_, es)| es.count()).sum();
+        assert_eq!(live, 1000);
+        let mut removed = 0;
+        for _ in 0..100 {
+            let n = b.expire_some(20, 50);
+            assert!(n <= 50);
+            removed += n;
+        }
+        assert_eq!(removed, 1000);
+        assert_eq!(b.len(), 1000);
+        assert_eq!(b.bytes(), counted(&b));
+        // Without TTL states nothing is looked at.
+        let mut plain = backend();
+        let p = plain.declare(value("p")).unwrap();
+        plain.put(p, b"k", b"", b"v", 0).unwrap();
+        assert_eq!(plain.expire_some(i64::MAX, usize::MAX), 0);
+    }
+
     #[test]
     fn put_get_delete() {
         let mut b = backend();
@@ -514,7 +700,7 @@ mod tests {
         b.put(s, b"k", b"", b"aaaa", 0).unwrap();
         // Same length, not shared: updated in place.
         b.put(s, b"k", b"", b"bbbb", 1).unwrap();
-        let snap = b.snapshot();
+        let snap = b.snapshot(0);
         b.put(s, b"k", b"", b"cccc", 2).unwrap();
         let old: Vec<_> = snap
             .key_groups()
@@ -603,7 +789,7 @@ mod tests {
         for i in 0..1000u32 {
             b.put(s, &i.to_le_bytes(), b"", b"old", 0).unwrap();
         }
-        let snap = b.snapshot();
+        let snap = b.snapshot(0);
         for i in 0..1000u32 {
             b.put(s, &i.to_le_bytes(), b"", b"new", 0).unwrap();
         }
@@ -639,7 +825,7 @@ mod tests {
             old.put(s, &i.to_le_bytes(), b"", &i.to_le_bytes(), 0)
                 .unwrap();
         }
-        let snap = old.snapshot();
+        let snap = old.snapshot(0);
         let mut total = 0;
         for subtask in 0..3 {
             let mut new = KeyedStateBackend::new(
@@ -672,14 +858,14 @@ mod tests {
             for i in 0..500u32 {
                 let _ = old.put(s, &i.to_le_bytes(), b"", &[subtask as u8], 0);
             }
-            snaps.push(old.snapshot());
+            snaps.push(old.snapshot(0));
         }
         let mut new = backend();
         for snap in &snaps {
             new.restore(snap).unwrap();
         }
         let s = new.declare(value("count")).unwrap();
-        assert_eq!(new.snapshot().len(), 500);
+        assert_eq!(new.snapshot(0).len(), 500);
         let owner = |i: u32| {
             let kg = key_group_of(&i.to_le_bytes(), DEFAULT_MAX_PARALLELISM);
             usize::from(!key_groups_of_subtask(0, 2, DEFAULT_MAX_PARALLELISM).contains(&kg))

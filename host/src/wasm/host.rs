@@ -63,9 +63,10 @@ impl Host for StoreState {
     fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
         let mut output = self.output.lock().unwrap_or_else(|e| e.into_inner());
         let id = output.identity().clone();
-        if !output.rate().admit(&id) {
+        if !output.rate().admit(&id, message.len()) {
             return Ok(());
         }
+        let message = super::guest_text(&message, self.limits.max_guest_string_bytes);
         macro_rules! event {
             ($lvl:expr) => {
                 tracing::event!(

@@ -6,7 +6,7 @@ use super::bindings::Operator as Bindings;
 use super::bindings::exports::sluice::operator::stream_operator::Guest;
 use super::bindings::sluice::operator::types::{Error as GuestError, OpenContext, Output};
 use super::limits::MemoryLimitExceeded;
-use super::sandbox::{self, Interrupted};
+use super::sandbox::{self, Interrupted, guest_text};
 use super::stdio::panic_message;
 use super::store::StoreState;
 use crate::chain::{
@@ -62,8 +62,14 @@ impl WasmOperator {
             &mut self.store,
         ) {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(GuestError::InvalidConfig(m))) => Err(CallError::InvalidConfig(m)),
-            Ok(Err(GuestError::Failed(m))) => Err(CallError::Failed(m)),
+            Ok(Err(e)) => {
+                // The guest's message is kept (failures, logs) and printed: bounded.
+                let max = self.store.data().limits.max_guest_string_bytes;
+                Err(match e {
+                    GuestError::InvalidConfig(m) => CallError::InvalidConfig(guest_text(&m, max)),
+                    GuestError::Failed(m) => CallError::Failed(guest_text(&m, max)),
+                })
+            }
             Err(trap) => {
                 let error = self.classify(&trap);
                 tracing::debug!("{}: trap details: {trap:?}", self.identity);
@@ -118,7 +124,7 @@ impl WasmOperator {
                         .unwrap_or_else(|e| e.into_inner())
                         .stderr_tail();
                     match panic_message(&stderr) {
-                        Some(m) => (TrapKind::Panic, m),
+                        Some(m) => (TrapKind::Panic, sandbox::printable(&m).into_owned()),
                         None if stderr.trim().is_empty() => (
                             TrapKind::Panic,
                             "the operator aborted (wasm `unreachable` executed) without a message"
@@ -126,7 +132,10 @@ impl WasmOperator {
                         ),
                         None => (
                             TrapKind::Panic,
-                            format!("the operator aborted; its stderr: {}", stderr.trim()),
+                            format!(
+                                "the operator aborted; its stderr: {}",
+                                sandbox::printable(stderr.trim())
+                            ),
                         ),
                     }
                 }
@@ -200,7 +209,16 @@ impl Operator for WasmOperator {
     }
 
     fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, CallError> {
-        self.call(|g, s| g.call_snapshot(s, checkpoint_id))
+        let state = self.call(|g, s| g.call_snapshot(s, checkpoint_id))?;
+        let limit = self.store.data().limits.max_output_bytes;
+        if state.len() > limit {
+            return Err(CallError::Contract(format!(
+                "returned {} bytes of operator state from `snapshot`; the limit is {limit} \
+                 (keep large state in keyed state)",
+                state.len()
+            )));
+        }
+        Ok(state)
     }
 
     fn notify_complete(&mut self, checkpoint_id: u64) -> Result<(), CallError> {

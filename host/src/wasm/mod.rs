@@ -17,5 +17,5 @@ pub use engine::{EPOCH_TICK, EngineSettings, WasmEngine};
 pub use instance::WasmOperator;
 pub use limits::{DirGrant, MemoryLimitExceeded, SandboxLimits};
 pub use plugin::{Plugin, PluginInfo, supported_version};
-pub use sandbox::Interrupted;
+pub use sandbox::{Interrupted, guest_text, printable};
 pub use store::StoreState;

@@ -29,7 +29,9 @@ pub enum Stream {
     Stderr,
 }
 
-/// Allows `rate` log lines per second per operator instance; counts what it drops.
+/// Allows `rate` log lines per second per operator instance, a line counting once per
+/// KiB begun (so long lines cannot flood the host log at the same rate as short ones);
+/// counts the lines it drops.
 #[derive(Debug)]
 pub struct LogRate {
     rate: u32,
@@ -52,20 +54,21 @@ impl LogRate {
 
     /// Whether one more line may be logged now. When a window ends with drops, the first
     /// line of the next window is preceded by a note of how many were dropped.
-    pub fn admit(&mut self, identity: &OperatorIdentity) -> bool {
+    pub fn admit(&mut self, identity: &OperatorIdentity, bytes: usize) -> bool {
         if self.window_start.elapsed().as_secs() >= 1 {
             if self.in_window > self.rate {
                 tracing::warn!(
                     tenant = %identity.tenant, job = %identity.job, operator = %identity.operator,
                     subtask = identity.subtask,
-                    "dropped {} log lines of this operator over the rate of {}/s",
-                    self.in_window - self.rate, self.rate
+                    "dropped log lines of this operator over the rate of {} lines (KiB) per second",
+                    self.rate
                 );
             }
             self.window_start = Instant::now();
             self.in_window = 0;
         }
-        self.in_window = self.in_window.saturating_add(1);
+        let units = u32::try_from(1 + bytes / 1024).unwrap_or(u32::MAX);
+        self.in_window = self.in_window.saturating_add(units);
         if self.in_window > self.rate {
             self.dropped += 1;
             false
@@ -116,10 +119,11 @@ impl GuestOutput {
     }
 
     fn log_line(&mut self, stream: Stream, line: &[u8]) {
-        if !self.rate.admit(&self.identity) {
+        if !self.rate.admit(&self.identity, line.len()) {
             return;
         }
         let line = String::from_utf8_lossy(line);
+        let line = super::printable(&line);
         let id = &self.identity;
         let stream = match stream {
             Stream::Stdout => "stdout",
