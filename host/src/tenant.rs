@@ -24,6 +24,8 @@
 //! tenant_timers = 50000000        # timers of all the tenant's instances in this host
 //! max_jobs = 20                   # jobs running at once (`sluice serve`)
 //! max_plugin_mb = 256             # plugin bytes stored (`sluice serve`)
+//! max_subtasks = 2000             # subtasks (threads) of its running jobs (`sluice serve`)
+//! max_disk_mb = 10240             # disk its jobs and plugins take (`sluice serve`)
 //!
 //! [tenant.acme]                   # any field of [defaults], and capabilities:
 //! memory_mb = 64
@@ -34,7 +36,29 @@
 //! address = "127.0.0.1:8600"      # where the HTTP API listens
 //! dir = "sluice-server"           # jobs, plugins, checkpoints and output live here
 //! max_upload_mb = 64              # largest request body (a plugin or a job file)
+//! keep_ended_jobs = 100           # ended jobs whose metrics and logs stay in memory
+//! keep_ended_minutes = 10         # ... for at most this long after they end
 //! ```
+//!
+//! A server admits a job (at submission and at every start) only within its tenant's
+//! quotas, and refuses it with the quota named otherwise:
+//!
+//! - `max_jobs`: jobs running at once.
+//! - `max_instances`: Wasm operator instances of its running jobs (in `sluice run` too).
+//! - `max_subtasks`: subtasks of its running jobs. Every subtask is a thread, whether it
+//!   runs a source, operators or the sink, so this bounds the threads a tenant makes the
+//!   server run. The default, 2000, leaves room for the sources and sinks around
+//!   `max_instances` operator instances.
+//! - `max_disk_mb`: bytes under the server's folder that are the tenant's: its jobs'
+//!   folders (job file, record, checkpoints, output) and its plugins. (The compile cache
+//!   is shared by all tenants and not counted.) Checked at submission and start, and every
+//!   few seconds while its jobs run: when the tenant is over its quota, its running jobs
+//!   fail with the quota named. The default, 10 GiB, is a judgment call: output and
+//!   checkpoints of a few long jobs; a deployment sizes it to its disks.
+//! - `max_plugin_mb`: plugin bytes stored, checked at upload.
+//!
+//! Every job also stays within the ranges that validation sets for the knobs of a job
+//! file (parallelism, batch and buffer sizes, channel capacity, …), whoever runs it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -67,6 +91,8 @@ struct LimitsSpec {
     dirs: Vec<DirSpec>,
     max_jobs: Option<u32>,
     max_plugin_mb: Option<u64>,
+    max_subtasks: Option<u32>,
+    max_disk_mb: Option<u64>,
     token_sha256: Option<String>,
 }
 
@@ -103,6 +129,8 @@ struct ServerSpec {
     address: Option<String>,
     dir: Option<PathBuf>,
     max_upload_mb: Option<u64>,
+    keep_ended_jobs: Option<usize>,
+    keep_ended_minutes: Option<u64>,
 }
 
 /// Settings of `sluice serve` (the `[server]` table).
@@ -114,6 +142,15 @@ pub struct ServerSettings {
     pub dir: PathBuf,
     /// The largest request body accepted.
     pub max_upload_bytes: usize,
+    /// How many ended jobs keep their metrics and log lines in memory (the newest ended
+    /// first; default 100). Older ones keep their record on disk, and their log lines
+    /// move to their folder. The default bounds what a long-lived server holds for ended
+    /// jobs to ~100 MiB of logs at most, while the jobs a person looks at (those that just
+    /// ended) stay complete.
+    pub keep_ended_jobs: usize,
+    /// How long after it ends a job keeps its metrics and log lines in memory at most
+    /// (default 10 minutes).
+    pub keep_ended_for: Duration,
 }
 
 impl Default for ServerSettings {
@@ -122,6 +159,8 @@ impl Default for ServerSettings {
             address: "127.0.0.1:8600".into(),
             dir: PathBuf::from("sluice-server"),
             max_upload_bytes: 64 << 20,
+            keep_ended_jobs: 100,
+            keep_ended_for: Duration::from_secs(600),
         }
     }
 }
@@ -139,6 +178,10 @@ pub struct TenantConfig {
     pub max_jobs: u32,
     /// Most plugin bytes the tenant may store in a server.
     pub max_plugin_bytes: u64,
+    /// Most subtasks (threads) the tenant's running jobs may have in a server.
+    pub max_subtasks: u32,
+    /// Most bytes the tenant's jobs and plugins may take on a server's disk.
+    pub max_disk_bytes: u64,
     /// SHA-256 of the tenant's bearer token (a server refuses tenants without one).
     pub token_sha256: Option<[u8; 32]>,
     /// Most keyed-state bytes all the tenant's instances in this host may make it hold.
@@ -175,6 +218,8 @@ impl Default for HostConfig {
                 max_instances: 1000,
                 max_jobs: 20,
                 max_plugin_bytes: 256 << 20,
+                max_subtasks: 2000,
+                max_disk_bytes: 10 << 30,
                 token_sha256: None,
                 max_state_bytes: 4 << 30,
                 max_timers: 50_000_000,
@@ -264,6 +309,10 @@ fn server_from(spec: ServerSpec, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<S
         address,
         dir: resolve(&spec.dir.unwrap_or(default.dir)),
         max_upload_bytes,
+        keep_ended_jobs: spec.keep_ended_jobs.unwrap_or(default.keep_ended_jobs),
+        keep_ended_for: spec.keep_ended_minutes.map_or(default.keep_ended_for, |m| {
+            Duration::from_secs(m.saturating_mul(60))
+        }),
     })
 }
 
@@ -348,6 +397,8 @@ fn tenant_from(
         max_plugin_bytes: spec
             .max_plugin_mb
             .map_or(base.max_plugin_bytes, |mb| mb << 20),
+        max_subtasks: spec.max_subtasks.unwrap_or(base.max_subtasks),
+        max_disk_bytes: spec.max_disk_mb.map_or(base.max_disk_bytes, |mb| mb << 20),
         token_sha256: spec.token_sha256.as_deref().map(parse_sha256).transpose()?,
         max_state_bytes: spec
             .tenant_state_mb
@@ -503,7 +554,9 @@ dirs = [{ host = "ref", guest = "/ref" }]
             "server",
             &format!(
                 "[server]\naddress = \"127.0.0.1:9000\"\ndir = \"reg\"\nmax_upload_mb = 2\n\
-                 [defaults]\nmax_jobs = 3\n[tenant.acme]\ntoken_sha256 = \"{hash}\"\nmax_plugin_mb = 5\n"
+                 keep_ended_jobs = 7\nkeep_ended_minutes = 2\n\
+                 [defaults]\nmax_jobs = 3\nmax_disk_mb = 9\n[tenant.acme]\ntoken_sha256 = \"{hash}\"\n\
+                 max_plugin_mb = 5\nmax_subtasks = 11\n"
             ),
         );
         let c = HostConfig::load(&path).unwrap();
@@ -513,6 +566,10 @@ dirs = [{ host = "ref", guest = "/ref" }]
         let acme = c.tenant("acme").unwrap();
         assert_eq!(acme.token_sha256.unwrap()[..2], [0x9f, 0x86]);
         assert_eq!((acme.max_jobs, acme.max_plugin_bytes), (3, 5 << 20));
+        assert_eq!((acme.max_subtasks, acme.max_disk_bytes), (11, 9 << 20));
+        assert_eq!(c.tenant("other").unwrap().max_subtasks, 2000);
+        assert_eq!(c.server.keep_ended_jobs, 7);
+        assert_eq!(c.server.keep_ended_for, Duration::from_secs(120));
         assert_eq!(c.tenant("other").unwrap().token_sha256, None);
 
         for (text, expected) in [

@@ -1,5 +1,6 @@
 //! End-to-end tests: real components built from `plugins/`, real files, real processes.
 
+mod admission;
 mod at_least_once;
 mod bad_input;
 mod checkpoints;

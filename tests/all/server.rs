@@ -1,5 +1,7 @@
 //! `sluice serve` driven over real HTTP on loopback: submission, progress, savepoints,
-//! resume, cancel, validation, quotas, tenant isolation, and a server killed mid-job.
+//! resume, cancel, validation, quotas, tenant isolation, a server killed mid-job, a job
+//! quarantined after it was resumed into crashes, output streamed, and ended jobs'
+//! memory released.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -16,13 +18,14 @@ use sluice_tests::{run_job, scratch_root, test_dir, write_job};
 use crate::checkpoints::throttled_wordcount;
 
 /// A `sluice serve` child process; killed when dropped.
-struct ServerProcess {
+pub(crate) struct ServerProcess {
     child: Child,
     url: String,
 }
 
 impl ServerProcess {
-    fn start(host_config: &Path) -> ServerProcess {
+    /// Starts a server with `host_config`; returns once it serves.
+    pub(crate) fn start(host_config: &Path) -> ServerProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
             .args(["serve", "--host-config"])
             .arg(host_config)
@@ -43,7 +46,8 @@ impl ServerProcess {
         ServerProcess { child, url }
     }
 
-    fn client(&self, token: Option<&str>) -> Client {
+    /// A client of it, with `token`.
+    pub(crate) fn client(&self, token: Option<&str>) -> Client {
         Client::new(&self.url, token.map(str::to_string))
     }
 
@@ -74,7 +78,12 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// A host configuration with tenants `a` (token `token-a`) and `b` (`token-b`).
-fn host_config(dir: &Path, extra_a: &str) -> PathBuf {
+pub(crate) fn host_config(dir: &Path, extra_a: &str) -> PathBuf {
+    host_config_with(dir, "", extra_a)
+}
+
+/// [`host_config`] with `extra_server` in its `[server]` table.
+fn host_config_with(dir: &Path, extra_server: &str, extra_a: &str) -> PathBuf {
     let path = dir.join("host.toml");
     let text = format!(
         r#"
@@ -82,6 +91,7 @@ fn host_config(dir: &Path, extra_a: &str) -> PathBuf {
 address = "127.0.0.1:0"
 dir = "registry"
 max_upload_mb = 8
+{extra_server}
 [tenant.a]
 token_sha256 = "{}"
 {extra_a}
@@ -103,7 +113,8 @@ fn failure_free_output(job: &str) -> String {
     std::fs::read_to_string(dir.join("out/counts.tsv")).unwrap()
 }
 
-fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+/// Polls `done` until it holds; fails the test after `timeout`.
+pub(crate) fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -118,7 +129,8 @@ fn state(client: &Client, id: &str) -> String {
         .to_string()
 }
 
-fn error_of(result: anyhow::Result<Value>) -> String {
+/// The error of a request that should fail, with its causes.
+pub(crate) fn error_of(result: anyhow::Result<Value>) -> String {
     format!("{:#}", result.expect_err("the request should fail"))
 }
 
@@ -469,5 +481,157 @@ fn a_savepoint_without_stopping_leaves_the_job_running_and_can_be_rewound_to() {
     });
     let output = String::from_utf8(a.output(&id).unwrap()).unwrap();
     assert_eq!(output, failure_free_output(&job_text));
+    server.terminate();
+}
+
+/// The record of job `id` in the registry under `dir`.
+fn record_on_disk(dir: &Path, id: &str) -> Value {
+    let path = dir.join("registry/jobs").join(id).join("record.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+#[test]
+fn a_job_resumed_into_crashes_again_and_again_is_quarantined() {
+    let dir = test_dir("server-quarantine");
+    let config = host_config(&dir, "");
+    // Checkpoints too rare to complete: every crash of the server finds it where it was.
+    let text = throttled_wordcount(1, 1_000_000, 500.0)
+        .replace("interval_ms = 100", "interval_ms = 3600000");
+    let mut server = ServerProcess::start(&config);
+    let id = server
+        .client(Some("token-a"))
+        .submit(&write_job(&dir, &text))
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Each server is killed while the job runs; the next one resumes it, counting on
+    // disk before it launches it.
+    for resumed in 0..3 {
+        let a = server.client(Some("token-a"));
+        wait_for("the job to read", Duration::from_secs(30), || {
+            a.status(&id).unwrap()["records_read"].as_u64().unwrap() > 0
+        });
+        assert_eq!(record_on_disk(&dir, &id)["recoveries"], resumed);
+        server.kill();
+        server = ServerProcess::start(&config);
+        assert_eq!(state(&server.client(Some("token-a")), &id), "running");
+        assert_eq!(record_on_disk(&dir, &id)["recoveries"], resumed + 1);
+    }
+    server.kill();
+
+    // The fourth server does not launch it.
+    let server = ServerProcess::start(&config);
+    let a = server.client(Some("token-a"));
+    let detail = a.status(&id).unwrap();
+    assert_eq!(detail["state"], "quarantined", "{detail}");
+    assert_eq!(detail["running"], false, "{detail}");
+    let why = detail["last_failure"].as_str().unwrap();
+    assert!(why.contains("quarantined after 3 server restarts"), "{why}");
+    assert_eq!(record_on_disk(&dir, &id)["state"], "quarantined");
+
+    // A person starting it takes it out of quarantine.
+    assert_eq!(a.start(&id, None).unwrap()["state"], "running");
+    assert_eq!(record_on_disk(&dir, &id)["recoveries"], 0);
+    wait_for("the job to read", Duration::from_secs(30), || {
+        a.status(&id).unwrap()["records_read"].as_u64().unwrap() > 0
+    });
+    // A clean stop of the server is no crash: the job stays running, and the next server
+    // that resumes it and stops cleanly leaves its count at 0.
+    server.terminate();
+    let server = ServerProcess::start(&config);
+    assert_eq!(record_on_disk(&dir, &id)["recoveries"], 1);
+    let a = server.client(Some("token-a"));
+    wait_for("the job to read", Duration::from_secs(30), || {
+        a.status(&id).unwrap()["records_read"].as_u64().unwrap() > 0
+    });
+    server.terminate();
+    let record = record_on_disk(&dir, &id);
+    assert_eq!(record["state"], "running", "{record}");
+    assert_eq!(record["recoveries"], 0, "{record}");
+}
+
+/// The peak resident memory of process `pid`, in bytes (`VmHWM`).
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb << 10
+}
+
+#[test]
+fn a_large_output_is_streamed_byte_for_byte_without_being_held_in_memory() {
+    let dir = test_dir("server-output");
+    let config = host_config(&dir, "");
+    // A finished job with 48 MiB of output in two files, written into the registry as a
+    // server leaves it.
+    let id = "0123456789abcdef";
+    let job_dir = dir.join("registry/jobs").join(id);
+    std::fs::create_dir_all(job_dir.join("output")).unwrap();
+    let mut expected = Vec::new();
+    for (file, lines) in [("out-0.txt", 1_000_000u64), ("out-1.txt", 1_000_000)] {
+        let start = expected.len();
+        for i in 0..lines {
+            expected.extend_from_slice(format!("{file} line {i:>10}\n").as_bytes());
+        }
+        std::fs::write(job_dir.join("output").join(file), &expected[start..]).unwrap();
+    }
+    assert!(expected.len() > 48 << 20, "{}", expected.len());
+    let record = serde_json::json!({
+        "id": id, "tenant": "a", "name": "big", "state": "finished", "submitted_ms": 0,
+        "plugins": {}, "output": ["output/out-0.txt", "output/out-1.txt"],
+        "savepoint": null, "failure": null, "restarts": 0,
+    });
+    std::fs::write(job_dir.join("record.json"), record.to_string()).unwrap();
+
+    let server = ServerProcess::start(&config);
+    let a = server.client(Some("token-a"));
+    assert_eq!(state(&a, id), "finished");
+    let before = peak_rss(server.child.id());
+    let output = a.output(id).unwrap();
+    let after = peak_rss(server.child.id());
+    assert!(
+        output == expected,
+        "the output differs ({} bytes)",
+        output.len()
+    );
+    // Held whole, the output alone would raise the peak by 50 MB.
+    assert!(
+        after - before < 16 << 20,
+        "serving {} bytes raised the server's peak memory from {before} to {after}",
+        expected.len()
+    );
+}
+
+#[test]
+fn an_ended_jobs_logs_leave_memory_for_its_folder_and_are_still_served() {
+    let dir = test_dir("server-forget");
+    let config = host_config_with(&dir, "keep_ended_jobs = 0", "");
+    let server = ServerProcess::start(&config);
+    let a = server.client(Some("token-a"));
+    let id = a
+        .submit(&write_job(&dir, &throttled_wordcount(1, 300, 3000.0)))
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for("the job to finish", Duration::from_secs(30), || {
+        state(&a, &id) == "finished"
+    });
+    let logs_file = dir.join("registry/jobs").join(&id).join("logs.txt");
+    wait_for(
+        "its log lines to leave memory",
+        Duration::from_secs(30),
+        || logs_file.exists(),
+    );
+    let logs = String::from_utf8(a.logs(&id).unwrap()).unwrap();
+    assert!(
+        logs.contains("INFO job ended") && logs.contains("state=finished"),
+        "{logs}"
+    );
+    // Its counts are kept in its record.
+    let detail = a.status(&id).unwrap();
+    assert_eq!(detail["records_read"], 300, "{detail}");
+    assert_eq!(a.list().unwrap()["jobs"][0]["records_read"], 300);
     server.terminate();
 }

@@ -1,4 +1,5 @@
-//! The job file: what a user writes (TOML). Unknown fields are errors.
+//! The job file: what a user writes (TOML). Unknown fields are errors, and every number
+//! has an allowed range that validation checks (`limits` in `graph.rs`: the ranges below).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,7 +16,8 @@ pub struct JobFile {
     /// Tenant the job runs for; its limits apply to every operator.
     #[serde(default = "default_tenant")]
     pub tenant: String,
-    /// Number of key groups (the most parallelism keyed state can be spread over).
+    /// Number of key groups (the most parallelism keyed state can be spread over; default
+    /// 128, at most 32,768).
     pub max_parallelism: Option<u32>,
     /// Where records come from: `[source]`, or several `[[source]]`.
     #[serde(deserialize_with = "one_or_many")]
@@ -57,33 +59,38 @@ pub struct SourceSpec {
     pub id: Option<String>,
     /// `file`: the text file, one record per line, relative to the job file.
     pub path: Option<PathBuf>,
-    /// `generator`: records in total, over all subtasks.
+    /// `generator`: records in total, over all subtasks (at most 10^12).
     pub records: Option<u64>,
     /// `generator`: `words` (default: lines of pseudo-words) or `events` (lines
     /// `timestamp,key,value`).
     pub shape: Option<String>,
-    /// `generator`, `words`: words per line (default 8).
+    /// `generator`, `words`: words per line (default 8, at most 1024).
     pub words_per_record: Option<usize>,
-    /// `generator`, `words`: distinct words (default 1000).
+    /// `generator`, `words`: distinct words (default 1000, 1 to 10^9).
     pub vocabulary: Option<u64>,
-    /// `generator`, `events`: distinct keys (default 1000).
+    /// `generator`, `events`: distinct keys (default 1000, 1 to 10^9).
     pub keys: Option<u64>,
-    /// `generator`, `events`: event time between consecutive records (default 10 ms).
+    /// `generator`, `events`: event time between consecutive records (default 10 ms, at
+    /// most an hour).
     pub step_ms: Option<i64>,
-    /// `generator`, `events`: up to this much earlier than in order (default 0).
+    /// `generator`, `events`: up to this much earlier than in order (default 0, at most a
+    /// day).
     pub jitter_ms: Option<i64>,
     /// `generator`: seed (default 0).
     pub seed: Option<u64>,
-    /// `generator`: records per second per subtask (default: as fast as possible).
+    /// `generator`: records per second per subtask (default: as fast as possible; 0.001 to
+    /// 10^9).
     pub rate: Option<f64>,
-    /// `generator`: parallel subtasks (default 1; file and stdin sources have one).
+    /// `generator`: parallel subtasks (default 1, at most 1024; file and stdin sources have
+    /// one).
     pub parallelism: Option<u32>,
     /// Where a record's event time (milliseconds) is: `{ field = N, separator = "," }`.
     pub timestamp: Option<toml::Value>,
-    /// Bounded out-of-orderness of event time: watermark = max timestamp − this − 1.
+    /// Bounded out-of-orderness of event time: watermark = max timestamp − this − 1 (at
+    /// most a week).
     pub out_of_orderness_ms: Option<u64>,
     /// After this long without records the source is idle: downstream tasks leave it out
-    /// of their watermark until it sends records again.
+    /// of their watermark until it sends records again (at most a day).
     pub idle_timeout_ms: Option<u64>,
 }
 
@@ -125,7 +132,7 @@ pub struct OperatorSpec {
     /// Configuration passed to `open` as strings.
     #[serde(default)]
     pub config: BTreeMap<String, toml::Value>,
-    /// Parallel subtasks.
+    /// Parallel subtasks (default 1, at most 1024).
     #[serde(default = "one")]
     pub parallelism: u32,
     /// Partition the input by key: `"key"` (the record's key), `"value"`, or
@@ -148,7 +155,8 @@ pub struct SinkSpec {
     pub path: Option<PathBuf>,
     /// `value` (default) or `key-value` (key, tab, value).
     pub format: Option<String>,
-    /// Parallel subtasks (a file sink then writes one file per subtask).
+    /// Parallel subtasks (default 1, at most 1024; a file sink then writes one file per
+    /// subtask).
     #[serde(default = "one")]
     pub parallelism: u32,
     /// How the input is spread: `forward`, `rebalance` or `broadcast`.
@@ -169,19 +177,19 @@ pub enum SinkKind {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointSpec {
-    /// Milliseconds between checkpoints; 0 takes only savepoints.
+    /// Milliseconds between checkpoints (10 to a day); 0 takes only savepoints.
     pub interval_ms: u64,
     /// Directory, relative to the job file (default `checkpoints/<job name>`).
     pub dir: Option<PathBuf>,
     /// `exactly-once` (default) or `at-least-once`.
     pub mode: Option<String>,
-    /// Abort a checkpoint not complete after this long (default 10 minutes).
+    /// Abort a checkpoint not complete after this long (default 10 minutes, at most a day).
     pub timeout_ms: Option<u64>,
-    /// Least pause between checkpoints (default 0).
+    /// Least pause between checkpoints (default 0, at most a day).
     pub min_pause_ms: Option<u64>,
-    /// Most checkpoints in flight (default 1).
+    /// Most checkpoints in flight (default 1, at most 16).
     pub max_concurrent: Option<usize>,
-    /// Complete checkpoints to keep (default 3).
+    /// Complete checkpoints to keep (default 3, at most 100).
     pub retain: Option<usize>,
 }
 
@@ -191,13 +199,13 @@ pub struct CheckpointSpec {
 pub struct RestartSpec {
     /// `none`, `fixed-delay` or `exponential`.
     pub strategy: String,
-    /// Most restarts.
+    /// Most restarts (at most a million).
     pub attempts: Option<u32>,
-    /// Delay before a restart (the first one, for `exponential`).
+    /// Delay before a restart (the first one, for `exponential`; at most a day).
     pub delay_ms: Option<u64>,
-    /// Longest delay for `exponential`.
+    /// Longest delay for `exponential` (at most a day).
     pub max_delay_ms: Option<u64>,
-    /// Growth factor for `exponential` (default 2).
+    /// Growth factor for `exponential` (default 2, 1 to 10).
     pub multiplier: Option<f64>,
 }
 
@@ -205,13 +213,16 @@ pub struct RestartSpec {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeSpec {
-    /// Records a source reads per batch (default 1024).
+    /// Records a source reads per batch (default 1024, at most 65,536).
     pub batch_size: Option<usize>,
-    /// Bytes after which a channel buffer is sent (default 32 KiB).
+    /// Bytes after which a channel buffer is sent (default 32 KiB, at most 4 MiB).
     pub buffer_bytes: Option<usize>,
-    /// Milliseconds after which a partly filled buffer is sent (default 100).
+    /// Milliseconds after which a partly filled buffer is sent (default 100, at most a
+    /// minute).
     pub buffer_timeout_ms: Option<u64>,
-    /// Buffers per channel before backpressure (default 8).
+    /// Buffers per channel before backpressure (default 8, at most 1024). A channel may
+    /// hold at most 64 MiB ((`channel_capacity` + 1) × the larger of `buffer_bytes` and a
+    /// source batch), and all the channels of a job 2 GiB.
     pub channel_capacity: Option<usize>,
 }
 

@@ -2,18 +2,168 @@
 //! tasks.
 
 use std::collections::BTreeSet;
+use std::fmt::Display;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
 
-use super::file::{JobFile, SinkKind, SourceKind, SourceSpec};
+use super::file::{
+    CheckpointSpec, JobFile, RestartSpec, RuntimeSpec, SinkKind, SourceKind, SourceSpec,
+};
 use super::restart::RestartStrategy;
 use crate::checkpoint::CheckpointSettings;
 use crate::connectors::{EventTime, LineFormat};
 use crate::network::{CheckpointingMode, KeySelector, NetworkSettings, Partitioner};
 use crate::state::key_groups::DEFAULT_MAX_PARALLELISM;
 use crate::task::TaskSettings;
+
+/// The allowed range of every knob of a job file, checked when a job is validated: by
+/// `sluice run`, `sluice validate`, and a server at submission and at every start alike. A
+/// value outside its range is refused with the job file, the table, the field, the value
+/// and the range named — never clamped silently, so what runs is what the file says.
+///
+/// Each bound is a judgment call: wide enough for a serious deployment on one host, narrow
+/// enough that no value makes the host allocate without bound, run out of threads, or
+/// overflow its arithmetic. (Unbounded, `channel_capacity = 1000000000` allocated ~40 GB
+/// and aborted the process, taking every other job of it down; 30,000 source subtasks
+/// exhausted its threads.)
+pub mod limits {
+    use std::ops::RangeInclusive;
+
+    /// A day in milliseconds: the longest interval, timeout, pause or delay a job file may
+    /// ask for. A longer wait is a mistake (and far-future instants overflow).
+    pub const DAY_MS: u64 = 86_400_000;
+
+    /// Subtasks of one source, operator or sink. Every subtask is a thread (an operator's
+    /// subtask also a Wasm instance): 1024 is more cores than one host has.
+    pub const PARALLELISM: RangeInclusive<u32> = 1..=1024;
+    /// Key groups (`max_parallelism`): the most a keyed operator can ever be rescaled to.
+    /// 32,768 is Flink's bound too.
+    pub const MAX_PARALLELISM: RangeInclusive<u32> = 1..=32_768;
+    /// Subtasks (threads) of a whole job: four vertices at the largest parallelism. A
+    /// server also charges them against the tenant's `max_subtasks`.
+    pub const JOB_SUBTASKS: u32 = 4096;
+
+    /// Records a source reads per batch (default 1024): beyond 65,536 a batch amortizes
+    /// nothing more, and only delays checkpoint barriers and grows buffers.
+    pub const BATCH_SIZE: RangeInclusive<usize> = 1..=65_536;
+    /// Bytes after which a channel buffer is sent (default 32 KiB, as Flink's network
+    /// buffers): 4 MiB is 128 times that.
+    pub const BUFFER_BYTES: RangeInclusive<usize> = 1..=4 << 20;
+    /// Milliseconds a partly filled buffer waits (default 100): a minute is a batch job's
+    /// latency already.
+    pub const BUFFER_TIMEOUT_MS: RangeInclusive<u64> = 0..=60_000;
+    /// Buffers a channel holds before its sender blocks (default 8; Flink gives a channel
+    /// 2 and a task 8 more to share). The slots are allocated up front.
+    pub const CHANNEL_CAPACITY: RangeInclusive<usize> = 1..=1024;
+
+    /// The most bytes one channel may hold: its `channel_capacity` slots and the buffer
+    /// its sender fills, of [`slot bytes`](super::ChannelMemory::slot_bytes) each. 64 MiB
+    /// is over 200 times what the defaults need (9 × 32 KiB).
+    pub const CHANNEL_BYTES: u64 = 64 << 20;
+    /// Channels of a job: a 256 × 256 keyed or rebalanced exchange. Every channel has its
+    /// slots allocated up front and is polled by its receiver.
+    pub const JOB_CHANNELS: u64 = 65_536;
+    /// The most bytes all the channels of a job may hold: 2 GiB. At the defaults a
+    /// 64 × 64 keyed exchange can hold 1.2 GB (4096 channels × 9 × 32 KiB); a wider one
+    /// needs a smaller `channel_capacity` or `buffer_bytes`. (Flink's network memory of a
+    /// whole TaskManager is at most 1 GB by default.)
+    pub const JOB_CHANNEL_BYTES: u64 = 2 << 30;
+    /// What a slot holds besides its bytes (the element and its vector), counted with them.
+    pub const SLOT_OVERHEAD: u64 = 64;
+
+    /// Generator records in total: a trillion is a day at ten million a second, and keeps
+    /// the event time of the last record (records × `step_ms`) within 64 bits.
+    pub const RECORDS: RangeInclusive<u64> = 0..=1_000_000_000_000;
+    /// Generator words per line (default 8): a line of 1024 words is about 11 KiB.
+    pub const WORDS_PER_RECORD: RangeInclusive<usize> = 0..=1024;
+    /// Generator distinct words or keys (default 1000): a billion; the generator
+    /// multiplies two numbers below it, which must fit 64 bits.
+    pub const VOCABULARY: RangeInclusive<u64> = 1..=1_000_000_000;
+    /// Generator event time between records (default 10 ms): at most an hour.
+    pub const STEP_MS: RangeInclusive<i64> = 0..=3_600_000;
+    /// Generator lateness of a record (default 0): at most a day.
+    pub const JITTER_MS: RangeInclusive<i64> = 0..=DAY_MS as i64;
+    /// Generator records per second per subtask: one per thousand seconds to a billion
+    /// (beyond any generator's speed).
+    pub const RATE: RangeInclusive<f64> = 0.001..=1e9;
+    /// Bounded out-of-orderness of event time: at most a week.
+    pub const OUT_OF_ORDERNESS_MS: RangeInclusive<u64> = 0..=7 * DAY_MS;
+    /// Silence before a source declares itself idle: at most a day.
+    pub const IDLE_TIMEOUT_MS: RangeInclusive<u64> = 0..=DAY_MS;
+
+    /// Milliseconds between checkpoints, when not 0 (savepoints only): from 10 ms (more
+    /// often only piles barriers up) to a day.
+    pub const CHECKPOINT_INTERVAL_MS: RangeInclusive<u64> = 10..=DAY_MS;
+    /// Checkpoint timeout (default 10 minutes) and least pause between checkpoints
+    /// (default 0): at most a day.
+    pub const CHECKPOINT_WAIT_MS: RangeInclusive<u64> = 0..=DAY_MS;
+    /// Checkpoints in flight (default 1): each holds its snapshots until complete.
+    pub const MAX_CONCURRENT: RangeInclusive<usize> = 1..=16;
+    /// Complete checkpoints kept on disk (default 3).
+    pub const RETAIN: RangeInclusive<usize> = 1..=100;
+
+    /// Restarts after failures: a million restarts is weeks of crash looping; a job meant
+    /// to restart forever says a million. (Every restart keeps its failure in the report.)
+    pub const RESTART_ATTEMPTS: RangeInclusive<u32> = 0..=1_000_000;
+    /// Delay before a restart, and the longest delay of `exponential`: at most a day.
+    pub const RESTART_DELAY_MS: RangeInclusive<u64> = 0..=DAY_MS;
+    /// Growth of `exponential` delays (default 2).
+    pub const RESTART_MULTIPLIER: RangeInclusive<f64> = 1.0..=10.0;
+
+    /// Bytes of a generated word with its separator, at most: a word of a vocabulary of
+    /// at most a billion has at most 10 letters.
+    pub(super) const WORD_BYTES: u64 = 11;
+    /// Bytes of a generated event line (`timestamp,kKEY,value`), at most.
+    pub(super) const EVENT_BYTES: u64 = 40;
+    /// Bytes a record takes in a batch besides its value (flags, timestamp, lengths).
+    pub(super) const RECORD_OVERHEAD: u64 = 17;
+}
+
+/// `value`, if it lies in `range`; else an error naming the field, the value and the range.
+fn in_range<T: PartialOrd + Display>(
+    field: &str,
+    value: T,
+    range: &RangeInclusive<T>,
+) -> Result<T> {
+    if !range.contains(&value) {
+        bail!(
+            "`{field}` = {value} is out of range: it must be between {} and {}",
+            range.start(),
+            range.end()
+        );
+    }
+    Ok(value)
+}
+
+/// The value of an optional field (checked against `range`), or `default`.
+fn knob<T: PartialOrd + Display>(
+    field: &str,
+    value: Option<T>,
+    default: T,
+    range: &RangeInclusive<T>,
+) -> Result<T> {
+    value.map_or(Ok(default), |v| in_range(field, v, range))
+}
+
+/// How much the channels of a job can hold: the bound that validation keeps below
+/// [`limits::CHANNEL_BYTES`] per channel and [`limits::JOB_CHANNEL_BYTES`] per job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelMemory {
+    /// Channels between the job's tasks.
+    pub channels: u64,
+    /// Bytes one slot of a channel can hold: a buffer (`buffer_bytes`), or a whole
+    /// source batch when that is larger (a batch larger than a buffer is sent as it is),
+    /// plus [`limits::SLOT_OVERHEAD`].
+    pub slot_bytes: u64,
+    /// Bytes one channel can hold: (`channel_capacity` + 1) × `slot_bytes`, for the
+    /// slots of its queue and the buffer its sender fills.
+    pub channel_bytes: u64,
+    /// Bytes all channels can hold: `channels` × `channel_bytes`.
+    pub total_bytes: u64,
+}
 
 /// What a generator source generates.
 #[derive(Debug, Clone, PartialEq)]
@@ -211,14 +361,16 @@ impl JobGraph {
         if file.name.trim().is_empty() {
             bail!("{job}: `name` must not be empty");
         }
-        let max_parallelism = file.max_parallelism.unwrap_or(DEFAULT_MAX_PARALLELISM);
-        if !(1..=32768).contains(&max_parallelism) {
-            bail!("{job}: `max_parallelism` must be between 1 and 32768, not {max_parallelism}");
-        }
+        let max_parallelism = knob(
+            "max_parallelism",
+            file.max_parallelism,
+            DEFAULT_MAX_PARALLELISM,
+            &limits::MAX_PARALLELISM,
+        )
+        .map_err(|e| anyhow!("{job}: {e}"))?;
         let check_parallelism = |what: &str, p: u32| -> Result<()> {
-            if p == 0 {
-                bail!("{job}: {what}: `parallelism` must be at least 1");
-            }
+            in_range("parallelism", p, &limits::PARALLELISM)
+                .map_err(|e| anyhow!("{job}: {what}: {e}"))?;
             if p > max_parallelism {
                 bail!(
                     "{job}: {what}: `parallelism` {p} exceeds `max_parallelism` {max_parallelism}"
@@ -416,15 +568,7 @@ impl JobGraph {
                     .as_deref()
                     .map(resolve)
                     .unwrap_or_else(|| base.join("checkpoints").join(&file.name));
-                Ok(CheckpointSettings {
-                    interval: Duration::from_millis(c.interval_ms),
-                    timeout: Duration::from_millis(c.timeout_ms.unwrap_or(600_000)),
-                    min_pause: Duration::from_millis(c.min_pause_ms.unwrap_or(0)),
-                    max_concurrent: c.max_concurrent.unwrap_or(1).max(1),
-                    retain: c.retain.unwrap_or(3).max(1),
-                    mode,
-                    dir,
-                })
+                checkpoint_settings(c, mode, dir).map_err(|e| anyhow!("{job}: [checkpoint]: {e}"))
             })
             .transpose()?;
         if checkpoint.is_some()
@@ -434,21 +578,20 @@ impl JobGraph {
         {
             bail!("{job}: checkpointing needs replayable sources; `stdin` cannot be replayed");
         }
+        if let Some(spec) = &file.restart {
+            check_restart(spec).map_err(|e| anyhow!("{job}: [restart]: {e}"))?;
+        }
         let restart = RestartStrategy::from_spec(file.restart.as_ref(), checkpoint.is_some())
             .map_err(|e| anyhow!("{job}: restart: {e}"))?;
 
-        let rt = &file.runtime;
-        let network = NetworkSettings {
-            buffer_bytes: rt.buffer_bytes.unwrap_or(32 << 10).max(1),
-            channel_capacity: rt.channel_capacity.unwrap_or(8).max(1),
-            buffer_timeout: Duration::from_millis(rt.buffer_timeout_ms.unwrap_or(100)),
-        };
+        let (network, batch_size) =
+            runtime_settings(&file.runtime).map_err(|e| anyhow!("{job}: [runtime]: {e}"))?;
         let task = TaskSettings {
-            batch_size: rt.batch_size.unwrap_or(1024).max(1),
+            batch_size,
             buffer_timeout: network.buffer_timeout,
             ..TaskSettings::default()
         };
-        Ok(JobGraph {
+        let graph = JobGraph {
             name: file.name.clone(),
             tenant: file.tenant.clone(),
             max_parallelism,
@@ -459,7 +602,99 @@ impl JobGraph {
             network,
             task,
             base_dir: base,
-        })
+        };
+        graph.check_size().map_err(|e| anyhow!("{job}: {e}"))?;
+        Ok(graph)
+    }
+
+    /// Refuses a job whose threads or channels are more than one host should give a
+    /// job (see [`limits`]).
+    fn check_size(&self) -> Result<()> {
+        let subtasks = self.subtasks();
+        if subtasks > limits::JOB_SUBTASKS {
+            bail!(
+                "the job has {subtasks} subtasks (threads), more than the {} a job may have; \
+                 lower the `parallelism` of its sources, operators or sink",
+                limits::JOB_SUBTASKS
+            );
+        }
+        let m = self.channel_memory();
+        let knobs = "lower `channel_capacity`, `buffer_bytes` or `batch_size` in [runtime]";
+        if m.channels > limits::JOB_CHANNELS {
+            bail!(
+                "the job has {} channels between its tasks, more than the {} a job may have; \
+                 lower the parallelism on either side of its keyed or rebalanced edges",
+                m.channels,
+                limits::JOB_CHANNELS
+            );
+        }
+        if m.channel_bytes > limits::CHANNEL_BYTES {
+            bail!(
+                "[runtime]: a channel could hold {} bytes (`channel_capacity` = {} slots and \
+                 the buffer being filled, of {} bytes each: a buffer or a source batch), more \
+                 than the {} allowed; {knobs}",
+                m.channel_bytes,
+                self.network.channel_capacity,
+                m.slot_bytes,
+                limits::CHANNEL_BYTES
+            );
+        }
+        if m.total_bytes > limits::JOB_CHANNEL_BYTES {
+            bail!(
+                "[runtime]: the job's {} channels could hold {} bytes ({} each), more than the \
+                 {} a job may hold; {knobs}, or the parallelism",
+                m.channels,
+                m.total_bytes,
+                m.channel_bytes,
+                limits::JOB_CHANNEL_BYTES
+            );
+        }
+        Ok(())
+    }
+
+    /// Subtasks of the job: one thread each (chained vertices share their subtasks).
+    pub fn subtasks(&self) -> u32 {
+        self.chains.iter().map(|c| c.parallelism).sum()
+    }
+
+    /// How much the channels between the job's tasks can hold at most.
+    pub fn channel_memory(&self) -> ChannelMemory {
+        let channels: u64 = self
+            .chains
+            .iter()
+            .flat_map(|c| c.inputs.iter().map(move |(u, p)| (c, *u, p)))
+            .map(|(c, u, p)| match p {
+                Partitioner::Forward => u64::from(c.parallelism),
+                _ => u64::from(self.chains[u].parallelism) * u64::from(c.parallelism),
+            })
+            .sum();
+        let batch = self.task.batch_size as u64;
+        let largest_source_batch = self
+            .sources()
+            .map(|s| match &s.input {
+                SourceInput::Generator { shape, .. } => {
+                    let line = match shape {
+                        GeneratorShape::Words {
+                            words_per_record, ..
+                        } => *words_per_record as u64 * limits::WORD_BYTES,
+                        GeneratorShape::Events { .. } => limits::EVENT_BYTES,
+                    };
+                    batch * (line + limits::RECORD_OVERHEAD)
+                }
+                // The lines of a file or of stdin are data, not knobs.
+                SourceInput::File(_) | SourceInput::Stdin => 0,
+            })
+            .max()
+            .unwrap_or(0);
+        let slot_bytes =
+            (self.network.buffer_bytes as u64).max(largest_source_batch) + limits::SLOT_OVERHEAD;
+        let channel_bytes = (self.network.channel_capacity as u64 + 1) * slot_bytes;
+        ChannelMemory {
+            channels,
+            slot_bytes,
+            channel_bytes,
+            total_bytes: channels.saturating_mul(channel_bytes),
+        }
     }
 
     /// The Wasm operators.
@@ -496,6 +731,84 @@ impl JobGraph {
                 .map(|(_, p)| (d, p))
         })
     }
+}
+
+/// The `[checkpoint]` settings, each within its range (see [`limits`]).
+fn checkpoint_settings(
+    c: &CheckpointSpec,
+    mode: CheckpointingMode,
+    dir: PathBuf,
+) -> Result<CheckpointSettings> {
+    if c.interval_ms != 0 {
+        in_range(
+            "interval_ms",
+            c.interval_ms,
+            &limits::CHECKPOINT_INTERVAL_MS,
+        )
+        .map_err(|e| anyhow!("{e} (or 0: savepoints only)"))?;
+    }
+    let ms = Duration::from_millis;
+    let wait = &limits::CHECKPOINT_WAIT_MS;
+    Ok(CheckpointSettings {
+        interval: ms(c.interval_ms),
+        timeout: ms(knob("timeout_ms", c.timeout_ms, 600_000, wait)?),
+        min_pause: ms(knob("min_pause_ms", c.min_pause_ms, 0, wait)?),
+        max_concurrent: knob(
+            "max_concurrent",
+            c.max_concurrent,
+            1,
+            &limits::MAX_CONCURRENT,
+        )?,
+        retain: knob("retain", c.retain, 3, &limits::RETAIN)?,
+        mode,
+        dir,
+    })
+}
+
+/// Checks the numbers of a `[restart]` table against their ranges (see [`limits`]).
+fn check_restart(spec: &RestartSpec) -> Result<()> {
+    if let Some(n) = spec.attempts {
+        in_range("attempts", n, &limits::RESTART_ATTEMPTS)?;
+    }
+    for (field, value) in [
+        ("delay_ms", spec.delay_ms),
+        ("max_delay_ms", spec.max_delay_ms),
+    ] {
+        if let Some(ms) = value {
+            in_range(field, ms, &limits::RESTART_DELAY_MS)?;
+        }
+    }
+    if let Some(m) = spec.multiplier {
+        in_range("multiplier", m, &limits::RESTART_MULTIPLIER)?;
+    }
+    Ok(())
+}
+
+/// The `[runtime]` settings, each within its range (see [`limits`]): the exchange's, and
+/// the batch size of sources.
+fn runtime_settings(rt: &RuntimeSpec) -> Result<(NetworkSettings, usize)> {
+    let network = NetworkSettings {
+        buffer_bytes: knob(
+            "buffer_bytes",
+            rt.buffer_bytes,
+            32 << 10,
+            &limits::BUFFER_BYTES,
+        )?,
+        channel_capacity: knob(
+            "channel_capacity",
+            rt.channel_capacity,
+            8,
+            &limits::CHANNEL_CAPACITY,
+        )?,
+        buffer_timeout: Duration::from_millis(knob(
+            "buffer_timeout_ms",
+            rt.buffer_timeout_ms,
+            100,
+            &limits::BUFFER_TIMEOUT_MS,
+        )?),
+    };
+    let batch_size = knob("batch_size", rt.batch_size, 1024, &limits::BATCH_SIZE)?;
+    Ok((network, batch_size))
 }
 
 /// Checks one `[source]` table against its type.
@@ -546,31 +859,35 @@ fn source_vertex(
             let records = spec
                 .records
                 .ok_or_else(|| anyhow!("a generator source needs `records`"))?;
+            in_range("records", records, &limits::RECORDS)?;
             let shape = match spec.shape.as_deref() {
                 None | Some("words") => {
                     not_for("keys", spec.keys.is_some())?;
                     not_for("step_ms", spec.step_ms.is_some())?;
                     not_for("jitter_ms", spec.jitter_ms.is_some())?;
                     GeneratorShape::Words {
-                        words_per_record: spec.words_per_record.unwrap_or(8),
-                        vocabulary: spec.vocabulary.unwrap_or(1000).max(1),
+                        words_per_record: knob(
+                            "words_per_record",
+                            spec.words_per_record,
+                            8,
+                            &limits::WORDS_PER_RECORD,
+                        )?,
+                        vocabulary: knob("vocabulary", spec.vocabulary, 1000, &limits::VOCABULARY)?,
                     }
                 }
                 Some("events") => {
                     not_for("words_per_record", spec.words_per_record.is_some())?;
                     not_for("vocabulary", spec.vocabulary.is_some())?;
                     GeneratorShape::Events {
-                        keys: spec.keys.unwrap_or(1000).max(1),
-                        step_ms: spec.step_ms.unwrap_or(10),
-                        jitter_ms: spec.jitter_ms.unwrap_or(0).max(0),
+                        keys: knob("keys", spec.keys, 1000, &limits::VOCABULARY)?,
+                        step_ms: knob("step_ms", spec.step_ms, 10, &limits::STEP_MS)?,
+                        jitter_ms: knob("jitter_ms", spec.jitter_ms, 0, &limits::JITTER_MS)?,
                     }
                 }
                 Some(other) => bail!("`shape` must be \"words\" or \"events\", not {other:?}"),
             };
-            if let Some(rate) = spec.rate
-                && (rate.is_nan() || rate <= 0.0)
-            {
-                bail!("`rate` must be positive, not {rate}");
+            if let Some(rate) = spec.rate {
+                in_range("rate", rate, &limits::RATE)?;
             }
             SourceInput::Generator {
                 records,
@@ -596,6 +913,12 @@ fn source_vertex(
         .transpose()?;
     if event_time.is_none() && spec.out_of_orderness_ms.is_some() {
         bail!("`out_of_orderness_ms` needs `timestamp`");
+    }
+    if let Some(ms) = spec.out_of_orderness_ms {
+        in_range("out_of_orderness_ms", ms, &limits::OUT_OF_ORDERNESS_MS)?;
+    }
+    if let Some(ms) = spec.idle_timeout_ms {
+        in_range("idle_timeout_ms", ms, &limits::IDLE_TIMEOUT_MS)?;
     }
     let name = spec.name.clone().unwrap_or(default_name);
     Ok(SourceVertex {

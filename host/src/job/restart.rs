@@ -81,7 +81,9 @@ impl RestartStrategy {
                 multiplier,
             } => (restart <= *attempts).then(|| {
                 let factor = multiplier.powi(restart.saturating_sub(1) as i32);
-                initial.mul_f64(factor).min(*max)
+                // Past what a `Duration` holds (after many restarts), the maximum.
+                Duration::try_from_secs_f64(initial.as_secs_f64() * factor)
+                    .map_or(*max, |d| d.min(*max))
             }),
         }
     }
@@ -114,6 +116,16 @@ mod tests {
             (1..=4).map(|r| exp.delay_before(r)).collect::<Vec<_>>(),
             vec![Some(ms(100)), Some(ms(200)), Some(ms(250)), None]
         );
+        // Long after the delay reached its maximum, still the maximum (no overflow).
+        let many = RestartStrategy::from_spec(
+            Some(&RestartSpec {
+                attempts: Some(1_000_000),
+                ..spec("exponential")
+            }),
+            false,
+        )
+        .unwrap();
+        assert_eq!(many.delay_before(5_000), Some(ms(250)));
         let none = RestartStrategy::from_spec(Some(&spec("none")), true).unwrap();
         assert_eq!(none.delay_before(1), None);
         assert!(RestartStrategy::from_spec(Some(&spec("sometimes")), true).is_err());

@@ -5,16 +5,21 @@
 //! its tenant's jobs, plugins and metrics. Work that blocks (compiling a plugin, waiting
 //! for a savepoint) runs off the async threads.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
+use std::fs::File;
+use std::io::Read;
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll, ready};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use axum::Json;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
@@ -198,13 +203,16 @@ async fn job_detail(
     Ok(Json(json!(server.job_detail(&t, &id)?)))
 }
 
+/// Streams the output files: the server holds a chunk or so of them at a time, however
+/// large they are.
 async fn job_output(
     State(server): State<Arc<Server>>,
     Tenant(t): Tenant,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let bytes = blocking(move || server.job_output(&t, &id)).await?;
-    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], bytes).into_response())
+    let files = blocking(move || server.job_output(&t, &id)).await?;
+    let body = Body::from_stream(FileChunks::new(files));
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }
 
 async fn job_logs(
@@ -212,16 +220,92 @@ async fn job_logs(
     Tenant(t): Tenant,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let (lines, dropped) = server.job_logs(&t, &id)?;
-    let mut text = String::new();
-    if dropped > 0 {
-        text.push_str(&format!("({dropped} older lines dropped)\n"));
-    }
-    for line in lines {
-        text.push_str(&line);
-        text.push('\n');
-    }
+    let text = blocking(move || server.job_logs(&t, &id)).await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+}
+
+/// Bytes read from a file per chunk of a streamed answer.
+const CHUNK_BYTES: usize = 64 << 10;
+
+/// Files read one after the other in chunks, each chunk on the blocking pool: a stream
+/// for a response body. A slow client holds no thread between chunks.
+struct FileChunks {
+    /// The reader, while no read is under way.
+    reader: Option<FileReader>,
+    /// The read under way, which hands the reader back with its chunk.
+    reading: Option<tokio::task::JoinHandle<(FileReader, std::io::Result<Option<Bytes>>)>>,
+}
+
+/// The files still to read, and the one being read.
+struct FileReader {
+    files: VecDeque<PathBuf>,
+    current: Option<File>,
+}
+
+impl FileReader {
+    /// The next chunk, or `None` at the end of the last file. A file that vanished since
+    /// it was listed is skipped.
+    fn next_chunk(&mut self) -> std::io::Result<Option<Bytes>> {
+        loop {
+            let file = match &mut self.current {
+                Some(file) => file,
+                None => match self.files.pop_front() {
+                    None => return Ok(None),
+                    Some(path) => match File::open(&path) {
+                        Ok(file) => self.current.insert(file),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                        Err(e) => return Err(e),
+                    },
+                },
+            };
+            let mut chunk = vec![0; CHUNK_BYTES];
+            let n = file.read(&mut chunk)?;
+            if n == 0 {
+                self.current = None;
+                continue;
+            }
+            chunk.truncate(n);
+            return Ok(Some(Bytes::from(chunk)));
+        }
+    }
+}
+
+impl FileChunks {
+    fn new(files: Vec<PathBuf>) -> Self {
+        FileChunks {
+            reader: Some(FileReader {
+                files: files.into(),
+                current: None,
+            }),
+            reading: None,
+        }
+    }
+}
+
+impl futures_core::Stream for FileChunks {
+    type Item = std::io::Result<Bytes>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            if let Some(reading) = &mut self.reading {
+                let done = ready!(Pin::new(reading).poll(cx));
+                self.reading = None;
+                let (reader, chunk) = done.map_err(std::io::Error::other)?;
+                if let Ok(Some(_)) = &chunk {
+                    self.reader = Some(reader);
+                }
+                // After an error or the end, the reader is gone: the stream ends.
+                return Poll::Ready(chunk.transpose());
+            }
+            let Some(mut reader) = self.reader.take() else {
+                return Poll::Ready(None);
+            };
+            self.reading = Some(tokio::task::spawn_blocking(move || {
+                let chunk = reader.next_chunk();
+                (reader, chunk)
+            }));
+        }
+    }
 }
 
 async fn cancel(

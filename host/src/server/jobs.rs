@@ -1,13 +1,28 @@
 //! Jobs on a server: submission, their threads, control, and the record on disk that
 //! lets a restarted server resume them.
+//!
+//! A restarted server resumes the jobs its registry records as running, but not blindly:
+//! each resumption is counted in the job's record before the job is launched, and a job
+//! resumed [`QUARANTINE_AFTER`] times without reaching a completed checkpoint or an end
+//! since is quarantined instead of launched (it may be what brings the server down). A
+//! user `start` runs it again.
+//!
+//! What the server keeps in memory of a job is bounded: the metrics and log lines of an
+//! ended job are forgotten [`ServerSettings::keep_ended_for`] after its end, or once
+//! [`ServerSettings::keep_ended_jobs`] newer jobs ended; its record stays on disk, and its
+//! log lines move to `logs.txt` in its folder.
+//!
+//! [`ServerSettings::keep_ended_for`]: crate::tenant::ServerSettings::keep_ended_for
+//! [`ServerSettings::keep_ended_jobs`]: crate::tenant::ServerSettings::keep_ended_jobs
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use crossbeam_channel::{Sender, unbounded};
@@ -37,7 +52,19 @@ pub enum JobState {
     Cancelled,
     /// Failed past its restart strategy; `start` retries from its latest checkpoint.
     Failed,
+    /// Not resumed by a restarted server: it was resumed [`QUARANTINE_AFTER`] times
+    /// without reaching a completed checkpoint or an end. `start` runs it again.
+    Quarantined,
 }
+
+/// How many times in a row a restarted server resumes a job that reaches neither a
+/// completed checkpoint nor an end before it quarantines it. Three: one crash of the
+/// server is bad luck, two could be, three in a row with the same job resumed each time
+/// point at the job.
+pub const QUARANTINE_AFTER: u32 = 3;
+
+/// The log lines of a job whose lines left memory, in its folder.
+const LOGS_FILE: &str = "logs.txt";
 
 /// What the server keeps of a job on disk (`record.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -57,6 +84,16 @@ struct JobRecord {
     failure: Option<String>,
     /// Restarts over all runs.
     restarts: u32,
+    /// Times a restarted server resumed the job since it last reached a completed
+    /// checkpoint or an end (saved before each resumption; see [`QUARANTINE_AFTER`]).
+    #[serde(default)]
+    recoveries: u32,
+    /// Records its sources read in its last run, as of its end.
+    #[serde(default)]
+    records_read: u64,
+    /// Records its sink wrote in its last run, as of its end.
+    #[serde(default)]
+    records_written: u64,
 }
 
 /// A job the server knows.
@@ -68,6 +105,12 @@ struct JobEntry {
     run: Mutex<Option<Sender<JobControl>>>,
     /// Operator instances of its current run.
     instances: AtomicU32,
+    /// Subtasks (threads) of its current run.
+    subtasks: AtomicU32,
+    /// When its last run ended, while its metrics and log lines are still in memory.
+    ended: Mutex<Option<Instant>>,
+    /// Why the server cancels its run (a quota): the run then ends as failed with it.
+    kill_cause: Mutex<Option<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -86,6 +129,13 @@ pub(super) struct Jobs {
     next: AtomicU64,
 }
 
+impl Jobs {
+    /// Whether the server is stopping its jobs.
+    pub(super) fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Relaxed)
+    }
+}
+
 impl JobEntry {
     /// A job kept in `dir`, not running.
     fn new(dir: PathBuf, record: JobRecord) -> Arc<JobEntry> {
@@ -95,6 +145,9 @@ impl JobEntry {
             monitor: Mutex::new(Arc::new(JobMonitor::default())),
             run: Mutex::new(None),
             instances: AtomicU32::new(0),
+            subtasks: AtomicU32::new(0),
+            ended: Mutex::new(None),
+            kill_cause: Mutex::new(None),
         })
     }
 
@@ -117,6 +170,20 @@ impl JobEntry {
 
     fn is_running(&self) -> bool {
         lock(&self.run).is_some()
+    }
+
+    /// Records read and written: live while it runs, else as of the end of its last run.
+    fn records_read_written(&self, record: &JobRecord) -> (u64, u64) {
+        if self.is_running() {
+            lock(&self.monitor).records_read_written()
+        } else {
+            (record.records_read, record.records_written)
+        }
+    }
+
+    /// Whether its current run completed a checkpoint or savepoint.
+    fn completed_a_checkpoint(&self) -> bool {
+        !lock(&self.monitor).checkpoints().completed.is_empty()
     }
 }
 
@@ -227,11 +294,15 @@ impl Server {
     /// Checks the tenant's quotas for one more running job. Called under the admission
     /// lock, which is held until the job is launched, so that what it counts is current.
     fn admit(&self, tenant: &TenantConfig, job: &Job) -> Result<(), ApiError> {
-        let (running, in_use) = lock(&self.jobs.by_id)
+        let (running, in_use, threads) = lock(&self.jobs.by_id)
             .values()
             .filter(|e| e.is_running() && lock(&e.record).tenant == tenant.name)
-            .fold((0u32, 0u32), |(jobs, instances), e| {
-                (jobs + 1, instances + e.instances.load(Ordering::Relaxed))
+            .fold((0u32, 0u32, 0u32), |(jobs, instances, subtasks), e| {
+                (
+                    jobs + 1,
+                    instances + e.instances.load(Ordering::Relaxed),
+                    subtasks + e.subtasks.load(Ordering::Relaxed),
+                )
             });
         if running >= tenant.max_jobs {
             return Err(ApiError::new(
@@ -255,7 +326,40 @@ impl Server {
                 ),
             ));
         }
+        let subtasks = job.graph().subtasks();
+        if threads + subtasks > tenant.max_subtasks {
+            return Err(ApiError::new(
+                ErrorKind::Quota,
+                format!(
+                    "job '{}' needs {subtasks} subtasks (threads), but tenant '{}' has {threads} \
+                     of its {} in use (max_subtasks)",
+                    job.graph().name,
+                    tenant.name,
+                    tenant.max_subtasks
+                ),
+            ));
+        }
+        let used = self.disk_usage(&tenant.name);
+        if used >= tenant.max_disk_bytes {
+            return Err(ApiError::new(
+                ErrorKind::Quota,
+                disk_quota_message(tenant, used),
+            ));
+        }
         Ok(())
+    }
+
+    /// Bytes the tenant's job folders and plugins take under the server's folder.
+    pub(super) fn disk_usage(&self, tenant: &str) -> u64 {
+        let dirs: Vec<PathBuf> = lock(&self.jobs.by_id)
+            .values()
+            .filter(|e| lock(&e.record).tenant == tenant)
+            .map(|e| e.dir.clone())
+            .collect();
+        dirs.iter()
+            .map(|d| dir_bytes(d))
+            .sum::<u64>()
+            .saturating_add(dir_bytes(&self.dir.join("plugins").join(tenant)))
     }
 
     /// Validates a job file, stores it and starts it. Nothing remains of a submission
@@ -286,6 +390,9 @@ impl Server {
             savepoint: None,
             failure: None,
             restarts: 0,
+            recoveries: 0,
+            records_read: 0,
+            records_written: 0,
         };
         let entry = JobEntry::new(dir.clone(), record.clone());
         let stored = fs::create_dir_all(&dir)
@@ -305,24 +412,37 @@ impl Server {
     /// Starts the job's thread.
     fn launch(&self, entry: &Arc<JobEntry>, job: Job, options: impl Into<RunOptions>) {
         let options = options.into();
+        let (tenant, id) = {
+            let record = lock(&entry.record);
+            (record.tenant.clone(), record.id.clone())
+        };
+        // Waits for a `forget` under way; afterwards the job's lines are in memory again.
+        *lock(&entry.ended) = None;
+        *lock(&entry.kill_cause) = None;
+        if let Ok(text) = fs::read_to_string(entry.dir.join(LOGS_FILE)) {
+            super::logs::JobLogs::global().restore(&id, &text);
+        }
         entry.instances.store(job.instances(), Ordering::Relaxed);
+        entry
+            .subtasks
+            .store(job.graph().subtasks(), Ordering::Relaxed);
         let monitor = Arc::new(JobMonitor::default());
         *lock(&entry.monitor) = monitor.clone();
         let (control, control_rx) = unbounded();
         let mut run = lock(&entry.run);
         let finished = entry.clone();
         let shutting_down = self.jobs.shutting_down.clone();
-        let (tenant, id) = {
-            let record = lock(&entry.record);
-            (record.tenant.clone(), record.id.clone())
-        };
         let spawned = thread::Builder::new()
             .name(format!("job {id}"))
             .spawn(move || {
                 // The job's own log lines (checkpoints, restarts) carry tenant and job.
                 let _span = tracing::info_span!(super::logs::JOB_SPAN, tenant = %tenant, job = %id)
                     .entered();
-                let result = job.run(options, &control_rx, &monitor);
+                // A panic must not leave the job `running` with no thread behind it.
+                let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    job.run(options, &control_rx, &monitor)
+                }))
+                .unwrap_or_else(|panic| Err(crate::task::panic_to_error(panic)));
                 let stopping_server = shutting_down.load(Ordering::Relaxed);
                 finished_run(&finished, result, &monitor, stopping_server);
             });
@@ -347,12 +467,28 @@ fn finished_run(
     stopping_server: bool,
 ) {
     let restarts = monitor.attempt();
+    let kill_cause = lock(&entry.kill_cause).take();
+    let (read, written) = monitor.records_read_written();
+    let checkpointed = !monitor.checkpoints().completed.is_empty();
     entry.update(|r| {
         r.restarts += restarts;
+        (r.records_read, r.records_written) = (read, written);
+        // A run that ended, even by the server stopping it cleanly, or that completed a
+        // checkpoint does not bring the server down.
+        if result.is_ok() || checkpointed {
+            r.recoveries = 0;
+        }
+        let finished_or_stopped =
+            matches!(&result, Ok(report) if report.outcome != JobOutcome::Cancelled);
         match &result {
             // A server going down stops its jobs; they stay `running` and resume when it
             // comes back.
             _ if stopping_server => {}
+            // The server cancelled it (a quota): it failed, for that reason.
+            _ if kill_cause.is_some() && !finished_or_stopped => {
+                r.state = JobState::Failed;
+                r.failure = kill_cause.clone();
+            }
             Ok(report) => match &report.outcome {
                 JobOutcome::Finished => r.state = JobState::Finished,
                 JobOutcome::Stopped { savepoint } => {
@@ -375,6 +511,7 @@ fn finished_run(
         restarts = record.restarts, failure = record.failure.as_deref().unwrap_or(""),
         "job ended"
     );
+    *lock(&entry.ended) = Some(Instant::now());
     lock(&entry.run).take();
 }
 
@@ -399,7 +536,7 @@ impl Server {
             .filter(|(r, _)| r.tenant == tenant.name)
             .map(|(r, e)| {
                 let mut o = summary(&r, e.is_running());
-                let (read, written) = lock(&e.monitor).records_read_written();
+                let (read, written) = e.records_read_written(&r);
                 o.insert("records_read".into(), json!(read));
                 o.insert("records_written".into(), json!(written));
                 (r.submitted_ms, o)
@@ -415,7 +552,7 @@ impl Server {
         let record = entry.record();
         let monitor = lock(&entry.monitor).clone();
         let mut o = summary(&record, entry.is_running());
-        let (read, written) = monitor.records_read_written();
+        let (read, written) = entry.records_read_written(&record);
         let checkpoints = monitor.checkpoints();
         let last: Vec<_> = checkpoints
             .completed
@@ -484,29 +621,34 @@ impl Server {
         Ok(o)
     }
 
-    /// The committed output of one of `tenant`'s jobs: its sink's files, in subtask order.
-    pub fn job_output(&self, tenant: &TenantConfig, id: &str) -> Result<Vec<u8>, ApiError> {
+    /// The committed output files of one of `tenant`'s jobs, in subtask order: its sink's
+    /// files that exist, for the API to stream one after the other.
+    pub fn job_output(&self, tenant: &TenantConfig, id: &str) -> Result<Vec<PathBuf>, ApiError> {
         let entry = self.entry(tenant, id)?;
-        let mut out = Vec::new();
-        for file in &entry.record().output {
-            match fs::read(entry.dir.join(file)) {
-                Ok(bytes) => out.extend_from_slice(&bytes),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(ApiError::internal(anyhow::anyhow!("reading {file}: {e}"))),
-            }
-        }
-        Ok(out)
+        let files = entry.record().output;
+        Ok(files
+            .iter()
+            .map(|file| entry.dir.join(file))
+            .filter(|path| path.is_file())
+            .collect())
     }
 
-    /// The recent log lines of one of `tenant`'s jobs, and how many older ones were
-    /// dropped.
-    pub fn job_logs(
-        &self,
-        tenant: &TenantConfig,
-        id: &str,
-    ) -> Result<(Vec<String>, u64), ApiError> {
-        self.entry(tenant, id)?;
-        Ok(super::logs::JobLogs::global().lines(id))
+    /// The recent log lines of one of `tenant`'s jobs as text, oldest first, after a line
+    /// saying how many older ones were dropped (if any): from memory, or from its folder
+    /// once they left memory.
+    pub fn job_logs(&self, tenant: &TenantConfig, id: &str) -> Result<String, ApiError> {
+        let entry = self.entry(tenant, id)?;
+        let logs = super::logs::JobLogs::global();
+        if let Some(text) = logs.text(id) {
+            return Ok(text);
+        }
+        match fs::read_to_string(entry.dir.join(LOGS_FILE)) {
+            Ok(text) => Ok(text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+            Err(e) => Err(ApiError::internal(anyhow::anyhow!(
+                "job {id}: reading {LOGS_FILE}: {e}"
+            ))),
+        }
     }
 
     fn control(&self, entry: &JobEntry, what: &str) -> Result<Sender<JobControl>, ApiError> {
@@ -644,6 +786,8 @@ impl Server {
         entry.update(|r| {
             r.state = JobState::Running;
             r.failure = None;
+            // A person starting it again takes it out of quarantine.
+            r.recoveries = 0;
         });
         self.launch(&entry, job, options);
         Ok(summary(&entry.record(), true))
@@ -674,6 +818,26 @@ impl Server {
             if record.state != JobState::Running {
                 continue;
             }
+            if record.recoveries >= QUARANTINE_AFTER {
+                entry.update(|r| {
+                    r.state = JobState::Quarantined;
+                    r.failure = Some(format!(
+                        "quarantined after {} server restarts that resumed it, none of which \
+                         it brought to a completed checkpoint or an end: it may be what brings \
+                         the server down. `start` runs it again",
+                        r.recoveries
+                    ));
+                });
+                tracing::warn!(
+                    tenant = %record.tenant, job = %record.id,
+                    "job quarantined: resumed {} times without a completed checkpoint or an end",
+                    record.recoveries
+                );
+                continue;
+            }
+            // Counted on disk before the launch, so that a launch that brings the server
+            // down is counted too.
+            entry.update(|r| r.recoveries += 1);
             let tenant = match self.tenants().find(|t| t.name == record.tenant) {
                 Some(t) => t.clone(),
                 None => {
@@ -723,20 +887,87 @@ impl Server {
                 answers.push((entry, control.clone(), answer));
             }
         }
-        let deadline = std::time::Instant::now() + timeout;
+        let deadline = Instant::now() + timeout;
         for (entry, control, answer) in answers {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let left = deadline.saturating_duration_since(Instant::now());
             // A job that cannot take a savepoint (no checkpointing) is cancelled; it
             // starts again from scratch.
             if let Ok(Err(_)) = answer.recv_timeout(left) {
                 let _ = control.send(JobControl::Cancel);
             }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let left = deadline.saturating_duration_since(Instant::now());
             if !wait_until_ended(entry, left) {
                 let _ = control.send(JobControl::Cancel);
                 wait_until_ended(entry, Duration::from_secs(5));
             }
         }
+        // Their log lines go to their folders, for the server that opens the registry next.
+        for entry in &entries {
+            if !entry.is_running() {
+                self.forget(entry);
+            }
+        }
+    }
+
+    /// What the server does every few seconds while it runs: it enforces disk quotas,
+    /// clears the resumption count of jobs that completed a checkpoint, and forgets the
+    /// metrics and log lines of jobs that ended long enough ago.
+    pub(super) fn housekeeping(&self) {
+        let entries: Vec<Arc<JobEntry>> = lock(&self.jobs.by_id).values().cloned().collect();
+        let running: Vec<&Arc<JobEntry>> = entries.iter().filter(|e| e.is_running()).collect();
+
+        for entry in &running {
+            if entry.record().recoveries > 0 && entry.completed_a_checkpoint() {
+                entry.update(|r| r.recoveries = 0);
+            }
+        }
+
+        let tenants: BTreeSet<String> = running.iter().map(|e| e.record().tenant).collect();
+        for tenant in self.tenants().filter(|t| tenants.contains(&t.name)) {
+            let used = self.disk_usage(&tenant.name);
+            if used <= tenant.max_disk_bytes {
+                continue;
+            }
+            let cause = disk_quota_message(tenant, used);
+            tracing::warn!("{cause}: failing its running jobs");
+            for entry in running.iter().filter(|e| e.record().tenant == tenant.name) {
+                *lock(&entry.kill_cause) = Some(cause.clone());
+                if let Some(control) = lock(&entry.run).as_ref() {
+                    let _ = control.send(JobControl::Cancel);
+                }
+            }
+        }
+
+        let settings = &self.host.server;
+        let mut ended: Vec<(Instant, &Arc<JobEntry>)> = entries
+            .iter()
+            .filter_map(|e| lock(&e.ended).map(|at| (at, e)))
+            .collect();
+        // Newest first: the first `keep_ended_jobs` stay, unless ended too long ago.
+        ended.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+        for (i, (at, entry)) in ended.into_iter().enumerate() {
+            if i >= settings.keep_ended_jobs || at.elapsed() > settings.keep_ended_for {
+                self.forget(entry);
+            }
+        }
+    }
+
+    /// Drops the metrics and log lines an ended job keeps in memory; its lines go to its
+    /// folder, where [`Server::job_logs`] reads them and its next run picks them up.
+    fn forget(&self, entry: &JobEntry) {
+        // Held throughout, so a launch waits until the lines are on disk.
+        let mut ended = lock(&entry.ended);
+        if entry.is_running() {
+            return;
+        }
+        let id = entry.record().id;
+        if let Some(text) = super::logs::JobLogs::global().take(&id)
+            && let Err(e) = write_atomic(&entry.dir.join(LOGS_FILE), text.as_bytes())
+        {
+            tracing::error!("job {id}: keeping its log lines: {e:#}");
+        }
+        *lock(&entry.monitor) = Arc::new(JobMonitor::default());
+        *ended = None;
     }
 
     /// Per tenant, job and operator metrics of `tenant`, in Prometheus' text format.
@@ -861,7 +1092,36 @@ fn state_name(state: JobState) -> &'static str {
         JobState::Stopped => "stopped",
         JobState::Cancelled => "cancelled",
         JobState::Failed => "failed",
+        JobState::Quarantined => "quarantined",
     }
+}
+
+/// Why a tenant over its disk quota is refused or has its jobs failed.
+fn disk_quota_message(tenant: &TenantConfig, used: u64) -> String {
+    format!(
+        "tenant '{}' takes {used} bytes of the server's disk (job output, checkpoints and \
+         plugins); its quota is {} (max_disk_mb)",
+        tenant.name, tenant.max_disk_bytes
+    )
+}
+
+/// Bytes of the files under `path` (symbolic links are not followed; what cannot be read
+/// counts nothing).
+fn dir_bytes(path: &Path) -> u64 {
+    let Ok(meta) = fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if !meta.is_dir() {
+        return meta.len();
+    }
+    fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| dir_bytes(&e.path()))
+                .fold(0u64, u64::saturating_add)
+        })
+        .unwrap_or(0)
 }
 
 /// The latest complete checkpoint or savepoint of a job folder, or a fresh start.
@@ -875,9 +1135,9 @@ fn latest_or_fresh(job_dir: &Path) -> RestorePoint {
 
 /// Waits until the job's thread has recorded its end; false on timeout.
 fn wait_until_ended(entry: &JobEntry, timeout: Duration) -> bool {
-    let deadline = std::time::Instant::now() + timeout;
+    let deadline = Instant::now() + timeout;
     while entry.is_running() {
-        if std::time::Instant::now() >= deadline {
+        if Instant::now() >= deadline {
             return false;
         }
         thread::sleep(Duration::from_millis(5));

@@ -12,13 +12,20 @@
 //! DIR/jobs/ID/record.json           its state, and the plugins its operators resolved to
 //! DIR/jobs/ID/checkpoints/          its checkpoints and savepoints
 //! DIR/jobs/ID/output/               its committed output (the file sink)
+//! DIR/jobs/ID/logs.txt              its last log lines, once they left memory
 //! ```
 //!
 //! Jobs on a server read only what the server gives them: generator sources, and a file
 //! sink whose file lands in the job's `output/` folder. A job recorded as running when the
 //! server starts resumes from its latest complete checkpoint (from scratch when it has
 //! none); with the sink's two-phase commit, a killed server loses and duplicates no
-//! committed output.
+//! committed output. A job resumed three times in a row without reaching a completed
+//! checkpoint or an end is quarantined instead (it may be what kills the server).
+//!
+//! Tenants are held to their quotas (jobs, operator instances, subtasks, disk, plugin
+//! bytes; see [`crate::tenant`]) at submission and start, and to their disk quota also
+//! while their jobs run: a housekeeping thread checks it every few seconds, and forgets
+//! the metrics and log lines of jobs that ended long enough ago.
 
 mod api;
 pub mod client;
@@ -31,7 +38,9 @@ use std::fmt;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
@@ -138,7 +147,13 @@ pub struct Server {
     budget: InstanceBudget,
     tokens: Vec<([u8; 32], TenantConfig)>,
     jobs: jobs::Jobs,
+    /// Bytes of plugin uploads under way, by tenant: counted against its quota until
+    /// they are stored, so that concurrent uploads cannot pass it together.
+    uploads: Mutex<BTreeMap<String, u64>>,
 }
+
+/// How often the housekeeping thread checks disk quotas and forgets ended jobs.
+const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
 
 impl Server {
     /// Opens the registry under `host.server.dir` (creating it) and resumes the jobs it
@@ -173,8 +188,23 @@ impl Server {
             budget: InstanceBudget::default(),
             tokens,
             jobs: jobs::Jobs::default(),
+            uploads: Mutex::default(),
         });
         server.recover()?;
+        // The thread holds the server weakly: it ends once the server is dropped.
+        let weak = Arc::downgrade(&server);
+        thread::Builder::new()
+            .name("server housekeeping".into())
+            .spawn(move || {
+                loop {
+                    thread::sleep(HOUSEKEEPING_PERIOD);
+                    match weak.upgrade() {
+                        Some(server) if !server.jobs.is_shutting_down() => server.housekeeping(),
+                        _ => break,
+                    }
+                }
+            })
+            .context("starting the server's housekeeping thread")?;
         Ok(server)
     }
 

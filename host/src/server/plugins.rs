@@ -3,6 +3,7 @@
 
 use std::fs;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -89,26 +90,12 @@ impl Server {
         }
         let sha256 = hex(&Sha256::digest(bytes));
         let dir = self.plugin_dir(&tenant.name);
-        let stored: u64 = self
-            .list_plugins(tenant)
-            .iter()
-            .filter(|p| p.sha256 != sha256)
-            .map(|p| p.size)
-            .sum();
-        if stored + bytes.len() as u64 > tenant.max_plugin_bytes {
-            return Err(ApiError::new(
-                ErrorKind::Quota,
-                format!(
-                    "tenant '{}' stores {stored} plugin bytes; {name} ({} bytes) would pass its \
-                     quota of {} (max_plugin_mb)",
-                    tenant.name,
-                    bytes.len(),
-                    tenant.max_plugin_bytes
-                ),
-            ));
-        }
-        // Check it under its own name, so that errors name the file the tenant sent.
-        let incoming = dir.join(format!(".incoming-{sha256}"));
+        let _reservation = self.reserve_upload(tenant, name, &sha256, bytes.len() as u64)?;
+        // Check it under its own name, so that errors name the file the tenant sent; in a
+        // folder of its own, as the same bytes may be uploaded twice at once.
+        static UPLOADS: AtomicU64 = AtomicU64::new(0);
+        let n = UPLOADS.fetch_add(1, Ordering::Relaxed);
+        let incoming = dir.join(format!(".incoming-{sha256}-{n}"));
         let file = incoming.join(name);
         let checked = fs::create_dir_all(&incoming)
             .and_then(|()| fs::write(&file, bytes))
@@ -137,5 +124,75 @@ impl Server {
         });
         let _ = fs::remove_dir_all(&incoming);
         result
+    }
+}
+
+/// Bytes of an upload under way, counted against the tenant's quotas until dropped.
+struct UploadReservation<'a> {
+    server: &'a Server,
+    tenant: String,
+    bytes: u64,
+}
+
+impl Server {
+    /// Checks that `bytes` more plugin bytes fit the tenant's plugin and disk quotas,
+    /// counting the uploads under way, and counts them as under way until the returned
+    /// reservation is dropped. Check and count happen under one lock, so that concurrent
+    /// uploads cannot pass a quota together.
+    fn reserve_upload(
+        &self,
+        tenant: &TenantConfig,
+        name: &str,
+        sha256: &str,
+        bytes: u64,
+    ) -> Result<UploadReservation<'_>, ApiError> {
+        let mut uploads = self.uploads.lock().unwrap_or_else(|e| e.into_inner());
+        let pending = uploads.get(&tenant.name).copied().unwrap_or(0);
+        let stored: u64 = self
+            .list_plugins(tenant)
+            .iter()
+            .filter(|p| p.sha256 != sha256)
+            .map(|p| p.size)
+            .sum();
+        if stored + pending + bytes > tenant.max_plugin_bytes {
+            return Err(ApiError::new(
+                ErrorKind::Quota,
+                format!(
+                    "tenant '{}' stores {stored} plugin bytes (and uploads {pending} more); \
+                     {name} ({bytes} bytes) would pass its quota of {} (max_plugin_mb)",
+                    tenant.name, tenant.max_plugin_bytes
+                ),
+            ));
+        }
+        let used = self.disk_usage(&tenant.name);
+        if used + pending + bytes > tenant.max_disk_bytes {
+            return Err(ApiError::new(
+                ErrorKind::Quota,
+                format!(
+                    "tenant '{}' takes {used} bytes of the server's disk (and uploads {pending} \
+                     more); {name} ({bytes} bytes) would pass its quota of {} (max_disk_mb)",
+                    tenant.name, tenant.max_disk_bytes
+                ),
+            ));
+        }
+        *uploads.entry(tenant.name.clone()).or_default() += bytes;
+        Ok(UploadReservation {
+            server: self,
+            tenant: tenant.name.clone(),
+            bytes,
+        })
+    }
+}
+
+impl Drop for UploadReservation<'_> {
+    fn drop(&mut self) {
+        let mut uploads = self
+            .server
+            .uploads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(pending) = uploads.get_mut(&self.tenant) {
+            *pending = pending.saturating_sub(self.bytes);
+        }
     }
 }
