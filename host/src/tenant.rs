@@ -20,6 +20,7 @@
 //! timers = 10000000               # timers the host holds per operator instance
 //! counters = 1000                 # distinct counter names per operator instance
 //! guest_string_kb = 16            # longest log line, error or counter name kept
+//! cpu_weight = 1                  # share of the host's cores, against other tenants' weights
 //! tenant_state_mb = 4096          # keyed state of all the tenant's instances in this host
 //! tenant_timers = 50000000        # timers of all the tenant's instances in this host
 //! max_jobs = 20                   # jobs running at once (`sluice serve`)
@@ -85,6 +86,7 @@ struct LimitsSpec {
     timers: Option<u64>,
     counters: Option<usize>,
     guest_string_kb: Option<usize>,
+    cpu_weight: Option<u32>,
     tenant_state_mb: Option<u64>,
     tenant_timers: Option<u64>,
     #[serde(default)]
@@ -362,6 +364,12 @@ fn tenant_from(
     }
     if let Some(n) = spec.counters {
         limits.max_counters = n;
+    }
+    if let Some(weight) = spec.cpu_weight {
+        if weight == 0 {
+            bail!("cpu_weight must be at least 1");
+        }
+        limits.cpu_weight = weight;
     }
     if let Some(kb) = spec.guest_string_kb {
         if kb == 0 {

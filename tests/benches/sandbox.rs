@@ -1,8 +1,12 @@
 //! What sandboxing and tenants cost, measured in this run:
 //!
-//! * isolation: tenant B's word count alone, and while tenant A's operator loops forever
-//!   (cut at its 100 ms call deadline, restarted with exponential backoff) or eats memory
-//!   (cut at its 32 MiB limit); B's throughput with A misbehaving as a ratio of B alone;
+//! * isolation: tenant B's job alone, and while tenant A keeps eight subtasks busy in Wasm
+//!   all the time (each call spins 5 ms, within its deadline, so nothing cuts it), at
+//!   equal CPU weights; B's throughput then as a ratio of B alone. Also while A's operator
+//!   loops forever (cut at its deadline and restarted with backoff) or eats memory;
+//! * host memory attacks: the host's resident memory while a tenant's operator writes
+//!   distinct keys, appends to a list or registers timers without end, each cut at the
+//!   tenant's limits (64 MiB of keyed state, 1 M timers per instance);
 //! * start-up: from loading the job (a new engine, as in a new process) to the first
 //!   record processed by its first operator, with an empty compile cache and a warm one;
 //! * memory per operator instance, with 1,000 instances of `count` open in one host.
@@ -22,7 +26,7 @@ use sluice::state::KeyedStateBackend;
 use sluice::tenant::HostConfig;
 use sluice::wasm::{EngineSettings, SandboxLimits, WasmEngine};
 use sluice_tests::bench::{median_time, rate, runs};
-use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE};
+use sluice_tests::plugins::{COUNT, TEST_HOG, TEST_MISBEHAVE, TOKENIZE};
 use sluice_tests::{engine, test_dir};
 
 const B_RECORDS: u64 = 400_000;
@@ -31,7 +35,8 @@ fn host(dir: &Path) -> HostConfig {
     let path = dir.join("host.toml");
     std::fs::write(
         &path,
-        "[tenant.a]\ncall_deadline_ms = 100\nmemory_mb = 32\n[tenant.b]\n",
+        "[tenant.a]\ncall_deadline_ms = 100\nmemory_mb = 32\n[tenant.b]\n\
+         [tenant.h]\nstate_mb = 64\ntimers = 1000000\n",
     )
     .unwrap();
     HostConfig::load(&path).unwrap()
@@ -71,6 +76,19 @@ format = "key-value"
 }
 
 fn tenant_a(dir: &Path, behavior: &str) -> PathBuf {
+    // Busy: eight subtasks, each spinning 5 ms per record, never failing.
+    let (rate, parallelism, config) = match behavior {
+        "busy" => (
+            "",
+            8,
+            r#"behavior = "slow-process", after = 0, delay-ms = 5"#.to_string(),
+        ),
+        _ => (
+            "rate = 1000.0",
+            1,
+            format!(r#"behavior = "{behavior}", after = 10"#),
+        ),
+    };
     write(
         dir,
         "a.toml",
@@ -81,11 +99,13 @@ tenant = "a"
 [source]
 type = "generator"
 records = 1000000000
-rate = 1000.0
+{rate}
+parallelism = {parallelism}
 [[operator]]
 name = "suspect"
 plugin = "{TEST_MISBEHAVE}"
-config = {{ behavior = "{behavior}", after = 10 }}
+parallelism = {parallelism}
+config = {{ {config} }}
 [sink]
 type = "file"
 path = "a.txt"
@@ -100,6 +120,8 @@ max_delay_ms = 2000
 }
 
 fn run_b(dir: &Path, host: &HostConfig) -> Duration {
+    // Each run starts over: the last one's output goes.
+    let _ = std::fs::remove_file(dir.join("b.tsv"));
     let job = Job::load_with(&tenant_b(dir), &engine(), host).unwrap();
     let (_tx, rx) = unbounded();
     let start = Instant::now();
@@ -121,15 +143,18 @@ fn isolation() {
         rate(B_RECORDS as f64 / alone.as_secs_f64())
     );
     for (behavior, what) in [
+        ("busy", "keeps 8 cores busy"),
         ("loop-in-process", "loops forever"),
         ("memory-bomb", "eats memory"),
     ] {
+        let _ = std::fs::remove_file(dir.join("a.txt"));
         let job = Job::load_with(&tenant_a(&dir, behavior), &engine(), &host).unwrap();
         let (control, rx) = unbounded();
         let monitor = Arc::new(JobMonitor::default());
         let m = monitor.clone();
         let a = thread::spawn(move || job.run(RestorePoint::Fresh, &rx, &m));
-        while monitor.failures_by_kind().is_empty() {
+        // Until A is at it: failing once, or (busy) reading records.
+        while monitor.failures_by_kind().is_empty() && monitor.records_read_written().0 < 100 {
             thread::sleep(Duration::from_millis(5));
         }
         let with = median_time(runs, || {
@@ -296,7 +321,93 @@ fn instances() {
     );
 }
 
+/// The hog job of tenant `a`: a generator into `test-hog` doing `hog` without end.
+fn hog_job(dir: &Path, hog: &str) -> PathBuf {
+    write(
+        dir,
+        "hog.toml",
+        format!(
+            r#"
+name = "hog"
+tenant = "h"
+[source]
+type = "generator"
+records = 1000000000
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[[operator]]
+name = "hog"
+plugin = "{TEST_HOG}"
+key_by = "key"
+config = {{ hog = "{hog}" }}
+[sink]
+type = "file"
+path = "hog.txt"
+[restart]
+strategy = "none"
+[runtime]
+batch_size = 64
+buffer_bytes = 4096
+"#
+        ),
+    )
+}
+
+/// Host RSS while each host-memory attack runs until tenant `a`'s limits cut it.
+fn host_memory() {
+    let dir = test_dir("bench-host-memory");
+    let host = host(&dir);
+    println!("host memory attacks (tenant limits: 64 MiB keyed state, 1 M timers per instance)");
+    for (hog, what) in [
+        ("keys", "distinct keys"),
+        ("values", "16 KiB values"),
+        ("list", "list appends"),
+        ("timers", "timers"),
+    ] {
+        let _ = std::fs::remove_file(dir.join("hog.txt"));
+        let job = Job::load_with(&hog_job(&dir, hog), &engine(), &host).unwrap();
+        let before = rss_bytes();
+        let done = Arc::new(AtomicBool::new(false));
+        let sampler = {
+            let done = done.clone();
+            thread::spawn(move || {
+                let mut peak = 0;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    peak = peak.max(rss_bytes());
+                    thread::sleep(Duration::from_millis(5));
+                }
+                peak
+            })
+        };
+        let (_tx, rx) = unbounded();
+        let started = Instant::now();
+        let result = job.run(RestorePoint::Fresh, &rx, &JobMonitor::default());
+        let took = started.elapsed();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let peak = sampler.join().unwrap();
+        let cause = match result {
+            Ok(_) => "not cut".to_string(),
+            Err(e) => {
+                let e = format!("{e:#}");
+                e.split("exceeded a limit: ")
+                    .nth(1)
+                    .and_then(|r| r.split(" (limit").next())
+                    .unwrap_or(&e)
+                    .to_string()
+            }
+        };
+        println!(
+            "  {what:<16} cut after {:>6.2} s; host RSS {:>6.0} MiB before, peak {:>6.0} MiB ({cause})",
+            took.as_secs_f64(),
+            before as f64 / f64::from(1 << 20),
+            peak as f64 / f64::from(1 << 20)
+        );
+    }
+}
+
 fn main() {
+    host_memory();
     isolation();
     startup();
     instances();

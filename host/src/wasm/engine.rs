@@ -12,6 +12,7 @@ use wasmtime::{Config, Engine, OptLevel};
 
 use super::bindings;
 use super::cache::ComponentCache;
+use super::cpu::CpuShares;
 use super::sandbox;
 use super::store::StoreState;
 
@@ -59,6 +60,7 @@ pub struct WasmEngine {
     cache: ComponentCache,
     ticking: Arc<Mutex<Vec<Engine>>>,
     ticker_stop: Arc<AtomicBool>,
+    cpu: Arc<CpuShares>,
 }
 
 impl WasmEngine {
@@ -88,6 +90,7 @@ impl WasmEngine {
             cache: ComponentCache::new(settings.cache_dir),
             ticking,
             ticker_stop,
+            cpu: Arc::new(CpuShares::default()),
         })
     }
 
@@ -120,6 +123,11 @@ impl WasmEngine {
 
     pub(crate) fn linker_for(&self, fuel: bool) -> Result<&Linker<StoreState>> {
         Ok(&self.variant(fuel)?.linker)
+    }
+
+    /// How the host's cores are shared between tenants.
+    pub fn cpu(&self) -> &Arc<CpuShares> {
+        &self.cpu
     }
 
     /// The component cache.

@@ -56,11 +56,18 @@ impl WasmOperator {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear_stderr_tail();
+        let (cpu, tenant) = {
+            let data = self.store.data();
+            (data.cpu.clone(), data.cpu_tenant.clone())
+        };
+        cpu.begin(&tenant);
         sandbox::arm(&mut self.store);
-        match f(
+        let result = f(
             self.bindings.sluice_operator_stream_operator(),
             &mut self.store,
-        ) {
+        );
+        cpu.end(&tenant);
+        match result {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => {
                 // The guest's message is kept (failures, logs) and printed: bounded.

@@ -44,6 +44,8 @@ pub struct SandboxLimits {
     /// Longest guest string the host keeps or prints (a log line, an error message, a
     /// counter name); longer ones are cut.
     pub max_guest_string_bytes: usize,
+    /// The tenant's weight in sharing the host's cores (see `wasm::cpu`).
+    pub cpu_weight: u32,
 }
 
 impl Default for SandboxLimits {
@@ -59,6 +61,7 @@ impl Default for SandboxLimits {
             max_timers: 10_000_000,
             max_counters: 1000,
             max_guest_string_bytes: 16 << 10,
+            cpu_weight: 1,
         }
     }
 }

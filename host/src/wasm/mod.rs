@@ -3,6 +3,7 @@
 
 pub mod bindings;
 mod cache;
+mod cpu;
 mod engine;
 mod host;
 mod instance;
@@ -13,6 +14,7 @@ mod stdio;
 mod store;
 
 pub use cache::{CacheOutcome, ComponentCache, content_digest};
+pub use cpu::{CpuShares, CpuTenant};
 pub use engine::{EPOCH_TICK, EngineSettings, WasmEngine};
 pub use instance::WasmOperator;
 pub use limits::{DirGrant, MemoryLimitExceeded, SandboxLimits};

@@ -12,6 +12,7 @@ use wasmtime::component::types::ComponentItem;
 
 use super::bindings::{EXPORT_INTERFACE, OperatorPre, WIT_VERSION};
 use super::cache::{CacheOutcome, content_digest};
+use super::cpu::CpuShares;
 use super::engine::WasmEngine;
 use super::instance::WasmOperator;
 use super::limits::SandboxLimits;
@@ -36,6 +37,7 @@ pub struct Plugin {
     pub metered: bool,
     engine: wasmtime::Engine,
     pre: OperatorPre<StoreState>,
+    cpu: Arc<CpuShares>,
 }
 
 /// What `sluice inspect` shows about a component.
@@ -132,6 +134,7 @@ impl Plugin {
             metered: fuel,
             engine: wasmtime_engine.clone(),
             pre,
+            cpu: engine.cpu().clone(),
         })
     }
 
@@ -149,12 +152,16 @@ impl Plugin {
                 self.path.display()
             );
         }
-        let data = StoreState::new(identity.clone(), limits, state, cancel)
+        let data = StoreState::new(identity.clone(), limits, state, cancel, self.cpu.clone())
             .with_context(|| format!("{identity}: setting up its sandbox"))?;
         let mut store = sandbox::new_store(&self.engine, data);
-        let bindings = self
-            .pre
-            .instantiate(&mut store)
+        // Instantiating runs the component's start code: a call like any other.
+        let tenant = store.data().cpu_tenant.clone();
+        self.cpu.begin(&tenant);
+        sandbox::arm(&mut store);
+        let bindings = self.pre.instantiate(&mut store);
+        self.cpu.end(&tenant);
+        let bindings = bindings
             .map_err(anyhow::Error::from)
             .with_context(|| format!("{identity}: instantiating {} failed", self.path.display()))?;
         Ok(WasmOperator::new(store, bindings, identity))

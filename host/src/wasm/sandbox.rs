@@ -15,6 +15,9 @@
 //!   deadline or cancellation in Wasm code gives.
 //! - **Every call is armed** — the instantiation (which runs the component's start code)
 //!   as much as each export call: a fresh deadline, a fresh fuel budget.
+//! - **Cores are shared by weight** between tenants: a call waits for its tenant's turn,
+//!   and a long call gives its core back at an epoch tick when its tenant is over its
+//!   share (see `cpu`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -182,9 +185,16 @@ impl HostMonotonicClock for Frozen {
 pub(crate) fn new_store(engine: &Engine, data: StoreState) -> Store<StoreState> {
     let mut store = Store::new(engine, data);
     store.limiter(|s| &mut s.limiter);
-    store.epoch_deadline_callback(|ctx| match ctx.data().guard().check() {
-        Ok(()) => Ok(wasmtime::UpdateDeadline::Continue(1)),
-        Err(interrupted) => Err(wasmtime::Error::new(interrupted)),
+    store.epoch_deadline_callback(|mut ctx| {
+        let data = ctx.data_mut();
+        // Give the core to a tenant under its share if this one is over its own; the
+        // wait is not the call's time.
+        let waited = data.cpu.yield_turn(&data.cpu_tenant);
+        data.call_started += waited;
+        match data.guard().check() {
+            Ok(()) => Ok(wasmtime::UpdateDeadline::Continue(1)),
+            Err(interrupted) => Err(wasmtime::Error::new(interrupted)),
+        }
     });
     arm(&mut store);
     store

@@ -7,6 +7,7 @@ use std::time::Instant;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::cpu::{CpuShares, CpuTenant};
 use super::limits::{MemoryLimiter, SandboxLimits};
 use super::sandbox::{CallGuard, wasi_context};
 use super::stdio::{GuestOutput, GuestPipe, Stream};
@@ -25,8 +26,12 @@ pub struct StoreState {
     pub(crate) limits: SandboxLimits,
     /// Set by the task when it is cancelled.
     cancel: Arc<AtomicBool>,
-    /// When the current call started.
+    /// When the current call started (moved on by the time it waited for a core).
     pub(crate) call_started: Instant,
+    /// The host's cores, shared between tenants.
+    pub(crate) cpu: Arc<CpuShares>,
+    /// Whose share the instance's calls take.
+    pub(crate) cpu_tenant: CpuTenant,
 }
 
 impl StoreState {
@@ -36,7 +41,12 @@ impl StoreState {
         limits: SandboxLimits,
         operator: OperatorState,
         cancel: Arc<AtomicBool>,
+        cpu: Arc<CpuShares>,
     ) -> anyhow::Result<Self> {
+        let cpu_tenant = CpuTenant {
+            name: identity.tenant.as_str().into(),
+            weight: limits.cpu_weight,
+        };
         let output = GuestOutput::new(identity, limits.log_lines_per_second);
         let wasi = wasi_context(
             &limits,
@@ -52,6 +62,8 @@ impl StoreState {
             limits,
             cancel,
             call_started: Instant::now(),
+            cpu,
+            cpu_tenant,
         })
     }
 
