@@ -511,6 +511,12 @@ memory_mb = 32
 fuel_per_call = 1000000
 max_instances = 4
 dirs = [{ host = "ref", guest = "/ref" }]
+cpu_weight = 3
+state_mb = 8
+timers = 1000
+counters = 10
+guest_string_kb = 2
+tenant_state_mb = 64
 "#,
         );
         let c = HostConfig::load(&path).unwrap();
@@ -521,8 +527,19 @@ dirs = [{ host = "ref", guest = "/ref" }]
         assert_eq!(acme.limits.fuel_per_call, Some(1_000_000));
         assert_eq!(acme.max_instances, 4);
         assert!(acme.limits.dirs[0].read_only);
+        assert_eq!(acme.limits.cpu_weight, 3);
+        assert_eq!(
+            (acme.limits.max_state_bytes, acme.limits.max_timers),
+            (8 << 20, 1000)
+        );
+        assert_eq!(
+            (acme.limits.max_counters, acme.limits.max_guest_string_bytes),
+            (10, 2048)
+        );
+        assert_eq!(acme.max_state_bytes, 64 << 20);
         let other = c.tenant("other").unwrap();
         assert_eq!(other.limits.memory_bytes, 128 << 20);
+        assert_eq!(other.limits.cpu_weight, 1);
         assert!(other.limits.dirs.is_empty());
     }
 

@@ -26,7 +26,7 @@ use sluice::state::KeyedStateBackend;
 use sluice::tenant::HostConfig;
 use sluice::wasm::{EngineSettings, SandboxLimits, WasmEngine};
 use sluice_tests::bench::{median_time, rate, runs};
-use sluice_tests::plugins::{COUNT, TEST_HOG, TEST_MISBEHAVE, TOKENIZE};
+use sluice_tests::plugins::{COUNT, TEST_HOG, TEST_MISBEHAVE, TOKENIZE, UPPERCASE};
 use sluice_tests::{engine, test_dir};
 
 const B_RECORDS: u64 = 400_000;
@@ -48,6 +48,8 @@ fn write(dir: &Path, name: &str, text: String) -> PathBuf {
     path
 }
 
+/// Tenant B: one subtask (generator, tokenize, uppercase and sink chained), so alone it
+/// keeps one core busy — its fair share of two at equal weights.
 fn tenant_b(dir: &Path) -> PathBuf {
     write(
         dir,
@@ -63,29 +65,31 @@ records = {B_RECORDS}
 name = "tokenize"
 plugin = "{TOKENIZE}"
 [[operator]]
-name = "count"
-plugin = "{COUNT}"
-key_by = "key"
+name = "uppercase"
+plugin = "{UPPERCASE}"
 [sink]
 type = "file"
 path = "b.tsv"
-format = "key-value"
 "#
         ),
     )
 }
 
 fn tenant_a(dir: &Path, behavior: &str) -> PathBuf {
-    // Busy: eight subtasks, each spinning 5 ms per record, never failing.
-    let (rate, parallelism, config) = match behavior {
+    // Busy: eight subtasks, each spinning 5 ms per record in calls of 4 records (well
+    // within the deadline), never failing. Otherwise one subtask failing as `behavior`
+    // says, restarted with backoff.
+    let (parallelism, source, runtime, config) = match behavior {
         "busy" => (
-            "",
             8,
+            "",
+            "batch_size = 4",
             r#"behavior = "slow-process", after = 0, delay-ms = 5"#.to_string(),
         ),
         _ => (
-            "rate = 1000.0",
             1,
+            "rate = 1000.0",
+            "",
             format!(r#"behavior = "{behavior}", after = 10"#),
         ),
     };
@@ -99,8 +103,8 @@ tenant = "a"
 [source]
 type = "generator"
 records = 1000000000
-{rate}
 parallelism = {parallelism}
+{source}
 [[operator]]
 name = "suspect"
 plugin = "{TEST_MISBEHAVE}"
@@ -114,6 +118,8 @@ strategy = "exponential"
 attempts = 1000000
 delay_ms = 100
 max_delay_ms = 2000
+[runtime]
+{runtime}
 "#
         ),
     )
@@ -137,7 +143,7 @@ fn isolation() {
     let alone = median_time(runs, || {
         run_b(&dir, &host);
     });
-    println!("isolation: tenant b's word count ({B_RECORDS} lines), median of {runs}");
+    println!("isolation: tenant b's one-subtask job ({B_RECORDS} lines), median of {runs}");
     println!(
         "  b alone                      {:>12}",
         rate(B_RECORDS as f64 / alone.as_secs_f64())

@@ -2,23 +2,29 @@
 //!
 //! Every Wasm call runs on its task's thread, so without a rule a tenant with eight busy
 //! subtasks would take eight ninths of the machine from a tenant with one. The rule is a
-//! weighted fair share of the cores among the tenants that are running or waiting to run
-//! a call: a tenant's share is `cores × its weight / the active tenants' weights`.
+//! weighted fair share of the cores among the *active* tenants — those with a call
+//! running or waiting, or that ended one within the last [`ACTIVE_WINDOW`] (a task works
+//! between its calls too): a tenant's share is `cores × its weight / the active tenants'
+//! weights`.
 //!
-//! - A call starts at once when a core is free, unless another tenant is waiting while it
-//!   runs fewer calls than its share: then a call of a tenant at or over its share waits
-//!   its turn. (So a tenant alone runs at most as many calls at once as there are cores;
-//!   the rest of its tasks' work, outside calls, is not held back.)
+//! - A call starts when a core is free and its tenant runs fewer calls than its share, or
+//!   when no other active tenant has share left unused. So a quiet tenant's next call
+//!   finds its core free, instead of waiting for a busy tenant to give one back.
 //! - A running call of a tenant over its share gives its core back at the next epoch tick
-//!   when a tenant under its share is waiting (the epoch callback of its store calls
-//!   [`CpuShares::yield_turn`]), and goes on when its turn comes again. The time it waited
-//!   does not count against its call deadline.
-//! - Nobody waits while cores are left over: a tenant alone may use them all.
+//!   when another tenant has share left unused and is waiting (the epoch callback of its
+//!   store calls [`CpuShares::yield_turn`]), and goes on when its turn comes again. The
+//!   time it waited does not count against its call deadline.
+//! - A tenant alone, or whose neighbours went quiet, may use every core. A tenant never
+//!   runs more calls at once than there are cores (the rest of its tasks' work, outside
+//!   calls, is not held back).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// How long after its last call a tenant still counts as active (keeps its share).
+pub const ACTIVE_WINDOW: Duration = Duration::from_millis(50);
 
 /// The tenant a call runs for, with its weight.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,11 +45,28 @@ pub struct CpuShares {
     waiting: AtomicUsize,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Slot {
     weight: u64,
     running: u64,
     waiting: u64,
+    /// When a call of the tenant last started or ended.
+    last_call: Instant,
+}
+
+impl Slot {
+    fn new(weight: u64) -> Self {
+        Slot {
+            weight,
+            running: 0,
+            waiting: 0,
+            last_call: Instant::now(),
+        }
+    }
+
+    fn is_active(&self, now: Instant) -> bool {
+        self.running + self.waiting > 0 || now.duration_since(self.last_call) < ACTIVE_WINDOW
+    }
 }
 
 impl Default for CpuShares {
@@ -72,25 +95,39 @@ impl CpuShares {
     /// it waited.
     pub fn begin(&self, tenant: &CpuTenant) -> Duration {
         let mut state = self.lock();
-        let slot = state.entry(tenant.name.clone()).or_default();
-        slot.weight = u64::from(tenant.weight.max(1));
-        if may_run(&state, &tenant.name, self.cores) {
-            state.get_mut(&tenant.name).expect("inserted").running += 1;
+        let now = Instant::now();
+        // Tenants quiet for long are forgotten.
+        state.retain(|_, s| s.is_active(now));
+        let weight = u64::from(tenant.weight.max(1));
+        let slot = state
+            .entry(tenant.name.clone())
+            .or_insert_with(|| Slot::new(weight));
+        slot.weight = weight;
+        if may_run(&state, &tenant.name, self.cores, now) {
+            let slot = state.get_mut(&tenant.name).expect("inserted");
+            slot.running += 1;
+            slot.last_call = now;
             return Duration::ZERO;
         }
-        let started = Instant::now();
         state.get_mut(&tenant.name).expect("inserted").waiting += 1;
         self.waiting.fetch_add(1, Ordering::Relaxed);
-        while !may_run(&state, &tenant.name, self.cores) {
-            state = self.turn.wait(state).unwrap_or_else(|e| e.into_inner());
+        loop {
+            // Woken when a call ends; also when a neighbour may have gone quiet.
+            state = self
+                .turn
+                .wait_timeout(state, ACTIVE_WINDOW)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            if may_run(&state, &tenant.name, self.cores, Instant::now()) {
+                break;
+            }
         }
         let slot = state.get_mut(&tenant.name).expect("inserted");
         slot.waiting -= 1;
         slot.running += 1;
+        slot.last_call = Instant::now();
         self.waiting.fetch_sub(1, Ordering::Relaxed);
-        // Another waiter may be entitled now as well (shares changed).
-        self.turn.notify_all();
-        started.elapsed()
+        now.elapsed()
     }
 
     /// Ends a call of `tenant`.
@@ -98,9 +135,7 @@ impl CpuShares {
         let mut state = self.lock();
         if let Some(slot) = state.get_mut(&tenant.name) {
             slot.running = slot.running.saturating_sub(1);
-            if slot.running == 0 && slot.waiting == 0 {
-                state.remove(&tenant.name);
-            }
+            slot.last_call = Instant::now();
         }
         drop(state);
         if self.waiting.load(Ordering::Relaxed) > 0 {
@@ -120,9 +155,16 @@ impl CpuShares {
             let Some(slot) = state.get(&tenant.name) else {
                 return Duration::ZERO;
             };
-            let total = active_weight(&state);
+            let now = Instant::now();
+            let total = active_weight(&state, now);
             let over = slot.running * total > self.cores * slot.weight;
-            if !over || !someone_else_entitled(&state, &tenant.name, self.cores) {
+            let someone_waits = state
+                .iter()
+                .any(|(name, s)| name != &tenant.name && s.waiting > 0);
+            if !over
+                || !someone_waits
+                || !share_left_to_others(&state, &tenant.name, self.cores, now)
+            {
                 return Duration::ZERO;
             }
         }
@@ -131,33 +173,38 @@ impl CpuShares {
     }
 }
 
-fn active_weight(state: &HashMap<Arc<str>, Slot>) -> u64 {
+fn active_weight(state: &HashMap<Arc<str>, Slot>, now: Instant) -> u64 {
     state
         .values()
-        .filter(|s| s.running + s.waiting > 0)
+        .filter(|s| s.is_active(now))
         .map(|s| s.weight)
         .sum::<u64>()
         .max(1)
 }
 
-/// Whether a tenant other than `me` waits while running fewer calls than its share.
-fn someone_else_entitled(state: &HashMap<Arc<str>, Slot>, me: &str, cores: u64) -> bool {
-    let total = active_weight(state);
+/// Whether an active tenant other than `me` runs fewer calls than its share.
+fn share_left_to_others(
+    state: &HashMap<Arc<str>, Slot>,
+    me: &str,
+    cores: u64,
+    now: Instant,
+) -> bool {
+    let total = active_weight(state, now);
     state
         .iter()
-        .any(|(name, s)| &**name != me && s.waiting > 0 && s.running * total < cores * s.weight)
+        .any(|(name, s)| &**name != me && s.is_active(now) && s.running * total < cores * s.weight)
 }
 
 /// Whether a call of `me` may run now: when a core is free, and `me` is under its share
-/// or nobody else is waiting under theirs.
-fn may_run(state: &HashMap<Arc<str>, Slot>, me: &str, cores: u64) -> bool {
+/// or no other active tenant has share left.
+fn may_run(state: &HashMap<Arc<str>, Slot>, me: &str, cores: u64, now: Instant) -> bool {
     let running: u64 = state.values().map(|s| s.running).sum();
     if running >= cores {
         return false;
     }
-    let total = active_weight(state);
+    let total = active_weight(state, now);
     let slot = &state[me];
-    slot.running * total < cores * slot.weight || !someone_else_entitled(state, me, cores)
+    slot.running * total < cores * slot.weight || !share_left_to_others(state, me, cores, now)
 }
 
 #[cfg(test)]
@@ -171,6 +218,13 @@ mod tests {
         }
     }
 
+    fn idle(shares: &CpuShares) -> bool {
+        shares
+            .lock()
+            .values()
+            .all(|s| s.running == 0 && s.waiting == 0)
+    }
+
     #[test]
     fn a_tenant_alone_uses_every_core() {
         let shares = CpuShares::new(2);
@@ -180,7 +234,7 @@ mod tests {
         assert_eq!(shares.yield_turn(&a), Duration::ZERO);
         shares.end(&a);
         shares.end(&a);
-        assert!(shares.lock().is_empty());
+        assert!(idle(&shares));
     }
 
     #[test]
@@ -202,45 +256,47 @@ mod tests {
             std::thread::yield_now();
         }
         // With b waiting, a is over its share (one core of two): at its next tick one
-        // of a's calls gives its core to b, and goes on once b's call is done.
+        // of a's calls gives its core to b, and goes on once b is no longer active.
         let yielded = shares.yield_turn(&a);
         let waited = waiter.join().unwrap();
         assert!(waited > Duration::ZERO);
-        assert!(yielded > Duration::ZERO);
+        assert!(yielded >= ACTIVE_WINDOW / 2, "{yielded:?}");
         // Nobody waits now: no more yielding.
         assert_eq!(shares.yield_turn(&a), Duration::ZERO);
         shares.end(&a);
         shares.end(&a);
-        assert!(shares.lock().is_empty());
+        assert!(idle(&shares));
+    }
+
+    fn slot(weight: u64, running: u64, waiting: u64, ago: Duration) -> Slot {
+        Slot {
+            weight,
+            running,
+            waiting,
+            last_call: Instant::now() - ago,
+        }
     }
 
     #[test]
-    fn weights_set_the_shares() {
+    fn weights_set_the_shares_and_a_quiet_tenant_keeps_its_share_while_active() {
         let shares = CpuShares::new(4);
-        let (a, b) = (tenant("a", 3), tenant("b", 1));
+        let now = Instant::now();
         let mut state = shares.lock();
-        state.insert(
-            a.name.clone(),
-            Slot {
-                weight: 3,
-                running: 3,
-                waiting: 0,
-            },
-        );
-        state.insert(
-            b.name.clone(),
-            Slot {
-                weight: 1,
-                running: 0,
-                waiting: 1,
-            },
-        );
-        // a's share is 3 of 4 cores, b's 1: a may not start a fourth call while b waits,
-        // b may start its first.
-        assert!(!may_run(&state, "a", 4));
-        assert!(may_run(&state, "b", 4));
-        // Below its share, a may start a call even while b waits.
+        state.insert("a".into(), slot(3, 3, 0, Duration::ZERO));
+        state.insert("b".into(), slot(1, 0, 1, Duration::ZERO));
+        // a's share is 3 of 4 cores, b's 1: a may not take the fourth core from b, and b
+        // may start its first call.
+        assert!(!may_run(&state, "a", 4, now));
+        assert!(may_run(&state, "b", 4, now));
+        // Below its share, a may start a call whatever b does.
         state.get_mut("a").unwrap().running = 2;
-        assert!(may_run(&state, "a", 4));
+        assert!(may_run(&state, "a", 4, now));
+        // b between two calls, a moment ago: its core stays free for it.
+        state.insert("b".into(), slot(1, 0, 0, Duration::from_millis(1)));
+        state.get_mut("a").unwrap().running = 3;
+        assert!(!may_run(&state, "a", 4, Instant::now()));
+        // b quiet for longer than the window: a may use every core.
+        state.insert("b".into(), slot(1, 0, 0, ACTIVE_WINDOW * 2));
+        assert!(may_run(&state, "a", 4, Instant::now()));
     }
 }
