@@ -5,6 +5,11 @@
 //! component's bytes together with the engine's compatibility hash (which covers the
 //! wasmtime version and every setting that changes generated code), so an artifact is
 //! only ever loaded by an engine that could have produced it.
+//!
+//! Both levels are bounded, least recently used first out: [`MEMORY_ENTRIES`] components
+//! in memory (an instance keeps its own reference, so eviction never affects a running
+//! job), and [`DISK_BYTES`] of artifacts on disk (a file's modification time marks its
+//! last use).
 
 use std::collections::HashMap;
 use std::fs;
@@ -33,8 +38,15 @@ pub enum CacheOutcome {
 #[derive(Debug)]
 pub struct ComponentCache {
     dir: Option<PathBuf>,
-    memory: Mutex<HashMap<[u8; 32], Component>>,
+    memory: Mutex<HashMap<[u8; 32], (Component, u64)>>,
+    /// Increases with every use, to find the least recently used entry.
+    uses: std::sync::atomic::AtomicU64,
 }
+
+/// Compiled components kept in memory.
+pub const MEMORY_ENTRIES: usize = 256;
+/// Bytes of compiled artifacts kept on disk.
+pub const DISK_BYTES: u64 = 2 << 30;
 
 impl ComponentCache {
     /// A cache keeping artifacts in `dir` (created when needed), or only in memory.
@@ -42,6 +54,7 @@ impl ComponentCache {
         ComponentCache {
             dir,
             memory: Mutex::new(HashMap::new()),
+            uses: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -68,7 +81,9 @@ impl ComponentCache {
         bytes: &[u8],
     ) -> Result<(Component, CacheOutcome)> {
         let key = cache_key(engine, bytes);
-        if let Some(c) = self.lock().get(&key) {
+        let tick = self.uses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some((c, used)) = self.lock().get_mut(&key) {
+            *used = tick;
             return Ok((c.clone(), CacheOutcome::Memory));
         }
         let file = self
@@ -83,7 +98,12 @@ impl ComponentCache {
             // its header and version again while loading.
             match unsafe { Component::deserialize_file(engine, file) } {
                 Ok(c) => {
-                    self.lock().insert(key, c.clone());
+                    // Marks its use, for the disk's least-recently-used order.
+                    let _ = fs::File::options()
+                        .append(true)
+                        .open(file)
+                        .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                    self.remember(key, c.clone(), tick);
                     return Ok((c, CacheOutcome::Disk));
                 }
                 Err(e) => tracing::warn!(
@@ -93,19 +113,34 @@ impl ComponentCache {
             }
         }
         let component = Component::new(engine, bytes)?;
-        if let Some(file) = &file
-            && let Err(e) = store(file, &component)
-        {
-            tracing::warn!(
-                "could not cache compiled component in {}: {e:#}",
-                file.display()
-            );
+        if let Some(file) = &file {
+            match store(file, &component) {
+                Ok(()) => trim_dir(file.parent().expect("in the cache directory"), DISK_BYTES),
+                Err(e) => tracing::warn!(
+                    "could not cache compiled component in {}: {e:#}",
+                    file.display()
+                ),
+            }
         }
-        self.lock().insert(key, component.clone());
+        self.remember(key, component.clone(), tick);
         Ok((component, CacheOutcome::Compiled))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Component>> {
+    /// Keeps `component` in memory, dropping the least recently used past the bound.
+    fn remember(&self, key: [u8; 32], component: Component, tick: u64) {
+        let mut memory = self.lock();
+        memory.insert(key, (component, tick));
+        while memory.len() > MEMORY_ENTRIES {
+            let oldest = memory
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| *k)
+                .expect("not empty");
+            memory.remove(&oldest);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], (Component, u64)>> {
         self.memory.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -123,6 +158,33 @@ fn store(file: &Path, component: &Component) -> Result<()> {
 }
 
 /// SHA-256 of the bytes, hex-encoded: how plugins are identified in logs and checkpoints.
+/// Deletes the least recently used artifacts in `dir` until they take at most `max`
+/// bytes. Failures are logged: the cache is an optimization.
+fn trim_dir(dir: &Path, max: u64) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            Some((meta.modified().ok()?, meta.len(), e.path()))
+        })
+        .collect();
+    let mut total: u64 = files.iter().map(|(_, len, _)| len).sum();
+    files.sort();
+    for (_, len, path) in files {
+        if total <= max {
+            break;
+        }
+        match fs::remove_file(&path) {
+            Ok(()) => total -= len,
+            Err(e) => tracing::warn!("could not trim the compile cache: {}: {e}", path.display()),
+        }
+    }
+}
+
 pub fn content_digest(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes).into())
 }
@@ -145,4 +207,32 @@ fn cache_key(engine: &Engine, bytes: &[u8]) -> [u8; 32] {
 
 fn hex(bytes: &[u8; 32]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn the_disk_cache_drops_the_least_recently_used_first() {
+        let dir = std::env::temp_dir().join(format!("sluice-cache-trim-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let now = SystemTime::now();
+        for (name, age) in [("old", 30), ("mid", 20), ("new", 10)] {
+            let path = dir.join(format!("{name}.cwasm"));
+            fs::write(&path, vec![0u8; 100]).unwrap();
+            let f = fs::File::options().append(true).open(&path).unwrap();
+            f.set_modified(now - Duration::from_secs(age)).unwrap();
+        }
+        fs::write(dir.join("other.txt"), vec![0u8; 1000]).unwrap();
+        trim_dir(&dir, 200);
+        let mut left: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["mid.cwasm", "new.cwasm", "other.txt"]);
+    }
 }

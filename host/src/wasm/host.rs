@@ -4,6 +4,11 @@ use super::store::StoreState;
 use crate::state::{StateDescriptor, StateKind as Kind};
 use crate::timers::now_millis;
 
+/// Most states one operator instance may declare.
+const MAX_STATES: usize = 1024;
+/// Longest state name.
+const MAX_STATE_NAME_BYTES: usize = 1024;
+
 impl super::bindings::sluice::operator::types::Host for StoreState {}
 
 impl Host for StoreState {
@@ -26,6 +31,13 @@ impl Host for StoreState {
                 "declare-state('{name}') is only allowed during `open`"
             )));
         }
+        if name.len() > MAX_STATE_NAME_BYTES {
+            return Ok(Err(format!(
+                "declare-state: a state name of {} bytes is longer than the limit of \
+                 {MAX_STATE_NAME_BYTES}",
+                name.len()
+            )));
+        }
         let Some(backend) = self.operator.keyed.as_mut() else {
             return Ok(Err(format!(
                 "cannot declare keyed state '{name}': the operator's input is not keyed \
@@ -37,6 +49,14 @@ impl Host for StoreState {
             StateKind::List => Kind::List,
             StateKind::Map => Kind::Map,
         };
+        if backend.descriptors().len() >= MAX_STATES
+            && !backend.descriptors().iter().any(|d| d.name == name)
+        {
+            return Ok(Err(format!(
+                "declare-state('{}'): an operator may declare at most {MAX_STATES} states",
+                crate::wasm::printable(&name)
+            )));
+        }
         Ok(backend.declare(StateDescriptor { name, kind, ttl_ms }))
     }
 
