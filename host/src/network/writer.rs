@@ -103,24 +103,22 @@ impl RecordWriter {
         Ok(())
     }
 
-    /// Appends an encoded batch to channel `i`'s buffer; a batch larger than a buffer is
-    /// sent as it is, after what was buffered.
+    /// Appends an encoded batch to channel `i`'s buffer. A batch larger than a buffer is
+    /// sent in buffer-sized pieces, record by record, so what a channel holds stays
+    /// bounded by its capacity in buffers (only a single record larger than a buffer goes
+    /// alone).
     fn append_encoded(&mut self, i: usize, batch: &[u8], count: usize) -> Result<()> {
-        if batch.len() >= self.buffer_bytes {
-            self.send_buffer(i)?;
-            self.metrics
-                .records_out
-                .fetch_add(count as u64, Ordering::Relaxed);
-            return self.send(
-                i,
-                StreamElement::Records {
-                    bytes: batch.to_vec(),
-                    count: count as u32,
-                },
-            );
+        if batch.len() < self.buffer_bytes {
+            self.buffers[i].extend_encoded(batch, count);
+            return self.send_if_full(i);
         }
-        self.buffers[i].extend_encoded(batch, count);
-        self.send_if_full(i)
+        let mut records = BatchReader::new(batch);
+        while let Some(record) = records.next_with_bytes() {
+            let (_, bytes) = record.map_err(|e| anyhow::anyhow!("an emitted batch: {e}"))?;
+            self.buffers[i].extend_encoded(bytes, 1);
+            self.send_if_full(i)?;
+        }
+        Ok(())
     }
 
     fn send_if_full(&mut self, i: usize) -> Result<()> {
@@ -310,6 +308,47 @@ mod tests {
         w.flush().unwrap();
         assert_eq!(received(&rxs[0]), ["a1", "a2", "b2"]);
         assert_eq!(received(&rxs[1]), ["b1", "c1"]);
+    }
+
+    #[test]
+    fn a_batch_larger_than_a_buffer_goes_in_buffer_sized_pieces() {
+        let (tx, rx) = channel(64);
+        let settings = NetworkSettings {
+            buffer_bytes: 100,
+            ..NetworkSettings::default()
+        };
+        let mut w = RecordWriter::new(
+            vec![tx],
+            Partitioner::Broadcast,
+            &settings,
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(TaskMetrics::default()),
+        );
+        let values: Vec<String> = (0..200).map(|i| format!("value {i:03}")).collect();
+        let records: Vec<(&str, &str)> = values.iter().map(|v| ("k", v.as_str())).collect();
+        let (b, n) = batch(&records);
+        assert!(b.len() > 2000);
+        w.emit(&b, n).unwrap();
+        w.flush().unwrap();
+        let elements: Vec<StreamElement> = rx.try_iter().collect();
+        assert!(elements.len() > 10, "{} pieces", elements.len());
+        for e in &elements {
+            let StreamElement::Records { bytes, .. } = e else {
+                panic!("{e:?}")
+            };
+            // A piece is sent once it reaches a buffer: at most a buffer and a record.
+            assert!(bytes.len() < 100 + 20, "{} bytes", bytes.len());
+        }
+        let got: Vec<String> = elements
+            .iter()
+            .flat_map(|e| match e {
+                StreamElement::Records { bytes, .. } => BatchReader::new(bytes)
+                    .map(|r| String::from_utf8(r.unwrap().value.to_vec()).unwrap())
+                    .collect::<Vec<_>>(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(got, values);
     }
 
     #[test]
