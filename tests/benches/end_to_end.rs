@@ -1,0 +1,196 @@
+//! The two jobs a user compares with Flink, end to end through the whole runtime (file
+//! source, Wasm operators, keyed exchange, host state, checkpoints, file sink), each against
+//! the same work done by one plain native Rust program over the same input file, timed in
+//! the same run:
+//!
+//! * word count: `LINES` lines (default 1 M), words of at least 3 characters counted per
+//!   word, each total once at the end, checkpoints every second;
+//! * events: `EVENTS` out-of-order events (default 1 M), summed per key in 10 s tumbling
+//!   windows with a watermark 2 s behind the largest timestamp, at batch sizes 1, 16 and
+//!   1024 (the native program: the independent window model, record by record). Batch 1
+//!   must not stall (it once waited for the buffer timeout), so its rate is printed as a
+//!   ratio of batch 1024's too.
+//!
+//! Prints seconds, records/s and the ratio Sluice / native (time). Inputs are written
+//! before timing; the compile cache is warm (one untimed run first).
+//!
+//! `cargo bench -p sluice-tests --bench end_to_end`
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sluice_tests::bench::{median_time, runs};
+use sluice_tests::plugins::{COUNT, TOKENIZE, WINDOW};
+use sluice_tests::windows::{Aggregate, Kind, expected, mixed_events};
+use sluice_tests::{expected_word_counts, run_job, sample_text, test_dir, write_job};
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs the job at `job` (starting over each time) and returns how long it took.
+fn sluice(dir: &Path, job: &Path, output: &str) -> Duration {
+    let _ = std::fs::remove_file(dir.join(output));
+    let _ = std::fs::remove_dir_all(dir.join("checkpoints"));
+    let start = Instant::now();
+    run_job(job).expect("the job runs");
+    start.elapsed()
+}
+
+fn word_count() {
+    let lines = env_or("LINES", 1_000_000);
+    let dir = test_dir("bench-e2e-wordcount");
+    std::fs::write(dir.join("in.txt"), sample_text(11, lines)).unwrap();
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "wordcount"
+[source]
+type = "file"
+path = "in.txt"
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+config = {{ min-length = 3 }}
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+key_by = "key"
+config = {{ emit = "final" }}
+[sink]
+type = "file"
+path = "counts.tsv"
+format = "key-value"
+[checkpoint]
+interval_ms = 1000
+"#
+        ),
+    );
+    let native = || {
+        let text = std::fs::read_to_string(dir.join("in.txt")).unwrap();
+        let counts = expected_word_counts(&text, 3);
+        let mut out = String::new();
+        for (word, n) in &counts {
+            writeln!(out, "{word}\t{n}").unwrap();
+        }
+        std::fs::write(dir.join("native.tsv"), out).unwrap();
+    };
+    sluice(&dir, &job, "counts.tsv");
+    let runs = runs(3);
+    let wasm = median_time(runs, || {
+        sluice(&dir, &job, "counts.tsv");
+    });
+    let plain = median_time(runs, native);
+    // Same totals.
+    let got = std::fs::read_to_string(dir.join("counts.tsv")).unwrap();
+    let want = std::fs::read_to_string(dir.join("native.tsv")).unwrap();
+    let sorted = |s: &str| {
+        let mut v: Vec<&str> = s.lines().collect();
+        v.sort_unstable();
+        v.join("\n")
+    };
+    assert_eq!(sorted(&got), sorted(&want), "word counts differ");
+    println!("word count, {lines} lines, median of {runs}");
+    println!(
+        "  sluice {:>7.2} s ({:>9.0} lines/s)   native {:>7.2} s   ratio {:.2}",
+        wasm.as_secs_f64(),
+        lines as f64 / wasm.as_secs_f64(),
+        plain.as_secs_f64(),
+        wasm.as_secs_f64() / plain.as_secs_f64()
+    );
+}
+
+fn events() {
+    const BOUND: i64 = 2000;
+    let n = env_or("EVENTS", 1_000_000);
+    let dir = test_dir("bench-e2e-events");
+    let events = mixed_events(n, 1000, 1, BOUND, 0, 5);
+    let text: String = events.iter().map(|e| e.line() + "\n").collect();
+    std::fs::write(dir.join("events.csv"), text).unwrap();
+    let job = |batch: usize| {
+        write_job(
+            &dir,
+            &format!(
+                r#"
+name = "events"
+[source]
+type = "file"
+path = "events.csv"
+timestamp = {{ field = 0 }}
+out_of_orderness_ms = {BOUND}
+[[operator]]
+name = "window"
+plugin = "{WINDOW}"
+key_by = {{ field = 1 }}
+config = {{ kind = "tumbling", size-ms = 10000, aggregate = "sum" }}
+[sink]
+type = "file"
+path = "out.tsv"
+format = "key-value"
+[runtime]
+batch_size = {batch}
+"#
+            ),
+        )
+    };
+    let runs = runs(3);
+    let plain = median_time(runs, || {
+        let want = expected(
+            &events,
+            1,
+            BOUND,
+            Kind::Tumbling { size: 10_000 },
+            Aggregate::Sum,
+            0,
+        );
+        std::hint::black_box(want);
+    });
+    println!("events, {n} events over 1000 keys, 10 s tumbling sums, median of {runs}");
+    println!(
+        "  native model (record by record)   {:>7.2} s ({:>9.0} events/s)",
+        plain.as_secs_f64(),
+        n as f64 / plain.as_secs_f64()
+    );
+    let mut times = BTreeMap::new();
+    for batch in [1024, 16, 1] {
+        let path = job(batch);
+        sluice(&dir, &path, "out.tsv");
+        let t = median_time(runs, || {
+            sluice(&dir, &path, "out.tsv");
+        });
+        times.insert(batch, t);
+        if batch == 1 {
+            // Batch 1 is record by record, as the model: identical windows.
+            let want = expected(
+                &events,
+                1,
+                BOUND,
+                Kind::Tumbling { size: 10_000 },
+                Aggregate::Sum,
+                0,
+            );
+            let got = std::fs::read_to_string(dir.join("out.tsv")).unwrap();
+            let mut got: Vec<&str> = got.lines().collect();
+            got.sort_unstable();
+            assert_eq!(got, want.lines, "batch 1 differs from the model");
+        }
+        println!(
+            "  sluice, batch {batch:>4}               {:>7.2} s ({:>9.0} events/s)   ratio to native {:.2}   to batch 1024 {:.2}",
+            t.as_secs_f64(),
+            n as f64 / t.as_secs_f64(),
+            t.as_secs_f64() / plain.as_secs_f64(),
+            t.as_secs_f64() / times[&1024].as_secs_f64()
+        );
+    }
+}
+
+fn main() {
+    word_count();
+    events();
+}
