@@ -3,8 +3,9 @@
 //! the same work done by one plain native Rust program over the same input file, timed in
 //! the same run:
 //!
-//! * word count: `LINES` lines (default 1 M), words of at least 3 characters counted per
-//!   word, each total once at the end, checkpoints every second;
+//! * word count: `LINES` lines (default 1 M) of 8 words from a vocabulary of 100,000,
+//!   words of at least 3 characters counted per word, each total once at the end,
+//!   checkpoints every second;
 //! * events: `EVENTS` out-of-order events (default 1 M), summed per key in 10 s tumbling
 //!   windows with a watermark 2 s behind the largest timestamp, at batch sizes 1, 16 and
 //!   1024 (the native program: the independent window model, record by record). Batch 1
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 use sluice_tests::bench::{median_time, runs};
 use sluice_tests::plugins::{COUNT, TOKENIZE, WINDOW};
 use sluice_tests::windows::{Aggregate, Kind, expected, mixed_events};
-use sluice_tests::{expected_word_counts, run_job, sample_text, test_dir, write_job};
+use sluice_tests::{expected_word_counts, run_job, test_dir, write_job};
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -42,10 +43,43 @@ fn sluice(dir: &Path, job: &Path, output: &str) -> Duration {
     start.elapsed()
 }
 
+/// `lines` lines of `words` words each, drawn from a vocabulary of `vocabulary` words of
+/// 3 to 9 letters (as a generated source would give).
+fn wordy_text(lines: usize, words: usize, vocabulary: u64) -> String {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let word = |n: u64| {
+        let len = 3 + (n % 7) as usize;
+        let mut w = String::with_capacity(len);
+        let mut x = n.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        for _ in 0..len {
+            w.push((b'a' + (x % 26) as u8) as char);
+            x /= 26;
+        }
+        w
+    };
+    let mut text = String::new();
+    for _ in 0..lines {
+        for i in 0..words {
+            if i > 0 {
+                text.push(' ');
+            }
+            text.push_str(&word(next() % vocabulary));
+        }
+        text.push('\n');
+    }
+    text
+}
+
 fn word_count() {
     let lines = env_or("LINES", 1_000_000);
     let dir = test_dir("bench-e2e-wordcount");
-    std::fs::write(dir.join("in.txt"), sample_text(11, lines)).unwrap();
+    std::fs::write(dir.join("in.txt"), wordy_text(lines, 8, 100_000)).unwrap();
     let job = write_job(
         &dir,
         &format!(

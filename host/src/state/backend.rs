@@ -6,6 +6,7 @@ use std::sync::Arc;
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use sluice_codec::EntryWriter;
+use smallvec::SmallVec;
 
 use super::key_groups::key_group_of;
 
@@ -30,6 +31,11 @@ pub struct StateDescriptor {
     /// Entries not written for this many milliseconds read as absent.
     pub ttl_ms: Option<u64>,
 }
+
+/// A composite key, stored inline in the map's nodes when short (as most are: a state id,
+/// a length, a key of a few bytes and a user key), so comparing keys while searching a
+/// node reads the node itself rather than chasing a pointer per comparison.
+type Key = SmallVec<[u8; 24]>;
 
 /// One stored entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,7 +105,7 @@ pub struct KeyedStateBackend {
     max_parallelism: u32,
     key_groups: Range<u32>,
     descriptors: Vec<StateDescriptor>,
-    groups: Vec<OrdMap<Arc<[u8]>, Entry>>,
+    groups: Vec<OrdMap<Key, Entry>>,
     /// Bytes held per key group, as [`entry_bytes`] counts them.
     group_bytes: Vec<u64>,
     /// Their sum.
@@ -108,7 +114,7 @@ pub struct KeyedStateBackend {
     /// nothing.
     scratch: Vec<u8>,
     /// Where the incremental TTL cleanup goes on: a key group and the last key it saw.
-    cleanup: (usize, Option<Arc<[u8]>>),
+    cleanup: (usize, Option<Key>),
 }
 
 /// What the host counts one entry as holding: its composite key, its value, and an
@@ -127,7 +133,7 @@ pub struct KeyedStateSnapshot {
     pub descriptors: Vec<StateDescriptor>,
     /// First key group of `groups`.
     pub first_key_group: u32,
-    groups: Vec<OrdMap<Arc<[u8]>, Entry>>,
+    groups: Vec<OrdMap<Key, Entry>>,
     group_bytes: Vec<u64>,
     /// Processing time when it was taken: entries expired by then are not part of it.
     taken_at: i64,
@@ -263,7 +269,7 @@ impl KeyedStateBackend {
             }
             None => {
                 map.insert(
-                    Arc::from(&self.scratch[..]),
+                    Key::from_slice(&self.scratch),
                     Entry {
                         value: value.into(),
                         written_at: now,
@@ -297,7 +303,7 @@ impl KeyedStateBackend {
         self.descriptor(state)?;
         let group = self.group_index(key)?;
         let prefix = composite(state, key, &[]);
-        let doomed: Vec<Arc<[u8]>> = prefix_range(&self.groups[group], &prefix)
+        let doomed: Vec<Key> = prefix_range(&self.groups[group], &prefix)
             .map(|(k, _)| k.clone())
             .collect();
         for k in doomed {
@@ -430,9 +436,9 @@ impl KeyedStateBackend {
                 let k = if id == state_of(k) {
                     k.clone()
                 } else {
-                    let mut k = k.to_vec();
+                    let mut k = k.clone();
                     k[..4].copy_from_slice(&id.to_be_bytes());
-                    k.into()
+                    k
                 };
                 let bytes = entry_bytes(k.len(), e.value.len());
                 if let Some(old) = group.insert(k.clone(), e.clone()) {
@@ -485,7 +491,7 @@ impl KeyedStateSnapshot {
             .map(|entries| {
                 entries
                     .into_iter()
-                    .map(|(k, e)| (Arc::<[u8]>::from(k), e))
+                    .map(|(k, e)| (Key::from_vec(k), e))
                     .collect()
             })
             .collect();
@@ -569,10 +575,10 @@ fn alive(e: &Entry, ttl: Option<u64>, now: i64) -> bool {
 
 /// Entries whose composite key starts with `prefix`, as a double-ended range.
 fn prefix_range<'a>(
-    map: &'a OrdMap<Arc<[u8]>, Entry>,
+    map: &'a OrdMap<Key, Entry>,
     prefix: &[u8],
-) -> impl DoubleEndedIterator<Item = (&'a Arc<[u8]>, &'a Entry)> + 'a {
-    let start: Arc<[u8]> = prefix.into();
+) -> impl DoubleEndedIterator<Item = (&'a Key, &'a Entry)> + 'a {
+    let start = Key::from_slice(prefix);
     // The smallest byte string greater than every string starting with `prefix`.
     let mut end = prefix.to_vec();
     while end.last() == Some(&0xff) {
@@ -581,7 +587,7 @@ fn prefix_range<'a>(
     let end = match end.last_mut() {
         Some(last) => {
             *last += 1;
-            Bound::Excluded(Arc::<[u8]>::from(end))
+            Bound::Excluded(Key::from_vec(end))
         }
         None => Bound::Unbounded,
     };
