@@ -97,7 +97,9 @@ pub fn write_operator_state(w: &mut impl Write, snapshot: &OperatorSnapshot) -> 
                 w.write_all(&kg.to_le_bytes())?;
                 w.write_all(&(entries.len() as u64).to_le_bytes())?;
                 for (k, e) in entries {
-                    put_bytes(w, k)?;
+                    w.write_all(&(k.len() as u32).to_le_bytes())?;
+                    w.write_all(k.prefix)?;
+                    w.write_all(k.user_key)?;
                     put_bytes(w, &e.value)?;
                     w.write_all(&e.written_at.to_le_bytes())?;
                 }

@@ -1,9 +1,11 @@
 //! The keyed state of one operator instance.
 
-use std::ops::{Bound, Range};
+use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::Arc;
 
-use imbl::OrdMap;
+use imbl::shared_ptr::DefaultSharedPtr;
+use imbl::{GenericHashMap, OrdMap};
 use serde::{Deserialize, Serialize};
 use sluice_codec::EntryWriter;
 use smallvec::SmallVec;
@@ -31,11 +33,6 @@ pub struct StateDescriptor {
     /// Entries not written for this many milliseconds read as absent.
     pub ttl_ms: Option<u64>,
 }
-
-/// A composite key, stored inline in the map's nodes when short (as most are: a state id,
-/// a length, a key of a few bytes and a user key), so comparing keys while searching a
-/// node reads the node itself rather than chasing a pointer per comparison.
-type Key = SmallVec<[u8; 24]>;
 
 /// One stored entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,36 +91,135 @@ impl std::error::Error for StateError {}
 /// Keyed state of one operator instance: value, list and map states, partitioned by key
 /// group.
 ///
-/// Every key group has its own persistent (copy-on-write) ordered map, so
-/// [`KeyedStateBackend::snapshot`] costs one pointer copy per key group, independent of
-/// how many entries there are, and later writes copy only the paths they touch.
+/// Every key group has its own persistent (copy-on-write) hash map from `(state, key)` to
+/// that key's entries, so [`KeyedStateBackend::snapshot`] costs one pointer copy per key
+/// group, independent of how many entries there are, and later writes copy only the few
+/// nodes they touch. A point access hashes once and compares a key only when its hash
+/// matches. A key's entries are one [`Slot`]: the single entry of a value state, or the
+/// entries of a list or map state ordered by user key.
 ///
-/// Entries are stored under a composite key `state id ‖ key length ‖ key ‖ user key`, so
-/// all entries of one `(state, key)` are adjacent and ordered by user key.
+/// Composite keys (`state id ‖ key length ‖ key ‖ user key`) remain the unit of the
+/// checkpoint format and of byte accounting.
 #[derive(Debug, Clone)]
 pub struct KeyedStateBackend {
     max_parallelism: u32,
     key_groups: Range<u32>,
     descriptors: Vec<StateDescriptor>,
-    groups: Vec<OrdMap<Key, Entry>>,
+    groups: Vec<Group>,
     /// Bytes held per key group, as [`entry_bytes`] counts them.
     group_bytes: Vec<u64>,
     /// Their sum.
     bytes: u64,
-    /// Reused to build composite keys for lookups, so writing an existing entry allocates
-    /// nothing.
+    /// Entries, over all key groups.
+    entries: usize,
+    /// Reused to build `(state, key)` prefixes for lookups.
     scratch: Vec<u8>,
-    /// Where the incremental TTL cleanup goes on: a key group and the last key it saw.
-    cleanup: (usize, Option<Key>),
+    /// Entries of TTL states in about the order they were written, for the incremental
+    /// cleanup: `(key group, prefix, user key, written at)`, one per entry. An entry
+    /// written again since goes back to the end when its turn comes.
+    ttl_queue: VecDeque<(u32, Prefix, Prefix, i64)>,
+}
+
+/// `state id ‖ key length ‖ key`, inline when short (as most are).
+type Prefix = SmallVec<[u8; 24]>;
+
+/// One key group: `(state, key)` to its entries.
+type Group = GenericHashMap<Prefix, Slot, foldhash::fast::RandomState, DefaultSharedPtr>;
+
+/// The entries of one `(state, key)`.
+#[derive(Debug, Clone)]
+enum Slot {
+    /// One entry under the empty user key (a value state).
+    One(Entry),
+    /// Entries by user key (a list or map state), in order.
+    Many(OrdMap<Prefix, Entry>),
+}
+
+impl Slot {
+    fn len(&self) -> usize {
+        match self {
+            Slot::One(_) => 1,
+            Slot::Many(m) => m.len(),
+        }
+    }
+
+    fn get(&self, user_key: &[u8]) -> Option<&Entry> {
+        match self {
+            Slot::One(e) => user_key.is_empty().then_some(e),
+            Slot::Many(m) => m.get(user_key),
+        }
+    }
+
+    /// Every entry as `(user key, entry)`, in user-key order.
+    fn iter(&self) -> Box<dyn Iterator<Item = (&[u8], &Entry)> + '_> {
+        match self {
+            Slot::One(e) => Box::new(std::iter::once((&[][..], e))),
+            Slot::Many(m) => Box::new(m.iter().map(|(k, e)| (&k[..], e))),
+        }
+    }
+
+    /// Sets the entry of `user_key`; returns the length of the value it replaced.
+    fn put(&mut self, user_key: &[u8], value: &[u8], now: i64) -> Option<usize> {
+        if let Slot::One(e) = self {
+            if user_key.is_empty() {
+                return Some(set(e, value, now));
+            }
+            let mut m = OrdMap::new();
+            m.insert(Prefix::new(), e.clone());
+            *self = Slot::Many(m);
+        }
+        let Slot::Many(m) = self else {
+            unreachable!("made a map above")
+        };
+        match m.get_mut(user_key) {
+            Some(e) => Some(set(e, value, now)),
+            None => {
+                m.insert(Prefix::from_slice(user_key), new_entry(value, now));
+                None
+            }
+        }
+    }
+
+    /// Removes the entry of `user_key`; returns it. The slot may be left empty.
+    fn remove(&mut self, user_key: &[u8]) -> Option<Entry> {
+        match self {
+            Slot::One(e) if user_key.is_empty() => {
+                let e = e.clone();
+                *self = Slot::Many(OrdMap::new());
+                Some(e)
+            }
+            Slot::One(_) => None,
+            Slot::Many(m) => m.remove(user_key),
+        }
+    }
+}
+
+fn new_entry(value: &[u8], now: i64) -> Entry {
+    Entry {
+        value: value.into(),
+        written_at: now,
+    }
+}
+
+/// Overwrites `e` (reusing its buffer when no snapshot shares it and the length is the
+/// same); returns the old value's length.
+fn set(e: &mut Entry, value: &[u8], now: i64) -> usize {
+    let old = e.value.len();
+    e.written_at = now;
+    match Arc::get_mut(&mut e.value) {
+        Some(bytes) if bytes.len() == value.len() => bytes.copy_from_slice(value),
+        _ => e.value = value.into(),
+    }
+    old
 }
 
 /// What the host counts one entry as holding: its composite key, its value, and an
-/// estimate of the map's and the reference counts' overhead per entry.
+/// estimate of the maps' and the reference counts' overhead per entry.
 pub fn entry_bytes(composite_key_len: usize, value_len: usize) -> u64 {
     (ENTRY_OVERHEAD + composite_key_len + value_len) as u64
 }
 
-/// Map node share, two reference-counted buffers and the entry itself, rounded up.
+/// Map node share, the value's reference-counted buffer and the entry itself, rounded up.
 const ENTRY_OVERHEAD: usize = 96;
 
 /// An immutable view of a [`KeyedStateBackend`] at one instant; taken in O(key groups).
@@ -133,16 +229,43 @@ pub struct KeyedStateSnapshot {
     pub descriptors: Vec<StateDescriptor>,
     /// First key group of `groups`.
     pub first_key_group: u32,
-    groups: Vec<OrdMap<Key, Entry>>,
+    groups: Vec<Group>,
     group_bytes: Vec<u64>,
+    entries: usize,
     /// Processing time when it was taken: entries expired by then are not part of it.
     taken_at: i64,
+}
+
+/// A composite key as two parts: `state id ‖ key length ‖ key`, and the user key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompositeKey<'a> {
+    /// `state id ‖ key length ‖ key`.
+    pub prefix: &'a [u8],
+    /// The user key.
+    pub user_key: &'a [u8],
+}
+
+impl CompositeKey<'_> {
+    /// Length of the whole key.
+    pub fn len(&self) -> usize {
+        self.prefix.len() + self.user_key.len()
+    }
+
+    /// Never empty: the prefix has at least a state id and a length.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The whole key.
+    pub fn to_vec(self) -> Vec<u8> {
+        [self.prefix, self.user_key].concat()
+    }
 }
 
 impl KeyedStateBackend {
     /// An empty backend for the key groups `key_groups` out of `max_parallelism`.
     pub fn new(max_parallelism: u32, key_groups: Range<u32>) -> Self {
-        let groups: Vec<_> = key_groups.clone().map(|_| OrdMap::new()).collect();
+        let groups: Vec<Group> = key_groups.clone().map(|_| Group::default()).collect();
         KeyedStateBackend {
             max_parallelism,
             key_groups,
@@ -150,8 +273,9 @@ impl KeyedStateBackend {
             group_bytes: vec![0; groups.len()],
             groups,
             bytes: 0,
+            entries: 0,
             scratch: Vec::new(),
-            cleanup: (0, None),
+            ttl_queue: VecDeque::new(),
         }
     }
 
@@ -186,21 +310,25 @@ impl KeyedStateBackend {
                     descriptor.name, descriptor.kind, existing.kind
                 ));
             }
+            let gains_ttl = existing.ttl_ms.is_none() && descriptor.ttl_ms.is_some();
             existing.ttl_ms = descriptor.ttl_ms;
+            if gains_ttl {
+                self.queue_ttl_entries(id as u32);
+            }
             return Ok(id as u32);
         }
         self.descriptors.push(descriptor);
         Ok(self.descriptors.len() as u32 - 1)
     }
 
-    /// Number of entries over all states and key groups (O(key groups)).
+    /// Number of entries over all states and key groups.
     pub fn len(&self) -> usize {
-        self.groups.iter().map(OrdMap::len).sum()
+        self.entries
     }
 
     /// True when no entry is stored.
     pub fn is_empty(&self) -> bool {
-        self.groups.iter().all(OrdMap::is_empty)
+        self.entries == 0
     }
 
     /// Bytes the entries hold, as [`entry_bytes`] counts them.
@@ -223,7 +351,10 @@ impl KeyedStateBackend {
     ) -> Result<Option<Arc<[u8]>>, StateError> {
         let ttl = self.descriptor(state)?.ttl_ms;
         let group = self.group_index(key)?;
-        let entry = self.groups[group].get(&composite(state, key, user_key)[..]);
+        let prefix = prefix_of(state, key);
+        let entry = self.groups[group]
+            .get(&prefix[..])
+            .and_then(|slot| slot.get(user_key));
         Ok(entry
             .filter(|e| alive(e, ttl, now))
             .map(|e| e.value.clone()))
@@ -233,11 +364,12 @@ impl KeyedStateBackend {
     pub fn entries(&self, state: u32, key: &[u8], now: i64) -> Result<Vec<u8>, StateError> {
         let ttl = self.descriptor(state)?.ttl_ms;
         let group = self.group_index(key)?;
-        let prefix = composite(state, key, &[]);
         let mut out = EntryWriter::new();
-        for (k, e) in prefix_range(&self.groups[group], &prefix) {
-            if alive(e, ttl, now) {
-                out.push(&k[prefix.len()..], &e.value);
+        if let Some(slot) = self.groups[group].get(&prefix_of(state, key)[..]) {
+            for (user_key, e) in slot.iter() {
+                if alive(e, ttl, now) {
+                    out.push(user_key, &e.value);
+                }
             }
         }
         Ok(out.into_bytes())
@@ -253,35 +385,42 @@ impl KeyedStateBackend {
         value: &[u8],
         now: i64,
     ) -> Result<(), StateError> {
-        self.descriptor(state)?;
+        let ttl = self.descriptor(state)?.ttl_ms.is_some();
         let group = self.group_index(key)?;
-        compose(&mut self.scratch, state, key, user_key);
+        compose(&mut self.scratch, state, key, &[]);
         let map = &mut self.groups[group];
-        let old_len = match map.get_mut(&self.scratch[..]) {
-            Some(entry) => {
-                entry.written_at = now;
-                let old_len = entry.value.len();
-                match Arc::get_mut(&mut entry.value) {
-                    Some(bytes) if bytes.len() == value.len() => bytes.copy_from_slice(value),
-                    _ => entry.value = value.into(),
-                }
-                Some(old_len)
-            }
+        let replaced = match map.get_mut(&self.scratch[..]) {
+            Some(slot) => slot.put(user_key, value, now),
             None => {
-                map.insert(
-                    Key::from_slice(&self.scratch),
-                    Entry {
-                        value: value.into(),
-                        written_at: now,
-                    },
-                );
+                let slot = if user_key.is_empty() {
+                    Slot::One(new_entry(value, now))
+                } else {
+                    let mut m = OrdMap::new();
+                    m.insert(Prefix::from_slice(user_key), new_entry(value, now));
+                    Slot::Many(m)
+                };
+                map.insert(Prefix::from_slice(&self.scratch), slot);
                 None
             }
         };
-        let key_len = self.scratch.len();
-        match old_len {
+        let key_len = self.scratch.len() + user_key.len();
+        match replaced {
             Some(old) => self.add_bytes(group, value.len() as u64, old as u64),
-            None => self.add_bytes(group, entry_bytes(key_len, value.len()), 0),
+            None => {
+                self.entries += 1;
+                self.add_bytes(group, entry_bytes(key_len, value.len()), 0);
+                if ttl {
+                    // Queued once per entry; a later write moves it back in the queue
+                    // when its turn comes (see `expire_some`).
+                    let prefix = Prefix::from_slice(&self.scratch);
+                    self.ttl_queue.push_back((
+                        group as u32,
+                        prefix,
+                        Prefix::from_slice(user_key),
+                        now,
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -290,26 +429,38 @@ impl KeyedStateBackend {
     pub fn delete(&mut self, state: u32, key: &[u8], user_key: &[u8]) -> Result<(), StateError> {
         self.descriptor(state)?;
         let group = self.group_index(key)?;
-        compose(&mut self.scratch, state, key, user_key);
-        if let Some(e) = self.groups[group].remove(&self.scratch[..]) {
-            let freed = entry_bytes(self.scratch.len(), e.value.len());
-            self.add_bytes(group, 0, freed);
-        }
+        compose(&mut self.scratch, state, key, &[]);
+        self.remove_entry(group, user_key);
         Ok(())
+    }
+
+    /// Removes the entry `user_key` of the slot at `self.scratch` in `group`.
+    fn remove_entry(&mut self, group: usize, user_key: &[u8]) -> Option<Entry> {
+        let map = &mut self.groups[group];
+        let slot = map.get_mut(&self.scratch[..])?;
+        let removed = slot.remove(user_key);
+        if slot.len() == 0 {
+            map.remove(&self.scratch[..]);
+        }
+        let e = removed?;
+        self.entries -= 1;
+        let freed = entry_bytes(self.scratch.len() + user_key.len(), e.value.len());
+        self.add_bytes(group, 0, freed);
+        Some(e)
     }
 
     /// Removes every entry of `(state, key)`.
     pub fn clear(&mut self, state: u32, key: &[u8]) -> Result<(), StateError> {
         self.descriptor(state)?;
         let group = self.group_index(key)?;
-        let prefix = composite(state, key, &[]);
-        let doomed: Vec<Key> = prefix_range(&self.groups[group], &prefix)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in doomed {
-            if let Some(e) = self.groups[group].remove(&k) {
-                self.add_bytes(group, 0, entry_bytes(k.len(), e.value.len()));
-            }
+        let prefix = prefix_of(state, key);
+        if let Some(slot) = self.groups[group].remove(&prefix[..]) {
+            let freed: u64 = slot
+                .iter()
+                .map(|(uk, e)| entry_bytes(prefix.len() + uk.len(), e.value.len()))
+                .sum();
+            self.entries -= slot.len();
+            self.add_bytes(group, 0, freed);
         }
         Ok(())
     }
@@ -332,68 +483,114 @@ impl KeyedStateBackend {
             });
         }
         let group = self.group_index(key)?;
-        let prefix = composite(state, key, &[]);
-        let next = prefix_range(&self.groups[group], &prefix)
-            .next_back()
-            .map(|(k, _)| {
-                let pos: [u8; 8] = k[prefix.len()..].try_into().unwrap_or([0xff; 8]);
+        let next = match self.groups[group].get(&prefix_of(state, key)[..]) {
+            Some(Slot::Many(m)) => m.get_max().map_or(0, |(k, _)| {
+                let pos: [u8; 8] = k[..].try_into().unwrap_or([0xff; 8]);
                 u64::from_be_bytes(pos).saturating_add(1)
-            })
-            .unwrap_or(0);
+            }),
+            // An element under the empty user key sorts first: the list goes on at 0.
+            Some(Slot::One(_)) | None => 0,
+        };
         self.put(state, key, &next.to_be_bytes(), value, now)
     }
 
     /// Drops every entry whose TTL has passed at `now`; returns how many.
     pub fn expire(&mut self, now: i64) -> usize {
-        self.expire_some(now, usize::MAX)
-    }
-
-    /// Looks at up to `budget` entries, going on where the last call stopped (round
-    /// robin over the key groups), and drops those whose TTL has passed at `now`; returns
-    /// how many. Called with a small budget after each call of an operator with TTL
-    /// states, it cleans all of its state over time at a bounded cost per call (as
-    /// Flink's incremental cleanup does); nothing is looked at without TTL states.
-    pub fn expire_some(&mut self, now: i64, budget: usize) -> usize {
-        if self.descriptors.iter().all(|d| d.ttl_ms.is_none()) || self.groups.is_empty() {
+        let ttls: Vec<Option<u64>> = self.descriptors.iter().map(|d| d.ttl_ms).collect();
+        if ttls.iter().all(Option::is_none) {
             return 0;
         }
-        let ttls: Vec<Option<u64>> = self.descriptors.iter().map(|d| d.ttl_ms).collect();
         let mut removed = 0;
-        let mut seen = 0;
-        let mut groups_visited = 0;
-        while seen < budget && groups_visited <= self.groups.len() {
-            let (g, after) = self.cleanup.clone();
-            let from = match &after {
-                Some(k) => Bound::Excluded(k.clone()),
-                None => Bound::Unbounded,
-            };
-            let mut last = None;
-            let mut expired = Vec::new();
-            for (k, e) in self.groups[g].range((from, Bound::Unbounded)) {
-                if seen == budget {
-                    break;
-                }
-                seen += 1;
-                if !alive(e, ttls.get(state_of(k) as usize).copied().flatten(), now) {
-                    expired.push(k.clone());
-                }
-                last = Some(k.clone());
-            }
-            for k in expired {
-                if let Some(e) = self.groups[g].remove(&k) {
-                    self.add_bytes(g, 0, entry_bytes(k.len(), e.value.len()));
-                    removed += 1;
+        for g in 0..self.groups.len() {
+            let mut expired: Vec<(Prefix, Prefix)> = Vec::new();
+            for (prefix, slot) in self.groups[g].iter() {
+                let ttl = ttls.get(state_of(prefix) as usize).copied().flatten();
+                for (uk, e) in slot.iter() {
+                    if !alive(e, ttl, now) {
+                        expired.push((prefix.clone(), Prefix::from_slice(uk)));
+                    }
                 }
             }
-            if seen < budget || last.is_none() {
-                // The key group is done: on to the next.
-                self.cleanup = ((g + 1) % self.groups.len(), None);
-                groups_visited += 1;
-            } else {
-                self.cleanup = (g, last);
+            for (prefix, user_key) in expired {
+                self.scratch.clear();
+                self.scratch.extend_from_slice(&prefix);
+                removed += usize::from(self.remove_entry(g, &user_key).is_some());
             }
         }
         removed
+    }
+
+    /// Looks at up to `budget` entries of TTL states, oldest writes first, and drops those
+    /// whose TTL has passed at `now`; returns how many. Called with a budget after each
+    /// call of an operator with TTL states, it cleans its state over time at a bounded
+    /// cost per call (as Flink's incremental cleanup does); nothing is looked at without
+    /// TTL states.
+    pub fn expire_some(&mut self, now: i64, budget: usize) -> usize {
+        let mut removed = 0;
+        for _ in 0..budget {
+            let Some((_, prefix, _, written_at)) = self.ttl_queue.front() else {
+                break;
+            };
+            let ttl = self
+                .descriptors
+                .get(state_of(prefix) as usize)
+                .and_then(|d| d.ttl_ms);
+            let probe = Entry {
+                value: Arc::from(&[][..]),
+                written_at: *written_at,
+            };
+            if ttl.is_some() && alive(&probe, ttl, now) {
+                // The oldest write is alive: so are all later ones.
+                break;
+            }
+            let (g, prefix, user_key, written_at) =
+                self.ttl_queue.pop_front().expect("looked at above");
+            let gi = g as usize;
+            let now_written = self.groups[gi]
+                .get(&prefix[..])
+                .and_then(|s| s.get(&user_key))
+                .map(|e| e.written_at);
+            match now_written {
+                // Gone already (deleted, cleared).
+                None => {}
+                // Written again since: back in the queue, at its new time.
+                Some(at) if at != written_at => {
+                    self.ttl_queue.push_back((g, prefix, user_key, at));
+                }
+                Some(_) => {
+                    self.scratch.clear();
+                    self.scratch.extend_from_slice(&prefix);
+                    removed += usize::from(self.remove_entry(gi, &user_key).is_some());
+                }
+            }
+        }
+        removed
+    }
+
+    /// Queues every entry of `state` for the TTL cleanup, oldest first (for state that
+    /// gained a TTL, or was restored).
+    fn queue_ttl_entries(&mut self, state: u32) {
+        let mut found: Vec<(u32, Prefix, Prefix, i64)> = Vec::new();
+        for (g, group) in self.groups.iter().enumerate() {
+            for (prefix, slot) in group.iter() {
+                if state_of(prefix) != state {
+                    continue;
+                }
+                for (uk, e) in slot.iter() {
+                    found.push((
+                        g as u32,
+                        prefix.clone(),
+                        Prefix::from_slice(uk),
+                        e.written_at,
+                    ));
+                }
+            }
+        }
+        found.sort_by_key(|(_, _, _, at)| *at);
+        let mut queue: Vec<_> = std::mem::take(&mut self.ttl_queue).into();
+        queue.extend(found);
+        queue.sort_by_key(|(_, _, _, at)| *at);
+        self.ttl_queue = queue.into();
     }
 
     /// A consistent view of all state at processing time `now` (entries expired by then
@@ -404,6 +601,7 @@ impl KeyedStateBackend {
             first_key_group: self.key_groups.start,
             groups: self.groups.clone(),
             group_bytes: self.group_bytes.clone(),
+            entries: self.entries,
             taken_at: now,
         }
     }
@@ -423,32 +621,72 @@ impl KeyedStateBackend {
                 continue;
             }
             let g = (kg - self.key_groups.start) as usize;
-            let group = &mut self.groups[g];
-            if same_ids && group.is_empty() {
+            if same_ids && self.groups[g].is_empty() {
                 // The usual case: share the snapshot's map, in O(1).
-                *group = entries.clone();
+                self.groups[g] = entries.clone();
+                self.entries += entries.values().map(Slot::len).sum::<usize>();
                 self.add_bytes(g, snapshot.group_bytes[i], 0);
                 continue;
             }
-            let mut added = 0;
-            for (k, e) in entries {
-                let id = ids[state_of(k) as usize];
-                let k = if id == state_of(k) {
-                    k.clone()
-                } else {
-                    let mut k = k.clone();
-                    k[..4].copy_from_slice(&id.to_be_bytes());
-                    k
-                };
-                let bytes = entry_bytes(k.len(), e.value.len());
-                if let Some(old) = group.insert(k.clone(), e.clone()) {
-                    added -= entry_bytes(k.len(), old.value.len()) as i64;
+            for (prefix, slot) in entries.iter() {
+                let id = ids[state_of(prefix) as usize];
+                let mut prefix = prefix.clone();
+                prefix[..4].copy_from_slice(&id.to_be_bytes());
+                for (uk, e) in slot.iter() {
+                    self.insert_entry(g, &prefix, uk, e.clone());
                 }
-                added += bytes as i64;
             }
-            self.add_bytes(g, added.max(0) as u64, (-added).max(0) as u64);
+        }
+        for (id, d) in self.descriptors.clone().iter().enumerate() {
+            if d.ttl_ms.is_some() {
+                self.ttl_queue
+                    .retain(|(_, p, _, _)| state_of(p) != id as u32);
+                self.queue_ttl_entries(id as u32);
+            }
         }
         Ok(())
+    }
+
+    /// Inserts `entry` as it is (a restored one) under `prefix ‖ user_key` in group `g`.
+    fn insert_entry(&mut self, g: usize, prefix: &[u8], user_key: &[u8], entry: Entry) {
+        let bytes = entry_bytes(prefix.len() + user_key.len(), entry.value.len());
+        let map = &mut self.groups[g];
+        let replaced = match map.get_mut(prefix) {
+            Some(Slot::Many(m)) => m.insert(Prefix::from_slice(user_key), entry),
+            Some(slot @ Slot::One(_)) if !user_key.is_empty() => {
+                let Slot::One(one) = slot.clone() else {
+                    unreachable!("matched above")
+                };
+                let mut m = OrdMap::new();
+                m.insert(Prefix::new(), one);
+                m.insert(Prefix::from_slice(user_key), entry);
+                *slot = Slot::Many(m);
+                None
+            }
+            Some(Slot::One(one)) => Some(std::mem::replace(one, entry)),
+            None => {
+                let slot = if user_key.is_empty() {
+                    Slot::One(entry)
+                } else {
+                    let mut m = OrdMap::new();
+                    m.insert(Prefix::from_slice(user_key), entry);
+                    Slot::Many(m)
+                };
+                map.insert(Prefix::from_slice(prefix), slot);
+                None
+            }
+        };
+        match replaced {
+            Some(old) => self.add_bytes(
+                g,
+                bytes,
+                entry_bytes(prefix.len() + user_key.len(), old.value.len()),
+            ),
+            None => {
+                self.entries += 1;
+                self.add_bytes(g, bytes, 0);
+            }
+        }
     }
 
     fn descriptor(&self, state: u32) -> Result<&StateDescriptor, StateError> {
@@ -471,71 +709,74 @@ impl KeyedStateBackend {
 }
 
 impl KeyedStateSnapshot {
-    /// Builds a snapshot from decoded parts (used when reading a checkpoint).
+    /// Builds a snapshot from decoded parts (used when reading a checkpoint): per key
+    /// group, its entries as `(composite key, entry)`.
     pub fn from_parts(
         descriptors: Vec<StateDescriptor>,
         first_key_group: u32,
         groups: Vec<Vec<(Vec<u8>, Entry)>>,
     ) -> Self {
-        let group_bytes = groups
-            .iter()
-            .map(|entries| {
-                entries
-                    .iter()
-                    .map(|(k, e)| entry_bytes(k.len(), e.value.len()))
-                    .sum()
-            })
-            .collect();
-        let groups = groups
-            .into_iter()
-            .map(|entries| {
-                entries
-                    .into_iter()
-                    .map(|(k, e)| (Key::from_vec(k), e))
-                    .collect()
-            })
-            .collect();
+        let mut backend = KeyedStateBackend::new(
+            u32::MAX,
+            first_key_group..first_key_group + groups.len() as u32,
+        );
+        backend.descriptors = descriptors;
+        for (g, entries) in groups.into_iter().enumerate() {
+            for (k, e) in entries {
+                let (state, key, user_key) = split_composite(&k);
+                let prefix = prefix_of(state, key);
+                backend.insert_entry(g, &prefix, user_key, e);
+            }
+        }
         KeyedStateSnapshot {
-            descriptors,
+            descriptors: backend.descriptors,
             first_key_group,
-            groups,
-            group_bytes,
+            groups: backend.groups,
+            group_bytes: backend.group_bytes,
+            entries: backend.entries,
             // Written without the entries expired then.
             taken_at: i64::MIN,
         }
     }
 
-    /// Every key group with its entries as `(composite key, entry)`, in key order,
-    /// without the entries whose TTL had passed when the snapshot was taken.
+    /// Every key group with its entries as `(composite key, entry)`, by `(state, key)`
+    /// and then user key, without the entries whose TTL had passed when the snapshot was
+    /// taken.
     pub fn key_groups(
         &self,
-    ) -> impl Iterator<Item = (u32, impl Iterator<Item = (&[u8], &Entry)>)> + '_ {
+    ) -> impl Iterator<Item = (u32, impl Iterator<Item = (CompositeKey<'_>, &Entry)>)> + '_ {
         let ttls: Vec<Option<u64>> = self.descriptors.iter().map(|d| d.ttl_ms).collect();
         self.groups.iter().enumerate().map(move |(i, g)| {
             let ttls = ttls.clone();
+            let taken_at = self.taken_at;
             (
                 self.first_key_group + i as u32,
-                g.iter()
-                    .filter(move |(k, e)| {
-                        alive(
-                            e,
-                            ttls.get(state_of(k) as usize).copied().flatten(),
-                            self.taken_at,
-                        )
-                    })
-                    .map(|(k, e)| (&k[..], e)),
+                g.iter().flat_map(move |(prefix, slot)| {
+                    let ttl = ttls.get(state_of(prefix) as usize).copied().flatten();
+                    slot.iter()
+                        .filter(move |(_, e)| alive(e, ttl, taken_at))
+                        .map(move |(user_key, e)| {
+                            (
+                                CompositeKey {
+                                    prefix: &prefix[..],
+                                    user_key,
+                                },
+                                e,
+                            )
+                        })
+                }),
             )
         })
     }
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.groups.iter().map(OrdMap::len).sum()
+        self.entries
     }
 
     /// True when there are no entries.
     pub fn is_empty(&self) -> bool {
-        self.groups.iter().all(OrdMap::is_empty)
+        self.entries == 0
     }
 }
 
@@ -554,10 +795,12 @@ fn state_of(k: &[u8]) -> u32 {
     )
 }
 
-fn composite(state: u32, key: &[u8], user_key: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(8 + key.len() + user_key.len());
-    compose(&mut k, state, key, user_key);
-    k
+fn prefix_of(state: u32, key: &[u8]) -> Prefix {
+    let mut p = Prefix::with_capacity(8 + key.len());
+    p.extend_from_slice(&state.to_be_bytes());
+    p.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    p.extend_from_slice(key);
+    p
 }
 
 /// Writes the composite key of `(state, key, user_key)` into `out`.
@@ -571,27 +814,6 @@ fn compose(out: &mut Vec<u8>, state: u32, key: &[u8], user_key: &[u8]) {
 
 fn alive(e: &Entry, ttl: Option<u64>, now: i64) -> bool {
     ttl.is_none_or(|ttl| now.saturating_sub(e.written_at) < ttl as i64)
-}
-
-/// Entries whose composite key starts with `prefix`, as a double-ended range.
-fn prefix_range<'a>(
-    map: &'a OrdMap<Key, Entry>,
-    prefix: &[u8],
-) -> impl DoubleEndedIterator<Item = (&'a Key, &'a Entry)> + 'a {
-    let start = Key::from_slice(prefix);
-    // The smallest byte string greater than every string starting with `prefix`.
-    let mut end = prefix.to_vec();
-    while end.last() == Some(&0xff) {
-        end.pop();
-    }
-    let end = match end.last_mut() {
-        Some(last) => {
-            *last += 1;
-            Bound::Excluded(Key::from_vec(end))
-        }
-        None => Bound::Unbounded,
-    };
-    map.range((Bound::Included(start), end))
 }
 
 #[cfg(test)]
