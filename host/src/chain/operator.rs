@@ -280,9 +280,10 @@ impl OperatorState {
         }
     }
 
-    /// After a call that wrote `writes` entries (and after a restore): drops some entries
-    /// whose TTL has passed — looking at more than twice as many as were written, so
-    /// cleanup keeps up with any write rate — and charges what the instance holds now.
+    /// After a call that wrote `writes` entries (and after a restore): drops entries
+    /// whose TTL has passed, oldest write first, up to more than twice as many as were
+    /// written, so cleanup keeps up with any write rate — and charges what the instance
+    /// holds now.
     /// Fails when that is over a limit.
     pub fn settle(&mut self, now: i64, writes: usize) -> Result<(), CallError> {
         if let Some(keyed) = self.keyed.as_mut() {
