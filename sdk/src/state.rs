@@ -253,7 +253,7 @@ struct StateSlot {
     kind: StateKind,
     ttl: bool,
     /// Value state: key -> value.
-    values: FxHashMap<Vec<u8>, CachedValue>,
+    values: FxHashMap<CacheKey, CachedValue>,
     /// Value state: keys written in this call (each once while its entry is dirty).
     dirty_values: KeyList,
     /// Map state: key -> cached part of its map.
@@ -265,6 +265,10 @@ struct StateSlot {
     /// call ends, however often it was written.
     pending: PairList,
 }
+
+/// A key of the value cache, inline when short (as most keys are), so that comparing the
+/// key of a probed slot reads the table itself rather than chasing a pointer.
+type CacheKey = smallvec::SmallVec<[u8; 16]>;
 
 /// Pairs of byte strings in one buffer, so noting one allocates nothing once the buffer
 /// has grown.
@@ -417,7 +421,7 @@ impl StateCache {
                     value,
                     dirty: false,
                 };
-                s.values.entry(key.to_vec()).or_insert(cached)
+                s.values.entry(CacheKey::from_slice(key)).or_insert(cached)
             }
         };
         f(&s.name, cached, &mut s.dirty_values)
@@ -504,7 +508,7 @@ impl StateCache {
                     value: Some(value),
                     dirty: true,
                 };
-                s.values.insert(key.to_vec(), cached);
+                s.values.insert(CacheKey::from_slice(key), cached);
                 s.dirty_values.push(key);
             }
         }
@@ -530,7 +534,7 @@ impl StateCache {
                     value: None,
                     dirty: false,
                 };
-                s.values.insert(key.to_vec(), absent);
+                s.values.insert(CacheKey::from_slice(key), absent);
             }
             StateKind::Map => {
                 let empty = MapCache {

@@ -68,8 +68,11 @@ impl Operator for Count {
             .update(ctx, key, |n| Some(n.unwrap_or(0) + 1))?
             .unwrap_or(1);
         if self.emit_final {
-            // The host keeps one timer per key and time, so registering it again is free.
-            ctx.register_event_timer(key, i64::MAX);
+            // One timer per key, registered with its first record (it is checkpointed
+            // and restored with the count, so a restored key has it already).
+            if count == 1 {
+                ctx.register_event_timer(key, i64::MAX);
+            }
             Ok(())
         } else {
             self.emit(ctx, key, count)
