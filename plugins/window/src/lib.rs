@@ -293,16 +293,26 @@ impl Window {
         if self.is_late(ctx, end) {
             return Ok(false);
         }
-        let acc = match self.windows.get(ctx, key, &start)? {
-            Some(acc) => self.add(acc, value),
-            None => Accumulator {
-                end,
-                count: 1,
-                value,
-            },
+        let (acc, new) = match self.windows.get(ctx, key, &start)? {
+            Some(acc) => (self.add(acc, value), false),
+            None => (
+                Accumulator {
+                    end,
+                    count: 1,
+                    value,
+                },
+                true,
+            ),
         };
         self.windows.put(ctx, key, &start, &acc)?;
-        self.trigger(ctx, key, start, &acc);
+        if new {
+            self.trigger(ctx, key, start, &acc);
+        } else if max_timestamp(acc.end) <= ctx.current_watermark() {
+            // A late record within the allowed lateness fires the window again; its
+            // timers are registered since the window began (they stay until they fire,
+            // and the state is purged by the second).
+            self.emit(ctx, key, start, &acc);
+        }
         Ok(true)
     }
 
