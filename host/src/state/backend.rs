@@ -4,8 +4,10 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
-use imbl::shared_ptr::DefaultSharedPtr;
-use imbl::{GenericHashMap, OrdMap};
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use sluice_codec::EntryWriter;
 use smallvec::SmallVec;
@@ -91,11 +93,11 @@ impl std::error::Error for StateError {}
 /// Keyed state of one operator instance: value, list and map states, partitioned by key
 /// group.
 ///
-/// Every key group has its own persistent (copy-on-write) hash map from `(state, key)` to
-/// that key's entries, so [`KeyedStateBackend::snapshot`] costs one pointer copy per key
-/// group, independent of how many entries there are, and later writes copy only the few
-/// nodes they touch. A point access hashes once and compares a key only when its hash
-/// matches. A key's entries are one [`Slot`]: the single entry of a value state, or the
+/// Every key group has its own copy-on-write hash map from `(state, key)` to that key's
+/// entries, in shards, so [`KeyedStateBackend::snapshot`] costs a few pointer copies per
+/// key group, independent of how many entries there are, and a write after a snapshot
+/// copies only the shard it falls in. A point access hashes once and compares a key only
+/// when its hash matches. A key's entries are one [`Slot`]: the single entry of a value state, or the
 /// entries of a list or map state ordered by user key.
 ///
 /// Composite keys (`state id ‖ key length ‖ key ‖ user key`) remain the unit of the
@@ -123,8 +125,91 @@ pub struct KeyedStateBackend {
 /// `state id ‖ key length ‖ key`, inline when short (as most are).
 type Prefix = SmallVec<[u8; 24]>;
 
-/// One key group: `(state, key)` to its entries.
-type Group = GenericHashMap<Prefix, Slot, foldhash::fast::RandomState, DefaultSharedPtr>;
+/// One key group: `(state, key)` to its entries, in [`SHARDS`] hash tables, each shared
+/// with the snapshots taken since it was last written (copy-on-write per shard). A point
+/// access hashes once and probes one table.
+#[derive(Debug, Clone)]
+struct Group {
+    /// Shared as a whole too, so a snapshot copies one pointer per key group.
+    shards: Arc<Vec<Arc<Shard>>>,
+}
+
+/// One shard of a key group.
+type Shard = HashTable<(Prefix, Slot)>;
+
+/// Shards per key group: the first write to a shard after a snapshot copies that shard
+/// only (and the group's list of shards).
+const SHARDS: usize = 16;
+
+/// The hash of every prefix in this process (one seed, so that a restored snapshot's
+/// tables can be shared as they are).
+fn hash_of(prefix: &[u8]) -> u64 {
+    static SEED: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
+    SEED.get_or_init(foldhash::fast::RandomState::default)
+        .hash_one(prefix)
+}
+
+/// The shard of a hash: bits the tables themselves use neither for the bucket (low bits)
+/// nor for the control byte (top bits).
+fn shard_of(hash: u64) -> usize {
+    ((hash >> 32) as usize) % SHARDS
+}
+
+impl Default for Group {
+    fn default() -> Self {
+        Group {
+            shards: Arc::new((0..SHARDS).map(|_| Arc::new(HashTable::new())).collect()),
+        }
+    }
+}
+
+impl Group {
+    fn get(&self, prefix: &[u8]) -> Option<&Slot> {
+        let hash = hash_of(prefix);
+        self.shards[shard_of(hash)]
+            .find(hash, |(k, _)| k[..] == *prefix)
+            .map(|(_, slot)| slot)
+    }
+
+    fn get_mut(&mut self, prefix: &[u8]) -> Option<&mut Slot> {
+        let hash = hash_of(prefix);
+        // Copies the shard if a snapshot shares it (a miss is followed by an insert,
+        // which would copy it anyway).
+        Arc::make_mut(&mut Arc::make_mut(&mut self.shards)[shard_of(hash)])
+            .find_mut(hash, |(k, _)| k[..] == *prefix)
+            .map(|(_, slot)| slot)
+    }
+
+    /// Inserts a `(state, key)` that is not there.
+    fn insert_new(&mut self, prefix: Prefix, slot: Slot) {
+        let hash = hash_of(&prefix);
+        Arc::make_mut(&mut Arc::make_mut(&mut self.shards)[shard_of(hash)]).insert_unique(
+            hash,
+            (prefix, slot),
+            |(k, _)| hash_of(k),
+        );
+    }
+
+    fn remove(&mut self, prefix: &[u8]) -> Option<Slot> {
+        let hash = hash_of(prefix);
+        self.shards[shard_of(hash)].find(hash, |(k, _)| k[..] == *prefix)?;
+        let shard = &mut Arc::make_mut(&mut self.shards)[shard_of(hash)];
+        match Arc::make_mut(shard).find_entry(hash, |(k, _)| k[..] == *prefix) {
+            Ok(entry) => Some(entry.remove().0.1),
+            Err(_) => None,
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&Prefix, &Slot)> {
+        self.shards
+            .iter()
+            .flat_map(|shard| shard.iter().map(|(k, slot)| (k, slot)))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.shards.iter().all(|shard| shard.is_empty())
+    }
+}
 
 /// The entries of one `(state, key)`.
 #[derive(Debug, Clone)]
@@ -399,7 +484,7 @@ impl KeyedStateBackend {
                     m.insert(Prefix::from_slice(user_key), new_entry(value, now));
                     Slot::Many(m)
                 };
-                map.insert(Prefix::from_slice(&self.scratch), slot);
+                map.insert_new(Prefix::from_slice(&self.scratch), slot);
                 None
             }
         };
@@ -624,7 +709,7 @@ impl KeyedStateBackend {
             if same_ids && self.groups[g].is_empty() {
                 // The usual case: share the snapshot's map, in O(1).
                 self.groups[g] = entries.clone();
-                self.entries += entries.values().map(Slot::len).sum::<usize>();
+                self.entries += entries.iter().map(|(_, slot)| slot.len()).sum::<usize>();
                 self.add_bytes(g, snapshot.group_bytes[i], 0);
                 continue;
             }
@@ -672,7 +757,7 @@ impl KeyedStateBackend {
                     m.insert(Prefix::from_slice(user_key), entry);
                     Slot::Many(m)
                 };
-                map.insert(Prefix::from_slice(prefix), slot);
+                map.insert_new(Prefix::from_slice(prefix), slot);
                 None
             }
         };
