@@ -620,11 +620,12 @@ impl KeyedStateBackend {
                 .descriptors
                 .get(state_of(prefix) as usize)
                 .and_then(|d| d.ttl_ms);
-            let probe = Entry {
-                value: Arc::from(&[][..]),
-                written_at: *written_at,
+            let Some(ttl) = ttl else {
+                // Its state was declared again without a TTL: nothing to clean.
+                self.ttl_queue.pop_front();
+                continue;
             };
-            if ttl.is_some() && alive(&probe, ttl, now) {
+            if now.saturating_sub(*written_at) < ttl as i64 {
                 // The oldest write is alive: so are all later ones.
                 break;
             }
@@ -988,6 +989,19 @@ mod tests {
         assert_eq!(removed, 1000);
         assert_eq!(b.len(), 1000);
         assert_eq!(b.bytes(), counted(&b));
+        // A state declared again without its TTL keeps its entries.
+        let mut lost = backend();
+        let l = lost
+            .declare(StateDescriptor {
+                name: "l".into(),
+                kind: StateKind::Value,
+                ttl_ms: Some(10),
+            })
+            .unwrap();
+        lost.put(l, b"k", b"", b"v", 0).unwrap();
+        lost.declare(value("l")).unwrap();
+        assert_eq!(lost.expire_some(1000, 10), 0);
+        assert_eq!(lost.len(), 1);
         // Without TTL states nothing is looked at.
         let mut plain = backend();
         let p = plain.declare(value("p")).unwrap();
