@@ -218,3 +218,71 @@ delay_ms = 10
         expected_word_counts(&text, 1)
     );
 }
+
+/// A guest that sleeps uses no CPU, so it must not hold its tenant's share of the cores:
+/// with more sleeping calls than cores, another tenant's job still runs to its end.
+#[test]
+fn sleeping_guests_hold_no_core_from_another_tenant() {
+    let dir = test_dir("guest-sleep-share");
+    let path = dir.join("host.toml");
+    std::fs::write(
+        &path,
+        "[tenant.acme]\ncall_deadline_ms = 0\n[tenant.quiet]\n",
+    )
+    .unwrap();
+    let host = HostConfig::load(&path).unwrap();
+    let (sleepy, _) = sleeper_job(&dir, r#"sleep-in = "process""#);
+    let text = std::fs::read_to_string(&sleepy)
+        .unwrap()
+        .replace("key_by = \"key\"", "key_by = \"key\"\nparallelism = 4");
+    std::fs::write(&sleepy, text).unwrap();
+    let sleepy = TestJob::load_with(&sleepy, &host).unwrap();
+    let (control, monitor) = (sleepy.control.clone(), sleepy.monitor.clone());
+    let runner = thread::spawn(move || sleepy.run(RestorePoint::Fresh));
+    while monitor.records_read_written().0 == 0 {
+        thread::sleep(Duration::from_millis(5));
+    }
+    thread::sleep(Duration::from_millis(100));
+
+    let quiet_dir = test_dir("guest-sleep-share-quiet");
+    let words = sample_text(3, 2_000);
+    std::fs::write(quiet_dir.join("in.txt"), &words).unwrap();
+    let quiet = write_job(
+        &quiet_dir,
+        &format!(
+            r#"
+name = "quiet"
+tenant = "quiet"
+[source]
+type = "file"
+path = "in.txt"
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+key_by = "key"
+[sink]
+type = "file"
+path = "counts.tsv"
+format = "key-value"
+"#
+        ),
+    );
+    let report = TestJob::load_with(&quiet, &host)
+        .unwrap()
+        .run(RestorePoint::Fresh)
+        .unwrap();
+    assert_eq!(report.outcome, JobOutcome::Finished);
+    let output = std::fs::read_to_string(quiet_dir.join("counts.tsv")).unwrap();
+    assert_eq!(
+        final_counts(&output).unwrap(),
+        expected_word_counts(&words, 1)
+    );
+    control.send(JobControl::Cancel).unwrap();
+    assert_eq!(
+        runner.join().unwrap().unwrap().outcome,
+        JobOutcome::Cancelled
+    );
+}

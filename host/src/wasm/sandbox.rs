@@ -106,10 +106,10 @@ pub(crate) fn add_wasi_to_linker(linker: &mut Linker<StoreState>) -> Result<()> 
         |mut store: StoreContextMut<'_, StoreState>,
          (pollables,): (Vec<Resource<DynPollable>>,)| {
             let state = store.data_mut();
-            let guard = state.guard();
-            let ready = guard
-                .wait(state.table().poll(pollables))
-                .map_err(wasmtime::Error::new)?;
+            let ready = off_core(state, |state, guard| {
+                guard.wait(state.table().poll(pollables))
+            })
+            .map_err(wasmtime::Error::new)?;
             Ok((ready?,))
         },
     )?;
@@ -117,15 +117,30 @@ pub(crate) fn add_wasi_to_linker(linker: &mut Linker<StoreState>) -> Result<()> 
         "[method]pollable.block",
         |mut store: StoreContextMut<'_, StoreState>, (pollable,): (Resource<DynPollable>,)| {
             let state = store.data_mut();
-            let guard = state.guard();
-            guard
-                .wait(state.table().block(pollable))
-                .map_err(wasmtime::Error::new)??;
+            off_core(state, |state, guard| {
+                guard.wait(state.table().block(pollable))
+            })
+            .map_err(wasmtime::Error::new)??;
             Ok(())
         },
     )?;
     linker.allow_shadowing(false);
     Ok(())
+}
+
+/// Runs `wait` (a wait inside a host call) with the call's core given back to the other
+/// tenants meanwhile: a guest that sleeps uses no CPU and must not hold a share. The time
+/// spent waiting for the core again does not count against the call's deadline.
+fn off_core<T>(
+    state: &mut StoreState,
+    wait: impl FnOnce(&mut StoreState, &CallGuard) -> Result<T, Interrupted>,
+) -> Result<T, Interrupted> {
+    let (cpu, tenant) = (state.cpu.clone(), state.cpu_tenant.clone());
+    let guard = state.guard();
+    cpu.end(&tenant);
+    let result = wait(state, &guard);
+    state.call_started += cpu.begin(&tenant);
+    result
 }
 
 /// The `wasi:io/poll` version `wasmtime-wasi` links (a component importing any 0.2.x
