@@ -228,7 +228,10 @@ pub fn read_operator_state(r: impl Read) -> Result<OperatorSnapshot> {
                 }
                 parts.push(entries);
             }
-            Some(KeyedStateSnapshot::from_parts(descriptors, first, parts))
+            Some(
+                KeyedStateSnapshot::from_parts(descriptors, first, parts)
+                    .map_err(|e| anyhow::anyhow!("state file: {e}"))?,
+            )
         }
         b => bail!("bad keyed-state marker {b}"),
     };

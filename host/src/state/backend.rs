@@ -796,12 +796,13 @@ impl KeyedStateBackend {
 
 impl KeyedStateSnapshot {
     /// Builds a snapshot from decoded parts (used when reading a checkpoint): per key
-    /// group, its entries as `(composite key, entry)`.
+    /// group, its entries as `(composite key, entry)`. Fails on a key that is not a
+    /// composite key of a declared state.
     pub fn from_parts(
         descriptors: Vec<StateDescriptor>,
         first_key_group: u32,
         groups: Vec<Vec<(Vec<u8>, Entry)>>,
-    ) -> Self {
+    ) -> Result<Self, String> {
         let mut backend = KeyedStateBackend::new(
             u32::MAX,
             first_key_group..first_key_group + groups.len() as u32,
@@ -809,12 +810,14 @@ impl KeyedStateSnapshot {
         backend.descriptors = descriptors;
         for (g, entries) in groups.into_iter().enumerate() {
             for (k, e) in entries {
-                let (state, key, user_key) = split_composite(&k);
+                let (state, key, user_key) = split_composite(&k)
+                    .filter(|(state, _, _)| (*state as usize) < backend.descriptors.len())
+                    .ok_or_else(|| format!("a malformed state key of {} bytes", k.len()))?;
                 let prefix = prefix_of(state, key);
                 backend.insert_entry(g, &prefix, user_key, e);
             }
         }
-        KeyedStateSnapshot {
+        Ok(KeyedStateSnapshot {
             descriptors: backend.descriptors,
             first_key_group,
             groups: backend.groups,
@@ -822,7 +825,7 @@ impl KeyedStateSnapshot {
             entries: backend.entries,
             // Written without the entries expired then.
             taken_at: i64::MIN,
-        }
+        })
     }
 
     /// Every key group with its entries as `(composite key, entry)`, by `(state, key)`
@@ -866,11 +869,13 @@ impl KeyedStateSnapshot {
     }
 }
 
-/// Splits a composite key into `(state id, key, user key)`.
-pub fn split_composite(k: &[u8]) -> (u32, &[u8], &[u8]) {
-    let state = state_of(k);
-    let len = u32::from_be_bytes(k[4..8].try_into().expect("4 bytes")) as usize;
-    (state, &k[8..8 + len], &k[8 + len..])
+/// Splits a composite key into `(state id, key, user key)`; `None` when it is too short
+/// for what it says.
+pub fn split_composite(k: &[u8]) -> Option<(u32, &[u8], &[u8])> {
+    let state = u32::from_be_bytes(k.get(..4)?.try_into().ok()?);
+    let len = u32::from_be_bytes(k.get(4..8)?.try_into().ok()?) as usize;
+    let key = k.get(8..8usize.checked_add(len)?)?;
+    Some((state, key, &k[8 + len..]))
 }
 
 fn state_of(k: &[u8]) -> u32 {
@@ -1007,6 +1012,34 @@ mod tests {
         let p = plain.declare(value("p")).unwrap();
         plain.put(p, b"k", b"", b"v", 0).unwrap();
         assert_eq!(plain.expire_some(i64::MAX, usize::MAX), 0);
+    }
+
+    #[test]
+    fn malformed_keys_in_a_checkpoint_are_an_error() {
+        let entry = Entry {
+            value: Arc::from(&b"v"[..]),
+            written_at: 0,
+        };
+        let good = {
+            let mut k = Vec::new();
+            compose(&mut k, 0, b"key", b"");
+            k
+        };
+        for bad in [vec![0, 0], vec![0, 0, 0, 0, 0, 0, 0, 9, 1], {
+            let mut k = good.clone();
+            k[3] = 7; // an undeclared state
+            k
+        }] {
+            let err = KeyedStateSnapshot::from_parts(
+                vec![value("v")],
+                0,
+                vec![vec![(good.clone(), entry.clone()), (bad, entry.clone())]],
+            )
+            .unwrap_err();
+            assert!(err.contains("malformed state key"), "{err}");
+        }
+        let ok = KeyedStateSnapshot::from_parts(vec![value("v")], 0, vec![vec![(good, entry)]]);
+        assert_eq!(ok.unwrap().len(), 1);
     }
 
     #[test]
