@@ -6,6 +6,9 @@
 //!   `snapshot` call plus O(1) copies of keyed state and timers) with 10k, 1M and 10M keys
 //!   of keyed state — it must not grow with the state (that is what asynchronous means) —
 //!   and, for scale, how long the asynchronous part takes to write that state;
+//! * the whole stall a task thread sees in a real job: the word count with a file sink
+//!   (whose synchronous part flushes, fsyncs and renames its staged output) and
+//!   checkpoints every 100 ms, the longest synchronous part of any task per checkpoint;
 //! * recovery: from the moment the supervisor learns that an operator trapped to the first
 //!   record processed by the restored job (cancel the failed attempt, load the latest
 //!   checkpoint, instantiate and restore every operator), with 10k, 100k and 1M keys of
@@ -314,8 +317,38 @@ fn recovery() {
     }
 }
 
+/// The longest synchronous part of any task, per checkpoint of a real job: barrier
+/// broadcast, every operator's snapshot and the file sink's pre-commit included.
+fn job_stall() {
+    let records = 1_500_000u64;
+    let dir = test_dir("bench-job-stall");
+    let text = job(true, records).replace("interval_ms = 1000", "interval_ms = 100");
+    let report = run_job(&write_job(&dir, &text)).unwrap();
+    let mut stalls: Vec<Duration> = report
+        .checkpoints
+        .completed
+        .iter()
+        .map(|c| c.max_sync)
+        .collect();
+    stalls.sort();
+    let at = |q: f64| stalls[((stalls.len() - 1) as f64 * q) as usize];
+    println!(
+        "longest synchronous part per checkpoint in the word count with its file sink \
+         ({} checkpoints every 100 ms)",
+        stalls.len()
+    );
+    println!(
+        "  median {:>9.1?}   p90 {:>9.1?}   max {:>9.1?}",
+        at(0.5),
+        at(0.9),
+        at(1.0)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn main() {
     throughput();
     stall();
+    job_stall();
     recovery();
 }
