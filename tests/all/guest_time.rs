@@ -7,15 +7,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use sluice::job::{JobControl, JobOutcome, RestorePoint};
-use sluice::tenant::HostConfig;
 use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TEST_SLEEPER, TOKENIZE};
-use sluice_tests::{TestJob, expected_word_counts, final_counts, sample_text, test_dir, write_job};
-
-fn host_config(dir: &Path, limits: &str) -> HostConfig {
-    let path = dir.join("host.toml");
-    std::fs::write(&path, format!("[tenant.acme]\n{limits}\n")).unwrap();
-    HostConfig::load(&path).unwrap()
-}
+use sluice_tests::{
+    TestJob, acme_host, expected_word_counts, file_wordcount, final_counts, sample_text, test_dir,
+    write_job,
+};
 
 /// `file -> tokenize -> sleeper(config) -> file`, keyed at the sleeper, with checkpoints
 /// and one restart. Returns the job and the number of words in its input.
@@ -91,7 +87,7 @@ fn a_guest_sleeping_in_any_call_is_cut_at_its_deadline_and_the_job_recovers() {
         "dispose",
     ] {
         let dir = test_dir(&format!("guest-sleep-{call}"));
-        let host = host_config(&dir, "call_deadline_ms = 200");
+        let host = acme_host(&dir, "call_deadline_ms = 200");
         let (job, words) = sleeper_job(&dir, &format!(r#"sleep-in = "{call}", attempts = "0""#));
         let started = Instant::now();
         let report = TestJob::load_with(&job, &host)
@@ -119,7 +115,7 @@ fn a_guest_sleeping_in_any_call_is_cut_at_its_deadline_and_the_job_recovers() {
 #[test]
 fn cancelling_a_job_whose_guest_sleeps_without_a_deadline_ends_it_at_once() {
     let dir = test_dir("guest-sleep-cancel");
-    let host = host_config(&dir, "call_deadline_ms = 0");
+    let host = acme_host(&dir, "call_deadline_ms = 0");
     let (job, _) = sleeper_job(&dir, r#"sleep-in = "process""#);
     let job = TestJob::load_with(&job, &host).unwrap();
     let control = job.control.clone();
@@ -180,7 +176,7 @@ delay_ms = 10
 "#
         )
     };
-    let host = host_config(&dir, "fuel_per_call = 50000000\ncall_deadline_ms = 0");
+    let host = acme_host(&dir, "fuel_per_call = 50000000\ncall_deadline_ms = 0");
     let honest = write_job(&dir, &job_text("none"));
     let report = TestJob::load_with(&honest, &host)
         .unwrap()
@@ -224,13 +220,7 @@ delay_ms = 10
 #[test]
 fn sleeping_guests_hold_no_core_from_another_tenant() {
     let dir = test_dir("guest-sleep-share");
-    let path = dir.join("host.toml");
-    std::fs::write(
-        &path,
-        "[tenant.acme]\ncall_deadline_ms = 0\n[tenant.quiet]\n",
-    )
-    .unwrap();
-    let host = HostConfig::load(&path).unwrap();
+    let host = acme_host(&dir, "call_deadline_ms = 0");
     let (sleepy, _) = sleeper_job(&dir, r#"sleep-in = "process""#);
     let text = std::fs::read_to_string(&sleepy)
         .unwrap()
@@ -247,29 +237,7 @@ fn sleeping_guests_hold_no_core_from_another_tenant() {
     let quiet_dir = test_dir("guest-sleep-share-quiet");
     let words = sample_text(3, 2_000);
     std::fs::write(quiet_dir.join("in.txt"), &words).unwrap();
-    let quiet = write_job(
-        &quiet_dir,
-        &format!(
-            r#"
-name = "quiet"
-tenant = "quiet"
-[source]
-type = "file"
-path = "in.txt"
-[[operator]]
-name = "tokenize"
-plugin = "{TOKENIZE}"
-[[operator]]
-name = "count"
-plugin = "{COUNT}"
-key_by = "key"
-[sink]
-type = "file"
-path = "counts.tsv"
-format = "key-value"
-"#
-        ),
-    );
+    let quiet = write_job(&quiet_dir, &file_wordcount("quiet", "quiet", 1));
     let report = TestJob::load_with(&quiet, &host)
         .unwrap()
         .run(RestorePoint::Fresh)

@@ -8,9 +8,11 @@ use std::path::Path;
 use std::thread;
 
 use sluice::job::{JobOutcome, RestorePoint};
-use sluice::tenant::HostConfig;
-use sluice_tests::plugins::{COUNT, TEST_HOG, TOKENIZE};
-use sluice_tests::{TestJob, expected_word_counts, final_counts, sample_text, test_dir, write_job};
+use sluice_tests::plugins::{TEST_HOG, TOKENIZE};
+use sluice_tests::{
+    TestJob, acme_host, expected_word_counts, file_wordcount, final_counts, sample_text, test_dir,
+    write_job,
+};
 
 /// `generator -> tokenize -> hog(config) -> file` of tenant `acme`, without restarts.
 fn hog_job(dir: &Path, config: &str, records: u64) -> std::path::PathBuf {
@@ -44,16 +46,10 @@ strategy = "none"
     )
 }
 
-fn host(dir: &Path, acme: &str) -> HostConfig {
-    let path = dir.join("host.toml");
-    std::fs::write(&path, format!("[tenant.acme]\n{acme}\n[tenant.quiet]\n")).unwrap();
-    HostConfig::load(&path).unwrap()
-}
-
 /// Runs the hog job under `limits` and returns how it failed.
 fn failure(name: &str, config: &str, limits: &str) -> String {
     let dir = test_dir(name);
-    let host = host(&dir, limits);
+    let host = acme_host(&dir, limits);
     let job = hog_job(&dir, config, 1_000_000);
     let err = TestJob::load_with(&job, &host)
         .unwrap()
@@ -111,31 +107,8 @@ fn a_tenants_instances_share_its_limit_and_another_tenant_is_unharmed() {
     let dir = test_dir("hog-neighbour");
     let text = sample_text(17, 20_000);
     std::fs::write(dir.join("in.txt"), &text).unwrap();
-    let neighbour = write_job(
-        &dir,
-        &format!(
-            r#"
-name = "quiet"
-tenant = "quiet"
-[source]
-type = "file"
-path = "in.txt"
-[[operator]]
-name = "tokenize"
-plugin = "{TOKENIZE}"
-[[operator]]
-name = "count"
-plugin = "{COUNT}"
-key_by = "key"
-parallelism = 2
-[sink]
-type = "file"
-path = "counts.tsv"
-format = "key-value"
-"#
-        ),
-    );
-    let host_config = host(&dir, "state_mb = 1024\ntenant_state_mb = 8");
+    let neighbour = write_job(&dir, &file_wordcount("quiet", "quiet", 2));
+    let host_config = acme_host(&dir, "state_mb = 1024\ntenant_state_mb = 8");
     let quiet = {
         let host_config = host_config.clone();
         thread::spawn(move || {
@@ -180,7 +153,7 @@ fn state_ttl_drops_entries_so_a_small_limit_holds() {
     // 180,000 words × 10 entries of about 200 bytes: about 350 MiB written over the run,
     // with a 1 ms TTL, under a limit of 4 MiB.
     let dir = test_dir("hog-ttl");
-    let host = host(&dir, "state_mb = 4");
+    let host = acme_host(&dir, "state_mb = 4");
     let job = hog_job(&dir, r#"hog = "ttl", per-record = 10"#, 30_000);
     let text = std::fs::read_to_string(&job).unwrap();
     // Small batches: what one call writes is fresh, so it all counts until a later call.

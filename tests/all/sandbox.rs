@@ -7,14 +7,9 @@ use std::path::{Path, PathBuf};
 use sluice::job::{JobOutcome, JobReport, RestorePoint};
 use sluice::tenant::HostConfig;
 use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE};
-use sluice_tests::{TestJob, expected_word_counts, final_counts, sample_text, test_dir, write_job};
-
-/// A host configuration with tenant `acme` limited as `limits` says (TOML lines).
-fn host_config(dir: &Path, limits: &str) -> HostConfig {
-    let path = dir.join("host.toml");
-    std::fs::write(&path, format!("[tenant.acme]\n{limits}\n")).unwrap();
-    HostConfig::load(&path).unwrap()
-}
+use sluice_tests::{
+    TestJob, acme_host, expected_word_counts, final_counts, sample_text, test_dir, write_job,
+};
 
 /// `file -> tokenize -> misbehave(config) -> count -> file`, with checkpoints and one
 /// restart allowed; the misbehaviour happens only in the first attempt.
@@ -63,7 +58,7 @@ batch_size = 200
 /// the failure that caused the restart.
 fn fails_once_then_recovers(name: &str, misbehave: &str, limits: &str) -> String {
     let dir = test_dir(name);
-    let host = host_config(&dir, limits);
+    let host = acme_host(&dir, limits);
     let (job, text) = counting_job(&dir, misbehave);
     let report = TestJob::load_with(&job, &host)
         .unwrap()
@@ -186,7 +181,7 @@ fn reach(
 ) -> (String, JobReport) {
     let dir = test_dir(name);
     setup(&dir);
-    let host = host_config(&dir, limits);
+    let host = acme_host(&dir, limits);
     std::fs::write(dir.join("in.txt"), "a\nb\nc\n").unwrap();
     let job = write_job(
         &dir,
@@ -263,7 +258,7 @@ fn log_and_print_floods_are_rate_limited() {
 #[test]
 fn exhausted_restarts_fail_the_job_with_the_cause() {
     let dir = test_dir("hostile-always");
-    let host = host_config(&dir, "call_deadline_ms = 200");
+    let host = acme_host(&dir, "call_deadline_ms = 200");
     let (job, _) = counting_job(&dir, r#"behavior = "loop-in-process", after = 100"#);
     // Misbehave in every attempt: the job fails after its one restart.
     let text = std::fs::read_to_string(&job)

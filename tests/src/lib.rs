@@ -85,6 +85,43 @@ pub fn sluice_run(bin: &str, job: &Path, resume_from: Option<&Path>) -> std::pro
     command
 }
 
+/// A host configuration with tenant `acme` limited as `limits` says (TOML lines), and
+/// tenant `quiet` with the defaults, written into `dir`.
+pub fn acme_host(dir: &Path, limits: &str) -> sluice::tenant::HostConfig {
+    let path = dir.join("host.toml");
+    std::fs::write(&path, format!("[tenant.acme]\n{limits}\n[tenant.quiet]\n"))
+        .expect("writing the host configuration");
+    sluice::tenant::HostConfig::load(&path).expect("loading the host configuration")
+}
+
+/// Job `name` of `tenant`: `in.txt -> tokenize -> count (key_by, parallelism) ->
+/// counts.tsv` (key-value), without checkpoints.
+pub fn file_wordcount(name: &str, tenant: &str, parallelism: u32) -> String {
+    format!(
+        r#"
+name = "{name}"
+tenant = "{tenant}"
+[source]
+type = "file"
+path = "in.txt"
+[[operator]]
+name = "tokenize"
+plugin = "{}"
+[[operator]]
+name = "count"
+plugin = "{}"
+key_by = "key"
+parallelism = {parallelism}
+[sink]
+type = "file"
+path = "counts.tsv"
+format = "key-value"
+"#,
+        plugins::TOKENIZE,
+        plugins::COUNT
+    )
+}
+
 /// A running or finished job driven from a test.
 pub struct TestJob {
     /// The loaded job.
