@@ -99,6 +99,22 @@ impl CallGuard {
 /// into `linker`.
 pub(crate) fn add_wasi_to_linker(linker: &mut Linker<StoreState>) -> Result<()> {
     wasmtime_wasi::p2::add_to_linker_sync(linker)?;
+    // The replacements must take the place of what wasmtime-wasi linked. Under another
+    // version name they would be a second interface nobody imports, and waits would be
+    // unbounded again: defining one without shadowing must fail, as the name is taken.
+    let taken = linker
+        .instance(POLL_INTERFACE)?
+        .func_wrap(
+            "poll",
+            |_: StoreContextMut<'_, StoreState>, (_,): (Vec<Resource<DynPollable>>,)| {
+                Ok((Vec::<u32>::new(),))
+            },
+        )
+        .is_err();
+    anyhow::ensure!(
+        taken,
+        "{POLL_INTERFACE} is not the version wasmtime-wasi links: update POLL_INTERFACE"
+    );
     linker.allow_shadowing(true);
     let mut poll = linker.instance(POLL_INTERFACE)?;
     poll.func_wrap(
