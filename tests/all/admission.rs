@@ -6,9 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use sluice_tests::plugins::{COUNT, TOKENIZE};
-use sluice_tests::{TestJob, test_dir, write_job};
+use sluice_tests::{TestJob, test_dir, throttled_wordcount, write_job};
 
-use crate::checkpoints::throttled_wordcount;
 use crate::cli::{outcome, sluice};
 use crate::server::{ServerProcess, error_of, host_config, wait_for};
 

@@ -12,42 +12,8 @@ use sluice::job::{JobControl, JobOutcome, RestorePoint};
 use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TEST_RECORDER, TOKENIZE};
 use sluice_tests::{
     TestJob, final_counts, final_counts_any_order, has_complete_checkpoint, run_job, sluice_run,
-    test_dir, write_job,
+    test_dir, throttled_wordcount, write_job,
 };
-
-/// A word count over generated lines, throttled so that it runs for a few seconds, with
-/// checkpoints every 100 ms.
-pub(crate) fn throttled_wordcount(count_parallelism: u32, records: u64, rate: f64) -> String {
-    format!(
-        r#"
-name = "killable"
-[source]
-type = "generator"
-records = {records}
-words_per_record = 6
-vocabulary = 300
-seed = 5
-rate = {rate}
-[[operator]]
-name = "tokenize"
-plugin = "{TOKENIZE}"
-[[operator]]
-name = "count"
-plugin = "{COUNT}"
-parallelism = {count_parallelism}
-key_by = "key"
-[sink]
-type = "file"
-path = "out/counts.tsv"
-format = "key-value"
-[checkpoint]
-interval_ms = 100
-dir = "checkpoints"
-[runtime]
-batch_size = 200
-"#
-    )
-}
 
 pub(crate) fn spawn_sluice(job: &Path, args: &[&str]) -> Child {
     sluice_run(env!("CARGO_BIN_EXE_sluice-test-cli"), job, None)

@@ -13,10 +13,10 @@ use sluice::job::{JobControl, JobOutcome, RestorePoint, RunOptions};
 use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE};
 use sluice_tests::{
     TestJob, expected_word_counts, final_counts, final_counts_any_order, sample_text, test_dir,
-    write_job,
+    throttled_wordcount, write_job,
 };
 
-use crate::checkpoints::{spawn_sluice, throttled_wordcount};
+use crate::checkpoints::spawn_sluice;
 use crate::cli::sluice;
 
 /// A word count from `source` with a test-misbehave operator between tokenize and

@@ -13,9 +13,7 @@ use serde_json::Value;
 use sluice::server::client::Client;
 use sluice::server::token_sha256;
 use sluice_tests::plugins::{COUNT, TEST_WRONG_VERSION, TOKENIZE};
-use sluice_tests::{run_job, scratch_root, test_dir, write_job};
-
-use crate::checkpoints::throttled_wordcount;
+use sluice_tests::{run_job, scratch_root, test_dir, throttled_wordcount, write_job};
 
 /// A `sluice serve` child process; killed when dropped.
 pub(crate) struct ServerProcess {

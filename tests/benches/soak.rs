@@ -13,40 +13,7 @@ use std::process::Stdio;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use sluice_tests::plugins::{COUNT, TOKENIZE};
-use sluice_tests::{run_job, sluice_run, test_dir, write_job};
-
-fn job(parallelism: u32, records: u64) -> String {
-    format!(
-        r#"
-name = "soak"
-[source]
-type = "generator"
-records = {records}
-words_per_record = 6
-vocabulary = 300
-seed = 9
-rate = 5000.0
-[[operator]]
-name = "tokenize"
-plugin = "{TOKENIZE}"
-[[operator]]
-name = "count"
-plugin = "{COUNT}"
-parallelism = {parallelism}
-key_by = "key"
-[sink]
-type = "file"
-path = "out/counts.tsv"
-format = "key-value"
-[checkpoint]
-interval_ms = 100
-dir = "checkpoints"
-[runtime]
-batch_size = 200
-"#
-    )
-}
+use sluice_tests::{run_job, sluice_run, test_dir, throttled_wordcount, write_job};
 
 /// Lines by how often they occur.
 fn multiset(text: &str) -> BTreeMap<&str, i64> {
@@ -60,10 +27,11 @@ fn multiset(text: &str) -> BTreeMap<&str, i64> {
 fn soak(parallelism: u32, kills: usize, seed: &mut u64) {
     // Long enough that every kill lands while it runs: about 1 s of input per kill.
     let records = 5_000 * (kills as u64 + 2);
-    let text = job(parallelism, records);
+    let rate = 5000.0;
+    let text = throttled_wordcount(parallelism, records, rate);
     // The same records, unthrottled.
     let reference_dir = test_dir(&format!("soak-reference-{parallelism}"));
-    let unthrottled = text.replace("rate = 5000.0\n", "");
+    let unthrottled = text.replace(&format!("rate = {rate}\n"), "");
     run_job(&write_job(&reference_dir, &unthrottled)).expect("the failure-free run");
     let reference = std::fs::read_to_string(reference_dir.join("out/counts.tsv")).unwrap();
 

@@ -122,6 +122,42 @@ format = "key-value"
     )
 }
 
+/// A word count over generated lines, throttled so that it runs for a few seconds, with
+/// checkpoints every 100 ms (in `checkpoints/`) and its counts in `out/counts.tsv`.
+pub fn throttled_wordcount(count_parallelism: u32, records: u64, rate: f64) -> String {
+    format!(
+        r#"
+name = "killable"
+[source]
+type = "generator"
+records = {records}
+words_per_record = 6
+vocabulary = 300
+seed = 5
+rate = {rate}
+[[operator]]
+name = "tokenize"
+plugin = "{}"
+[[operator]]
+name = "count"
+plugin = "{}"
+parallelism = {count_parallelism}
+key_by = "key"
+[sink]
+type = "file"
+path = "out/counts.tsv"
+format = "key-value"
+[checkpoint]
+interval_ms = 100
+dir = "checkpoints"
+[runtime]
+batch_size = 200
+"#,
+        plugins::TOKENIZE,
+        plugins::COUNT
+    )
+}
+
 /// A running or finished job driven from a test.
 pub struct TestJob {
     /// The loaded job.
