@@ -41,7 +41,14 @@ fn main() {
         "{:>6} {:>14} {:>14} {:>12}",
         "batch", "native ns/rec", "wasm ns/rec", "wasm/native"
     );
+    // `SLUICE_BENCH_BATCH=N` measures one batch size only (for profiling).
+    let only: Option<usize> = std::env::var("SLUICE_BENCH_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok());
     for batch in [1usize, 4, 16, 64, 256, 1024, 4096] {
+        if only.is_some_and(|b| b != batch) {
+            continue;
+        }
         let batches: Vec<Vec<u8>> = (0..RECORDS / batch)
             .map(|b| {
                 let mut w = BatchWriter::new();

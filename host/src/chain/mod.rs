@@ -23,7 +23,7 @@ use sluice_codec::{BatchReader, TimeDomain};
 use crate::checkpoint::OperatorSnapshot;
 use crate::metrics::{OperatorMetrics, TaskMetrics, add_duration};
 use crate::network::{Barrier, RecordWriter, StreamElement};
-use crate::timers::now_millis;
+use crate::timers::{millis_at, now_millis};
 
 /// How many times in a row one watermark or processing-time tick may call an operator's
 /// `on-timers` because the previous call registered timers that were already due. Flink
@@ -111,7 +111,8 @@ impl OperatorChain {
         let link = &mut self.operators[i];
         let start = Instant::now();
         let result = f(&mut *link.operator);
-        add_duration(&link.metrics.busy_ns, start.elapsed());
+        let end = Instant::now();
+        add_duration(&link.metrics.busy_ns, end - start);
         link.metrics
             .memory_bytes
             .store(link.operator.memory_bytes(), Relaxed);
@@ -124,7 +125,7 @@ impl OperatorChain {
             error,
         };
         let output = result.map_err(|e| fail(e, &*link.operator))?;
-        let now = now_millis();
+        let now = millis_at(end);
         let writes = if output.effects.is_empty() {
             0
         } else {

@@ -16,4 +16,4 @@ mod queues;
 mod service;
 
 pub use queues::TimerQueues;
-pub use service::{ProcessingTimeService, TimerHandle, now_millis};
+pub use service::{ProcessingTimeService, TimerHandle, millis_at, now_millis};

@@ -1,5 +1,6 @@
 //! The processing-time service of a task.
 
+use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -11,6 +12,31 @@ pub fn now_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// [`now_millis`] at `at`, derived from the monotonic clock: the wall clock is read at
+/// most once a second per thread. Calls at small batches read the clock several times
+/// each (busy time, CPU shares, deadlines, state TTL), so one reading serves them all; a
+/// step of the system clock shows within a second.
+pub fn millis_at(at: Instant) -> i64 {
+    thread_local! {
+        static ANCHOR: Cell<Option<(Instant, i64)>> = const { Cell::new(None) };
+    }
+    const REREAD: Duration = Duration::from_secs(1);
+    let signed_ms = |from: Instant, to: Instant| match to.checked_duration_since(from) {
+        Some(d) => d.as_millis() as i64,
+        None => -(from.duration_since(to).as_millis() as i64),
+    };
+    ANCHOR.with(|anchor| {
+        if let Some((then, ms)) = anchor.get()
+            && at.checked_duration_since(then).is_some_and(|d| d < REREAD)
+        {
+            return ms + signed_ms(then, at);
+        }
+        let (then, ms) = (Instant::now(), now_millis());
+        anchor.set(Some((then, ms)));
+        ms + signed_ms(then, at)
+    })
 }
 
 type Callback = Box<dyn FnOnce(i64) + Send>;
@@ -233,6 +259,33 @@ fn run(shared: &Shared) {
 mod tests {
     use super::*;
     use crossbeam_channel::unbounded;
+
+    #[test]
+    fn millis_at_follows_the_wall_clock_from_a_monotonic_reading() {
+        let (before, at, after) = (now_millis(), Instant::now(), now_millis());
+        let ms = millis_at(at);
+        assert!(
+            (before..=after).contains(&ms),
+            "{before} <= {ms} <= {after}"
+        );
+        // Later and earlier instants, inside and beyond the re-reading interval.
+        for offset in [1, 999, 1500, 60_000] {
+            let d = Duration::from_millis(offset);
+            let later = millis_at(at + d) - ms;
+            assert!(
+                (offset as i64 - 1..=offset as i64 + 1).contains(&later),
+                "{later}"
+            );
+            let Some(earlier) = at.checked_sub(d) else {
+                continue;
+            };
+            let earlier = ms - millis_at(earlier);
+            assert!(
+                (offset as i64 - 1..=offset as i64 + 1).contains(&earlier),
+                "{earlier}"
+            );
+        }
+    }
 
     #[test]
     fn timers_fire_in_deadline_order_with_their_registered_time() {

@@ -18,7 +18,6 @@
 //!   runs more calls at once than there are cores (the rest of its tasks' work, outside
 //!   calls, is not held back).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -39,13 +38,60 @@ pub struct CpuTenant {
 #[derive(Debug)]
 pub struct CpuShares {
     cores: u64,
-    state: Mutex<HashMap<Arc<str>, Slot>>,
+    state: Mutex<Tenants>,
     turn: Condvar,
     /// Calls waiting to start or go on, over all tenants (read without the lock).
     waiting: AtomicUsize,
 }
 
-#[derive(Debug)]
+/// The tenants with calls on this host: a handful, so a list searched in order is
+/// quicker than a hash of each name on every call.
+#[derive(Debug, Default)]
+struct Tenants(Vec<(Arc<str>, Slot)>);
+
+impl Tenants {
+    fn get(&self, name: &str) -> Option<&Slot> {
+        self.0.iter().find(|(n, _)| &**n == name).map(|(_, s)| s)
+    }
+
+    fn get_mut(&mut self, name: &str) -> Option<&mut Slot> {
+        self.0
+            .iter_mut()
+            .find(|(n, _)| &**n == name)
+            .map(|(_, s)| s)
+    }
+
+    /// The slot of `name`, made with `new` if it has none.
+    fn entry(&mut self, name: &Arc<str>, new: impl FnOnce() -> Slot) -> &mut Slot {
+        let i = match self.0.iter().position(|(n, _)| n == name) {
+            Some(i) => i,
+            None => {
+                self.0.push((name.clone(), new()));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[i].1
+    }
+
+    #[cfg(test)]
+    fn insert(&mut self, name: &str, slot: Slot) {
+        *self.entry(&name.into(), || slot.clone()) = slot.clone();
+    }
+
+    fn retain(&mut self, keep: impl Fn(&Slot) -> bool) {
+        self.0.retain(|(_, s)| keep(s));
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&str, &Slot)> {
+        self.0.iter().map(|(n, s)| (&**n, s))
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Slot> {
+        self.0.iter().map(|(_, s)| s)
+    }
+}
+
+#[derive(Debug, Clone)]
 struct Slot {
     weight: u64,
     running: u64,
@@ -81,53 +127,56 @@ impl CpuShares {
     pub fn new(cores: usize) -> Self {
         CpuShares {
             cores: cores.max(1) as u64,
-            state: Mutex::new(HashMap::new()),
+            state: Mutex::new(Tenants::default()),
             turn: Condvar::new(),
             waiting: AtomicUsize::new(0),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Slot>> {
+    fn lock(&self) -> MutexGuard<'_, Tenants> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Starts a call of `tenant`, after waiting for its turn if it has to; returns how long
     /// it waited.
     pub fn begin(&self, tenant: &CpuTenant) -> Duration {
+        self.start(tenant).0
+    }
+
+    /// [`CpuShares::begin`], returning also when the call starts (after the wait).
+    pub fn start(&self, tenant: &CpuTenant) -> (Duration, Instant) {
         let mut state = self.lock();
         let now = Instant::now();
         // Tenants quiet for long are forgotten.
-        state.retain(|_, s| s.is_active(now));
+        state.retain(|s| s.is_active(now));
         let weight = u64::from(tenant.weight.max(1));
-        let slot = state
-            .entry(tenant.name.clone())
-            .or_insert_with(|| Slot::new(weight));
-        slot.weight = weight;
+        state.entry(&tenant.name, || Slot::new(weight)).weight = weight;
         if may_run(&state, &tenant.name, self.cores, now) {
             let slot = state.get_mut(&tenant.name).expect("inserted");
             slot.running += 1;
             slot.last_call = now;
-            return Duration::ZERO;
+            return (Duration::ZERO, now);
         }
         state.get_mut(&tenant.name).expect("inserted").waiting += 1;
         self.waiting.fetch_add(1, Ordering::Relaxed);
-        loop {
+        let started = loop {
             // Woken when a call ends; also when a neighbour may have gone quiet.
             state = self
                 .turn
                 .wait_timeout(state, ACTIVE_WINDOW)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
-            if may_run(&state, &tenant.name, self.cores, Instant::now()) {
-                break;
+            let at = Instant::now();
+            if may_run(&state, &tenant.name, self.cores, at) {
+                break at;
             }
-        }
+        };
         let slot = state.get_mut(&tenant.name).expect("inserted");
         slot.waiting -= 1;
         slot.running += 1;
-        slot.last_call = Instant::now();
+        slot.last_call = started;
         self.waiting.fetch_sub(1, Ordering::Relaxed);
-        now.elapsed()
+        (started - now, started)
     }
 
     /// Ends a call of `tenant`.
@@ -160,7 +209,7 @@ impl CpuShares {
             let over = slot.running * total > self.cores * slot.weight;
             let someone_waits = state
                 .iter()
-                .any(|(name, s)| name != &tenant.name && s.waiting > 0);
+                .any(|(name, s)| name != &*tenant.name && s.waiting > 0);
             if !over
                 || !someone_waits
                 || !share_left_to_others(&state, &tenant.name, self.cores, now)
@@ -173,7 +222,7 @@ impl CpuShares {
     }
 }
 
-fn active_weight(state: &HashMap<Arc<str>, Slot>, now: Instant) -> u64 {
+fn active_weight(state: &Tenants, now: Instant) -> u64 {
     state
         .values()
         .filter(|s| s.is_active(now))
@@ -183,27 +232,24 @@ fn active_weight(state: &HashMap<Arc<str>, Slot>, now: Instant) -> u64 {
 }
 
 /// Whether an active tenant other than `me` runs fewer calls than its share.
-fn share_left_to_others(
-    state: &HashMap<Arc<str>, Slot>,
-    me: &str,
-    cores: u64,
-    now: Instant,
-) -> bool {
+fn share_left_to_others(state: &Tenants, me: &str, cores: u64, now: Instant) -> bool {
     let total = active_weight(state, now);
     state
         .iter()
-        .any(|(name, s)| &**name != me && s.is_active(now) && s.running * total < cores * s.weight)
+        .any(|(name, s)| name != me && s.is_active(now) && s.running * total < cores * s.weight)
 }
 
 /// Whether a call of `me` may run now: when a core is free, and `me` is under its share
 /// or no other active tenant has share left.
-fn may_run(state: &HashMap<Arc<str>, Slot>, me: &str, cores: u64, now: Instant) -> bool {
+fn may_run(state: &Tenants, me: &str, cores: u64, now: Instant) -> bool {
     let running: u64 = state.values().map(|s| s.running).sum();
     if running >= cores {
         return false;
     }
     let total = active_weight(state, now);
-    let slot = &state[me];
+    let Some(slot) = state.get(me) else {
+        return false;
+    };
     slot.running * total < cores * slot.weight || !share_left_to_others(state, me, cores, now)
 }
 
@@ -282,8 +328,8 @@ mod tests {
         let shares = CpuShares::new(4);
         let now = Instant::now();
         let mut state = shares.lock();
-        state.insert("a".into(), slot(3, 3, 0, Duration::ZERO));
-        state.insert("b".into(), slot(1, 0, 1, Duration::ZERO));
+        state.insert("a", slot(3, 3, 0, Duration::ZERO));
+        state.insert("b", slot(1, 0, 1, Duration::ZERO));
         // a's share is 3 of 4 cores, b's 1: a may not take the fourth core from b, and b
         // may start its first call.
         assert!(!may_run(&state, "a", 4, now));
@@ -292,11 +338,11 @@ mod tests {
         state.get_mut("a").unwrap().running = 2;
         assert!(may_run(&state, "a", 4, now));
         // b between two calls, a moment ago: its core stays free for it.
-        state.insert("b".into(), slot(1, 0, 0, Duration::from_millis(1)));
+        state.insert("b", slot(1, 0, 0, Duration::from_millis(1)));
         state.get_mut("a").unwrap().running = 3;
         assert!(!may_run(&state, "a", 4, Instant::now()));
         // b quiet for longer than the window: a may use every core.
-        state.insert("b".into(), slot(1, 0, 0, ACTIVE_WINDOW * 2));
+        state.insert("b", slot(1, 0, 0, ACTIVE_WINDOW * 2));
         assert!(may_run(&state, "a", 4, Instant::now()));
     }
 }

@@ -60,8 +60,8 @@ impl WasmOperator {
             let data = self.store.data();
             (data.cpu.clone(), data.cpu_tenant.clone())
         };
-        cpu.begin(&tenant);
-        sandbox::arm(&mut self.store);
+        let (_, started) = cpu.start(&tenant);
+        sandbox::arm_at(&mut self.store, started);
         let result = f(
             self.bindings.sluice_operator_stream_operator(),
             &mut self.store,

@@ -234,7 +234,12 @@ pub(crate) fn new_store(engine: &Engine, data: StoreState) -> Store<StoreState> 
 /// Starts a call (or the instantiation): its deadline counts from now, and it gets the
 /// tenant's fuel budget afresh.
 pub(crate) fn arm(store: &mut Store<StoreState>) {
-    store.data_mut().call_started = Instant::now();
+    arm_at(store, Instant::now());
+}
+
+/// [`arm`] for a call that starts at `started`.
+pub(crate) fn arm_at(store: &mut Store<StoreState>, started: Instant) {
+    store.data_mut().call_started = started;
     store.set_epoch_deadline(1);
     if let Some(fuel) = store.data().limits.fuel_per_call {
         // Only stores of engines built for fuel get here (`Plugin::instantiate` checks).
