@@ -191,6 +191,29 @@ where
         })
     }
 
+    /// Replaces the value of `map_key` in the map of `key` with what `f` makes of the
+    /// current one (`None` removes it) and returns the new value: one lookup, where a
+    /// [`MapState::get`] followed by a [`MapState::put`] takes two.
+    ///
+    /// ```
+    /// # use sluice_sdk::{Context, MapState, Result};
+    /// fn add(sums: &MapState<i64, f64>, ctx: &mut Context<'_>, key: &[u8], window: i64, x: f64) -> Result<f64> {
+    ///     let sum = sums.update(ctx, key, &window, |sum| Some(sum.unwrap_or(0.0) + x))?;
+    ///     Ok(sum.unwrap_or(0.0))
+    /// }
+    /// ```
+    pub fn update(
+        &self,
+        ctx: &mut Context<'_>,
+        key: &[u8],
+        map_key: &K,
+        f: impl FnOnce(Option<V>) -> Option<V>,
+    ) -> Result<Option<V>> {
+        ctx.rt
+            .states
+            .map_update(ctx.host, self.slot, key, map_key, f)
+    }
+
     /// Removes `map_key` from the map of `key`.
     pub fn remove(&self, ctx: &mut Context<'_>, key: &[u8], map_key: &K) -> Result<()> {
         let user_key = to_bytes(map_key)?;
@@ -257,7 +280,7 @@ struct StateSlot {
     /// Value state: keys written in this call (each once while its entry is dirty).
     dirty_values: KeyList,
     /// Map state: key -> cached part of its map.
-    maps: FxHashMap<Vec<u8>, MapCache>,
+    maps: MapCaches,
     /// List state: key -> what the current call changed.
     lists: FxHashMap<Vec<u8>, ListOverlay>,
     /// Map state: entries (key, user key) written in this call and not yet sent to the
@@ -334,6 +357,10 @@ struct CachedValue {
     dirty: bool,
 }
 
+/// Map state: key -> cached part of its map. `hashbrown` for `entry_ref`: finding a
+/// key's cache, or making it, is one probe without copying the key.
+type MapCaches = hashbrown::HashMap<Vec<u8>, MapCache, rustc_hash::FxBuildHasher>;
+
 #[derive(Debug, Default)]
 struct MapCache {
     /// `entries` holds every entry of the key, so a missing map key is absent.
@@ -394,7 +421,7 @@ impl StateCache {
             ttl: ttl_ms.is_some(),
             values: FxHashMap::default(),
             dirty_values: KeyList::default(),
-            maps: FxHashMap::default(),
+            maps: MapCaches::default(),
             lists: FxHashMap::default(),
             pending: PairList::default(),
         });
@@ -577,39 +604,91 @@ impl StateCache {
         user_key: &[u8],
     ) -> Result<Option<V>> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
-        if !s.maps.contains_key(key) {
-            s.maps.insert(key.to_vec(), MapCache::default());
-        }
-        let cache = s.maps.get_mut(key).expect("inserted above");
-        if !cache.complete && cache.entries.is_empty() {
-            // The first read of a key loads its whole map in one host call: later reads of
-            // other map keys (a new window, say) are then answered here.
-            let encoded = host.state_entries(s.id, key);
-            for entry in EntryReader::new(&encoded) {
-                let (k, v) = entry
-                    .map_err(|e| Error::from(e).context(format_args!("state `{}`", s.name)))?;
-                self.usage.add(s.ttl, k.len() + v.len());
-                cache.entries.insert(k.to_vec(), Some(v.to_vec()));
-            }
-            cache.complete = true;
-        }
-        if !cache.entries.contains_key(user_key) {
-            if cache.complete {
-                return Ok(None);
-            }
-            let value = host.state_get(s.id, key, user_key);
-            self.usage.add(
-                s.ttl,
-                key.len() + user_key.len() + value.as_ref().map_or(0, Vec::len),
-            );
-            cache.entries.insert(user_key.to_vec(), value);
-        }
+        let cache = map_cache(&mut s.maps, key);
         let name = &s.name;
-        cache.entries[user_key]
-            .as_deref()
+        let entry = cached_map_entry(
+            host,
+            &mut self.usage,
+            s.id,
+            s.ttl,
+            name,
+            cache,
+            key,
+            user_key,
+        )?;
+        entry
+            .and_then(|e| e.as_deref())
             .map(from_bytes)
             .transpose()
             .map_err(|e| e.context(format_args!("state `{name}`")))
+    }
+
+    /// Replaces the value of `map_key` in the map of `key` with what `f` makes of the
+    /// current one (`None` removes it) and returns the new value: one lookup where a
+    /// `get` and a `put` take two each.
+    pub(crate) fn map_update<K: Serialize, V: Serialize + DeserializeOwned>(
+        &mut self,
+        host: &dyn Host,
+        slot: usize,
+        key: &[u8],
+        map_key: &K,
+        f: impl FnOnce(Option<V>) -> Option<V>,
+    ) -> Result<Option<V>> {
+        let user_key = encode_into(&mut self.scratch, map_key)?;
+        let result = self.map_update_encoded(host, slot, key, &user_key, f);
+        self.scratch = user_key;
+        result
+    }
+
+    fn map_update_encoded<V: Serialize + DeserializeOwned>(
+        &mut self,
+        host: &dyn Host,
+        slot: usize,
+        key: &[u8],
+        user_key: &[u8],
+        f: impl FnOnce(Option<V>) -> Option<V>,
+    ) -> Result<Option<V>> {
+        let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
+        let cache = map_cache(&mut s.maps, key);
+        let name = &s.name;
+        let context = |e: Error| e.context(format_args!("state `{name}`"));
+        let entry = cached_map_entry(
+            host,
+            &mut self.usage,
+            s.id,
+            s.ttl,
+            name,
+            cache,
+            key,
+            user_key,
+        )?;
+        let old = match entry.as_ref().and_then(|e| e.as_deref()) {
+            Some(bytes) => Some(from_bytes(bytes).map_err(context)?),
+            None => None,
+        };
+        let new = f(old);
+        match (&new, entry) {
+            (Some(value), Some(entry)) => {
+                let mut buf = entry.take().unwrap_or_default();
+                buf.clear();
+                *entry = Some(postcard::to_extend(value, buf).map_err(|e| context(e.into()))?);
+            }
+            (Some(value), None) => {
+                let value =
+                    postcard::to_extend(value, Vec::new()).map_err(|e| context(e.into()))?;
+                self.usage
+                    .add(s.ttl, key.len() + user_key.len() + value.len());
+                cache.entries.insert(user_key.to_vec(), Some(value));
+            }
+            (None, Some(entry)) => *entry = None,
+            (None, None) => {}
+        }
+        if new.is_none() && cache.complete {
+            // A complete map holds only what exists.
+            cache.entries.remove(user_key);
+        }
+        s.pending.push(key, user_key);
+        Ok(new)
     }
 
     #[cfg(test)]
@@ -845,7 +924,7 @@ impl StateCache {
             s.pending.clear();
             if drop_all {
                 s.values = FxHashMap::default();
-                s.maps = FxHashMap::default();
+                s.maps = MapCaches::default();
             } else if s.ttl {
                 s.values.clear();
                 s.maps.clear();
@@ -881,11 +960,44 @@ fn encode_into<T: Serialize + ?Sized>(buf: &mut Vec<u8>, value: &T) -> Result<Ve
     postcard::to_extend(value, bytes).map_err(Error::from)
 }
 
-fn map_cache<'m>(maps: &'m mut FxHashMap<Vec<u8>, MapCache>, key: &[u8]) -> &'m mut MapCache {
-    if !maps.contains_key(key) {
-        maps.insert(key.to_vec(), MapCache::default());
+fn map_cache<'m>(maps: &'m mut MapCaches, key: &[u8]) -> &'m mut MapCache {
+    maps.entry_ref(key).or_default()
+}
+
+/// The cached entry of `user_key` in the map of `key` (`Some(None)`: known absent), read
+/// from the host first if it is not cached; `None` when the cache holds the whole map and
+/// the entry is not in it. The first read of a key loads its whole map in one host call:
+/// later reads of other map keys (a new window, say) are then answered here.
+#[allow(clippy::too_many_arguments)]
+fn cached_map_entry<'c>(
+    host: &dyn Host,
+    usage: &mut Usage,
+    id: u32,
+    ttl: bool,
+    name: &str,
+    cache: &'c mut MapCache,
+    key: &[u8],
+    user_key: &[u8],
+) -> Result<Option<&'c mut Option<Vec<u8>>>> {
+    if !cache.complete && cache.entries.is_empty() {
+        let encoded = host.state_entries(id, key);
+        for entry in EntryReader::new(&encoded) {
+            let (k, v) =
+                entry.map_err(|e| Error::from(e).context(format_args!("state `{name}`")))?;
+            usage.add(ttl, k.len() + v.len());
+            cache.entries.insert(k.to_vec(), Some(v.to_vec()));
+        }
+        cache.complete = true;
     }
-    maps.get_mut(key).expect("inserted above")
+    if !cache.complete && !cache.entries.contains_key(user_key) {
+        let value = host.state_get(id, key, user_key);
+        usage.add(
+            ttl,
+            key.len() + user_key.len() + value.as_ref().map_or(0, Vec::len),
+        );
+        cache.entries.insert(user_key.to_vec(), value);
+    }
+    Ok(cache.entries.get_mut(user_key))
 }
 
 #[cfg(test)]
@@ -1208,6 +1320,52 @@ mod tests {
             None
         );
         assert_eq!(host.gets.get(), 0);
+    }
+
+    #[test]
+    fn map_update_reads_writes_and_removes_in_one_step() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Map, None);
+        let mut effects = EffectWriter::new();
+        let mut update =
+            |cache: &mut StateCache, map_key: &str, f: fn(Option<u8>) -> Option<u8>| {
+                cache
+                    .map_update(&host, slot, b"k", &map_key.to_owned(), f)
+                    .unwrap()
+            };
+        // The host holds a = 1 and b = 2.
+        assert_eq!(update(&mut cache, "a", |v| v.map(|v| v + 10)), Some(11));
+        assert_eq!(update(&mut cache, "a", |v| v.map(|v| v + 10)), Some(21));
+        assert_eq!(update(&mut cache, "b", |_| None), None);
+        assert_eq!(update(&mut cache, "z", |v| Some(v.unwrap_or(5))), Some(5));
+        assert_eq!(update(&mut cache, "y", |v| v), None);
+        cache.end_call(true, &mut effects);
+        let bytes = effects.take();
+        let mut model = BTreeMap::from([("a".to_owned(), 1u8), ("b".to_owned(), 2)]);
+        for effect in sluice_codec::EffectReader::new(&bytes) {
+            match effect.unwrap() {
+                Effect::Put {
+                    user_key, value, ..
+                } => {
+                    model.insert(from_bytes(user_key).unwrap(), from_bytes(value).unwrap());
+                }
+                Effect::Delete { user_key, .. } => {
+                    model.remove(&from_bytes::<String>(user_key).unwrap());
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let expected = BTreeMap::from([("a".to_owned(), 21), ("z".to_owned(), 5)]);
+        assert_eq!(model, expected);
+        let mut cached = BTreeMap::new();
+        cache
+            .map_for_each(&host, slot, b"k", |k, v| {
+                cached.insert(from_bytes::<String>(k)?, from_bytes::<u8>(v)?);
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(cached, expected);
+        assert_eq!((host.entry_reads.get(), host.gets.get()), (1, 0));
     }
 
     #[test]

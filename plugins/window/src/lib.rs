@@ -78,6 +78,7 @@
 
 use serde::{Deserialize, Serialize};
 use sluice_sdk::{Config, Context, Error, MapState, OpenContext, Operator, Record, Result, Timer};
+use smallvec::SmallVec;
 
 /// Every config key the operator knows.
 const KEYS: &[&str] = &[
@@ -293,18 +294,21 @@ impl Window {
         if self.is_late(ctx, end) {
             return Ok(false);
         }
-        let (acc, new) = match self.windows.get(ctx, key, &start)? {
-            Some(acc) => (self.add(acc, value), false),
-            None => (
-                Accumulator {
-                    end,
-                    count: 1,
-                    value,
-                },
-                true,
-            ),
-        };
-        self.windows.put(ctx, key, &start, &acc)?;
+        let mut new = false;
+        let acc = self.windows.update(ctx, key, &start, |acc| {
+            Some(match acc {
+                Some(acc) => self.add(acc, value),
+                None => {
+                    new = true;
+                    Accumulator {
+                        end,
+                        count: 1,
+                        value,
+                    }
+                }
+            })
+        })?;
+        let acc = acc.expect("the update sets the window");
         if new {
             self.trigger(ctx, key, start, &acc);
         } else if max_timestamp(acc.end) <= ctx.current_watermark() {
@@ -502,12 +506,15 @@ fn window_start(ts: i64, offset: i64, size: i64) -> Option<i64> {
     ts.checked_sub(ts.checked_sub(offset)?.rem_euclid(size))
 }
 
+/// The windows of a record, inline up to four (a tumbling window is one).
+type Windows = SmallVec<[(i64, i64); 4]>;
+
 /// The windows of `size` every `slide` that hold `ts`, as `(start, end)`, latest start
 /// first (Flink's `SlidingEventTimeWindows::assignWindows`; with `slide == size` it yields
 /// the one window of `TumblingEventTimeWindows`). `None` when a bound overflows `i64`.
-fn fixed_windows(ts: i64, size: i64, slide: i64, offset: i64) -> Option<Vec<(i64, i64)>> {
+fn fixed_windows(ts: i64, size: i64, slide: i64, offset: i64) -> Option<Windows> {
     let lowest_excluded = ts.checked_sub(size)?;
-    let mut windows = Vec::new();
+    let mut windows = Windows::new();
     let mut start = window_start(ts, offset, slide)?;
     while start > lowest_excluded {
         windows.push((start, start.checked_add(size)?));
