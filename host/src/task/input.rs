@@ -114,14 +114,21 @@ pub(super) fn wait_for_source(
     }
 }
 
-/// Blocks until a full output channel has room again or the doorbell rings.
+/// Blocks until a full output channel has room again or the doorbell rings. Returns at
+/// once when no channel is full any more: the receiver may have taken from it since the
+/// caller looked, and waiting for the doorbell alone would stall the task until its next
+/// mail (the buffer timeout's flush, if any).
 pub(super) fn wait_for_output(doorbell: &Receiver<()>, writer: &RecordWriter) {
     let mut sel = Select::new();
     sel.recv(doorbell);
+    let mut full = 0;
     for ch in writer.channels() {
         if ch.is_full() {
             sel.send(ch);
+            full += 1;
         }
     }
-    sel.ready();
+    if full > 0 {
+        sel.ready();
+    }
 }

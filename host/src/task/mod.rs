@@ -124,6 +124,9 @@ pub struct StreamTask {
     running: bool,
     /// When an idle source wants to be polled again.
     wake_at: Option<Instant>,
+    /// The last action stopped because an output channel was full: wait for room, not
+    /// for input (which may be there, or, for a source, never signalled).
+    blocked_on_output: bool,
     batch: BatchWriter,
     checkpoints: Option<CheckpointLink>,
     /// Source position to resume from.
@@ -173,6 +176,7 @@ impl StreamTask {
             flush_timer: None,
             running: false,
             wake_at: None,
+            blocked_on_output: false,
             batch: BatchWriter::new(),
             checkpoints,
             restore_position,
@@ -403,6 +407,7 @@ impl StreamTask {
             .network_output()
             .is_some_and(|w| w.is_backpressured())
         {
+            self.blocked_on_output = true;
             return Ok(ActionResult::Suspend);
         }
         if self.stop_requested || (self.finished_on_restore && !self.finished && self.is_source()) {
@@ -556,10 +561,9 @@ impl StreamTask {
     /// Blocks until input, a mail, or (for an idle source) its retry time.
     fn wait_for_input(&mut self, doorbell: &crossbeam_channel::Receiver<()>) -> Result<()> {
         let start = Instant::now();
-        let backpressured = self
-            .chain()
-            .network_output()
-            .is_some_and(|w| w.is_backpressured());
+        // Not whether the output is full now: the receiver may have made room since the
+        // action looked, and the source would then wait for a mail that may not come.
+        let backpressured = std::mem::take(&mut self.blocked_on_output);
         let deadline = self.wake_at.take();
         if backpressured {
             let writer = self.chain.as_ref().and_then(|c| c.network_output());

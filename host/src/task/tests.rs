@@ -935,3 +935,73 @@ fn an_aborted_savepoint_with_drain_fails_the_task_and_without_drain_it_goes_on()
     handle.cancel();
     assert!(runner.join().unwrap().is_ok());
 }
+
+/// A source stopped by a full output channel must go on as soon as the channel has room,
+/// even when the receiver made that room after the source looked: it then finds no full
+/// channel to wait on, and before waited for a mail instead, which without a buffer
+/// timeout (or checkpoints) never comes. The steps are taken one by one so the order is
+/// the one that stalled.
+#[test]
+fn a_source_blocked_on_output_goes_on_when_room_appears_before_it_waits() {
+    let log = Log::default();
+    let source = TestSource {
+        batches: VecDeque::from([vec!["a"], vec!["b"], vec!["c"]]),
+        end_at: None,
+    };
+    let (out, downstream) = channel(1);
+    let ctx = context(0);
+    let writer = RecordWriter::new(
+        vec![out],
+        Partitioner::Forward,
+        &NetworkSettings::default(),
+        ctx.cancel.clone(),
+        ctx.metrics.clone(),
+    );
+    let settings = TaskSettings {
+        buffer_timeout: Duration::ZERO,
+        ..TaskSettings::default()
+    };
+    let chain_log = log.clone();
+    let mut task = StreamTask::new(
+        ctx,
+        settings,
+        TaskInput::Source(SourceReader::plain(Box::new(source))),
+        Box::new(move |ctx: &TaskContext| {
+            Ok(recording_chain_with(
+                &chain_log,
+                ctx,
+                ChainOutput::Network(writer),
+                Behavior::default(),
+            ))
+        }),
+        None,
+        None,
+    );
+    let factory = task.chain_factory.take().unwrap();
+    task.chain = Some(factory(&task.ctx).unwrap());
+    task.chain().open_all().unwrap();
+    // "a" fills the channel; the next action finds it full.
+    assert_eq!(task.default_action().unwrap(), ActionResult::Continue);
+    assert_eq!(task.default_action().unwrap(), ActionResult::Suspend);
+    // The receiver takes "a" before the task waits.
+    assert!(matches!(
+        downstream.recv().unwrap(),
+        StreamElement::Records { .. }
+    ));
+    let (_bell, doorbell) = crossbeam_channel::bounded::<()>(1);
+    let (done, waited) = crossbeam_channel::bounded(1);
+    let waiter = thread::spawn(move || {
+        task.wait_for_input(&doorbell).unwrap();
+        done.send(()).unwrap();
+        task
+    });
+    waited
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the source waited for a mail although its output had room");
+    let mut task = waiter.join().unwrap();
+    assert_eq!(task.default_action().unwrap(), ActionResult::Continue);
+    assert!(matches!(
+        downstream.recv().unwrap(),
+        StreamElement::Records { .. }
+    ));
+}
