@@ -14,7 +14,6 @@
 //! checkpoint's metadata, so a torn or altered file is detected before it is used.
 
 use std::io::{self, Read, Write};
-use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use sluice_codec::TimeDomain;
@@ -222,7 +221,7 @@ pub fn read_operator_state(r: impl Read) -> Result<OperatorSnapshot> {
                 let mut entries = Vec::with_capacity(n.min(1 << 20) as usize);
                 for _ in 0..n {
                     let key = r.bytes()?;
-                    let value: Arc<[u8]> = r.bytes()?.into();
+                    let value = crate::state::Value::from(&r.bytes()?[..]);
                     let written_at = r.i64()?;
                     entries.push((key, Entry { value, written_at }));
                 }

@@ -40,9 +40,81 @@ pub struct StateDescriptor {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     /// The bytes the operator stored.
-    pub value: Arc<[u8]>,
+    pub value: Value,
     /// Processing time of the last write, for TTL.
     pub written_at: i64,
+}
+
+/// The value of an entry: inline when short, shared when long. Most values (counts,
+/// sums, window accumulators) are a few bytes; inline, reading or overwriting one touches
+/// its hash-table slot only, not a second cache line elsewhere in the heap. A long value
+/// is shared, so copying a shard for a snapshot copies a pointer, not the bytes.
+#[derive(Clone)]
+pub enum Value {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Shared(Arc<[u8]>),
+}
+
+/// The longest value kept inline (the size of the shared form, a fat pointer, rounded up
+/// to the enum's own size).
+const INLINE: usize = 22;
+
+impl Value {
+    /// Overwrites the value in place when it fits (inline, or shared by nobody with the
+    /// same length); otherwise stores a new one.
+    fn set(&mut self, value: &[u8]) {
+        match self {
+            Value::Inline { len, bytes } if value.len() <= INLINE => {
+                bytes[..value.len()].copy_from_slice(value);
+                *len = value.len() as u8;
+            }
+            Value::Shared(shared) => match Arc::get_mut(shared) {
+                Some(bytes) if bytes.len() == value.len() => bytes.copy_from_slice(value),
+                _ => *self = Value::from(value),
+            },
+            _ => *self = Value::from(value),
+        }
+    }
+}
+
+impl From<&[u8]> for Value {
+    fn from(value: &[u8]) -> Self {
+        if value.len() <= INLINE {
+            let mut bytes = [0; INLINE];
+            bytes[..value.len()].copy_from_slice(value);
+            Value::Inline {
+                len: value.len() as u8,
+                bytes,
+            }
+        } else {
+            Value::Shared(value.into())
+        }
+    }
+}
+
+impl std::ops::Deref for Value {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Value::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Value::Shared(bytes) => bytes,
+        }
+    }
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Value {}
+
+impl std::fmt::Debug for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 /// A misuse of keyed state by an operator.
@@ -286,15 +358,12 @@ fn new_entry(value: &[u8], now: i64) -> Entry {
     }
 }
 
-/// Overwrites `e` (reusing its buffer when no snapshot shares it and the length is the
-/// same); returns the old value's length.
+/// Overwrites `e` (in place where it can, see [`Value::set`]); returns the old value's
+/// length.
 fn set(e: &mut Entry, value: &[u8], now: i64) -> usize {
     let old = e.value.len();
     e.written_at = now;
-    match Arc::get_mut(&mut e.value) {
-        Some(bytes) if bytes.len() == value.len() => bytes.copy_from_slice(value),
-        _ => e.value = value.into(),
-    }
+    e.value.set(value);
     old
 }
 
@@ -433,7 +502,7 @@ impl KeyedStateBackend {
         key: &[u8],
         user_key: &[u8],
         now: i64,
-    ) -> Result<Option<Arc<[u8]>>, StateError> {
+    ) -> Result<Option<Vec<u8>>, StateError> {
         let ttl = self.descriptor(state)?.ttl_ms;
         let group = self.group_index(key)?;
         let prefix = prefix_of(state, key);
@@ -442,7 +511,7 @@ impl KeyedStateBackend {
             .and_then(|slot| slot.get(user_key));
         Ok(entry
             .filter(|e| alive(e, ttl, now))
-            .map(|e| e.value.clone()))
+            .map(|e| e.value.to_vec()))
     }
 
     /// All live entries of `(state, key)` in the `entries` encoding, by user key.
@@ -1017,7 +1086,7 @@ mod tests {
     #[test]
     fn malformed_keys_in_a_checkpoint_are_an_error() {
         let entry = Entry {
-            value: Arc::from(&b"v"[..]),
+            value: Value::from(&b"v"[..]),
             written_at: 0,
         };
         let good = {
@@ -1069,6 +1138,34 @@ mod tests {
             .collect();
         assert_eq!(old, vec![(b"bbbb".to_vec(), 1)]);
         assert_eq!(&*b.get(s, b"k", b"", 2).unwrap().unwrap(), b"cccc");
+    }
+
+    #[test]
+    fn values_short_and_long_survive_overwrites_and_snapshots() {
+        let mut b = backend();
+        let s = b.declare(value("v")).unwrap();
+        let long = |c: u8| vec![c; 100];
+        let short = |c: u8| vec![c; 3];
+        // Short to long to short, each read back; the bytes held follow.
+        for v in [short(1), long(2), short(3), vec![], long(4), long(5)] {
+            b.put(s, b"k", b"", &v, 0).unwrap();
+            assert_eq!(b.get(s, b"k", b"", 0).unwrap(), Some(v.clone()));
+            assert_eq!(counted(&b), b.bytes());
+        }
+        // A snapshot keeps what it saw, short or long, whatever is written after it.
+        b.put(s, b"short", b"", &short(6), 0).unwrap();
+        let snap = b.snapshot(0);
+        b.put(s, b"k", b"", &long(7), 0).unwrap();
+        b.put(s, b"short", b"", &short(8), 0).unwrap();
+        let mut seen: Vec<Vec<u8>> = snap
+            .key_groups()
+            .flat_map(|(_, es)| es)
+            .map(|(_, e)| e.value.to_vec())
+            .collect();
+        seen.sort();
+        assert_eq!(seen, vec![long(5), short(6)]);
+        assert_eq!(b.get(s, b"k", b"", 0).unwrap(), Some(long(7)));
+        assert_eq!(b.get(s, b"short", b"", 0).unwrap(), Some(short(8)));
     }
 
     #[test]

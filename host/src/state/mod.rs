@@ -12,6 +12,6 @@ pub mod key_groups;
 
 pub use account::{Account, Holding, InstanceLimits, TenantUsage};
 pub use backend::{
-    Entry, KeyedStateBackend, KeyedStateSnapshot, StateDescriptor, StateError, StateKind,
+    Entry, KeyedStateBackend, KeyedStateSnapshot, StateDescriptor, StateError, StateKind, Value,
     split_composite,
 };

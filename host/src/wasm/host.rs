@@ -70,7 +70,7 @@ impl Host for StoreState {
         let value = backend
             .get(state, &key, &user_key, now_millis())
             .map_err(|e| wasmtime::format_err!("state-get: {e}"))?;
-        Ok(value.map(|v| v.to_vec()))
+        Ok(value)
     }
 
     fn state_entries(&mut self, state: u32, key: Vec<u8>) -> wasmtime::Result<Vec<u8>> {
