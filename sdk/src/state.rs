@@ -289,6 +289,10 @@ struct StateSlot {
     pending: PairList,
 }
 
+/// An encoded value of the value cache, inline when short (counts, sums, small records):
+/// reading one touches the cache's table only, not a second allocation.
+type ValueBytes = smallvec::SmallVec<[u8; 16]>;
+
 /// A key of the value cache, inline when short (as most keys are), so that comparing the
 /// key of a probed slot reads the table itself rather than chasing a pointer.
 type CacheKey = smallvec::SmallVec<[u8; 16]>;
@@ -352,7 +356,7 @@ impl KeyList {
 #[derive(Debug)]
 struct CachedValue {
     /// `None`: known to be absent.
-    value: Option<Vec<u8>>,
+    value: Option<ValueBytes>,
     /// Written in this call and not yet sent to the host.
     dirty: bool,
 }
@@ -445,7 +449,7 @@ impl StateCache {
                 self.usage
                     .add(s.ttl, key.len() + value.as_ref().map_or(0, Vec::len));
                 let cached = CachedValue {
-                    value,
+                    value: value.map(ValueBytes::from_vec),
                     dirty: false,
                 };
                 s.values.entry(CacheKey::from_slice(key)).or_insert(cached)
@@ -513,7 +517,7 @@ impl StateCache {
         &mut self,
         slot: usize,
         key: &[u8],
-        encode: impl FnOnce(Vec<u8>) -> Result<Vec<u8>>,
+        encode: impl FnOnce(ValueBytes) -> Result<ValueBytes>,
     ) -> Result<()> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
         match s.values.get_mut(key) {
@@ -528,7 +532,7 @@ impl StateCache {
                 }
             }
             None => {
-                let value = encode(Vec::new())
+                let value = encode(ValueBytes::new())
                     .map_err(|e| e.context(format_args!("state `{}`", s.name)))?;
                 self.usage.add(s.ttl, key.len() + value.len());
                 let cached = CachedValue {
