@@ -29,7 +29,7 @@ pub(crate) fn spawn_sluice(job: &Path, args: &[&str]) -> Child {
 pub(crate) struct Delays(pub(crate) u64);
 
 impl Delays {
-    fn next_ms(&mut self, min: u64, max: u64) -> u64 {
+    pub(crate) fn next_ms(&mut self, min: u64, max: u64) -> u64 {
         self.0 = self
             .0
             .wrapping_mul(6364136223846793005)

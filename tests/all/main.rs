@@ -10,6 +10,7 @@ mod exactly_once;
 mod failpoints;
 mod guest_time;
 mod host_memory;
+mod kafka;
 mod plugins;
 mod runtime;
 mod sandbox;

@@ -9,8 +9,9 @@ use sluice_codec::{BatchReader, BatchWriter};
 /// arrive.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventTime {
-    /// The field of the (UTF-8) value holding the timestamp in milliseconds.
-    pub field: usize,
+    /// The field of the (UTF-8) value holding the timestamp in milliseconds; `None`: the
+    /// timestamp the record came with (a Kafka record's).
+    pub field: Option<usize>,
     /// Separator between fields.
     pub separator: String,
     /// Bounded out-of-orderness in milliseconds.
@@ -38,7 +39,15 @@ impl WatermarkGenerator {
         let mut out = BatchWriter::with_capacity(batch.len() + batch.len() / 4);
         for record in BatchReader::new(batch) {
             let record = record?;
-            let ts = timestamp_of(spec, record.value)?;
+            let ts = match spec.field {
+                Some(field) => timestamp_of(spec, field, record.value)?,
+                None => record.timestamp.ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "record {:?} came without a timestamp (`timestamp = \"record\"`)",
+                        String::from_utf8_lossy(record.value)
+                    )
+                })?,
+            };
             self.max_timestamp = Some(self.max_timestamp.map_or(ts, |m| m.max(ts)));
             out.push(record.key, record.value, Some(ts));
         }
@@ -52,20 +61,18 @@ impl WatermarkGenerator {
     }
 }
 
-fn timestamp_of(spec: &EventTime, value: &[u8]) -> Result<i64> {
+fn timestamp_of(spec: &EventTime, index: usize, value: &[u8]) -> Result<i64> {
     let text = String::from_utf8_lossy(value);
-    let Some(field) = text.split(spec.separator.as_str()).nth(spec.field) else {
+    let Some(field) = text.split(spec.separator.as_str()).nth(index) else {
         bail!(
-            "record {text:?} has no timestamp field {} (fields separated by {:?})",
-            spec.field,
+            "record {text:?} has no timestamp field {index} (fields separated by {:?})",
             spec.separator
         );
     };
     match field.trim().parse::<i64>() {
         Ok(ts) => Ok(ts),
         Err(_) => bail!(
-            "record {text:?}: timestamp field {} is {field:?}, not a number of milliseconds",
-            spec.field
+            "record {text:?}: timestamp field {index} is {field:?}, not a number of milliseconds"
         ),
     }
 }
@@ -76,7 +83,7 @@ mod tests {
 
     fn spec(bound: i64) -> EventTime {
         EventTime {
-            field: 0,
+            field: Some(0),
             separator: ",".into(),
             out_of_orderness_ms: bound,
         }
@@ -100,6 +107,32 @@ mod tests {
     }
 
     #[test]
+    fn record_timestamps_are_kept_and_a_record_without_one_is_named() {
+        let spec = EventTime {
+            field: None,
+            ..spec(10)
+        };
+        let mut w = BatchWriter::new();
+        w.push(None, b"a", Some(500));
+        w.push(None, b"b", Some(400));
+        let mut generator = WatermarkGenerator::default();
+        let out = generator.assign(&spec, w.as_bytes()).unwrap();
+        let ts: Vec<i64> = BatchReader::new(&out)
+            .map(|r| r.unwrap().timestamp.unwrap())
+            .collect();
+        assert_eq!(ts, [500, 400]);
+        assert_eq!(generator.watermark(&spec), Some(489));
+        let mut w = BatchWriter::new();
+        w.push(None, b"late", None);
+        let err = generator.assign(&spec, w.as_bytes()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("\"late\" came without a timestamp"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_record_without_a_usable_timestamp_is_an_error_naming_it() {
         let mut w = BatchWriter::new();
         w.push(None, b"soon,a", None);
@@ -114,7 +147,7 @@ mod tests {
         let mut w = BatchWriter::new();
         w.push(None, b"12", None);
         let spec2 = EventTime {
-            field: 1,
+            field: Some(1),
             ..spec(0)
         };
         let err = WatermarkGenerator::default()

@@ -8,6 +8,7 @@
 
 mod event_time;
 pub mod file_sink;
+pub mod kafka;
 mod sources;
 mod stdout_sink;
 
@@ -51,6 +52,11 @@ pub trait Source: Send {
     fn waker(&self) -> Option<&Receiver<()>> {
         None
     }
+    /// The position just taken went into checkpoint `checkpoint_id`.
+    fn checkpointed(&mut self, _checkpoint_id: u64) {}
+    /// Checkpoint `checkpoint_id` completed (for sources that tell their upstream, as a
+    /// Kafka source commits its offsets to the consumer group).
+    fn notify_complete(&mut self, _checkpoint_id: u64) {}
 }
 
 /// How a sink writes a record as a line.

@@ -23,6 +23,7 @@ use crate::checkpoint::{
     AsyncPool, CheckpointLink, CheckpointStats, CheckpointStorage, Coordinator, CoordinatorSetup,
     LoadedCheckpoint, TaskId,
 };
+use crate::connectors::kafka::{KafkaSink, KafkaSource};
 use crate::connectors::{
     FileSink, FileSource, Generated, GeneratorSource, Source, StdinSource, StdoutSink,
 };
@@ -302,6 +303,11 @@ fn make_source(source: &SourceVertex, subtask: u32) -> Result<Box<dyn Source>> {
             ))
         }
         SourceInput::Stdin => Box::new(StdinSource::start()),
+        SourceInput::Kafka(config) => Box::new(KafkaSource::new(
+            config.clone(),
+            subtask,
+            source.parallelism,
+        )?),
     })
 }
 
@@ -408,6 +414,11 @@ impl ChainBuilder {
                             self.allow_rewind,
                         )),
                         SinkKind::Stdout => Box::new(StdoutSink::new(identity, sink.format)),
+                        SinkKind::Kafka => Box::new(KafkaSink::new(
+                            identity,
+                            sink.kafka.clone().expect("kafka sinks have their config"),
+                            self.subtask,
+                        )),
                     }
                 }
                 Vertex::Source(_) => {

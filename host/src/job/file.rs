@@ -49,7 +49,7 @@ fn one() -> u32 {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceSpec {
-    /// `file`, `generator` or `stdin`.
+    /// `file`, `generator`, `stdin` or `kafka`.
     #[serde(rename = "type")]
     pub kind: SourceKind,
     /// Name in metrics and task names (default `source`, or `source-N` with several).
@@ -81,10 +81,28 @@ pub struct SourceSpec {
     /// `generator`: records per second per subtask (default: as fast as possible; 0.001 to
     /// 10^9).
     pub rate: Option<f64>,
-    /// `generator`: parallel subtasks (default 1, at most 1024; file and stdin sources have
-    /// one).
+    /// `generator` and `kafka`: parallel subtasks (default 1, at most 1024; file and stdin
+    /// sources have one).
     pub parallelism: Option<u32>,
-    /// Where a record's event time (milliseconds) is: `{ field = N, separator = "," }`.
+    /// `kafka`: the brokers, `host:port[,host:port...]`.
+    pub bootstrap: Option<String>,
+    /// `kafka`: the topic, or a list of topics, to read.
+    pub topics: Option<toml::Value>,
+    /// `kafka`: where to start in partitions a checkpoint does not name: `earliest`
+    /// (default), `latest`, `committed` (the group's offsets) or `{ timestamp_ms = N }`.
+    pub start: Option<toml::Value>,
+    /// `kafka`: the consumer group offsets are committed to on each completed checkpoint,
+    /// for monitoring (default `sluice-JOB-SOURCE`).
+    pub group: Option<String>,
+    /// `kafka`: how often to look for new partitions (default 10 s, 100 ms to a day).
+    pub discovery_ms: Option<u64>,
+    /// `kafka`: further librdkafka consumer properties, as strings.
+    pub properties: Option<BTreeMap<String, String>>,
+    /// `kafka`: read each partition only up to its end when the job first starts, then
+    /// end (default false: read forever).
+    pub bounded: Option<bool>,
+    /// Where a record's event time (milliseconds) is: `{ field = N, separator = "," }`,
+    /// or `"record"` for the timestamp a Kafka record carries.
     pub timestamp: Option<toml::Value>,
     /// Bounded out-of-orderness of event time: watermark = max timestamp − this − 1 (at
     /// most a week).
@@ -104,6 +122,8 @@ pub enum SourceKind {
     Generator,
     /// Standard input.
     Stdin,
+    /// Kafka topics.
+    Kafka,
 }
 
 /// Accepts one table or an array of tables.
@@ -146,7 +166,7 @@ pub struct OperatorSpec {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkSpec {
-    /// `file` or `stdout`.
+    /// `file`, `stdout` or `kafka`.
     #[serde(rename = "type")]
     pub kind: SinkKind,
     /// Stable id under which checkpoints keep the sink's state (default `sink`).
@@ -161,6 +181,21 @@ pub struct SinkSpec {
     pub parallelism: u32,
     /// How the input is spread: `forward`, `rebalance` or `broadcast`.
     pub partition: Option<String>,
+    /// `kafka`: the brokers, `host:port[,host:port...]`.
+    pub bootstrap: Option<String>,
+    /// `kafka`: the topic written.
+    pub topic: Option<String>,
+    /// `kafka`: `exactly-once` (the default with checkpoints: each checkpoint's records
+    /// in one transaction once it completes) or `at-least-once` (the default without).
+    pub delivery: Option<String>,
+    /// `kafka`, exactly once: prefix of the transactional ids (default
+    /// `sluice-JOB-SINK`); subtask N uses `PREFIX-N`. Unique per job writing to a cluster.
+    pub transactional_id_prefix: Option<String>,
+    /// `kafka`, exactly once: most MiB of records a subtask holds for checkpoints not
+    /// yet complete (default 256, 1 to 65536).
+    pub max_pending_mb: Option<u64>,
+    /// `kafka`: further librdkafka producer properties, as strings.
+    pub properties: Option<BTreeMap<String, String>>,
 }
 
 /// Kinds of sinks.
@@ -171,6 +206,8 @@ pub enum SinkKind {
     File,
     /// Standard output.
     Stdout,
+    /// A Kafka topic.
+    Kafka,
 }
 
 /// The `[checkpoint]` table.

@@ -10,10 +10,11 @@ use std::time::Duration;
 use anyhow::{Result, anyhow, bail};
 
 use super::file::{
-    CheckpointSpec, JobFile, RestartSpec, RuntimeSpec, SinkKind, SourceKind, SourceSpec,
+    CheckpointSpec, JobFile, RestartSpec, RuntimeSpec, SinkKind, SinkSpec, SourceKind, SourceSpec,
 };
 use super::restart::RestartStrategy;
 use crate::checkpoint::CheckpointSettings;
+use crate::connectors::kafka::{Delivery, KafkaSinkConfig, KafkaSourceConfig, StartFrom};
 use crate::connectors::{EventTime, LineFormat};
 use crate::network::{CheckpointingMode, KeySelector, NetworkSettings, Partitioner};
 use crate::state::key_groups::DEFAULT_MAX_PARALLELISM;
@@ -93,6 +94,12 @@ pub mod limits {
     pub const OUT_OF_ORDERNESS_MS: RangeInclusive<u64> = 0..=7 * DAY_MS;
     /// Silence before a source declares itself idle: at most a day.
     pub const IDLE_TIMEOUT_MS: RangeInclusive<u64> = 0..=DAY_MS;
+    /// How often a Kafka source looks for new partitions (default 10 s): from 100 ms to
+    /// a day (each look asks the broker for the topics' metadata).
+    pub const DISCOVERY_MS: RangeInclusive<u64> = 100..=DAY_MS;
+    /// Records a Kafka sink subtask holds for checkpoints not yet complete, in MiB
+    /// (default 256): at most 64 GiB.
+    pub const MAX_PENDING_MB: RangeInclusive<u64> = 1..=65_536;
 
     /// Milliseconds between checkpoints, when not 0 (savepoints only): from 10 ms (more
     /// often only piles barriers up) to a day.
@@ -204,6 +211,8 @@ pub enum SourceInput {
     },
     /// Standard input.
     Stdin,
+    /// Kafka topics.
+    Kafka(KafkaSourceConfig),
 }
 
 /// A source of the job.
@@ -253,6 +262,8 @@ pub struct SinkVertex {
     pub format: LineFormat,
     /// Parallelism.
     pub parallelism: u32,
+    /// Kafka sinks: where and how.
+    pub kafka: Option<KafkaSinkConfig>,
 }
 
 /// One vertex of the job.
@@ -390,7 +401,7 @@ impl JobGraph {
             } else {
                 format!("source-{}", i + 1)
             };
-            let source = source_vertex(spec, default_name, &resolve)
+            let source = source_vertex(spec, &file.name, default_name, &resolve)
                 .map_err(|e| anyhow!("{job}: source #{}: {e}", i + 1))?;
             check_parallelism(&format!("source '{}'", source.name), source.parallelism)?;
             if !names.insert(source.name.clone()) {
@@ -460,9 +471,16 @@ impl JobGraph {
         let sink_path = match (sink.kind, &sink.path) {
             (SinkKind::File, Some(p)) => Some(resolve(p)),
             (SinkKind::File, None) => bail!("{job}: sink: a `file` sink needs a `path`"),
-            (SinkKind::Stdout, Some(_)) => bail!("{job}: sink: a `stdout` sink takes no `path`"),
-            (SinkKind::Stdout, None) => None,
+            (SinkKind::Stdout | SinkKind::Kafka, Some(_)) => {
+                bail!(
+                    "{job}: sink: a `{}` sink takes no `path`",
+                    sink_kind_name(sink.kind)
+                )
+            }
+            (SinkKind::Stdout | SinkKind::Kafka, None) => None,
         };
+        let kafka = kafka_sink(sink, &file.name, file.checkpoint.is_some())
+            .map_err(|e| anyhow!("{job}: sink: {e}"))?;
         inputs.push((None, sink.partition.clone()));
         vertices.push(Vertex::Sink(SinkVertex {
             id: sink.id.clone().unwrap_or_else(|| "sink".into()),
@@ -470,6 +488,7 @@ impl JobGraph {
             path: sink_path,
             format,
             parallelism: sink.parallelism,
+            kafka,
         }));
 
         let mut ids = BTreeSet::new();
@@ -681,8 +700,8 @@ impl JobGraph {
                     };
                     batch * (line + limits::RECORD_OVERHEAD)
                 }
-                // The lines of a file or of stdin are data, not knobs.
-                SourceInput::File(_) | SourceInput::Stdin => 0,
+                // The lines of a file or of stdin, and Kafka records, are data, not knobs.
+                SourceInput::File(_) | SourceInput::Stdin | SourceInput::Kafka(_) => 0,
             })
             .max()
             .unwrap_or(0);
@@ -814,6 +833,7 @@ fn runtime_settings(rt: &RuntimeSpec) -> Result<(NetworkSettings, usize)> {
 /// Checks one `[source]` table against its type.
 fn source_vertex(
     spec: &SourceSpec,
+    job: &str,
     default_name: String,
     resolve: &dyn Fn(&Path) -> PathBuf,
 ) -> Result<SourceVertex> {
@@ -821,6 +841,7 @@ fn source_vertex(
         SourceKind::File => "file",
         SourceKind::Generator => "generator",
         SourceKind::Stdin => "stdin",
+        SourceKind::Kafka => "kafka",
     };
     let not_for = |field: &str, set: bool| -> Result<()> {
         if set {
@@ -840,7 +861,34 @@ fn source_vertex(
         ("rate", spec.rate.is_some()),
         ("parallelism", spec.parallelism.is_some()),
     ];
+    let kafka_fields = [
+        ("bootstrap", spec.bootstrap.is_some()),
+        ("topics", spec.topics.is_some()),
+        ("start", spec.start.is_some()),
+        ("group", spec.group.is_some()),
+        ("discovery_ms", spec.discovery_ms.is_some()),
+        ("properties", spec.properties.is_some()),
+        ("bounded", spec.bounded.is_some()),
+    ];
+    if spec.kind != SourceKind::Kafka {
+        for (field, set) in kafka_fields {
+            not_for(field, set)?;
+        }
+        if matches!(&spec.timestamp, Some(toml::Value::String(s)) if s == "record") {
+            bail!("`timestamp = \"record\"` needs records that carry a timestamp: a kafka source");
+        }
+    }
+    let name = spec.name.clone().unwrap_or(default_name);
     let input = match spec.kind {
+        SourceKind::Kafka => {
+            for (field, set) in generator_fields {
+                if field != "parallelism" {
+                    not_for(field, set)?;
+                }
+            }
+            not_for("path", spec.path.is_some())?;
+            SourceInput::Kafka(kafka_source(spec, job, &name)?)
+        }
         SourceKind::File | SourceKind::Stdin => {
             for (field, set) in generator_fields {
                 not_for(field, set)?;
@@ -900,14 +948,19 @@ fn source_vertex(
     let event_time = spec
         .timestamp
         .as_ref()
-        .map(|v| match parse_key_by(v) {
-            Ok(KeySelector::Field { index, separator }) => Ok(EventTime {
-                field: index,
+        .map(|v| match (v, parse_key_by(v)) {
+            (toml::Value::String(s), _) if s == "record" => Ok(EventTime {
+                field: None,
+                separator: ",".into(),
+                out_of_orderness_ms: spec.out_of_orderness_ms.unwrap_or(0) as i64,
+            }),
+            (_, Ok(KeySelector::Field { index, separator })) => Ok(EventTime {
+                field: Some(index),
                 separator,
                 out_of_orderness_ms: spec.out_of_orderness_ms.unwrap_or(0) as i64,
             }),
             _ => Err(anyhow!(
-                "`timestamp` must be {{ field = N, separator = \",\" }}: the field holding the event time in milliseconds"
+                "`timestamp` must be {{ field = N, separator = \",\" }} (the field holding the event time in milliseconds) or \"record\" (the timestamp a Kafka record carries)"
             )),
         })
         .transpose()?;
@@ -920,7 +973,6 @@ fn source_vertex(
     if let Some(ms) = spec.idle_timeout_ms {
         in_range("idle_timeout_ms", ms, &limits::IDLE_TIMEOUT_MS)?;
     }
-    let name = spec.name.clone().unwrap_or(default_name);
     Ok(SourceVertex {
         id: spec.id.clone().unwrap_or_else(|| name.clone()),
         name,
@@ -928,6 +980,144 @@ fn source_vertex(
         parallelism: spec.parallelism.unwrap_or(1),
         event_time,
         idle_timeout: spec.idle_timeout_ms.map(Duration::from_millis),
+    })
+}
+
+fn sink_kind_name(kind: SinkKind) -> &'static str {
+    match kind {
+        SinkKind::File => "file",
+        SinkKind::Stdout => "stdout",
+        SinkKind::Kafka => "kafka",
+    }
+}
+
+/// The `kafka` fields of the `[sink]` table (`None` for other sinks, which may not set
+/// them).
+fn kafka_sink(sink: &SinkSpec, job: &str, checkpoints: bool) -> Result<Option<KafkaSinkConfig>> {
+    let fields = [
+        ("bootstrap", sink.bootstrap.is_some()),
+        ("topic", sink.topic.is_some()),
+        ("delivery", sink.delivery.is_some()),
+        (
+            "transactional_id_prefix",
+            sink.transactional_id_prefix.is_some(),
+        ),
+        ("max_pending_mb", sink.max_pending_mb.is_some()),
+        ("properties", sink.properties.is_some()),
+    ];
+    if sink.kind != SinkKind::Kafka {
+        if let Some((field, _)) = fields.iter().find(|(_, set)| *set) {
+            bail!(
+                "`{field}` does not apply to a {} sink",
+                sink_kind_name(sink.kind)
+            );
+        }
+        return Ok(None);
+    }
+    if sink.format.is_some() {
+        bail!("`format` does not apply to a kafka sink (records keep their key and value)");
+    }
+    let bootstrap = sink
+        .bootstrap
+        .clone()
+        .filter(|b| !b.trim().is_empty())
+        .ok_or_else(|| anyhow!("a kafka sink needs `bootstrap` (the brokers, host:port)"))?;
+    let topic = sink
+        .topic
+        .clone()
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| anyhow!("a kafka sink needs `topic`"))?;
+    let delivery = match sink.delivery.as_deref() {
+        None if checkpoints => Delivery::ExactlyOnce,
+        None | Some("at-least-once") => Delivery::AtLeastOnce,
+        Some("exactly-once") if checkpoints => Delivery::ExactlyOnce,
+        Some("exactly-once") => bail!(
+            "`delivery = \"exactly-once\"` needs `[checkpoint]`: records are written when \
+             the checkpoint that covers them completes"
+        ),
+        Some(other) => {
+            bail!("`delivery` must be \"exactly-once\" or \"at-least-once\", not {other:?}")
+        }
+    };
+    let max_pending_mb = knob(
+        "max_pending_mb",
+        sink.max_pending_mb,
+        256,
+        &limits::MAX_PENDING_MB,
+    )?;
+    let id = sink.id.as_deref().unwrap_or("sink");
+    Ok(Some(KafkaSinkConfig {
+        bootstrap,
+        topic,
+        delivery,
+        transactional_id_prefix: sink
+            .transactional_id_prefix
+            .clone()
+            .unwrap_or_else(|| format!("sluice-{job}-{id}")),
+        max_pending_bytes: max_pending_mb << 20,
+        properties: sink.properties.clone().unwrap_or_default(),
+    }))
+}
+
+/// The `kafka` fields of a `[source]` table.
+fn kafka_source(spec: &SourceSpec, job: &str, name: &str) -> Result<KafkaSourceConfig> {
+    let bootstrap = spec
+        .bootstrap
+        .clone()
+        .filter(|b| !b.trim().is_empty())
+        .ok_or_else(|| anyhow!("a kafka source needs `bootstrap` (the brokers, host:port)"))?;
+    let topics = match &spec.topics {
+        Some(toml::Value::String(t)) => vec![t.clone()],
+        Some(toml::Value::Array(ts)) => ts
+            .iter()
+            .map(|t| match t {
+                toml::Value::String(t) => Ok(t.clone()),
+                other => Err(anyhow!("`topics` must be topic names, not {other}")),
+            })
+            .collect::<Result<_>>()?,
+        Some(other) => bail!("`topics` must be a topic name or a list of them, not {other}"),
+        None => bail!("a kafka source needs `topics`"),
+    };
+    if topics.is_empty() || topics.iter().any(|t| t.is_empty()) {
+        bail!("`topics` must name at least one topic, and no empty one");
+    }
+    let start = match &spec.start {
+        None => StartFrom::Earliest,
+        Some(toml::Value::String(s)) => match s.as_str() {
+            "earliest" => StartFrom::Earliest,
+            "latest" => StartFrom::Latest,
+            "committed" => StartFrom::Committed,
+            other => bail!(
+                "`start` = {other:?}: expected \"earliest\", \"latest\", \"committed\" or {{ timestamp_ms = N }}"
+            ),
+        },
+        Some(toml::Value::Table(t)) if t.len() == 1 => match t.get("timestamp_ms") {
+            Some(toml::Value::Integer(ms)) if *ms >= 0 => StartFrom::Timestamp(*ms),
+            _ => bail!(
+                "`start` = {{ timestamp_ms = N }} needs milliseconds since the epoch (0 or more)"
+            ),
+        },
+        Some(other) => bail!(
+            "`start` = {other}: expected \"earliest\", \"latest\", \"committed\" or {{ timestamp_ms = N }}"
+        ),
+    };
+    let discovery_ms = knob(
+        "discovery_ms",
+        spec.discovery_ms,
+        10_000,
+        &limits::DISCOVERY_MS,
+    )?;
+    Ok(KafkaSourceConfig {
+        bootstrap,
+        topics,
+        start,
+        group: spec
+            .group
+            .clone()
+            .unwrap_or_else(|| format!("sluice-{job}-{name}")),
+        discovery: Duration::from_millis(discovery_ms),
+        properties: spec.properties.clone().unwrap_or_default(),
+        bounded: spec.bounded.unwrap_or(false),
     })
 }
 

@@ -64,8 +64,12 @@ impl StreamTask {
         // snapshot.
         let sync_start = std::time::Instant::now();
         self.chain().broadcast_barrier(barrier)?;
-        let position = match &self.input {
-            TaskInput::Source(reader) => Some(reader.checkpoint()),
+        let position = match &mut self.input {
+            TaskInput::Source(reader) => {
+                let position = reader.checkpoint();
+                reader.source.checkpointed(barrier.id);
+                Some(position)
+            }
             TaskInput::Network(_) => None,
         };
         let operators = self.chain().snapshot(barrier.id)?;
@@ -122,6 +126,9 @@ impl StreamTask {
     pub(super) fn notify_checkpoint_complete(&mut self, id: u64) -> Result<()> {
         if self.running {
             self.chain().notify_complete(id)?;
+            if let TaskInput::Source(reader) = &mut self.input {
+                reader.source.notify_complete(id);
+            }
             if self.final_checkpoint.is_some_and(|f| id >= f) {
                 self.done = true;
             }

@@ -1,0 +1,852 @@
+//! Kafka: a source that reads topics with its offsets in the checkpoint, and a sink that
+//! writes a topic, against a real broker through librdkafka (`rdkafka`).
+//!
+//! The source works as Flink's `KafkaSource` does:
+//! - partitions are **assigned**, not subscribed: each source subtask reads the
+//!   partitions Flink's `KafkaSourceEnumerator.getSplitOwner` gives it
+//!   ([`owner_of`]), so the assignment is a function of the topic, the partition and
+//!   the parallelism, never of a group rebalance;
+//! - the **offsets live in the checkpoint** (the source's position) and are restored
+//!   from it; they are committed to the consumer group on notify-complete, for
+//!   monitoring only (nothing reads them back unless a job starts from `committed`);
+//! - it reads with `isolation.level = read_committed`, so aborted transactions of
+//!   upstream producers never enter the job;
+//! - partitions that appear later are found every `discovery` interval and read from
+//!   their beginning.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::Producer as _;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+use sluice_codec::BatchWriter;
+
+use super::{Source, SourceStatus};
+
+/// How long a metadata or offset request to the broker may take before the source fails
+/// (its task restarts and tries again).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Positions kept for checkpoints not yet complete (the most checkpoints in flight).
+const MAX_PENDING_COMMITS: usize = 16;
+
+/// How soon an idle source polls again: librdkafka fetches in the background, so a poll
+/// only takes what already arrived.
+const IDLE_POLL: Duration = Duration::from_millis(5);
+
+/// Where a source starts reading partitions that its checkpoint does not name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartFrom {
+    /// The first offset still in the log.
+    Earliest,
+    /// After the last record, when the job starts.
+    Latest,
+    /// The consumer group's committed offsets (the earliest where it has none).
+    Committed,
+    /// The first record with a timestamp at or after this (milliseconds since the epoch).
+    Timestamp(i64),
+}
+
+/// The configuration of a Kafka source, as the job file gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaSourceConfig {
+    /// `host:port,...` of the brokers.
+    pub bootstrap: String,
+    /// Topics to read.
+    pub topics: Vec<String>,
+    /// Where to start in partitions the checkpoint does not name.
+    pub start: StartFrom,
+    /// Consumer group offsets are committed to (and read from, with `Committed`).
+    pub group: String,
+    /// How often to look for new partitions.
+    pub discovery: Duration,
+    /// Further librdkafka consumer properties.
+    pub properties: BTreeMap<String, String>,
+    /// Read only up to the end of each partition as it is when the job first starts
+    /// (Flink's bounded mode), then end; otherwise read forever.
+    pub bounded: bool,
+}
+
+/// Flink's `KafkaSourceEnumerator.getSplitOwner`: the source subtask (of `readers`) that
+/// reads `partition` of `topic`. Partitions of one topic go round-robin from a start
+/// that depends on the topic's name, so several topics spread evenly too.
+pub fn owner_of(topic: &str, partition: i32, readers: u32) -> u32 {
+    let start = (java_string_hash(topic).wrapping_mul(31) & 0x7FFF_FFFF) % readers as i32;
+    ((start + partition) % readers as i32) as u32
+}
+
+/// Java's `String.hashCode`: over the UTF-16 code units, `h = 31 h + c`, wrapping.
+fn java_string_hash(s: &str) -> i32 {
+    s.encode_utf16()
+        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
+}
+
+/// The checkpointed position of a source subtask: the next offset of each partition it
+/// reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Position {
+    offsets: Vec<(String, i32, i64)>,
+    /// Bounded sources: the offset each partition ends at.
+    stops: Vec<(String, i32, i64)>,
+}
+
+/// A Kafka source subtask.
+pub struct KafkaSource {
+    config: KafkaSourceConfig,
+    consumer: BaseConsumer,
+    subtask: u32,
+    parallelism: u32,
+    /// The partitions this subtask reads, with the next offset of each.
+    next: BTreeMap<(String, i32), i64>,
+    /// Whether the partitions were assigned (on the first poll, after a restore).
+    started: bool,
+    /// Offsets restored from a checkpoint, for the first assignment.
+    restored: Option<BTreeMap<(String, i32), i64>>,
+    /// Bounded sources: where each partition ends (fixed when it is first assigned).
+    stops: BTreeMap<(String, i32), i64>,
+    last_discovery: Instant,
+    /// Positions taken for checkpoints, until they complete (then committed) or a later
+    /// one completes.
+    pending: BTreeMap<u64, Vec<(String, i32, i64)>>,
+}
+
+impl KafkaSource {
+    /// A source subtask `subtask` of `parallelism`. Connects lazily: the broker is first
+    /// asked on the first poll.
+    pub fn new(config: KafkaSourceConfig, subtask: u32, parallelism: u32) -> Result<Self> {
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &config.bootstrap)
+            .set("group.id", &config.group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("isolation.level", "read_committed")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false");
+        for (k, v) in &config.properties {
+            client.set(k, v);
+        }
+        let consumer: BaseConsumer = client
+            .create()
+            .with_context(|| format!("creating a Kafka consumer for {}", config.bootstrap))?;
+        Ok(KafkaSource {
+            config,
+            consumer,
+            subtask,
+            parallelism,
+            next: BTreeMap::new(),
+            started: false,
+            restored: None,
+            stops: BTreeMap::new(),
+            last_discovery: Instant::now(),
+            pending: BTreeMap::new(),
+        })
+    }
+
+    /// The partitions of the configured topics this subtask owns.
+    fn owned_partitions(&self) -> Result<Vec<(String, i32)>> {
+        let mut owned = Vec::new();
+        for topic in &self.config.topics {
+            let metadata = self
+                .consumer
+                .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
+                .with_context(|| format!("reading the partitions of Kafka topic {topic:?}"))?;
+            let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
+                bail!("Kafka topic {topic:?} does not exist");
+            };
+            if let Some(e) = t.error() {
+                bail!(
+                    "Kafka topic {topic:?}: {}",
+                    KafkaError::MetadataFetch(e.into())
+                );
+            }
+            for p in t.partitions() {
+                if owner_of(topic, p.id(), self.parallelism) == self.subtask {
+                    owned.push((topic.clone(), p.id()));
+                }
+            }
+        }
+        Ok(owned)
+    }
+
+    /// Resolves where each of `partitions` starts, by `start`, to a concrete offset (so
+    /// a checkpoint taken before a partition's first record still names where it was).
+    fn start_offsets(
+        &self,
+        partitions: &[(String, i32)],
+        start: StartFrom,
+    ) -> Result<Vec<((String, i32), i64)>> {
+        let watermarks = |topic: &str, partition: i32| {
+            self.consumer
+                .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
+                .with_context(|| format!("reading the offsets of {topic}/{partition}"))
+        };
+        let mut out = Vec::with_capacity(partitions.len());
+        match start {
+            StartFrom::Earliest | StartFrom::Latest => {
+                for (topic, partition) in partitions {
+                    let (low, high) = watermarks(topic, *partition)?;
+                    let offset = if start == StartFrom::Earliest {
+                        low
+                    } else {
+                        high
+                    };
+                    out.push(((topic.clone(), *partition), offset));
+                }
+            }
+            StartFrom::Committed | StartFrom::Timestamp(_) => {
+                let mut tpl = TopicPartitionList::new();
+                for (topic, partition) in partitions {
+                    let offset = match start {
+                        StartFrom::Timestamp(ts) => Offset::Offset(ts),
+                        _ => Offset::Invalid,
+                    };
+                    tpl.add_partition_offset(topic, *partition, offset)?;
+                }
+                let answered = match start {
+                    StartFrom::Timestamp(_) => {
+                        self.consumer.offsets_for_times(tpl, REQUEST_TIMEOUT)
+                    }
+                    _ => self.consumer.committed_offsets(tpl, REQUEST_TIMEOUT),
+                }
+                .with_context(|| format!("reading the start offsets of {partitions:?}"))?;
+                for e in answered.elements() {
+                    let (topic, partition) = (e.topic().to_string(), e.partition());
+                    let (low, high) = watermarks(&topic, partition)?;
+                    let offset = match e.offset() {
+                        Offset::Offset(o) => o.clamp(low, high),
+                        // No record at or after the timestamp: from the end.
+                        Offset::End if matches!(start, StartFrom::Timestamp(_)) => high,
+                        // No committed offset: from the beginning.
+                        _ => low,
+                    };
+                    out.push(((topic, partition), offset));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Assigns this subtask's partitions: restored ones at their checkpointed offsets,
+    /// others by `start` (on a fresh start) or from the beginning (found later).
+    fn assign(&mut self) -> Result<()> {
+        let owned = self.owned_partitions()?;
+        let restored = self.restored.take();
+        let new: Vec<(String, i32)> = owned
+            .iter()
+            .filter(|p| !self.next.contains_key(*p))
+            .filter(|p| !restored.as_ref().is_some_and(|r| r.contains_key(*p)))
+            .cloned()
+            .collect();
+        if let Some(restored) = &restored {
+            for (p, offset) in restored {
+                if owned.contains(p) {
+                    self.next.insert(p.clone(), *offset);
+                }
+            }
+        }
+        let start = if self.started || restored.is_some() {
+            StartFrom::Earliest
+        } else {
+            self.config.start
+        };
+        for (p, offset) in self.start_offsets(&new, start)? {
+            self.next.insert(p, offset);
+        }
+        if self.config.bounded {
+            for (topic, partition) in self.next.keys() {
+                if !self.stops.contains_key(&(topic.clone(), *partition)) {
+                    let (_, high) = self
+                        .consumer
+                        .fetch_watermarks(topic, *partition, REQUEST_TIMEOUT)
+                        .with_context(|| format!("reading the end of {topic}/{partition}"))?;
+                    self.stops.insert((topic.clone(), *partition), high);
+                }
+            }
+        }
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, partition), offset) in &self.next {
+            tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset))?;
+        }
+        self.consumer
+            .assign(&tpl)
+            .context("assigning Kafka partitions")?;
+        self.started = true;
+        self.last_discovery = Instant::now();
+        Ok(())
+    }
+}
+
+impl Source for KafkaSource {
+    fn poll(&mut self, out: &mut BatchWriter, max: usize) -> Result<SourceStatus> {
+        // A bounded source reads the partitions it found at its start only.
+        if !self.started
+            || (!self.config.bounded && self.last_discovery.elapsed() >= self.config.discovery)
+        {
+            self.assign()?;
+        }
+        if self.config.bounded
+            && self
+                .next
+                .iter()
+                .all(|(p, next)| self.stops.get(p).is_some_and(|stop| next >= stop))
+        {
+            return Ok(SourceStatus::End);
+        }
+        for _ in 0..max {
+            let Some(message) = self.consumer.poll(Duration::ZERO) else {
+                break;
+            };
+            let message = match message {
+                Ok(m) => m,
+                Err(e) => {
+                    // librdkafka reports broker and network trouble here and recovers
+                    // on its own; a fatal error ends the consumer for good.
+                    if let KafkaError::MessageConsumptionFatal(_) = e {
+                        return Err(anyhow!(e).context("reading from Kafka"));
+                    }
+                    tracing::warn!("Kafka source: {e}");
+                    continue;
+                }
+            };
+            let key = (message.topic().to_string(), message.partition());
+            if self
+                .stops
+                .get(&key)
+                .is_some_and(|stop| message.offset() >= *stop)
+            {
+                // Past the end of a bounded source (records written after it started).
+                continue;
+            }
+            match self.next.get_mut(&key) {
+                Some(next) => *next = message.offset() + 1,
+                // A record of a partition no longer assigned (after a reassignment).
+                None => continue,
+            }
+            out.push(
+                message.key(),
+                message.payload().unwrap_or_default(),
+                message.timestamp().to_millis(),
+            );
+        }
+        if out.is_empty() {
+            return Ok(SourceStatus::Idle {
+                retry_at: Some(Instant::now() + IDLE_POLL),
+            });
+        }
+        Ok(SourceStatus::More)
+    }
+
+    fn position(&self) -> Vec<u8> {
+        let list = |m: &BTreeMap<(String, i32), i64>| {
+            m.iter().map(|((t, p), o)| (t.clone(), *p, *o)).collect()
+        };
+        let position = Position {
+            offsets: list(&self.next),
+            stops: list(&self.stops),
+        };
+        postcard::to_allocvec(&position).expect("a position always encodes")
+    }
+
+    fn seek(&mut self, position: &[u8]) -> Result<()> {
+        let position: Position =
+            postcard::from_bytes(position).context("decoding a Kafka source position")?;
+        let map = |l: Vec<(String, i32, i64)>| l.into_iter().map(|(t, p, o)| ((t, p), o)).collect();
+        self.restored = Some(map(position.offsets));
+        self.stops = map(position.stops);
+        self.next.clear();
+        self.started = false;
+        Ok(())
+    }
+
+    fn checkpointed(&mut self, checkpoint_id: u64) {
+        let offsets = self
+            .next
+            .iter()
+            .map(|((t, p), o)| (t.clone(), *p, *o))
+            .collect();
+        self.pending.insert(checkpoint_id, offsets);
+        // Checkpoints that never complete (aborted) are forgotten, oldest first: at most
+        // as many stay as can be in flight.
+        while self.pending.len() > MAX_PENDING_COMMITS {
+            self.pending.pop_first();
+        }
+    }
+
+    fn notify_complete(&mut self, checkpoint_id: u64) {
+        let Some(offsets) = self.pending.remove(&checkpoint_id) else {
+            return;
+        };
+        self.pending.retain(|&id, _| id > checkpoint_id);
+        let mut tpl = TopicPartitionList::new();
+        for (topic, partition, offset) in &offsets {
+            if tpl
+                .add_partition_offset(topic, *partition, Offset::Offset(*offset))
+                .is_err()
+            {
+                return;
+            }
+        }
+        // The checkpoint holds the offsets that count; the group's serve monitoring and
+        // a later job's `start = "committed"`, so the commit is waited for (one round
+        // trip per checkpoint).
+        if let Err(e) = self.consumer.commit(&tpl, CommitMode::Sync) {
+            tracing::warn!("committing Kafka offsets of checkpoint {checkpoint_id}: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_are_owned_as_flink_assigns_them() {
+        // Values of Java's `String.hashCode` and of Flink's rule, computed with Java.
+        assert_eq!(java_string_hash("events"), -1291329255);
+        assert_eq!(java_string_hash("orders"), -1008770331);
+        assert_eq!(java_string_hash("événements"), -1479837150);
+        assert_eq!(owner_of("events", 0, 4), 3);
+        assert_eq!(owner_of("événements", 0, 4), 2);
+        // Every partition has one owner, and owners go round-robin.
+        for readers in 1..=5 {
+            let owners: Vec<u32> = (0..10).map(|p| owner_of("events", p, readers)).collect();
+            for w in owners.windows(2) {
+                assert_eq!(w[1], (w[0] + 1) % readers);
+            }
+        }
+    }
+
+    #[test]
+    fn positions_round_trip() {
+        let config = KafkaSourceConfig {
+            bootstrap: "127.0.0.1:1".into(),
+            topics: vec!["t".into()],
+            start: StartFrom::Earliest,
+            group: "g".into(),
+            discovery: Duration::from_secs(1),
+            properties: BTreeMap::new(),
+            bounded: true,
+        };
+        let mut a = KafkaSource::new(config.clone(), 0, 1).unwrap();
+        a.next.insert(("t".into(), 0), 42);
+        a.next.insert(("t".into(), 3), 7);
+        a.stops.insert(("t".into(), 0), 50);
+        let mut b = KafkaSource::new(config, 0, 1).unwrap();
+        b.seek(&a.position()).unwrap();
+        assert_eq!(
+            b.restored,
+            Some(BTreeMap::from([
+                (("t".into(), 0), 42),
+                (("t".into(), 3), 7)
+            ]))
+        );
+        assert_eq!(b.stops, a.stops);
+        assert!(b.seek(b"\xff\xff\xff").is_err());
+    }
+}
+
+/// How a Kafka sink delivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Records are sent as they come; a checkpoint waits until every record sent before
+    /// it is acknowledged. After a failure, records since the last checkpoint are sent
+    /// again.
+    AtLeastOnce,
+    /// Records of each checkpoint interval are written in one Kafka transaction once the
+    /// checkpoint is complete; consumers reading `read_committed` see each record once.
+    ExactlyOnce,
+}
+
+/// The configuration of a Kafka sink, as the job file gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaSinkConfig {
+    /// `host:port,...` of the brokers.
+    pub bootstrap: String,
+    /// The topic written.
+    pub topic: String,
+    /// At least or exactly once.
+    pub delivery: Delivery,
+    /// Prefix of the transactional ids (exactly once): subtask N uses `PREFIX-N`, so a
+    /// restarted subtask fences the one it replaces.
+    pub transactional_id_prefix: String,
+    /// Most bytes of records one subtask holds for checkpoints not yet complete (exactly
+    /// once).
+    pub max_pending_bytes: u64,
+    /// Further librdkafka producer properties.
+    pub properties: BTreeMap<String, String>,
+}
+
+/// The first delivery failure of a producer, reported by librdkafka on a poll.
+#[derive(Default)]
+struct DeliveryReport {
+    failed: std::sync::Mutex<Option<String>>,
+}
+
+impl rdkafka::ClientContext for DeliveryReport {}
+
+impl rdkafka::producer::ProducerContext for DeliveryReport {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+            failed.get_or_insert_with(|| e.to_string());
+        }
+    }
+}
+
+type Producer = rdkafka::producer::BaseProducer<DeliveryReport>;
+
+/// The checkpointed state of an exactly-once sink subtask: the records of checkpoints
+/// taken but not known to be committed, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct SinkState {
+    pending: Vec<(u64, Vec<u8>)>,
+}
+
+/// A Kafka sink subtask: the last operator of its chain.
+///
+/// Exactly once is a write-ahead log, because librdkafka cannot resume a transaction
+/// another producer opened (a restarted subtask's `init_transactions` aborts it): the
+/// records of a checkpoint interval are kept, go into the checkpoint, and are written
+/// in one transaction when the checkpoint is complete. The transaction also commits
+/// the checkpoint's id as the offset of the subtask's marker group (`PREFIX-N`), so
+/// after a failure the restored subtask knows which of its pending checkpoints already
+/// reached Kafka and writes only the others.
+pub struct KafkaSink {
+    identity: crate::chain::OperatorIdentity,
+    state: crate::chain::OperatorState,
+    config: KafkaSinkConfig,
+    subtask: u32,
+    producer: Option<Producer>,
+    /// Exactly once: a client of the subtask's marker group (made at open).
+    marker: Option<BaseConsumer>,
+    /// Exactly once: the records since the last checkpoint, as a batch.
+    interval: BatchWriter,
+    sink: SinkState,
+    pending_bytes: u64,
+}
+
+/// How long a flush or a transaction step may take before the sink fails (its job
+/// restarts from the last checkpoint).
+const PRODUCE_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl KafkaSink {
+    /// Subtask `subtask` of a Kafka sink.
+    pub fn new(
+        identity: crate::chain::OperatorIdentity,
+        config: KafkaSinkConfig,
+        subtask: u32,
+    ) -> Self {
+        KafkaSink {
+            identity,
+            state: crate::chain::OperatorState::new(None),
+            config,
+            subtask,
+            producer: None,
+            marker: None,
+            interval: BatchWriter::new(),
+            sink: SinkState::default(),
+            pending_bytes: 0,
+        }
+    }
+
+    fn transactional_id(&self) -> String {
+        format!("{}-{}", self.config.transactional_id_prefix, self.subtask)
+    }
+
+    fn err(&self, what: &str, e: impl std::fmt::Display) -> crate::chain::CallError {
+        crate::chain::CallError::Failed(format!(
+            "Kafka sink, topic {:?} at {}: {what}: {e}",
+            self.config.topic, self.config.bootstrap
+        ))
+    }
+
+    fn producer(&self) -> Result<&Producer, crate::chain::CallError> {
+        self.producer
+            .as_ref()
+            .ok_or_else(|| crate::chain::CallError::Failed("Kafka sink used before open".into()))
+    }
+
+    /// Sends one record, waiting while librdkafka's queue is full.
+    fn send(
+        producer: &Producer,
+        topic: &str,
+        record: &sluice_codec::RecordRef<'_>,
+    ) -> Result<(), KafkaError> {
+        loop {
+            let mut r =
+                rdkafka::producer::BaseRecord::<[u8], [u8]>::to(topic).payload(record.value);
+            if let Some(k) = record.key {
+                r = r.key(k);
+            }
+            if let Some(ts) = record.timestamp {
+                r = r.timestamp(ts);
+            }
+            match producer.send(r) {
+                Ok(()) => return Ok(()),
+                Err((
+                    KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                    _,
+                )) => {
+                    producer.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+    }
+
+    fn check_deliveries(&self) -> Result<(), crate::chain::CallError> {
+        let producer = self.producer()?;
+        let failed = producer
+            .context()
+            .failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match failed {
+            Some(e) => Err(self.err("a record was not delivered", e)),
+            None => Ok(()),
+        }
+    }
+
+    /// The newest checkpoint whose records this subtask committed (its marker group's
+    /// offset), if any.
+    fn committed_checkpoint(&self) -> Result<Option<u64>, crate::chain::CallError> {
+        let consumer = self.marker()?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.config.topic, 0);
+        let committed = consumer
+            .committed_offsets(tpl, PRODUCE_TIMEOUT)
+            .map_err(|e| self.err("reading the last committed checkpoint", e))?;
+        Ok(committed.elements().first().and_then(|e| match e.offset() {
+            Offset::Offset(o) if o >= 0 => Some(o as u64),
+            _ => None,
+        }))
+    }
+
+    fn marker(&self) -> Result<&BaseConsumer, crate::chain::CallError> {
+        self.marker
+            .as_ref()
+            .ok_or_else(|| crate::chain::CallError::Failed("Kafka sink used before open".into()))
+    }
+
+    fn marker_consumer(&self) -> Result<BaseConsumer, crate::chain::CallError> {
+        ClientConfig::new()
+            .set("bootstrap.servers", &self.config.bootstrap)
+            .set("group.id", self.transactional_id())
+            .set("enable.auto.commit", "false")
+            .create()
+            .map_err(|e| self.err("creating the marker consumer", e))
+    }
+
+    /// Writes the records of pending checkpoints up to `id` in one transaction each,
+    /// with the checkpoint's marker.
+    fn commit_up_to(&mut self, id: u64) -> Result<(), crate::chain::CallError> {
+        while self.sink.pending.first().is_some_and(|(c, _)| *c <= id) {
+            let (checkpoint, records) = self.sink.pending.remove(0);
+            self.pending_bytes = self.pending_bytes.saturating_sub(records.len() as u64);
+            self.write_transaction(checkpoint, &records)?;
+        }
+        Ok(())
+    }
+
+    fn write_transaction(
+        &self,
+        checkpoint: u64,
+        records: &[u8],
+    ) -> Result<(), crate::chain::CallError> {
+        let producer = self.producer()?;
+        let step = |what: &str, r: Result<(), KafkaError>| {
+            r.map_err(|e| self.err(&format!("checkpoint {checkpoint}: {what}"), e))
+        };
+        step("beginning the transaction", producer.begin_transaction())?;
+        for record in sluice_codec::BatchReader::new(records) {
+            let record = record.map_err(|e| self.err("reading pending records", e))?;
+            step(
+                "sending a record",
+                Self::send(producer, &self.config.topic, &record),
+            )?;
+        }
+        let metadata = self
+            .marker()?
+            .group_metadata()
+            .ok_or_else(|| self.err("marker group", "no group metadata"))?;
+        let mut marker = TopicPartitionList::new();
+        step(
+            "marking the checkpoint",
+            marker.add_partition_offset(&self.config.topic, 0, Offset::Offset(checkpoint as i64)),
+        )?;
+        step(
+            "marking the checkpoint",
+            producer.send_offsets_to_transaction(&marker, &metadata, PRODUCE_TIMEOUT),
+        )?;
+        step(
+            "committing the transaction",
+            producer.commit_transaction(PRODUCE_TIMEOUT),
+        )?;
+        self.check_deliveries()
+    }
+}
+
+impl crate::chain::Operator for KafkaSink {
+    fn identity(&self) -> &crate::chain::OperatorIdentity {
+        &self.identity
+    }
+
+    fn state(&mut self) -> &mut crate::chain::OperatorState {
+        &mut self.state
+    }
+
+    fn open(
+        &mut self,
+        info: &crate::chain::OpenInfo,
+    ) -> Result<crate::chain::CallOutput, crate::chain::CallError> {
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &self.config.bootstrap)
+            // Java clients' partitioner, so keys land where Kafka Streams or Flink put them.
+            .set("partitioner", "murmur2_random")
+            .set("enable.idempotence", "true");
+        if self.config.delivery == Delivery::ExactlyOnce {
+            client
+                .set("transactional.id", self.transactional_id())
+                .set("transaction.timeout.ms", "900000");
+        }
+        for (k, v) in &self.config.properties {
+            client.set(k, v);
+        }
+        let producer: Producer = client
+            .create_with_context(DeliveryReport::default())
+            .map_err(|e| self.err("creating the producer", e))?;
+        if self.config.delivery == Delivery::ExactlyOnce {
+            // Fences an earlier producer of this subtask and aborts its open transaction.
+            producer
+                .init_transactions(PRODUCE_TIMEOUT)
+                .map_err(|e| self.err("initialising transactions", e))?;
+            self.marker = Some(self.marker_consumer()?);
+        }
+        self.producer = Some(producer);
+        if let Some(bytes) = info.restored_state.as_deref().filter(|b| !b.is_empty()) {
+            let restored: SinkState = postcard::from_bytes(bytes)
+                .map_err(|e| self.err("decoding the restored sink state", e))?;
+            let committed = self.committed_checkpoint()?;
+            self.sink.pending = restored
+                .pending
+                .into_iter()
+                .filter(|(c, _)| committed.is_none_or(|done| *c > done))
+                .collect();
+            self.pending_bytes = self.sink.pending.iter().map(|(_, r)| r.len() as u64).sum();
+            // Checkpoints restored were complete: what is still pending goes out now.
+            let last = self.sink.pending.last().map(|(c, _)| *c);
+            if let Some(last) = last {
+                self.commit_up_to(last)?;
+            }
+        }
+        Ok(crate::chain::CallOutput::default())
+    }
+
+    fn process(
+        &mut self,
+        records: &[u8],
+    ) -> Result<crate::chain::CallOutput, crate::chain::CallError> {
+        match self.config.delivery {
+            Delivery::AtLeastOnce => {
+                let producer = self.producer()?;
+                for record in sluice_codec::BatchReader::new(records) {
+                    let record =
+                        record.map_err(|e| crate::chain::CallError::Contract(e.to_string()))?;
+                    Self::send(producer, &self.config.topic, &record)
+                        .map_err(|e| self.err("sending a record", e))?;
+                }
+                producer.poll(Duration::ZERO);
+                self.check_deliveries()?;
+            }
+            Delivery::ExactlyOnce => {
+                let count = sluice_codec::BatchReader::count(records)
+                    .map_err(|e| crate::chain::CallError::Contract(e.to_string()))?;
+                self.interval.extend_encoded(records, count);
+                let held = self.pending_bytes + self.interval.byte_len() as u64;
+                if held > self.config.max_pending_bytes {
+                    return Err(crate::chain::CallError::Limit(format!(
+                        "Kafka sink, topic {:?}: {held} bytes of records wait for checkpoints \
+                         to complete, more than `max_pending_mb` allows; checkpoint more often \
+                         or raise it",
+                        self.config.topic
+                    )));
+                }
+            }
+        }
+        Ok(crate::chain::CallOutput::default())
+    }
+
+    fn process_watermark(
+        &mut self,
+        _: i64,
+    ) -> Result<crate::chain::CallOutput, crate::chain::CallError> {
+        Ok(crate::chain::CallOutput::default())
+    }
+
+    fn on_timers(&mut self, _: &[u8]) -> Result<crate::chain::CallOutput, crate::chain::CallError> {
+        Ok(crate::chain::CallOutput::default())
+    }
+
+    fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, crate::chain::CallError> {
+        match self.config.delivery {
+            Delivery::AtLeastOnce => {
+                self.producer()?
+                    .flush(PRODUCE_TIMEOUT)
+                    .map_err(|e| self.err("flushing before the checkpoint", e))?;
+                self.check_deliveries()?;
+                Ok(Vec::new())
+            }
+            Delivery::ExactlyOnce => {
+                let records = std::mem::take(&mut self.interval).into_bytes();
+                self.pending_bytes += records.len() as u64;
+                self.sink.pending.push((checkpoint_id, records));
+                postcard::to_allocvec(&self.sink)
+                    .map_err(|e| crate::chain::CallError::Failed(e.to_string()))
+            }
+        }
+    }
+
+    fn notify_complete(&mut self, checkpoint_id: u64) -> Result<(), crate::chain::CallError> {
+        if self.config.delivery == Delivery::ExactlyOnce {
+            self.commit_up_to(checkpoint_id)?;
+        }
+        Ok(())
+    }
+
+    fn notify_aborted(&mut self, _: u64) -> Result<(), crate::chain::CallError> {
+        // The aborted checkpoint's records stay pending; the next completed checkpoint
+        // writes them.
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<crate::chain::CallOutput, crate::chain::CallError> {
+        // Exactly once, the tail goes out with the final checkpoint.
+        if self.config.delivery == Delivery::AtLeastOnce {
+            self.producer()?
+                .flush(PRODUCE_TIMEOUT)
+                .map_err(|e| self.err("flushing the last records", e))?;
+            self.check_deliveries()?;
+        }
+        Ok(crate::chain::CallOutput::default())
+    }
+
+    fn close(&mut self) -> Result<crate::chain::CallOutput, crate::chain::CallError> {
+        Ok(crate::chain::CallOutput::default())
+    }
+
+    fn dispose(&mut self) -> Result<(), crate::chain::CallError> {
+        self.producer = None;
+        self.marker = None;
+        Ok(())
+    }
+}

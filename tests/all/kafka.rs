@@ -1,0 +1,342 @@
+//! Kafka sources and sinks against a real Apache Kafka broker (`scripts/test.sh` starts
+//! one; see `sluice_tests::kafka::broker`): offsets in checkpoints, start positions,
+//! exactly-once output across SIGKILLs, checked against counts computed here.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sluice_tests::kafka::{Read, broker, create_topic, produce, read_committed, unique_topic};
+use sluice_tests::plugins::{COUNT, TOKENIZE};
+use sluice_tests::{
+    expected_word_counts, final_counts_any_order, has_complete_checkpoint, read_sink_output,
+    run_job, sample_text, test_dir, write_job,
+};
+
+use crate::checkpoints::{Delays, spawn_sluice};
+
+/// Runs `job` as `sluice run` processes, SIGKILLing `kills` of them at random moments
+/// (150–600 ms in) and resuming each from the latest checkpoint, until a run ends.
+/// Returns how many runs were killed.
+fn run_killed(dir: &Path, job: &Path, kills: usize) -> usize {
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("kill seed {seed}");
+    let mut delays = Delays(seed);
+    let mut killed = 0;
+    for round in 0..=kills {
+        let resume: &[&str] = if has_complete_checkpoint(&dir.join("checkpoints")) {
+            &["--from-checkpoint", "latest"]
+        } else {
+            &[]
+        };
+        let mut child = spawn_sluice(job, resume);
+        if round < kills {
+            let deadline = Instant::now() + Duration::from_millis(delays.next_ms(150, 600));
+            while Instant::now() < deadline && child.try_wait().unwrap().is_none() {
+                thread::sleep(Duration::from_millis(10));
+            }
+            if child.try_wait().unwrap().is_none() {
+                child.kill().unwrap(); // SIGKILL
+                child.wait().unwrap();
+                killed += 1;
+                continue;
+            }
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "the last run failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        break;
+    }
+    killed
+}
+
+/// `word<TAB>count` lines of the records `count` wrote (key: the word, value: its
+/// running count).
+fn as_count_lines(records: &[Read]) -> String {
+    records
+        .iter()
+        .map(|r| format!("{}\t{}\n", r.key.as_deref().unwrap_or(""), r.value))
+        .collect()
+}
+
+/// Lines of text, written to a topic of 4 partitions, read by a word count with a
+/// Kafka source of 2 subtasks (offsets in the checkpoint) and a file sink, SIGKILLed
+/// three times: every word counted exactly once, as computed here.
+#[test]
+fn a_kafka_source_resumes_from_its_checkpointed_offsets_exactly_once() {
+    let Some(broker) = broker() else { return };
+    let topic = unique_topic("lines");
+    create_topic(&broker, &topic, 4);
+    let text = sample_text(21, 300_000);
+    let lines: Vec<(Option<&str>, &str, Option<i64>)> =
+        text.lines().map(|l| (None, l, None)).collect();
+    produce(&broker, &topic, &lines);
+    let dir = test_dir("kafka-source-kills");
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "kafka-words"
+[source]
+type = "kafka"
+bootstrap = "{broker}"
+topics = "{topic}"
+parallelism = 2
+bounded = true
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+parallelism = 2
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+key_by = "key"
+parallelism = 2
+[sink]
+type = "file"
+path = "out/counts.tsv"
+format = "key-value"
+[checkpoint]
+interval_ms = 100
+dir = "checkpoints"
+[runtime]
+batch_size = 100
+"#
+        ),
+    );
+    let killed = run_killed(&dir, &job, 3);
+    eprintln!("killed {killed} runs");
+    assert!(
+        killed > 0,
+        "no run was killed: the job ended too soon to test recovery"
+    );
+    let output = read_sink_output(&dir.join("out/counts.tsv"), 1);
+    let counts = final_counts_any_order(&output).expect("running counts without gaps or repeats");
+    assert_eq!(counts, expected_word_counts(&text, 1));
+}
+
+/// The word count's running counts written to a Kafka topic exactly once: SIGKILLed
+/// three times, the committed records hold every count of every word once.
+#[test]
+fn a_kafka_sink_writes_each_record_exactly_once_across_kills() {
+    let Some(broker) = broker() else { return };
+    let topic = unique_topic("counts");
+    create_topic(&broker, &topic, 3);
+    let dir = test_dir("kafka-sink-kills");
+    let text = sample_text(22, 150_000);
+    std::fs::write(dir.join("in.txt"), &text).unwrap();
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "kafka-out"
+[source]
+type = "file"
+path = "in.txt"
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+key_by = "key"
+parallelism = 2
+[sink]
+type = "kafka"
+bootstrap = "{broker}"
+topic = "{topic}"
+transactional_id_prefix = "{topic}"
+parallelism = 2
+[checkpoint]
+interval_ms = 100
+dir = "checkpoints"
+[runtime]
+batch_size = 50
+"#
+        ),
+    );
+    let killed = run_killed(&dir, &job, 3);
+    eprintln!("killed {killed} runs");
+    assert!(
+        killed > 0,
+        "no run was killed: the job ended too soon to test recovery"
+    );
+    let records = read_committed(&broker, &topic);
+    let counts = final_counts_any_order(&as_count_lines(&records))
+        .expect("running counts without gaps or repeats");
+    assert_eq!(counts, expected_word_counts(&text, 1));
+}
+
+/// Without checkpoints the sink delivers at least once; a run without failures
+/// delivers every record once, keyed as written.
+#[test]
+fn an_at_least_once_kafka_sink_delivers_every_record() {
+    let Some(broker) = broker() else { return };
+    let topic = unique_topic("plain");
+    create_topic(&broker, &topic, 2);
+    let dir = test_dir("kafka-sink-plain");
+    let text = sample_text(23, 500);
+    std::fs::write(dir.join("in.txt"), &text).unwrap();
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "kafka-plain"
+[source]
+type = "file"
+path = "in.txt"
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+key_by = "key"
+[sink]
+type = "kafka"
+bootstrap = "{broker}"
+topic = "{topic}"
+"#
+        ),
+    );
+    run_job(&job).expect("the job runs");
+    let records = read_committed(&broker, &topic);
+    let counts = final_counts_any_order(&as_count_lines(&records)).unwrap();
+    assert_eq!(counts, expected_word_counts(&text, 1));
+}
+
+/// Where a source starts: at a timestamp, at the end, or at the offsets its group
+/// committed when an earlier run's checkpoints completed.
+#[test]
+fn kafka_sources_start_at_a_timestamp_the_end_or_the_committed_offsets() {
+    let Some(broker) = broker() else { return };
+    let topic = unique_topic("starts");
+    create_topic(&broker, &topic, 2);
+    produce(
+        &broker,
+        &topic,
+        &[
+            (Some("a"), "one", Some(1_000)),
+            (Some("b"), "two", Some(2_000)),
+            (Some("c"), "three", Some(3_000)),
+        ],
+    );
+    let dir = test_dir("kafka-starts");
+    let group = unique_topic("group");
+    // Runs from `start` in consumer group `group`.
+    let run = |start: &str, name: &str, group: &str| -> Vec<String> {
+        let job = write_job(
+            &dir,
+            &format!(
+                r#"
+name = "{name}"
+[source]
+type = "kafka"
+bootstrap = "{broker}"
+topics = ["{topic}"]
+start = {start}
+group = "{group}"
+bounded = true
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[sink]
+type = "file"
+path = "{name}.txt"
+[checkpoint]
+interval_ms = 50
+dir = "checkpoints-{name}"
+"#
+            ),
+        );
+        run_job(&job).expect("the job runs");
+        let mut lines: Vec<String> = std::fs::read_to_string(dir.join(format!("{name}.txt")))
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        lines.sort();
+        lines
+    };
+    let other = unique_topic("other");
+    assert_eq!(
+        run("{ timestamp_ms = 2000 }", "from-2000", &other),
+        ["three", "two"]
+    );
+    assert_eq!(run("\"latest\"", "latest", &other), Vec::<String>::new());
+    // A group without offsets starts from the beginning; the final checkpoint commits
+    // them, so the next run from `committed` reads only what came since.
+    assert_eq!(
+        run("\"committed\"", "committed-1", &group),
+        ["one", "three", "two"]
+    );
+    produce(&broker, &topic, &[(Some("d"), "four", Some(4_000))]);
+    assert_eq!(run("\"committed\"", "committed-2", &group), ["four"]);
+}
+
+/// Event time from the records' own Kafka timestamps: tumbling counts per key.
+#[test]
+fn kafka_record_timestamps_drive_event_time() {
+    let Some(broker) = broker() else { return };
+    let topic = unique_topic("timed");
+    create_topic(&broker, &topic, 1);
+    let records: Vec<(Option<&str>, &str, Option<i64>)> = [
+        ("k", 1_000),
+        ("k", 4_000),
+        ("j", 9_999),
+        ("k", 10_000),
+        ("k", 25_000),
+    ]
+    .iter()
+    .map(|&(k, ts)| (Some(k), "x", Some(ts)))
+    .collect();
+    produce(&broker, &topic, &records);
+    let dir = test_dir("kafka-event-time");
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "kafka-windows"
+[source]
+type = "kafka"
+bootstrap = "{broker}"
+topics = "{topic}"
+bounded = true
+timestamp = "record"
+[[operator]]
+name = "window"
+plugin = "{}"
+key_by = "key"
+config = {{ kind = "tumbling", size-ms = 10000, aggregate = "count" }}
+[sink]
+type = "file"
+path = "windows.tsv"
+format = "key-value"
+"#,
+            sluice_tests::plugins::WINDOW
+        ),
+    );
+    run_job(&job).expect("the job runs");
+    let mut got: Vec<String> = std::fs::read_to_string(dir.join("windows.tsv"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    got.sort();
+    let want: BTreeMap<&str, ()> = [
+        ("j\t0,10000,1", ()),
+        ("k\t0,10000,2", ()),
+        ("k\t10000,20000,1", ()),
+        ("k\t20000,30000,1", ()),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(got, want.keys().map(|s| s.to_string()).collect::<Vec<_>>());
+}

@@ -1,0 +1,194 @@
+//! A client of the test broker: topics, records in, committed records out.
+//!
+//! The broker is the real Apache Kafka that `scripts/test.sh` starts
+//! (`scripts/kafka/broker.sh`); tests find it in `SLUICE_KAFKA`.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+/// The test broker's address, or `None` (after saying how to start one) when no broker
+/// was started. Under `scripts/test.sh` (`SLUICE_KAFKA_REQUIRED=1`) a missing broker is
+/// a failure, never a skip.
+pub fn broker() -> Option<String> {
+    match std::env::var("SLUICE_KAFKA") {
+        Ok(b) if !b.is_empty() => Some(b),
+        _ if std::env::var_os("SLUICE_KAFKA_REQUIRED").is_some() => {
+            panic!("SLUICE_KAFKA_REQUIRED is set but SLUICE_KAFKA names no broker")
+        }
+        _ => {
+            eprintln!(
+                "skipped: no Kafka broker. Run the whole suite with scripts/test.sh, or start \
+                 one with `eval \"$(scripts/kafka/broker.sh start)\"` and run again"
+            );
+            None
+        }
+    }
+}
+
+/// A topic name no other test or earlier run uses.
+pub fn unique_topic(name: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{name}-{}-{nanos}", std::process::id())
+}
+
+struct ThreadWaker(std::thread::Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Runs a future of the admin client (driven by librdkafka's own thread) to its end.
+fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        match future.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => return v,
+            Poll::Pending => std::thread::park_timeout(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// Creates `topic` with `partitions` partitions.
+pub fn create_topic(broker: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .create()
+        .expect("an admin client");
+    let results = block_on(admin.create_topics(
+        &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+    ))
+    .expect("creating a topic");
+    for r in results {
+        r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
+    }
+}
+
+/// Writes `records` (key, value, timestamp) to `topic` and waits until all are stored.
+pub fn produce(broker: &str, topic: &str, records: &[(Option<&str>, &str, Option<i64>)]) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("linger.ms", "5")
+        .create()
+        .expect("a producer");
+    for (key, value, ts) in records {
+        let mut record = BaseRecord::<str, str>::to(topic).payload(*value);
+        if let Some(k) = key {
+            record = record.key(*k);
+        }
+        if let Some(ts) = ts {
+            record = record.timestamp(*ts);
+        }
+        let mut record = Some(record);
+        while let Some(r) = record.take() {
+            if let Err((e, r)) = producer.send(r) {
+                assert!(
+                    matches!(
+                        e,
+                        rdkafka::error::KafkaError::MessageProduction(
+                            rdkafka::types::RDKafkaErrorCode::QueueFull
+                        )
+                    ),
+                    "producing: {e}"
+                );
+                producer.poll(Duration::from_millis(10));
+                record = Some(r);
+            }
+        }
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .expect("flushing the producer");
+}
+
+/// A committed record read back: key and value as text.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Read {
+    pub key: Option<String>,
+    pub value: String,
+    pub timestamp: Option<i64>,
+}
+
+/// Reads every committed record of `topic` (`read_committed`), from the beginning of
+/// each partition up to its end when called: what a downstream consumer would see.
+pub fn read_committed(broker: &str, topic: &str) -> Vec<Read> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("group.id", unique_topic("reader"))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .expect("a consumer");
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(30))
+        .expect("topic metadata");
+    let partitions: Vec<i32> = metadata.topics()[0]
+        .partitions()
+        .iter()
+        .map(|p| p.id())
+        .collect();
+    // Read committed, a partition ends at its last stable offset: the high watermark
+    // once no transaction is open (the tests read after their jobs ended).
+    let mut ends = BTreeMap::new();
+    let mut tpl = TopicPartitionList::new();
+    for &p in &partitions {
+        let (_, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(30))
+            .expect("watermarks");
+        ends.insert(p, high);
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).expect("assigning");
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last_record = Instant::now();
+    let mut since_check = 0;
+    loop {
+        // Positions are asked for now and then: each answer is a list built in C.
+        if since_check == 0 || since_check >= 10_000 {
+            since_check = 0;
+            let position = consumer.position().expect("positions");
+            let done = position.elements().iter().all(|e| match e.offset() {
+                Offset::Offset(o) => o >= ends[&e.partition()],
+                _ => ends[&e.partition()] == 0,
+            });
+            // A transaction's commit marker takes the last offset and is never
+            // delivered, so a partition may also end quiet.
+            if done || Instant::now() > deadline || last_record.elapsed() > Duration::from_secs(3) {
+                break;
+            }
+        }
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                last_record = Instant::now();
+                since_check += 1;
+                out.push(Read {
+                    key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                    value: String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+                    timestamp: m.timestamp().to_millis(),
+                });
+            }
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+            None => since_check = 0,
+        }
+    }
+    out
+}
