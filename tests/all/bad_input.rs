@@ -230,3 +230,61 @@ fn job_file_that_does_not_exist() {
         "{stderr}"
     );
 }
+
+#[test]
+fn kafka_job_file_mistakes_are_named() {
+    let op = format!("[[operator]]\nname = \"t\"\nplugin = \"{TOKENIZE}\"\n");
+    let kafka = "[source]\ntype = \"kafka\"\nbootstrap = \"127.0.0.1:9\"\ntopics = \"t\"\n";
+    for (name, toml, expected) in [
+        (
+            "kafka-no-bootstrap",
+            format!("name = \"x\"\n[source]\ntype = \"kafka\"\ntopics = \"t\"\n{op}{GOOD_SINK}"),
+            "a kafka source needs `bootstrap`",
+        ),
+        (
+            "kafka-no-topics",
+            format!(
+                "name = \"x\"\n[source]\ntype = \"kafka\"\nbootstrap = \"b:9\"\n{op}{GOOD_SINK}"
+            ),
+            "a kafka source needs `topics`",
+        ),
+        (
+            "kafka-bad-start",
+            format!("name = \"x\"\n{kafka}start = \"oldest\"\n{op}{GOOD_SINK}"),
+            "`start` = \"oldest\": expected \"earliest\", \"latest\", \"committed\"",
+        ),
+        (
+            "kafka-field-on-file",
+            format!(
+                "name = \"x\"\n[source]\ntype = \"file\"\npath = \"in.txt\"\ntopics = \"t\"\n{op}{GOOD_SINK}"
+            ),
+            "`topics` does not apply to a file source",
+        ),
+        (
+            "kafka-record-time-on-file",
+            format!(
+                "name = \"x\"\n[source]\ntype = \"file\"\npath = \"in.txt\"\ntimestamp = \"record\"\n{op}{GOOD_SINK}"
+            ),
+            "`timestamp = \"record\"` needs records that carry a timestamp",
+        ),
+        (
+            "kafka-exactly-once-without-checkpoints",
+            format!(
+                "name = \"x\"\n{kafka}{op}[sink]\ntype = \"kafka\"\nbootstrap = \"b:9\"\ntopic = \"out\"\ndelivery = \"exactly-once\"\n"
+            ),
+            "`delivery = \"exactly-once\"` needs `[checkpoint]`",
+        ),
+        (
+            "kafka-sink-no-topic",
+            format!("name = \"x\"\n{kafka}{op}[sink]\ntype = \"kafka\"\nbootstrap = \"b:9\"\n"),
+            "a kafka sink needs `topic`",
+        ),
+        (
+            "kafka-sink-field-on-stdout",
+            format!("name = \"x\"\n{kafka}{op}[sink]\ntype = \"stdout\"\ntopic = \"out\"\n"),
+            "`topic` does not apply to a stdout sink",
+        ),
+    ] {
+        malformed(name, &toml, &[expected]);
+    }
+}

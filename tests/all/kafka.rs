@@ -7,7 +7,9 @@ use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use sluice_tests::kafka::{Read, broker, create_topic, produce, read_committed, unique_topic};
+use sluice_tests::kafka::{
+    Read, broker, create_topic, produce, produce_to, read_committed, unique_topic,
+};
 use sluice_tests::plugins::{COUNT, TOKENIZE};
 use sluice_tests::{
     expected_word_counts, final_counts_any_order, has_complete_checkpoint, read_sink_output,
@@ -339,4 +341,65 @@ format = "key-value"
     .into_iter()
     .collect();
     assert_eq!(got, want.keys().map(|s| s.to_string()).collect::<Vec<_>>());
+}
+
+/// Each partition has its own watermark, the source's is the smallest: a partition far
+/// ahead in event time does not make the records of one behind it late. With one
+/// watermark over all records, most of partition 0's records would come after some of
+/// partition 1's and be dropped as late.
+#[test]
+fn kafka_partitions_keep_their_own_watermarks() {
+    let Some(broker) = broker() else { return };
+    let topic = unique_topic("skewed");
+    create_topic(&broker, &topic, 2);
+    let behind: Vec<(Option<&str>, &str, Option<i64>)> = (0..2_000)
+        .map(|i| (Some("behind"), "x", Some(i * 10)))
+        .collect();
+    let ahead: Vec<(Option<&str>, &str, Option<i64>)> = (0..2_000)
+        .map(|i| (Some("ahead"), "x", Some(1_000_000 + i * 10)))
+        .collect();
+    produce_to(&broker, &topic, Some(1), &ahead);
+    produce_to(&broker, &topic, Some(0), &behind);
+    let dir = test_dir("kafka-partition-watermarks");
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "kafka-skew"
+[source]
+type = "kafka"
+bootstrap = "{broker}"
+topics = "{topic}"
+bounded = true
+timestamp = "record"
+[[operator]]
+name = "window"
+plugin = "{}"
+key_by = "key"
+config = {{ kind = "tumbling", size-ms = 100000, aggregate = "count" }}
+[sink]
+type = "file"
+path = "windows.tsv"
+format = "key-value"
+[runtime]
+batch_size = 10
+"#,
+            sluice_tests::plugins::WINDOW
+        ),
+    );
+    let report = run_job(&job).expect("the job runs");
+    let mut counted: BTreeMap<String, u64> = BTreeMap::new();
+    for line in std::fs::read_to_string(dir.join("windows.tsv"))
+        .unwrap()
+        .lines()
+    {
+        let (key, value) = line.split_once('\t').unwrap();
+        let count: u64 = value.rsplit(',').next().unwrap().parse().unwrap();
+        *counted.entry(key.to_string()).or_default() += count;
+    }
+    assert_eq!(
+        counted,
+        BTreeMap::from([("ahead".to_string(), 2_000), ("behind".to_string(), 2_000)]),
+        "{report:?}"
+    );
 }

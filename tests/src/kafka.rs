@@ -83,6 +83,16 @@ pub fn create_topic(broker: &str, topic: &str, partitions: i32) {
 
 /// Writes `records` (key, value, timestamp) to `topic` and waits until all are stored.
 pub fn produce(broker: &str, topic: &str, records: &[(Option<&str>, &str, Option<i64>)]) {
+    produce_to(broker, topic, None, records)
+}
+
+/// [`produce`] into one `partition` (or as the partitioner decides).
+pub fn produce_to(
+    broker: &str,
+    topic: &str,
+    partition: Option<i32>,
+    records: &[(Option<&str>, &str, Option<i64>)],
+) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", broker)
         .set("linger.ms", "5")
@@ -95,6 +105,9 @@ pub fn produce(broker: &str, topic: &str, records: &[(Option<&str>, &str, Option
         }
         if let Some(ts) = ts {
             record = record.timestamp(*ts);
+        }
+        if let Some(p) = partition {
+            record = record.partition(p);
         }
         let mut record = Some(record);
         while let Some(r) = record.take() {

@@ -93,6 +93,8 @@ struct Position {
     offsets: Vec<(String, i32, i64)>,
     /// Bounded sources: the offset each partition ends at.
     stops: Vec<(String, i32, i64)>,
+    /// The largest record timestamp read from each partition.
+    max_timestamps: Vec<(String, i32, i64)>,
 }
 
 /// A Kafka source subtask.
@@ -109,7 +111,13 @@ pub struct KafkaSource {
     restored: Option<BTreeMap<(String, i32), i64>>,
     /// Bounded sources: where each partition ends (fixed when it is first assigned).
     stops: BTreeMap<(String, i32), i64>,
+    /// Per partition: the largest record timestamp read (checkpointed), and when its last
+    /// record came (for idleness).
+    max_timestamps: BTreeMap<(String, i32), i64>,
+    last_record: BTreeMap<(String, i32), Instant>,
     last_discovery: Instant,
+    /// When the partitions were first assigned.
+    started_at: Instant,
     /// Positions taken for checkpoints, until they complete (then committed) or a later
     /// one completes.
     pending: BTreeMap<u64, Vec<(String, i32, i64)>>,
@@ -143,7 +151,10 @@ impl KafkaSource {
             started: false,
             restored: None,
             stops: BTreeMap::new(),
+            max_timestamps: BTreeMap::new(),
+            last_record: BTreeMap::new(),
             last_discovery: Instant::now(),
+            started_at: Instant::now(),
             pending: BTreeMap::new(),
         })
     }
@@ -276,6 +287,9 @@ impl KafkaSource {
         self.consumer
             .assign(&tpl)
             .context("assigning Kafka partitions")?;
+        if !self.started {
+            self.started_at = Instant::now();
+        }
         self.started = true;
         self.last_discovery = Instant::now();
         Ok(())
@@ -328,10 +342,16 @@ impl Source for KafkaSource {
                 // A record of a partition no longer assigned (after a reassignment).
                 None => continue,
             }
+            let timestamp = message.timestamp().to_millis();
+            if let Some(ts) = timestamp {
+                let max = self.max_timestamps.entry(key.clone()).or_insert(ts);
+                *max = (*max).max(ts);
+            }
+            self.last_record.insert(key, Instant::now());
             out.push(
                 message.key(),
                 message.payload().unwrap_or_default(),
-                message.timestamp().to_millis(),
+                timestamp,
             );
         }
         if out.is_empty() {
@@ -349,6 +369,7 @@ impl Source for KafkaSource {
         let position = Position {
             offsets: list(&self.next),
             stops: list(&self.stops),
+            max_timestamps: list(&self.max_timestamps),
         };
         postcard::to_allocvec(&position).expect("a position always encodes")
     }
@@ -359,9 +380,46 @@ impl Source for KafkaSource {
         let map = |l: Vec<(String, i32, i64)>| l.into_iter().map(|(t, p, o)| ((t, p), o)).collect();
         self.restored = Some(map(position.offsets));
         self.stops = map(position.stops);
+        self.max_timestamps = map(position.max_timestamps);
+        self.last_record.clear();
         self.next.clear();
         self.started = false;
         Ok(())
+    }
+
+    /// Flink's per-split watermarks: each partition's `max timestamp − bound − 1`, the
+    /// source's the smallest over its partitions, leaving out those silent for
+    /// `idle_after` (a partition never read holds it back until then). A finished
+    /// partition of a bounded source no longer counts.
+    fn watermark(&self, bound: i64, idle_after: Option<Duration>) -> Option<Option<i64>> {
+        let mut min: Option<i64> = None;
+        let mut waiting = false;
+        for (partition, next) in &self.next {
+            if self.stops.get(partition).is_some_and(|stop| next >= stop) {
+                continue;
+            }
+            let silent_since = self
+                .last_record
+                .get(partition)
+                .copied()
+                .unwrap_or(self.started_at);
+            if idle_after.is_some_and(|t| silent_since.elapsed() >= t) {
+                continue;
+            }
+            match self.max_timestamps.get(partition) {
+                Some(max) => {
+                    let w = max.saturating_sub(bound).saturating_sub(1);
+                    min = Some(min.map_or(w, |m| m.min(w)));
+                }
+                None => waiting = true,
+            }
+        }
+        if waiting {
+            return Some(None);
+        }
+        // Every partition finished or idle: no watermark moves on (as in Flink, an idle
+        // source does not advance event time; the task marks it idle downstream).
+        Some(min)
     }
 
     fn checkpointed(&mut self, checkpoint_id: u64) {
@@ -420,6 +478,45 @@ mod tests {
                 assert_eq!(w[1], (w[0] + 1) % readers);
             }
         }
+    }
+
+    #[test]
+    fn the_watermark_is_the_smallest_of_the_partitions_not_idle_or_finished() {
+        let config = KafkaSourceConfig {
+            bootstrap: "127.0.0.1:1".into(),
+            topics: vec!["t".into()],
+            start: StartFrom::Earliest,
+            group: "g".into(),
+            discovery: Duration::from_secs(1),
+            properties: BTreeMap::new(),
+            bounded: false,
+        };
+        let mut s = KafkaSource::new(config, 0, 1).unwrap();
+        let p = |i: i32| ("t".to_string(), i);
+        for i in 0..3 {
+            s.next.insert(p(i), 0);
+        }
+        s.max_timestamps.insert(p(0), 5_000);
+        s.max_timestamps.insert(p(1), 900);
+        s.last_record.insert(p(0), Instant::now());
+        s.last_record.insert(p(1), Instant::now());
+        // Partition 2 has no record yet and is not idle: no watermark.
+        assert_eq!(s.watermark(100, None), Some(None));
+        // Silent since the start for longer than the idle time, it is left out: the
+        // smallest of the others, 900 − 100 − 1.
+        s.started_at = Instant::now() - Duration::from_secs(10);
+        assert_eq!(
+            s.watermark(100, Some(Duration::from_secs(5))),
+            Some(Some(799))
+        );
+        // Every partition idle: event time stands still.
+        assert_eq!(s.watermark(100, Some(Duration::ZERO)), Some(None));
+        s.max_timestamps.insert(p(2), 3_000);
+        s.last_record.insert(p(2), Instant::now());
+        assert_eq!(s.watermark(100, None), Some(Some(799)));
+        // A bounded source's finished partition no longer holds it back.
+        s.stops.insert(p(1), 0);
+        assert_eq!(s.watermark(100, None), Some(Some(2_899)));
     }
 
     #[test]

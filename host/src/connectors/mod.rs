@@ -19,7 +19,7 @@ pub use sources::{
 };
 pub use stdout_sink::StdoutSink;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use crossbeam_channel::Receiver;
@@ -50,6 +50,14 @@ pub trait Source: Send {
     /// A receiver that gets a message when an idle source may have data (for sources
     /// fed by another thread).
     fn waker(&self) -> Option<&Receiver<()>> {
+        None
+    }
+    /// The watermark of a source that tracks event time itself, per split (a Kafka
+    /// source per partition, from the records' own timestamps): `Some(w)` replaces the
+    /// one the task computes over all records, `w` being `None` while a split that is
+    /// not idle has no record yet. `bound` is the out-of-orderness, `idle_after` the
+    /// silence after which a split no longer holds the watermark back.
+    fn watermark(&self, _bound: i64, _idle_after: Option<Duration>) -> Option<Option<i64>> {
         None
     }
     /// The position just taken went into checkpoint `checkpoint_id`.

@@ -454,6 +454,15 @@ impl StreamTask {
                 Some(spec) => {
                     let stamped = reader.watermarks.assign(spec, self.batch.as_bytes())?;
                     watermark = reader.watermarks.watermark(spec);
+                    // Timestamps the records came with may be tracked per split (a Kafka
+                    // partition) by the source itself.
+                    if spec.field.is_none()
+                        && let Some(per_split) = reader
+                            .source
+                            .watermark(spec.out_of_orderness_ms, reader.idle_timeout)
+                    {
+                        watermark = per_split;
+                    }
                     stamped
                 }
                 None => self.batch.take(),
