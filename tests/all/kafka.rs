@@ -4,16 +4,17 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::process::Stdio;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_tests::kafka::{
     Read, broker, create_topic, produce, produce_to, read_committed, unique_topic,
 };
-use sluice_tests::plugins::{COUNT, TOKENIZE};
+use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE};
 use sluice_tests::{
     expected_word_counts, final_counts_any_order, has_complete_checkpoint, read_sink_output,
-    run_job, sample_text, test_dir, write_job,
+    run_job, sample_text, sluice_run, test_dir, write_job,
 };
 
 use crate::checkpoints::{Delays, spawn_sluice};
@@ -402,4 +403,108 @@ batch_size = 10
         BTreeMap::from([("ahead".to_string(), 2_000), ("behind".to_string(), 2_000)]),
         "{report:?}"
     );
+}
+
+/// A word count from a topic to a topic, source, operators and sink at parallelism 4,
+/// with checkpoints every 20 ms and `count` slowed so they come while it runs.
+fn topic_to_topic(dir: &Path, broker: &str, input: &str, output: &str) -> std::path::PathBuf {
+    write_job(
+        dir,
+        &format!(
+            r#"
+name = "topic-to-topic"
+[source]
+type = "kafka"
+bootstrap = "{broker}"
+topics = "{input}"
+bounded = true
+parallelism = 4
+[[operator]]
+name = "slow"
+plugin = "{TEST_MISBEHAVE}"
+config = {{ behavior = "slow-process", delay-ms = 1 }}
+parallelism = 4
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+parallelism = 4
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+key_by = "key"
+parallelism = 4
+[sink]
+type = "kafka"
+bootstrap = "{broker}"
+topic = "{output}"
+transactional_id_prefix = "{output}"
+parallelism = 4
+[checkpoint]
+interval_ms = 20
+dir = "checkpoints"
+[runtime]
+batch_size = 20
+buffer_timeout_ms = 5
+"#
+        ),
+    )
+}
+
+/// Crashes the word count from topic to topic at `point` (on its `skip + 1`-th pass),
+/// resumes it from the latest checkpoint, and checks the committed output topic.
+fn crash_topic_to_topic_at(point: &str, skip: u32) {
+    let Some(broker) = broker() else { return };
+    let (input, output) = (unique_topic("in"), unique_topic("out"));
+    create_topic(&broker, &input, 4);
+    create_topic(&broker, &output, 4);
+    let text = sample_text(24, 1_200);
+    let lines: Vec<(Option<&str>, &str, Option<i64>)> =
+        text.lines().map(|l| (None, l, None)).collect();
+    produce(&broker, &input, &lines);
+    let dir = test_dir(&format!("kafka-crash-{}", point.replace("::", "-")));
+    let job = topic_to_topic(&dir, &broker, &input, &output);
+    let out = sluice_run(env!("CARGO_BIN_EXE_sluice-test-cli"), &job, None)
+        .env("FAILPOINTS", format!("{point}={skip}*off->return(abort)"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains(&format!("failpoint {point}")),
+        "the process did not crash at {point}: {stderr}"
+    );
+    assert!(has_complete_checkpoint(&dir.join("checkpoints")));
+    let out = sluice_run(
+        env!("CARGO_BIN_EXE_sluice-test-cli"),
+        &job,
+        Some(&dir.join("checkpoints")),
+    )
+    .stderr(Stdio::piped())
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the resumed run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let records = read_committed(&broker, &output);
+    let counts = final_counts_any_order(&as_count_lines(&records))
+        .expect("running counts without gaps or repeats");
+    assert_eq!(counts, expected_word_counts(&text, 1));
+}
+
+/// Killed with a checkpoint's records in an open transaction: the restarted subtask's
+/// `init_transactions` aborts it, and its marker says the checkpoint is not written, so
+/// it writes the records again.
+#[test]
+fn a_crash_before_the_kafka_transaction_commits() {
+    crash_topic_to_topic_at("kafka-sink::before-commit", 3);
+}
+
+/// Killed right after a commit: the checkpoint restored still lists those records as
+/// pending, and the marker committed with them says they are written.
+#[test]
+fn a_crash_after_the_kafka_transaction_commits() {
+    crash_topic_to_topic_at("kafka-sink::after-commit", 3);
 }

@@ -784,10 +784,12 @@ impl KafkaSink {
             "marking the checkpoint",
             producer.send_offsets_to_transaction(&marker, &metadata, PRODUCE_TIMEOUT),
         )?;
+        crate::failpoint!("kafka-sink::before-commit");
         step(
             "committing the transaction",
             producer.commit_transaction(PRODUCE_TIMEOUT),
         )?;
+        crate::failpoint!("kafka-sink::after-commit");
         self.check_deliveries()
     }
 }
