@@ -621,8 +621,10 @@ impl StreamTask {
             self.scheduled_timer = None;
         }
         // Processing time does not advance for finished operators, nor inside the
-        // synchronous savepoint of a stop (the timer fires after it, if the task goes on).
-        if !self.running || self.finished || self.sync_savepoint.is_some() {
+        // synchronous savepoint of a stop (the timer fires after it, if the task goes on),
+        // nor once that savepoint completed: the task stops, and a job resumed from the
+        // savepoint fires the timer (a timer mail that comes late must not either).
+        if !self.running || self.finished || self.stopping || self.sync_savepoint.is_some() {
             return Ok(());
         }
         let now = now_millis().max(at);

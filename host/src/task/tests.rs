@@ -1005,3 +1005,41 @@ fn a_source_blocked_on_output_goes_on_when_room_appears_before_it_waits() {
         StreamElement::Records { .. }
     ));
 }
+
+/// A processing-time timer whose mail runs only after a stop-with-savepoint completed
+/// (the timer thread was late) does not fire: the job resumes from the savepoint, which
+/// holds the timer. The mail is run by hand after the completion, the order a loaded
+/// machine produced.
+#[test]
+fn a_timer_mail_after_a_completed_stop_with_savepoint_fires_nothing() {
+    let log = Log::default();
+    let LinkedSource { mut task, .. } =
+        linked_source(&log, endless(), behavior_with_timer(), "late-timer");
+    let factory = task.chain_factory.take().unwrap();
+    task.chain = Some(factory(&task.ctx).unwrap());
+    task.chain().open_all().unwrap();
+    task.running = true;
+    // In the synchronous savepoint of a stop without drain, which then completes.
+    task.sync_savepoint = Some((1, false));
+    task.notify_checkpoint_complete(1).unwrap();
+    task.on_processing_time(now_millis()).unwrap();
+    let calls = taken(&log);
+    assert!(!calls.contains(&"op0:on-timers".to_string()), "{calls:?}");
+    // Before the stop, the same mail fires the due timer.
+    let LinkedSource { mut task, .. } =
+        linked_source(&log, endless(), behavior_with_timer(), "due-timer");
+    let factory = task.chain_factory.take().unwrap();
+    task.chain = Some(factory(&task.ctx).unwrap());
+    task.chain().open_all().unwrap();
+    task.running = true;
+    task.on_processing_time(now_millis()).unwrap();
+    assert!(taken(&log).contains(&"op0:on-timers".to_string()));
+}
+
+/// An operator that registers a processing-time timer already due when it opens.
+fn behavior_with_timer() -> Behavior {
+    Behavior {
+        timer_after_ms: Some(-1_000),
+        ..Behavior::default()
+    }
+}

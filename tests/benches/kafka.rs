@@ -1,0 +1,178 @@
+//! The Kafka connector's cost, end to end: the word-count chain (`tokenize → count`,
+//! every running count emitted, checkpoints every second) from a topic and to a topic,
+//! against the same chain from a file to a file, and exactly-once against at-least-once,
+//! as ratios of records/s in the same run.
+//!
+//! Uses the broker in `SLUICE_KAFKA`, or starts one with `scripts/kafka/broker.sh` (and
+//! stops it after). `LINES` sets the input (default 100,000 lines of 8 words).
+//!
+//! `cargo bench -p sluice-tests --bench kafka`
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use sluice_tests::bench::{median_time, runs};
+use sluice_tests::kafka::{create_topic, produce, unique_topic};
+use sluice_tests::plugins::{COUNT, TOKENIZE};
+use sluice_tests::{run_job, sample_text, test_dir, write_job};
+
+/// A broker for the run: the one in `SLUICE_KAFKA`, or one started here.
+struct Broker {
+    address: String,
+    started: Option<PathBuf>,
+}
+
+impl Broker {
+    fn get() -> Broker {
+        if let Ok(address) = std::env::var("SLUICE_KAFKA") {
+            return Broker {
+                address,
+                started: None,
+            };
+        }
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka/broker.sh");
+        let dir = test_dir("bench-kafka-broker");
+        let out = Command::new(&script)
+            .arg("start")
+            .arg(&dir)
+            .output()
+            .expect("running scripts/kafka/broker.sh");
+        assert!(
+            out.status.success(),
+            "starting the broker: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let address = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .strip_prefix("SLUICE_KAFKA=")
+            .expect("broker.sh prints SLUICE_KAFKA=ADDRESS")
+            .to_string();
+        Broker {
+            address,
+            started: Some(dir),
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.started {
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka/broker.sh");
+            let _ = Command::new(script).arg("stop").arg(dir).status();
+        }
+    }
+}
+
+fn job(dir: &Path, name: &str, source: &str, sink: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    let toml = format!(
+        r#"
+name = "{name}"
+{source}
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+key_by = "key"
+{sink}
+[checkpoint]
+interval_ms = 1000
+dir = "checkpoints-{name}"
+"#
+    );
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+fn time(runs: usize, dir: &Path, job: &Path) -> Duration {
+    median_time(runs, || {
+        let _ = std::fs::remove_dir_all(dir.join("out"));
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with("checkpoints-")
+            {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        run_job(job).expect("the job runs");
+    })
+}
+
+fn main() {
+    let lines: usize = std::env::var("LINES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let broker = Broker::get();
+    let b = &broker.address;
+    let dir = test_dir("bench-kafka");
+    let text = sample_text(7, lines);
+    let words = text.split_whitespace().count();
+    std::fs::write(dir.join("in.txt"), &text).unwrap();
+    write_job(&dir, "name = \"unused\"");
+    let input = unique_topic("bench-in");
+    create_topic(b, &input, 1);
+    let records: Vec<(Option<&str>, &str, Option<i64>)> =
+        text.lines().map(|l| (None, l, None)).collect();
+    produce(b, &input, &records);
+
+    let file_source = "[source]\ntype = \"file\"\npath = \"in.txt\"".to_string();
+    let kafka_source = format!(
+        "[source]\ntype = \"kafka\"\nbootstrap = \"{b}\"\ntopics = \"{input}\"\nbounded = true"
+    );
+    let file_sink = "[sink]\ntype = \"file\"\npath = \"out/counts.tsv\"\nformat = \"key-value\"";
+    let kafka_sink = |delivery: &str| {
+        let topic = unique_topic("bench-out");
+        create_topic(b, &topic, 1);
+        format!(
+            "[sink]\ntype = \"kafka\"\nbootstrap = \"{b}\"\ntopic = \"{topic}\"\ndelivery = \"{delivery}\"\ntransactional_id_prefix = \"{topic}\""
+        )
+    };
+    let runs = runs(3);
+    let file_to_file = time(runs, &dir, &job(&dir, "file-file", &file_source, file_sink));
+    let topic_to_file = time(
+        runs,
+        &dir,
+        &job(&dir, "topic-file", &kafka_source, file_sink),
+    );
+    let alo_sink = kafka_sink("at-least-once");
+    let topic_alo = time(
+        runs,
+        &dir,
+        &job(&dir, "topic-alo", &kafka_source, &alo_sink),
+    );
+    let eos_sink = kafka_sink("exactly-once");
+    let topic_eos = time(
+        runs,
+        &dir,
+        &job(&dir, "topic-eos", &kafka_source, &eos_sink),
+    );
+
+    let rate = |d: Duration| lines as f64 / d.as_secs_f64();
+    println!(
+        "word count (tokenize -> count, every running count out), {lines} lines ({words} words), \
+         checkpoints every second, median of {runs}"
+    );
+    for (what, d) in [
+        ("file -> file", file_to_file),
+        ("topic -> file", topic_to_file),
+        ("topic -> topic, at least once", topic_alo),
+        ("topic -> topic, exactly once", topic_eos),
+    ] {
+        println!(
+            "  {what:<32} {:>7.2} s {:>10.0} lines/s   {:.2} of file -> file",
+            d.as_secs_f64(),
+            rate(d),
+            rate(d) / rate(file_to_file)
+        );
+    }
+    println!(
+        "  exactly once / at least once: {:.2} of the lines/s",
+        rate(topic_eos) / rate(topic_alo)
+    );
+}
