@@ -135,7 +135,12 @@ impl KafkaSource {
             .set("enable.auto.offset.store", "false")
             .set("isolation.level", "read_committed")
             .set("auto.offset.reset", "earliest")
-            .set("enable.partition.eof", "false");
+            .set("enable.partition.eof", "false")
+            // librdkafka waits this long before fetching again once its local queue
+            // reached `queued.min.messages`; its default (1 s) let a source that reads
+            // faster than that idle most of the time: 145 k lines/s from a topic against
+            // 740 k from a file in the benchmark, 5 times more with 20 ms.
+            .set("fetch.queue.backoff.ms", "20");
         for (k, v) in &config.properties {
             client.set(k, v);
         }
