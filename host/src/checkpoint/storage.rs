@@ -419,6 +419,21 @@ impl LoadedCheckpoint {
             .any(|f| f.subtask == subtask && f.vertices == vertices)
     }
 
+    /// Every subtask's position of source `name` with the parallelism it ran with (for
+    /// sources whose positions can be merged and spread anew, as Kafka partitions'
+    /// offsets); `None` when the checkpoint has none.
+    pub fn source_positions(&self, name: &str) -> Option<(u32, Vec<Vec<u8>>)> {
+        let source = self.metadata.sources.iter().find(|s| s.name == name)?;
+        Some((
+            source.parallelism,
+            source
+                .positions
+                .iter()
+                .map(|p| p.position.clone())
+                .collect(),
+        ))
+    }
+
     /// The position of subtask `subtask` of `parallelism` of source `name`; `None` when
     /// the checkpoint has none (the source starts from the beginning).
     pub fn source_position(

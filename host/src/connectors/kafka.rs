@@ -97,6 +97,20 @@ struct Position {
     max_timestamps: Vec<(String, i32, i64)>,
 }
 
+/// Merges the positions of several source subtasks into one that names every partition
+/// they read: a source resuming at another parallelism takes from it the partitions it
+/// now owns.
+pub fn merge_positions(parts: &[Vec<u8>]) -> Result<Vec<u8>> {
+    let mut merged = Position::default();
+    for part in parts {
+        let p: Position = postcard::from_bytes(part).context("decoding a Kafka source position")?;
+        merged.offsets.extend(p.offsets);
+        merged.stops.extend(p.stops);
+        merged.max_timestamps.extend(p.max_timestamps);
+    }
+    Ok(postcard::to_allocvec(&merged)?)
+}
+
 /// A Kafka source subtask.
 pub struct KafkaSource {
     config: KafkaSourceConfig,
@@ -549,6 +563,19 @@ mod tests {
             ]))
         );
         assert_eq!(b.stops, a.stops);
+        // Two subtasks' positions merged: a source of another parallelism finds both.
+        let mut c = KafkaSource::new(a.config.clone(), 1, 2).unwrap();
+        c.next.insert(("t".into(), 1), 9);
+        let merged = merge_positions(&[a.position(), c.position()]).unwrap();
+        b.seek(&merged).unwrap();
+        assert_eq!(
+            b.restored,
+            Some(BTreeMap::from([
+                (("t".into(), 0), 42),
+                (("t".into(), 1), 9),
+                (("t".into(), 3), 7)
+            ]))
+        );
         assert!(b.seek(b"\xff\xff\xff").is_err());
     }
 }

@@ -23,7 +23,7 @@ use crate::checkpoint::{
     AsyncPool, CheckpointLink, CheckpointStats, CheckpointStorage, Coordinator, CoordinatorSetup,
     LoadedCheckpoint, TaskId,
 };
-use crate::connectors::kafka::{KafkaSink, KafkaSource};
+use crate::connectors::kafka::{self, KafkaSink, KafkaSource};
 use crate::connectors::{
     FileSink, FileSource, Generated, GeneratorSource, Source, StdinSource, StdoutSink,
 };
@@ -33,7 +33,10 @@ use crate::network::{InputGate, Partitioner, RecordWriter, channel};
 use crate::state::assignment::assign_operator_state;
 use crate::state::key_groups::key_groups_of_subtask;
 use crate::state::{Account, InstanceLimits, KeyedStateBackend, TenantUsage};
-use crate::task::{SourceReader, StreamTask, TaskContext, TaskHandle, TaskInput, panic_to_error};
+use crate::task::{
+    SourceReader, StreamTask, TaskContext, TaskHandle, TaskInput, merge_source_checkpoints,
+    panic_to_error,
+};
 use crate::wasm::{Plugin, SandboxLimits};
 
 impl Job {
@@ -144,8 +147,19 @@ impl Job {
                         .map(|(&v, m)| (graph.vertices[v].name().to_string(), s, m.clone()))
                         .collect(),
                 });
-                let restore_position = match (&checkpoint, source) {
-                    (Some(cp), Some(source)) => {
+                // A Kafka source may resume at another parallelism: every subtask gets
+                // all positions and takes the partitions it now owns.
+                let rescaled_source = match (&checkpoint, source) {
+                    (Some(cp), Some(source)) if matches!(source.input, SourceInput::Kafka(_)) => cp
+                        .source_positions(&source.id)
+                        .filter(|(p, _)| *p != chain.parallelism),
+                    _ => None,
+                };
+                let restore_position = match (&checkpoint, source, &rescaled_source) {
+                    (_, _, Some((_, parts))) => {
+                        Some(merge_source_checkpoints(parts, kafka::merge_positions)?)
+                    }
+                    (Some(cp), Some(source), None) => {
                         cp.source_position(&source.id, s, chain.parallelism)?
                     }
                     _ => None,
@@ -162,9 +176,12 @@ impl Job {
                     metrics: op_metrics,
                     allow_rewind: options.allow_rewind,
                 };
-                let finished = checkpoint
-                    .as_ref()
-                    .is_some_and(|c| c.is_finished(&chain_ids(graph, &chain.vertices), s));
+                // A rescaled source's subtasks own other partitions than the ones that
+                // finished: each finds out from its positions.
+                let finished = rescaled_source.is_none()
+                    && checkpoint
+                        .as_ref()
+                        .is_some_and(|c| c.is_finished(&chain_ids(graph, &chain.vertices), s));
                 let mut task = StreamTask::new(
                     ctx,
                     graph.task.clone(),

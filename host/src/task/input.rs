@@ -40,6 +40,31 @@ struct SourceCheckpoint {
     watermarks: WatermarkGenerator,
 }
 
+/// Merges the checkpointed positions of several subtasks of a source into one, for a
+/// source that can resume at another parallelism: `merge` merges the sources' own
+/// positions; of the watermark generators the one that saw the least is kept, so no
+/// record becomes late that was not.
+pub fn merge_source_checkpoints(
+    parts: &[Vec<u8>],
+    merge: impl Fn(&[Vec<u8>]) -> Result<Vec<u8>>,
+) -> Result<Vec<u8>> {
+    let parts: Vec<SourceCheckpoint> = parts
+        .iter()
+        .map(|p| postcard::from_bytes(p).context("decoding a source's checkpointed position"))
+        .collect::<Result<_>>()?;
+    let positions: Vec<Vec<u8>> = parts.iter().map(|p| p.position.clone()).collect();
+    let watermarks = WatermarkGenerator {
+        max_timestamp: parts
+            .iter()
+            .filter_map(|p| p.watermarks.max_timestamp)
+            .min(),
+    };
+    Ok(postcard::to_allocvec(&SourceCheckpoint {
+        position: merge(&positions)?,
+        watermarks,
+    })?)
+}
+
 impl SourceReader {
     /// A source with event time and idleness as configured.
     pub fn new(

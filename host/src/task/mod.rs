@@ -30,7 +30,7 @@ mod input;
 mod tests;
 
 pub use handle::{AsyncExceptionHandler, TaskHandle};
-pub use input::{SourceReader, TaskInput};
+pub use input::{SourceReader, TaskInput, merge_source_checkpoints};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
