@@ -580,3 +580,40 @@ batch_size = 50
     let counts = final_counts_any_order(&output).expect("running counts without gaps or repeats");
     assert_eq!(counts, expected_word_counts(&text, 1));
 }
+
+/// A topic that does not exist, or a broker that does not answer, ends the job with an
+/// error naming the topic and the brokers (after the restart strategy's attempts).
+#[test]
+fn a_missing_topic_or_an_unreachable_broker_is_named() {
+    let Some(broker) = broker() else { return };
+    let dir = test_dir("kafka-unreachable");
+    for (bootstrap, topic, expected) in [
+        (
+            broker.as_str(),
+            "no-such-topic",
+            "Kafka topic \"no-such-topic\"",
+        ),
+        ("127.0.0.1:1", "anything", "from 127.0.0.1:1"),
+    ] {
+        let job = write_job(
+            &dir,
+            &format!(
+                r#"
+name = "unreachable"
+[source]
+type = "kafka"
+bootstrap = "{bootstrap}"
+topics = "{topic}"
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[sink]
+type = "stdout"
+"#
+            ),
+        );
+        let err = format!("{:#}", run_job(&job).expect_err("the job fails"));
+        assert!(err.contains(expected), "{expected:?} not in: {err}");
+        assert!(err.contains(topic), "{err}");
+    }
+}

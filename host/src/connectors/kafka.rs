@@ -29,8 +29,8 @@ use sluice_codec::BatchWriter;
 use super::{Source, SourceStatus};
 
 /// How long a metadata or offset request to the broker may take before the source fails
-/// (its task restarts and tries again).
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// (its job restarts by its restart strategy and tries again).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Positions kept for checkpoints not yet complete (the most checkpoints in flight).
 const MAX_PENDING_COMMITS: usize = 16;
@@ -321,7 +321,12 @@ impl Source for KafkaSource {
         if !self.started
             || (!self.config.bounded && self.last_discovery.elapsed() >= self.config.discovery)
         {
-            self.assign()?;
+            self.assign().with_context(|| {
+                format!(
+                    "Kafka source reading {:?} from {}",
+                    self.config.topics, self.config.bootstrap
+                )
+            })?;
         }
         if self.config.bounded
             && self
