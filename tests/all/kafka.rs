@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sluice_tests::kafka::{
     Read, broker, create_topic, produce, produce_to, read_committed, unique_topic,
 };
-use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE};
+use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE, WINDOW};
 use sluice_tests::{
     expected_word_counts, final_counts_any_order, has_complete_checkpoint, read_sink_output,
     run_job, sample_text, sluice_run, test_dir, write_job,
@@ -20,9 +20,9 @@ use sluice_tests::{
 use crate::checkpoints::{Delays, spawn_sluice};
 
 /// Runs `job` as `sluice run` processes, SIGKILLing `kills` of them at random moments
-/// (150–600 ms in) and resuming each from the latest checkpoint, until a run ends.
-/// Returns how many runs were killed.
-fn run_killed(dir: &Path, job: &Path, kills: usize) -> usize {
+/// (150–600 ms in) and resuming each from the latest checkpoint, until a run ends. At
+/// least one run must have been killed.
+fn run_killed(dir: &Path, job: &Path, kills: usize) {
     let seed = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -57,7 +57,64 @@ fn run_killed(dir: &Path, job: &Path, kills: usize) -> usize {
         );
         break;
     }
-    killed
+    eprintln!("killed {killed} runs");
+    assert!(
+        killed > 0,
+        "no run was killed: the job ended too soon to test recovery"
+    );
+}
+
+/// Checks `word<TAB>count` lines of running counts against the counts of `text`.
+fn assert_counts(lines: &str, text: &str) {
+    let counts = final_counts_any_order(lines).expect("running counts without gaps or repeats");
+    assert_eq!(counts, expected_word_counts(text, 1));
+}
+
+/// `in.txt` (written from `text`) → an operator waiting `slow_ms` per line (none with
+/// 0) → `tokenize` → `count` → a Kafka sink of `topic`, with `more` (sink and checkpoint
+/// settings) appended.
+fn word_count_to_topic(
+    dir: &Path,
+    broker: &str,
+    topic: &str,
+    text: &str,
+    slow_ms: u32,
+    more: &str,
+) -> std::path::PathBuf {
+    std::fs::write(dir.join("in.txt"), text).unwrap();
+    let slow = if slow_ms == 0 {
+        String::new()
+    } else {
+        format!(
+            "[[operator]]\nname = \"slow\"\nplugin = \"{TEST_MISBEHAVE}\"\n\
+             config = {{ behavior = \"slow-process\", delay-ms = {slow_ms} }}"
+        )
+    };
+    write_job(
+        dir,
+        &format!(
+            r#"
+name = "kafka-out"
+[source]
+type = "file"
+path = "in.txt"
+{slow}
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+key_by = "key"
+parallelism = 2
+[sink]
+type = "kafka"
+bootstrap = "{broker}"
+topic = "{topic}"
+{more}
+"#
+        ),
+    )
 }
 
 /// `word<TAB>count` lines of the records `count` wrote (key: the word, value: its
@@ -69,21 +126,36 @@ fn as_count_lines(records: &[Read]) -> String {
         .collect()
 }
 
-/// Lines of text, written to a topic of 4 partitions, read by a word count with a
-/// Kafka source of 2 subtasks (offsets in the checkpoint) and a file sink, SIGKILLed
-/// three times: every word counted exactly once, as computed here.
-#[test]
-fn a_kafka_source_resumes_from_its_checkpointed_offsets_exactly_once() {
-    let Some(broker) = broker() else { return };
-    let topic = unique_topic("lines");
-    create_topic(&broker, &topic, 4);
-    let text = sample_text(21, 300_000);
-    let lines: Vec<(Option<&str>, &str, Option<i64>)> =
+/// `lines` of sample text written to a new topic of `partitions` partitions; returns
+/// the topic and the text.
+fn topic_of_lines(
+    broker: &str,
+    name: &str,
+    partitions: i32,
+    seed: u64,
+    lines: usize,
+) -> (String, String) {
+    let topic = unique_topic(name);
+    create_topic(broker, &topic, partitions);
+    let text = sample_text(seed, lines);
+    let records: Vec<(Option<&str>, &str, Option<i64>)> =
         text.lines().map(|l| (None, l, None)).collect();
-    produce(&broker, &topic, &lines);
-    let dir = test_dir("kafka-source-kills");
-    let job = write_job(
-        &dir,
+    produce(broker, &topic, &records);
+    (topic, text)
+}
+
+/// A bounded Kafka source of `topic` at `parallelism` → an operator waiting a
+/// millisecond per line (so that the job runs long enough to be killed while it works,
+/// however fast the source) → `tokenize` → `count` (2 subtasks) → `out/counts.tsv`,
+/// checkpointing every 50 ms.
+fn word_count_from_topic(
+    dir: &Path,
+    broker: &str,
+    topic: &str,
+    parallelism: u32,
+) -> std::path::PathBuf {
+    write_job(
+        dir,
         &format!(
             r#"
 name = "kafka-words"
@@ -91,12 +163,17 @@ name = "kafka-words"
 type = "kafka"
 bootstrap = "{broker}"
 topics = "{topic}"
-parallelism = 2
+parallelism = {parallelism}
 bounded = true
+[[operator]]
+name = "slow"
+plugin = "{TEST_MISBEHAVE}"
+config = {{ behavior = "slow-process", delay-ms = 1 }}
+parallelism = {parallelism}
 [[operator]]
 name = "tokenize"
 plugin = "{TOKENIZE}"
-parallelism = 2
+parallelism = {parallelism}
 [[operator]]
 name = "count"
 plugin = "{COUNT}"
@@ -107,22 +184,26 @@ type = "file"
 path = "out/counts.tsv"
 format = "key-value"
 [checkpoint]
-interval_ms = 100
+interval_ms = 50
 dir = "checkpoints"
 [runtime]
-batch_size = 100
+batch_size = 50
 "#
         ),
-    );
-    let killed = run_killed(&dir, &job, 3);
-    eprintln!("killed {killed} runs");
-    assert!(
-        killed > 0,
-        "no run was killed: the job ended too soon to test recovery"
-    );
-    let output = read_sink_output(&dir.join("out/counts.tsv"), 1);
-    let counts = final_counts_any_order(&output).expect("running counts without gaps or repeats");
-    assert_eq!(counts, expected_word_counts(&text, 1));
+    )
+}
+
+/// Lines of text, written to a topic of 4 partitions, read by a word count with a
+/// Kafka source of 2 subtasks (offsets in the checkpoint) and a file sink, SIGKILLed
+/// three times: every word counted exactly once, as computed here.
+#[test]
+fn a_kafka_source_resumes_from_its_checkpointed_offsets_exactly_once() {
+    let Some(broker) = broker() else { return };
+    let (topic, text) = topic_of_lines(&broker, "lines", 4, 21, 4_000);
+    let dir = test_dir("kafka-source-kills");
+    let job = word_count_from_topic(&dir, &broker, &topic, 2);
+    run_killed(&dir, &job, 3);
+    assert_counts(&read_sink_output(&dir.join("out/counts.tsv"), 1), &text);
 }
 
 /// The word count's running counts written to a Kafka topic exactly once: SIGKILLed
@@ -133,48 +214,14 @@ fn a_kafka_sink_writes_each_record_exactly_once_across_kills() {
     let topic = unique_topic("counts");
     create_topic(&broker, &topic, 3);
     let dir = test_dir("kafka-sink-kills");
-    let text = sample_text(22, 150_000);
-    std::fs::write(dir.join("in.txt"), &text).unwrap();
-    let job = write_job(
-        &dir,
-        &format!(
-            r#"
-name = "kafka-out"
-[source]
-type = "file"
-path = "in.txt"
-[[operator]]
-name = "tokenize"
-plugin = "{TOKENIZE}"
-[[operator]]
-name = "count"
-plugin = "{COUNT}"
-key_by = "key"
-parallelism = 2
-[sink]
-type = "kafka"
-bootstrap = "{broker}"
-topic = "{topic}"
-transactional_id_prefix = "{topic}"
-parallelism = 2
-[checkpoint]
-interval_ms = 100
-dir = "checkpoints"
-[runtime]
-batch_size = 50
-"#
-        ),
+    let text = sample_text(22, 3_000);
+    let more = format!(
+        "transactional_id_prefix = \"{topic}\"\nparallelism = 2\n[checkpoint]\ninterval_ms = 100\n\
+         dir = \"checkpoints\"\n[runtime]\nbatch_size = 50"
     );
-    let killed = run_killed(&dir, &job, 3);
-    eprintln!("killed {killed} runs");
-    assert!(
-        killed > 0,
-        "no run was killed: the job ended too soon to test recovery"
-    );
-    let records = read_committed(&broker, &topic);
-    let counts = final_counts_any_order(&as_count_lines(&records))
-        .expect("running counts without gaps or repeats");
-    assert_eq!(counts, expected_word_counts(&text, 1));
+    let job = word_count_to_topic(&dir, &broker, &topic, &text, 1, &more);
+    run_killed(&dir, &job, 3);
+    assert_counts(&as_count_lines(&read_committed(&broker, &topic)), &text);
 }
 
 /// Without checkpoints the sink delivers at least once; a run without failures
@@ -186,33 +233,9 @@ fn an_at_least_once_kafka_sink_delivers_every_record() {
     create_topic(&broker, &topic, 2);
     let dir = test_dir("kafka-sink-plain");
     let text = sample_text(23, 500);
-    std::fs::write(dir.join("in.txt"), &text).unwrap();
-    let job = write_job(
-        &dir,
-        &format!(
-            r#"
-name = "kafka-plain"
-[source]
-type = "file"
-path = "in.txt"
-[[operator]]
-name = "tokenize"
-plugin = "{TOKENIZE}"
-[[operator]]
-name = "count"
-plugin = "{COUNT}"
-key_by = "key"
-[sink]
-type = "kafka"
-bootstrap = "{broker}"
-topic = "{topic}"
-"#
-        ),
-    );
+    let job = word_count_to_topic(&dir, &broker, &topic, &text, 0, "");
     run_job(&job).expect("the job runs");
-    let records = read_committed(&broker, &topic);
-    let counts = final_counts_any_order(&as_count_lines(&records)).unwrap();
-    assert_eq!(counts, expected_word_counts(&text, 1));
+    assert_counts(&as_count_lines(&read_committed(&broker, &topic)), &text);
 }
 
 /// Where a source starts: at a timestamp, at the end, or at the offsets its group
@@ -284,6 +307,36 @@ dir = "checkpoints-{name}"
     assert_eq!(run("\"committed\"", "committed-2", &group), ["four"]);
 }
 
+/// A bounded Kafka source of `topic` with event time from the records' timestamps →
+/// tumbling window counts of `size_ms` per key → `windows.tsv`.
+fn window_counts_job(dir: &Path, broker: &str, topic: &str, size_ms: i64) -> std::path::PathBuf {
+    write_job(
+        dir,
+        &format!(
+            r#"
+name = "kafka-windows"
+[source]
+type = "kafka"
+bootstrap = "{broker}"
+topics = "{topic}"
+bounded = true
+timestamp = "record"
+[[operator]]
+name = "window"
+plugin = "{WINDOW}"
+key_by = "key"
+config = {{ kind = "tumbling", size-ms = {size_ms}, aggregate = "count" }}
+[sink]
+type = "file"
+path = "windows.tsv"
+format = "key-value"
+[runtime]
+batch_size = 10
+"#
+        ),
+    )
+}
+
 /// Event time from the records' own Kafka timestamps: tumbling counts per key.
 #[test]
 fn kafka_record_timestamps_drive_event_time() {
@@ -302,30 +355,7 @@ fn kafka_record_timestamps_drive_event_time() {
     .collect();
     produce(&broker, &topic, &records);
     let dir = test_dir("kafka-event-time");
-    let job = write_job(
-        &dir,
-        &format!(
-            r#"
-name = "kafka-windows"
-[source]
-type = "kafka"
-bootstrap = "{broker}"
-topics = "{topic}"
-bounded = true
-timestamp = "record"
-[[operator]]
-name = "window"
-plugin = "{}"
-key_by = "key"
-config = {{ kind = "tumbling", size-ms = 10000, aggregate = "count" }}
-[sink]
-type = "file"
-path = "windows.tsv"
-format = "key-value"
-"#,
-            sluice_tests::plugins::WINDOW
-        ),
-    );
+    let job = window_counts_job(&dir, &broker, &topic, 10_000);
     run_job(&job).expect("the job runs");
     let mut got: Vec<String> = std::fs::read_to_string(dir.join("windows.tsv"))
         .unwrap()
@@ -362,32 +392,7 @@ fn kafka_partitions_keep_their_own_watermarks() {
     produce_to(&broker, &topic, Some(1), &ahead);
     produce_to(&broker, &topic, Some(0), &behind);
     let dir = test_dir("kafka-partition-watermarks");
-    let job = write_job(
-        &dir,
-        &format!(
-            r#"
-name = "kafka-skew"
-[source]
-type = "kafka"
-bootstrap = "{broker}"
-topics = "{topic}"
-bounded = true
-timestamp = "record"
-[[operator]]
-name = "window"
-plugin = "{}"
-key_by = "key"
-config = {{ kind = "tumbling", size-ms = 100000, aggregate = "count" }}
-[sink]
-type = "file"
-path = "windows.tsv"
-format = "key-value"
-[runtime]
-batch_size = 10
-"#,
-            sluice_tests::plugins::WINDOW
-        ),
-    );
+    let job = window_counts_job(&dir, &broker, &topic, 100_000);
     let report = run_job(&job).expect("the job runs");
     let mut counted: BTreeMap<String, u64> = BTreeMap::new();
     for line in std::fs::read_to_string(dir.join("windows.tsv"))
@@ -454,13 +459,9 @@ buffer_timeout_ms = 5
 /// resumes it from the latest checkpoint, and checks the committed output topic.
 fn crash_topic_to_topic_at(point: &str, skip: u32) {
     let Some(broker) = broker() else { return };
-    let (input, output) = (unique_topic("in"), unique_topic("out"));
-    create_topic(&broker, &input, 4);
+    let (input, text) = topic_of_lines(&broker, "in", 4, 24, 1_200);
+    let output = unique_topic("out");
     create_topic(&broker, &output, 4);
-    let text = sample_text(24, 1_200);
-    let lines: Vec<(Option<&str>, &str, Option<i64>)> =
-        text.lines().map(|l| (None, l, None)).collect();
-    produce(&broker, &input, &lines);
     let dir = test_dir(&format!("kafka-crash-{}", point.replace("::", "-")));
     let job = topic_to_topic(&dir, &broker, &input, &output);
     let out = sluice_run(env!("CARGO_BIN_EXE_sluice-test-cli"), &job, None)
@@ -488,10 +489,7 @@ fn crash_topic_to_topic_at(point: &str, skip: u32) {
         "the resumed run failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let records = read_committed(&broker, &output);
-    let counts = final_counts_any_order(&as_count_lines(&records))
-        .expect("running counts without gaps or repeats");
-    assert_eq!(counts, expected_word_counts(&text, 1));
+    assert_counts(&as_count_lines(&read_committed(&broker, &output)), &text);
 }
 
 /// Killed with a checkpoint's records in an open transaction: the restarted subtask's
@@ -515,47 +513,9 @@ fn a_crash_after_the_kafka_transaction_commits() {
 #[test]
 fn a_kafka_source_resumes_at_another_parallelism() {
     let Some(broker) = broker() else { return };
-    let topic = unique_topic("rescale");
-    create_topic(&broker, &topic, 6);
-    let text = sample_text(25, 200_000);
-    let lines: Vec<(Option<&str>, &str, Option<i64>)> =
-        text.lines().map(|l| (None, l, None)).collect();
-    produce(&broker, &topic, &lines);
+    let (topic, text) = topic_of_lines(&broker, "rescale", 6, 25, 4_000);
     let dir = test_dir("kafka-rescale");
-    let job = |parallelism: u32| {
-        write_job(
-            &dir,
-            &format!(
-                r#"
-name = "kafka-rescale"
-[source]
-type = "kafka"
-bootstrap = "{broker}"
-topics = "{topic}"
-parallelism = {parallelism}
-bounded = true
-[[operator]]
-name = "tokenize"
-plugin = "{TOKENIZE}"
-parallelism = {parallelism}
-[[operator]]
-name = "count"
-plugin = "{COUNT}"
-key_by = "key"
-parallelism = 2
-[sink]
-type = "file"
-path = "out/counts.tsv"
-format = "key-value"
-[checkpoint]
-interval_ms = 50
-dir = "checkpoints"
-[runtime]
-batch_size = 50
-"#
-            ),
-        )
-    };
+    let job = |parallelism| word_count_from_topic(&dir, &broker, &topic, parallelism);
     let mut child = spawn_sluice(&job(2), &[]);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !has_complete_checkpoint(&dir.join("checkpoints")) {
@@ -576,9 +536,7 @@ batch_size = 50
         "the resumed run failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let output = read_sink_output(&dir.join("out/counts.tsv"), 1);
-    let counts = final_counts_any_order(&output).expect("running counts without gaps or repeats");
-    assert_eq!(counts, expected_word_counts(&text, 1));
+    assert_counts(&read_sink_output(&dir.join("out/counts.tsv"), 1), &text);
 }
 
 /// A topic that does not exist, or a broker that does not answer, ends the job with an
