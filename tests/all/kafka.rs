@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_tests::kafka::{
-    Read, broker, create_topic, produce, produce_to, read_committed, unique_topic,
+    Read, add_partitions, broker, create_topic, produce, produce_to, read_committed, unique_topic,
 };
 use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE, WINDOW};
 use sluice_tests::{
@@ -574,4 +574,67 @@ type = "stdout"
         assert!(err.contains(expected), "{expected:?} not in: {err}");
         assert!(err.contains(topic), "{err}");
     }
+}
+
+/// An unbounded source finds partitions added while it runs and reads them from their
+/// beginning; SIGTERM then stops the job with a savepoint.
+#[test]
+fn a_kafka_source_picks_up_new_partitions() {
+    let Some(broker) = broker() else { return };
+    let topic = unique_topic("growing");
+    create_topic(&broker, &topic, 1);
+    produce_to(&broker, &topic, Some(0), &[(None, "first", None)]);
+    let dir = test_dir("kafka-new-partitions");
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "kafka-growing"
+[source]
+type = "kafka"
+bootstrap = "{broker}"
+topics = "{topic}"
+discovery_ms = 100
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[sink]
+type = "file"
+path = "out.txt"
+[checkpoint]
+interval_ms = 50
+dir = "checkpoints"
+"#
+        ),
+    );
+    let child = spawn_sluice(&job, &[]);
+    let output = || std::fs::read_to_string(dir.join("out.txt")).unwrap_or_default();
+    let wait_for = |word: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !output().lines().any(|l| l == word) {
+            assert!(
+                Instant::now() < deadline,
+                "{word:?} never arrived: {:?}",
+                output()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for("first");
+    add_partitions(&broker, &topic, 2);
+    produce_to(&broker, &topic, Some(1), &[(None, "second", None)]);
+    wait_for("second");
+    // SAFETY: sends a signal to our own child process, which is still running.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines: Vec<String> = output().lines().map(str::to_string).collect();
+    lines.sort();
+    assert_eq!(lines, ["first", "second"]);
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -78,6 +78,22 @@ pub fn create_topic(broker: &str, topic: &str, partitions: i32) {
     .expect("creating a topic");
     for r in results {
         r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
+    }
+}
+
+/// Grows `topic` to `partitions` partitions.
+pub fn add_partitions(broker: &str, topic: &str, partitions: usize) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .create()
+        .expect("an admin client");
+    let results = block_on(admin.create_partitions(
+        &[NewPartitions::new(topic, partitions)],
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+    ))
+    .expect("adding partitions");
+    for r in results {
+        r.unwrap_or_else(|(t, e)| panic!("adding partitions to {t}: {e}"));
     }
 }
 

@@ -273,6 +273,11 @@ impl KafkaSource {
             .filter(|p| !restored.as_ref().is_some_and(|r| r.contains_key(*p)))
             .cloned()
             .collect();
+        if self.started && new.is_empty() {
+            // Nothing new: assigning again would throw away what librdkafka fetched.
+            self.last_discovery = Instant::now();
+            return Ok(());
+        }
         if let Some(restored) = &restored {
             for (p, offset) in restored {
                 if owned.contains(p) {
