@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sluice_tests::kafka::{
     Read, add_partitions, broker, create_topic, produce, produce_to, read_committed, unique_topic,
 };
-use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE, WINDOW};
+use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE, UPPERCASE, WINDOW};
 use sluice_tests::{
     expected_word_counts, final_counts_any_order, has_complete_checkpoint, read_sink_output,
     run_job, sample_text, sluice_run, test_dir, write_job,
@@ -637,4 +637,48 @@ dir = "checkpoints"
     let mut lines: Vec<String> = output().lines().map(str::to_string).collect();
     lines.sort();
     assert_eq!(lines, ["first", "second"]);
+}
+
+/// A bounded source reading a topic written with transactions (by the exactly-once sink)
+/// reaches its end: the commit markers at the end of its partitions are never delivered,
+/// and the source counts them as read.
+#[test]
+fn a_bounded_source_ends_on_a_topic_written_with_transactions() {
+    let Some(broker) = broker() else { return };
+    let topic = unique_topic("transactional");
+    create_topic(&broker, &topic, 2);
+    let dir = test_dir("kafka-bounded-transactional");
+    let text = sample_text(26, 300);
+    let more = "[checkpoint]\ninterval_ms = 20\ndir = \"checkpoints\"";
+    let written = word_count_to_topic(&dir, &broker, &topic, &text, 0, more);
+    run_job(&written).expect("the writing job runs");
+    let reader = test_dir("kafka-bounded-transactional-reader");
+    let job = write_job(
+        &reader,
+        &format!(
+            r#"
+name = "reader"
+[source]
+type = "kafka"
+bootstrap = "{broker}"
+topics = "{topic}"
+bounded = true
+[[operator]]
+name = "upper"
+plugin = "{UPPERCASE}"
+[sink]
+type = "file"
+path = "counts.tsv"
+format = "key-value"
+"#
+        ),
+    );
+    let (done, finished) = crossbeam_channel::bounded(1);
+    thread::spawn(move || done.send(run_job(&job).map(|_| ())));
+    finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the bounded source never ended")
+        .expect("the reading job runs");
+    let output = std::fs::read_to_string(reader.join("counts.tsv")).unwrap();
+    assert_counts(&output, &text);
 }

@@ -101,14 +101,30 @@ struct Position {
 /// they read: a source resuming at another parallelism takes from it the partitions it
 /// now owns.
 pub fn merge_positions(parts: &[Vec<u8>]) -> Result<Vec<u8>> {
-    let mut merged = Position::default();
+    // A partition appears in one part only (each subtask keeps its own); should one
+    // appear twice, the furthest offset and timestamp win.
+    let mut offsets = BTreeMap::new();
+    let mut stops = BTreeMap::new();
+    let mut max_timestamps = BTreeMap::new();
+    let merge = |into: &mut BTreeMap<(String, i32), i64>, from: Vec<(String, i32, i64)>| {
+        for (t, p, v) in from {
+            let e = into.entry((t, p)).or_insert(v);
+            *e = (*e).max(v);
+        }
+    };
     for part in parts {
         let p: Position = postcard::from_bytes(part).context("decoding a Kafka source position")?;
-        merged.offsets.extend(p.offsets);
-        merged.stops.extend(p.stops);
-        merged.max_timestamps.extend(p.max_timestamps);
+        merge(&mut offsets, p.offsets);
+        merge(&mut stops, p.stops);
+        merge(&mut max_timestamps, p.max_timestamps);
     }
-    Ok(postcard::to_allocvec(&merged)?)
+    let list =
+        |m: BTreeMap<(String, i32), i64>| m.into_iter().map(|((t, p), v)| (t, p, v)).collect();
+    Ok(postcard::to_allocvec(&Position {
+        offsets: list(offsets),
+        stops: list(stops),
+        max_timestamps: list(max_timestamps),
+    })?)
 }
 
 /// A Kafka source subtask.
@@ -211,6 +227,10 @@ impl KafkaSource {
         partitions: &[(String, i32)],
         start: StartFrom,
     ) -> Result<Vec<((String, i32), i64)>> {
+        if partitions.is_empty() {
+            // (librdkafka refuses offset requests for no partition.)
+            return Ok(Vec::new());
+        }
         let watermarks = |topic: &str, partition: i32| {
             self.consumer
                 .fetch_watermarks(topic, partition, REQUEST_TIMEOUT)
@@ -278,6 +298,10 @@ impl KafkaSource {
             self.last_discovery = Instant::now();
             return Ok(());
         }
+        // What a restored position says of partitions another subtask owns now is theirs
+        // (after a rescale every subtask gets every partition's).
+        self.stops.retain(|p, _| owned.contains(p));
+        self.max_timestamps.retain(|p, _| owned.contains(p));
         if let Some(restored) = &restored {
             for (p, offset) in restored {
                 if owned.contains(p) {
@@ -316,6 +340,28 @@ impl KafkaSource {
         }
         self.started = true;
         self.last_discovery = Instant::now();
+        Ok(())
+    }
+}
+
+impl KafkaSource {
+    /// Moves each partition's next offset up to the consumer's position where that is
+    /// further: past what is never delivered — a transaction's commit or abort marker,
+    /// aborted records — which a bounded source must count as read to reach its end.
+    fn skip_to_positions(&mut self) -> Result<()> {
+        let positions = self
+            .consumer
+            .position()
+            .context("reading Kafka positions")?;
+        for e in positions.elements() {
+            if let (Offset::Offset(position), Some(next)) = (
+                e.offset(),
+                self.next.get_mut(&(e.topic().to_string(), e.partition())),
+            ) && position > *next
+            {
+                *next = position;
+            }
+        }
         Ok(())
     }
 }
@@ -384,6 +430,9 @@ impl Source for KafkaSource {
             );
         }
         if out.is_empty() {
+            if self.config.bounded {
+                self.skip_to_positions()?;
+            }
             return Ok(SourceStatus::Idle {
                 retry_at: Some(Instant::now() + IDLE_POLL),
             });
@@ -451,6 +500,10 @@ impl Source for KafkaSource {
         Some(min)
     }
 
+    fn has_nothing_to_read(&self) -> bool {
+        self.started && self.next.is_empty()
+    }
+
     fn checkpointed(&mut self, checkpoint_id: u64) {
         let offsets = self
             .next
@@ -479,10 +532,11 @@ impl Source for KafkaSource {
                 return;
             }
         }
-        // The checkpoint holds the offsets that count; the group's serve monitoring and
-        // a later job's `start = "committed"`, so the commit is waited for (one round
-        // trip per checkpoint).
-        if let Err(e) = self.consumer.commit(&tpl, CommitMode::Sync) {
+        // The checkpoint holds the offsets that count; the group's serve monitoring and a
+        // later job's `start = "committed"`. Not waited for: a synchronous commit waits
+        // for the group coordinator without end, and the task could not even be
+        // cancelled meanwhile (closing the consumer sends what is still queued).
+        if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
             tracing::warn!("committing Kafka offsets of checkpoint {checkpoint_id}: {e}");
         }
     }
@@ -646,7 +700,28 @@ type Producer = rdkafka::producer::BaseProducer<DeliveryReport>;
 /// taken but not known to be committed, oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct SinkState {
+    /// Which run of the job these checkpoints belong to (fixed at its fresh start), so a
+    /// marker that an earlier run left in the group is not taken for this one's.
+    run: u64,
     pending: Vec<(u64, Vec<u8>)>,
+}
+
+/// An identity for a fresh run of a sink: the time and the process, hashed.
+fn new_run_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// The metadata a marker commits with a checkpoint's id.
+fn marker_metadata(run: u64) -> String {
+    format!("sluice-run={run:016x}")
 }
 
 /// A Kafka sink subtask: the last operator of its chain.
@@ -764,8 +839,11 @@ impl KafkaSink {
         let committed = consumer
             .committed_offsets(tpl, PRODUCE_TIMEOUT)
             .map_err(|e| self.err("reading the last committed checkpoint", e))?;
+        // A marker of another run (one started fresh since, with checkpoint ids from 1
+        // again) says nothing about this run's checkpoints.
+        let run = marker_metadata(self.sink.run);
         Ok(committed.elements().first().and_then(|e| match e.offset() {
-            Offset::Offset(o) if o >= 0 => Some(o as u64),
+            Offset::Offset(o) if o >= 0 && e.metadata() == run => Some(o as u64),
             _ => None,
         }))
     }
@@ -822,6 +900,9 @@ impl KafkaSink {
             "marking the checkpoint",
             marker.add_partition_offset(&self.config.topic, 0, Offset::Offset(checkpoint as i64)),
         )?;
+        if let Some(mut e) = marker.find_partition(&self.config.topic, 0) {
+            e.set_metadata(marker_metadata(self.sink.run));
+        }
         step(
             "marking the checkpoint",
             producer.send_offsets_to_transaction(&marker, &metadata, PRODUCE_TIMEOUT),
@@ -874,9 +955,11 @@ impl crate::chain::Operator for KafkaSink {
             self.marker = Some(self.marker_consumer()?);
         }
         self.producer = Some(producer);
+        self.sink.run = new_run_id();
         if let Some(bytes) = info.restored_state.as_deref().filter(|b| !b.is_empty()) {
             let restored: SinkState = postcard::from_bytes(bytes)
                 .map_err(|e| self.err("decoding the restored sink state", e))?;
+            self.sink.run = restored.run;
             let committed = self.committed_checkpoint()?;
             self.sink.pending = restored
                 .pending
@@ -949,8 +1032,11 @@ impl crate::chain::Operator for KafkaSink {
             }
             Delivery::ExactlyOnce => {
                 let records = std::mem::take(&mut self.interval).into_bytes();
-                self.pending_bytes += records.len() as u64;
-                self.sink.pending.push((checkpoint_id, records));
+                // An interval without records needs no transaction.
+                if !records.is_empty() {
+                    self.pending_bytes += records.len() as u64;
+                    self.sink.pending.push((checkpoint_id, records));
+                }
                 postcard::to_allocvec(&self.sink)
                     .map_err(|e| crate::chain::CallError::Failed(e.to_string()))
             }

@@ -60,6 +60,12 @@ pub trait Source: Send {
     fn watermark(&self, _bound: i64, _idle_after: Option<Duration>) -> Option<Option<i64>> {
         None
     }
+    /// True while the source has nothing it could read (a Kafka source subtask that owns
+    /// no partition): it is idle at once, not after the idle timeout, so that it does
+    /// not hold back event time downstream.
+    fn has_nothing_to_read(&self) -> bool {
+        false
+    }
     /// The position just taken went into checkpoint `checkpoint_id`.
     fn checkpointed(&mut self, _checkpoint_id: u64) {}
     /// Checkpoint `checkpoint_id` completed (for sources that tell their upstream, as a

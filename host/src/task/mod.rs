@@ -473,9 +473,10 @@ impl StreamTask {
         };
         let became_idle = count == 0
             && !reader.idle
-            && reader
-                .idle_timeout
-                .is_some_and(|t| reader.last_record.elapsed() >= t);
+            && (reader.source.has_nothing_to_read()
+                || reader
+                    .idle_timeout
+                    .is_some_and(|t| reader.last_record.elapsed() >= t));
         if became_idle {
             reader.idle = true;
         }
