@@ -670,6 +670,7 @@ impl StateCache {
             Some(bytes) => Some(from_bytes(bytes).map_err(context)?),
             None => None,
         };
+        let was_present = old.is_some();
         let new = f(old);
         match (&new, entry) {
             (Some(value), Some(entry)) => {
@@ -691,7 +692,9 @@ impl StateCache {
             // A complete map holds only what exists.
             cache.entries.remove(user_key);
         }
-        s.pending.push(key, user_key);
+        if new.is_some() || was_present {
+            s.pending.push(key, user_key);
+        }
         Ok(new)
     }
 

@@ -29,9 +29,10 @@ fn run_killed(dir: &Path, job: &Path, kills: usize) {
         .as_nanos() as u64;
     eprintln!("kill seed {seed}");
     let mut delays = Delays(seed);
-    let mut killed = 0;
+    let (mut killed, mut resumed) = (0, 0);
     for round in 0..=kills {
         let resume: &[&str] = if has_complete_checkpoint(&dir.join("checkpoints")) {
+            resumed += 1;
             &["--from-checkpoint", "latest"]
         } else {
             &[]
@@ -57,10 +58,14 @@ fn run_killed(dir: &Path, job: &Path, kills: usize) {
         );
         break;
     }
-    eprintln!("killed {killed} runs");
+    eprintln!("killed {killed} runs, {resumed} resumed from a checkpoint");
     assert!(
         killed > 0,
         "no run was killed: the job ended too soon to test recovery"
+    );
+    assert!(
+        resumed > 0,
+        "no run resumed from a checkpoint: every kill came before the first one"
     );
 }
 

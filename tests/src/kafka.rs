@@ -201,7 +201,7 @@ pub fn read_committed(broker: &str, topic: &str) -> Vec<Read> {
             });
             // A transaction's commit marker takes the last offset and is never
             // delivered, so a partition may also end quiet.
-            if done || Instant::now() > deadline || last_record.elapsed() > Duration::from_secs(3) {
+            if done || Instant::now() > deadline || last_record.elapsed() > Duration::from_secs(5) {
                 break;
             }
         }

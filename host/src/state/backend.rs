@@ -50,25 +50,32 @@ pub struct Entry {
 /// its hash-table slot only, not a second cache line elsewhere in the heap. A long value
 /// is shared, so copying a shard for a snapshot copies a pointer, not the bytes.
 #[derive(Clone)]
-pub enum Value {
-    Inline { len: u8, bytes: [u8; INLINE] },
+pub struct Value(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// `len` ≤ [`INLINE`] bytes at the start of `bytes`.
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE],
+    },
     Shared(Arc<[u8]>),
 }
 
-/// The longest value kept inline (the size of the shared form, a fat pointer, rounded up
-/// to the enum's own size).
+/// The longest value kept inline: with its length and the enum's tag, the size of the
+/// shared form (a fat pointer) rounded up, 24 bytes.
 const INLINE: usize = 22;
 
 impl Value {
     /// Overwrites the value in place when it fits (inline, or shared by nobody with the
     /// same length); otherwise stores a new one.
     fn set(&mut self, value: &[u8]) {
-        match self {
-            Value::Inline { len, bytes } if value.len() <= INLINE => {
+        match &mut self.0 {
+            Repr::Inline { len, bytes } if value.len() <= INLINE => {
                 bytes[..value.len()].copy_from_slice(value);
                 *len = value.len() as u8;
             }
-            Value::Shared(shared) => match Arc::get_mut(shared) {
+            Repr::Shared(shared) => match Arc::get_mut(shared) {
                 Some(bytes) if bytes.len() == value.len() => bytes.copy_from_slice(value),
                 _ => *self = Value::from(value),
             },
@@ -79,16 +86,16 @@ impl Value {
 
 impl From<&[u8]> for Value {
     fn from(value: &[u8]) -> Self {
-        if value.len() <= INLINE {
+        Value(if value.len() <= INLINE {
             let mut bytes = [0; INLINE];
             bytes[..value.len()].copy_from_slice(value);
-            Value::Inline {
+            Repr::Inline {
                 len: value.len() as u8,
                 bytes,
             }
         } else {
-            Value::Shared(value.into())
-        }
+            Repr::Shared(value.into())
+        })
     }
 }
 
@@ -96,9 +103,9 @@ impl std::ops::Deref for Value {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        match self {
-            Value::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            Value::Shared(bytes) => bytes,
+        match &self.0 {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Shared(bytes) => bytes,
         }
     }
 }
