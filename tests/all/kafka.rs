@@ -239,8 +239,34 @@ fn an_at_least_once_kafka_sink_delivers_every_record() {
     let dir = test_dir("kafka-sink-plain");
     let text = sample_text(23, 500);
     let job = word_count_to_topic(&dir, &broker, &topic, &text, 0, "");
-    run_job(&job).expect("the job runs");
-    assert_counts(&as_count_lines(&read_committed(&broker, &topic)), &text);
+    let report = run_job(&job).expect("the job runs");
+    let records = read_committed(&broker, &topic);
+    assert_counts(&as_count_lines(&records), &text);
+    // What the sink counted is what the topic holds.
+    let bytes: usize = records
+        .iter()
+        .map(|r| r.value.len() + r.key.as_ref().map_or(0, String::len))
+        .sum();
+    assert_eq!(
+        sink_counters(&report),
+        BTreeMap::from([
+            ("kafka-bytes-out".to_string(), bytes as u64),
+            ("kafka-records-out".to_string(), records.len() as u64),
+        ])
+    );
+}
+
+/// The counters of the job's sink subtasks, summed.
+fn sink_counters(report: &sluice::job::JobReport) -> BTreeMap<String, u64> {
+    let mut sum = BTreeMap::new();
+    for op in report.tasks.iter().flat_map(|t| &t.operators) {
+        if op.operator == "sink" {
+            for (name, n) in &op.counters {
+                *sum.entry(name.clone()).or_default() += n;
+            }
+        }
+    }
+    sum
 }
 
 /// Where a source starts: at a timestamp, at the end, or at the offsets its group
@@ -656,7 +682,16 @@ fn a_bounded_source_ends_on_a_topic_written_with_transactions() {
     let text = sample_text(26, 300);
     let more = "[checkpoint]\ninterval_ms = 20\ndir = \"checkpoints\"";
     let written = word_count_to_topic(&dir, &broker, &topic, &text, 0, more);
-    run_job(&written).expect("the writing job runs");
+    let report = run_job(&written).expect("the writing job runs");
+    let counters = sink_counters(&report);
+    assert_eq!(
+        counters["kafka-records-out"],
+        expected_word_counts(&text, 1).values().sum::<u64>()
+    );
+    assert!(
+        counters["kafka-transactions-committed"] >= 1,
+        "{counters:?}"
+    );
     let reader = test_dir("kafka-bounded-transactional-reader");
     let job = write_job(
         &reader,

@@ -816,6 +816,25 @@ impl KafkaSink {
         }
     }
 
+    /// Adds to the sink's counters (shown with the job's operators): records and their
+    /// key and value bytes written, transactions committed.
+    fn count(&self, records: usize, bytes: usize, transactions: u64) {
+        let mut counters = self
+            .state
+            .counters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (name, delta) in [
+            ("kafka-records-out", records as u64),
+            ("kafka-bytes-out", bytes as u64),
+            ("kafka-transactions-committed", transactions),
+        ] {
+            if delta > 0 {
+                *counters.entry(name.to_string()).or_default() += delta;
+            }
+        }
+    }
+
     fn check_deliveries(&self) -> Result<(), crate::chain::CallError> {
         let producer = self.producer()?;
         let failed = producer
@@ -884,8 +903,11 @@ impl KafkaSink {
             r.map_err(|e| self.err(&format!("checkpoint {checkpoint}: {what}"), e))
         };
         step("beginning the transaction", producer.begin_transaction())?;
+        let (mut count, mut bytes) = (0, 0);
         for record in sluice_codec::BatchReader::new(records) {
             let record = record.map_err(|e| self.err("reading pending records", e))?;
+            count += 1;
+            bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
             step(
                 "sending a record",
                 Self::send(producer, &self.config.topic, &record),
@@ -913,6 +935,7 @@ impl KafkaSink {
             producer.commit_transaction(PRODUCE_TIMEOUT),
         )?;
         crate::failpoint!("kafka-sink::after-commit");
+        self.count(count, bytes, 1);
         self.check_deliveries()
     }
 }
@@ -983,12 +1006,16 @@ impl crate::chain::Operator for KafkaSink {
         match self.config.delivery {
             Delivery::AtLeastOnce => {
                 let producer = self.producer()?;
+                let (mut count, mut bytes) = (0, 0);
                 for record in sluice_codec::BatchReader::new(records) {
                     let record =
                         record.map_err(|e| crate::chain::CallError::Contract(e.to_string()))?;
                     Self::send(producer, &self.config.topic, &record)
                         .map_err(|e| self.err("sending a record", e))?;
+                    count += 1;
+                    bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
                 }
+                self.count(count, bytes, 0);
                 producer.poll(Duration::ZERO);
                 self.check_deliveries()?;
             }

@@ -422,7 +422,7 @@ impl ChainBuilder {
                 }
                 Vertex::Sink(sink) => {
                     open_info.restored_state = restore.and_then(|r| r.state);
-                    match sink.kind {
+                    let mut sink: Box<dyn Operator> = match sink.kind {
                         SinkKind::File => Box::new(FileSink::new(
                             identity,
                             sink.path.as_deref().expect("file sinks have a path"),
@@ -436,7 +436,10 @@ impl ChainBuilder {
                             sink.kafka.clone().expect("kafka sinks have their config"),
                             self.subtask,
                         )),
-                    }
+                    };
+                    // Sinks that count what they write show it with the operators' counters.
+                    sink.state().counters = metrics.counters.clone();
+                    sink
                 }
                 Vertex::Source(_) => {
                     unreachable!("the source is the task's input, not a chain member")
