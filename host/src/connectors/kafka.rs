@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use sluice_codec::BatchWriter;
 
 use super::{Source, SourceStatus};
+use crate::chain::{CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState};
 
 /// How long a metadata or offset request to the broker may take before the source fails
 /// (its job restarts by its restart strategy and tries again).
@@ -563,17 +564,23 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_watermark_is_the_smallest_of_the_partitions_not_idle_or_finished() {
-        let config = KafkaSourceConfig {
+    /// A source of topic `t` on a broker that is never asked (the source connects on its
+    /// first poll).
+    fn config(bounded: bool) -> KafkaSourceConfig {
+        KafkaSourceConfig {
             bootstrap: "127.0.0.1:1".into(),
             topics: vec!["t".into()],
             start: StartFrom::Earliest,
             group: "g".into(),
             discovery: Duration::from_secs(1),
             properties: BTreeMap::new(),
-            bounded: false,
-        };
+            bounded,
+        }
+    }
+
+    #[test]
+    fn the_watermark_is_the_smallest_of_the_partitions_not_idle_or_finished() {
+        let config = config(false);
         let mut s = KafkaSource::new(config, 0, 1).unwrap();
         let p = |i: i32| ("t".to_string(), i);
         for i in 0..3 {
@@ -604,15 +611,7 @@ mod tests {
 
     #[test]
     fn positions_round_trip() {
-        let config = KafkaSourceConfig {
-            bootstrap: "127.0.0.1:1".into(),
-            topics: vec!["t".into()],
-            start: StartFrom::Earliest,
-            group: "g".into(),
-            discovery: Duration::from_secs(1),
-            properties: BTreeMap::new(),
-            bounded: true,
-        };
+        let config = config(true);
         let mut a = KafkaSource::new(config.clone(), 0, 1).unwrap();
         a.next.insert(("t".into(), 0), 42);
         a.next.insert(("t".into(), 3), 7);
@@ -734,8 +733,8 @@ fn marker_metadata(run: u64) -> String {
 /// after a failure the restored subtask knows which of its pending checkpoints already
 /// reached Kafka and writes only the others.
 pub struct KafkaSink {
-    identity: crate::chain::OperatorIdentity,
-    state: crate::chain::OperatorState,
+    identity: OperatorIdentity,
+    state: OperatorState,
     config: KafkaSinkConfig,
     subtask: u32,
     producer: Option<Producer>,
@@ -753,14 +752,10 @@ const PRODUCE_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl KafkaSink {
     /// Subtask `subtask` of a Kafka sink.
-    pub fn new(
-        identity: crate::chain::OperatorIdentity,
-        config: KafkaSinkConfig,
-        subtask: u32,
-    ) -> Self {
+    pub fn new(identity: OperatorIdentity, config: KafkaSinkConfig, subtask: u32) -> Self {
         KafkaSink {
             identity,
-            state: crate::chain::OperatorState::new(None),
+            state: OperatorState::new(None),
             config,
             subtask,
             producer: None,
@@ -775,17 +770,17 @@ impl KafkaSink {
         format!("{}-{}", self.config.transactional_id_prefix, self.subtask)
     }
 
-    fn err(&self, what: &str, e: impl std::fmt::Display) -> crate::chain::CallError {
-        crate::chain::CallError::Failed(format!(
+    fn err(&self, what: &str, e: impl std::fmt::Display) -> CallError {
+        CallError::Failed(format!(
             "Kafka sink, topic {:?} at {}: {what}: {e}",
             self.config.topic, self.config.bootstrap
         ))
     }
 
-    fn producer(&self) -> Result<&Producer, crate::chain::CallError> {
+    fn producer(&self) -> Result<&Producer, CallError> {
         self.producer
             .as_ref()
-            .ok_or_else(|| crate::chain::CallError::Failed("Kafka sink used before open".into()))
+            .ok_or_else(|| CallError::Failed("Kafka sink used before open".into()))
     }
 
     /// Sends one record, waiting while librdkafka's queue is full.
@@ -835,7 +830,7 @@ impl KafkaSink {
         }
     }
 
-    fn check_deliveries(&self) -> Result<(), crate::chain::CallError> {
+    fn check_deliveries(&self) -> Result<(), CallError> {
         let producer = self.producer()?;
         let failed = producer
             .context()
@@ -851,7 +846,7 @@ impl KafkaSink {
 
     /// The newest checkpoint whose records this subtask committed (its marker group's
     /// offset), if any.
-    fn committed_checkpoint(&self) -> Result<Option<u64>, crate::chain::CallError> {
+    fn committed_checkpoint(&self) -> Result<Option<u64>, CallError> {
         let consumer = self.marker()?;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(&self.config.topic, 0);
@@ -867,13 +862,13 @@ impl KafkaSink {
         }))
     }
 
-    fn marker(&self) -> Result<&BaseConsumer, crate::chain::CallError> {
+    fn marker(&self) -> Result<&BaseConsumer, CallError> {
         self.marker
             .as_ref()
-            .ok_or_else(|| crate::chain::CallError::Failed("Kafka sink used before open".into()))
+            .ok_or_else(|| CallError::Failed("Kafka sink used before open".into()))
     }
 
-    fn marker_consumer(&self) -> Result<BaseConsumer, crate::chain::CallError> {
+    fn marker_consumer(&self) -> Result<BaseConsumer, CallError> {
         ClientConfig::new()
             .set("bootstrap.servers", &self.config.bootstrap)
             .set("group.id", self.transactional_id())
@@ -884,7 +879,7 @@ impl KafkaSink {
 
     /// Writes the records of pending checkpoints up to `id` in one transaction each,
     /// with the checkpoint's marker.
-    fn commit_up_to(&mut self, id: u64) -> Result<(), crate::chain::CallError> {
+    fn commit_up_to(&mut self, id: u64) -> Result<(), CallError> {
         while self.sink.pending.first().is_some_and(|(c, _)| *c <= id) {
             let (checkpoint, records) = self.sink.pending.remove(0);
             self.pending_bytes = self.pending_bytes.saturating_sub(records.len() as u64);
@@ -893,11 +888,7 @@ impl KafkaSink {
         Ok(())
     }
 
-    fn write_transaction(
-        &self,
-        checkpoint: u64,
-        records: &[u8],
-    ) -> Result<(), crate::chain::CallError> {
+    fn write_transaction(&self, checkpoint: u64, records: &[u8]) -> Result<(), CallError> {
         let producer = self.producer()?;
         let step = |what: &str, r: Result<(), KafkaError>| {
             r.map_err(|e| self.err(&format!("checkpoint {checkpoint}: {what}"), e))
@@ -940,19 +931,16 @@ impl KafkaSink {
     }
 }
 
-impl crate::chain::Operator for KafkaSink {
-    fn identity(&self) -> &crate::chain::OperatorIdentity {
+impl Operator for KafkaSink {
+    fn identity(&self) -> &OperatorIdentity {
         &self.identity
     }
 
-    fn state(&mut self) -> &mut crate::chain::OperatorState {
+    fn state(&mut self) -> &mut OperatorState {
         &mut self.state
     }
 
-    fn open(
-        &mut self,
-        info: &crate::chain::OpenInfo,
-    ) -> Result<crate::chain::CallOutput, crate::chain::CallError> {
+    fn open(&mut self, info: &OpenInfo) -> Result<CallOutput, CallError> {
         let mut client = ClientConfig::new();
         client
             .set("bootstrap.servers", &self.config.bootstrap)
@@ -996,20 +984,16 @@ impl crate::chain::Operator for KafkaSink {
                 self.commit_up_to(last)?;
             }
         }
-        Ok(crate::chain::CallOutput::default())
+        Ok(CallOutput::default())
     }
 
-    fn process(
-        &mut self,
-        records: &[u8],
-    ) -> Result<crate::chain::CallOutput, crate::chain::CallError> {
+    fn process(&mut self, records: &[u8]) -> Result<CallOutput, CallError> {
         match self.config.delivery {
             Delivery::AtLeastOnce => {
                 let producer = self.producer()?;
                 let (mut count, mut bytes) = (0, 0);
                 for record in sluice_codec::BatchReader::new(records) {
-                    let record =
-                        record.map_err(|e| crate::chain::CallError::Contract(e.to_string()))?;
+                    let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
                     Self::send(producer, &self.config.topic, &record)
                         .map_err(|e| self.err("sending a record", e))?;
                     count += 1;
@@ -1021,11 +1005,11 @@ impl crate::chain::Operator for KafkaSink {
             }
             Delivery::ExactlyOnce => {
                 let count = sluice_codec::BatchReader::count(records)
-                    .map_err(|e| crate::chain::CallError::Contract(e.to_string()))?;
+                    .map_err(|e| CallError::Contract(e.to_string()))?;
                 self.interval.extend_encoded(records, count);
                 let held = self.pending_bytes + self.interval.byte_len() as u64;
                 if held > self.config.max_pending_bytes {
-                    return Err(crate::chain::CallError::Limit(format!(
+                    return Err(CallError::Limit(format!(
                         "Kafka sink, topic {:?}: {held} bytes of records wait for checkpoints \
                          to complete, more than `max_pending_mb` allows; checkpoint more often \
                          or raise it",
@@ -1034,21 +1018,18 @@ impl crate::chain::Operator for KafkaSink {
                 }
             }
         }
-        Ok(crate::chain::CallOutput::default())
+        Ok(CallOutput::default())
     }
 
-    fn process_watermark(
-        &mut self,
-        _: i64,
-    ) -> Result<crate::chain::CallOutput, crate::chain::CallError> {
-        Ok(crate::chain::CallOutput::default())
+    fn process_watermark(&mut self, _: i64) -> Result<CallOutput, CallError> {
+        Ok(CallOutput::default())
     }
 
-    fn on_timers(&mut self, _: &[u8]) -> Result<crate::chain::CallOutput, crate::chain::CallError> {
-        Ok(crate::chain::CallOutput::default())
+    fn on_timers(&mut self, _: &[u8]) -> Result<CallOutput, CallError> {
+        Ok(CallOutput::default())
     }
 
-    fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, crate::chain::CallError> {
+    fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, CallError> {
         match self.config.delivery {
             Delivery::AtLeastOnce => {
                 self.producer()?
@@ -1064,26 +1045,25 @@ impl crate::chain::Operator for KafkaSink {
                     self.pending_bytes += records.len() as u64;
                     self.sink.pending.push((checkpoint_id, records));
                 }
-                postcard::to_allocvec(&self.sink)
-                    .map_err(|e| crate::chain::CallError::Failed(e.to_string()))
+                postcard::to_allocvec(&self.sink).map_err(|e| CallError::Failed(e.to_string()))
             }
         }
     }
 
-    fn notify_complete(&mut self, checkpoint_id: u64) -> Result<(), crate::chain::CallError> {
+    fn notify_complete(&mut self, checkpoint_id: u64) -> Result<(), CallError> {
         if self.config.delivery == Delivery::ExactlyOnce {
             self.commit_up_to(checkpoint_id)?;
         }
         Ok(())
     }
 
-    fn notify_aborted(&mut self, _: u64) -> Result<(), crate::chain::CallError> {
+    fn notify_aborted(&mut self, _: u64) -> Result<(), CallError> {
         // The aborted checkpoint's records stay pending; the next completed checkpoint
         // writes them.
         Ok(())
     }
 
-    fn finish(&mut self) -> Result<crate::chain::CallOutput, crate::chain::CallError> {
+    fn finish(&mut self) -> Result<CallOutput, CallError> {
         // Exactly once, the tail goes out with the final checkpoint.
         if self.config.delivery == Delivery::AtLeastOnce {
             self.producer()?
@@ -1091,14 +1071,14 @@ impl crate::chain::Operator for KafkaSink {
                 .map_err(|e| self.err("flushing the last records", e))?;
             self.check_deliveries()?;
         }
-        Ok(crate::chain::CallOutput::default())
+        Ok(CallOutput::default())
     }
 
-    fn close(&mut self) -> Result<crate::chain::CallOutput, crate::chain::CallError> {
-        Ok(crate::chain::CallOutput::default())
+    fn close(&mut self) -> Result<CallOutput, CallError> {
+        Ok(CallOutput::default())
     }
 
-    fn dispose(&mut self) -> Result<(), crate::chain::CallError> {
+    fn dispose(&mut self) -> Result<(), CallError> {
         self.producer = None;
         self.marker = None;
         Ok(())

@@ -746,13 +746,7 @@ fn linked_source(
     let link = CheckpointLink::new(coordinator, storage(name), Arc::new(AsyncPool::new(1)));
     let (out, downstream) = channel(64);
     let ctx = context(0);
-    let writer = RecordWriter::new(
-        vec![out],
-        Partitioner::Forward,
-        &NetworkSettings::default(),
-        ctx.cancel.clone(),
-        ctx.metrics.clone(),
-    );
+    let writer = forward_writer(&ctx, out);
     let log = log.clone();
     let task = StreamTask::new(
         ctx,
@@ -950,13 +944,7 @@ fn a_source_blocked_on_output_goes_on_when_room_appears_before_it_waits() {
     };
     let (out, downstream) = channel(1);
     let ctx = context(0);
-    let writer = RecordWriter::new(
-        vec![out],
-        Partitioner::Forward,
-        &NetworkSettings::default(),
-        ctx.cancel.clone(),
-        ctx.metrics.clone(),
-    );
+    let writer = forward_writer(&ctx, out);
     let settings = TaskSettings {
         buffer_timeout: Duration::ZERO,
         ..TaskSettings::default()
@@ -977,9 +965,7 @@ fn a_source_blocked_on_output_goes_on_when_room_appears_before_it_waits() {
         None,
         None,
     );
-    let factory = task.chain_factory.take().unwrap();
-    task.chain = Some(factory(&task.ctx).unwrap());
-    task.chain().open_all().unwrap();
+    open_by_hand(&mut task);
     // "a" fills the channel; the next action finds it full.
     assert_eq!(task.default_action().unwrap(), ActionResult::Continue);
     assert_eq!(task.default_action().unwrap(), ActionResult::Suspend);
@@ -1015,10 +1001,7 @@ fn a_timer_mail_after_a_completed_stop_with_savepoint_fires_nothing() {
     let log = Log::default();
     let LinkedSource { mut task, .. } =
         linked_source(&log, endless(), behavior_with_timer(), "late-timer");
-    let factory = task.chain_factory.take().unwrap();
-    task.chain = Some(factory(&task.ctx).unwrap());
-    task.chain().open_all().unwrap();
-    task.running = true;
+    open_by_hand(&mut task);
     // In the synchronous savepoint of a stop without drain, which then completes.
     task.sync_savepoint = Some((1, false));
     task.notify_checkpoint_complete(1).unwrap();
@@ -1028,10 +1011,7 @@ fn a_timer_mail_after_a_completed_stop_with_savepoint_fires_nothing() {
     // Before the stop, the same mail fires the due timer.
     let LinkedSource { mut task, .. } =
         linked_source(&log, endless(), behavior_with_timer(), "due-timer");
-    let factory = task.chain_factory.take().unwrap();
-    task.chain = Some(factory(&task.ctx).unwrap());
-    task.chain().open_all().unwrap();
-    task.running = true;
+    open_by_hand(&mut task);
     task.on_processing_time(now_millis()).unwrap();
     assert!(taken(&log).contains(&"op0:on-timers".to_string()));
 }
@@ -1042,4 +1022,27 @@ fn behavior_with_timer() -> Behavior {
         timer_after_ms: Some(-1_000),
         ..Behavior::default()
     }
+}
+
+/// A writer of `ctx`'s task to one channel.
+fn forward_writer(
+    ctx: &TaskContext,
+    out: Sender<StreamElement>,
+) -> RecordWriter {
+    RecordWriter::new(
+        vec![out],
+        Partitioner::Forward,
+        &NetworkSettings::default(),
+        ctx.cancel.clone(),
+        ctx.metrics.clone(),
+    )
+}
+
+/// Builds and opens the task's chain and marks it running, as `run` does before its
+/// loop, so a test can take the loop's steps one by one.
+fn open_by_hand(task: &mut StreamTask) {
+    let factory = task.chain_factory.take().unwrap();
+    task.chain = Some(factory(&task.ctx).unwrap());
+    task.chain().open_all().unwrap();
+    task.running = true;
 }
