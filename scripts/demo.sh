@@ -11,4 +11,7 @@ if [ $# -eq 0 ]; then set -- --fresh; fi
 cargo run --release -p sluice -- run examples/wordcount/job.toml "$@"
 echo
 echo "most frequent words (word, count):"
-sort -t $'\t' -k2,2nr examples/wordcount/out/counts.tsv | awk -F '\t' '!seen[$1]++' | head -5
+# (awk reads to the end: a reader that stopped early would end `sort` with SIGPIPE,
+# and the script with it under pipefail.)
+sort -t $'\t' -k2,2nr examples/wordcount/out/counts.tsv |
+  awk -F '\t' '!seen[$1]++ && shown < 5 { print; shown++ }'
