@@ -33,6 +33,13 @@
 //! dirs = [{ host = "/srv/acme/ref", guest = "/ref", read_only = true }]
 //! token_sha256 = "9f86d0…"        # `sluice serve`: SHA-256 (hex) of the tenant's bearer token
 //!
+//! [tenant.acme.kafka]             # `sluice serve`: the Kafka the tenant's jobs may use
+//! bootstrap = "kafka-1:9092,kafka-2:9092"  # the only brokers its jobs may name
+//! read = ["acme\\..*"]             # topics its sources may read (whole-name regexes)
+//! write = ["acme\\.out-.*"]        # topics its sinks may write
+//! id_prefix = "acme."             # every group and transactional id begins so (default `NAME.`)
+//! properties = { "security.protocol" = "SASL_SSL", "sasl.mechanism" = "SCRAM-SHA-512", "sasl.username" = "acme", "sasl.password" = "…" }
+//!
 //! [server]                        # `sluice serve` only
 //! address = "127.0.0.1:8600"      # where the HTTP API listens
 //! dir = "sluice-server"           # jobs, plugins, checkpoints and output live here
@@ -57,6 +64,12 @@
 //!   fail with the quota named. The default, 10 GiB, is a judgment call: output and
 //!   checkpoints of a few long jobs; a deployment sizes it to its disks.
 //! - `max_plugin_mb`: plugin bytes stored, checked at upload.
+//!
+//! A server job may use Kafka only within its tenant's grant (`[tenant.NAME.kafka]`):
+//! brokers and topics outside it are refused at submission, group and transactional ids
+//! begin with its `id_prefix`, and its `properties` go over the job's own, which may only
+//! tune (see `server::jobs`). `sluice run` applies no grant: whoever runs it owns the
+//! machine and its network.
 //!
 //! Every job also stays within the ranges that validation sets for the knobs of a job
 //! file (parallelism, batch and buffer sizes, channel capacity, …), whoever runs it.
@@ -96,6 +109,20 @@ struct LimitsSpec {
     max_subtasks: Option<u32>,
     max_disk_mb: Option<u64>,
     token_sha256: Option<String>,
+    kafka: Option<KafkaSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KafkaSpec {
+    bootstrap: String,
+    #[serde(default)]
+    read: Vec<String>,
+    #[serde(default)]
+    write: Vec<String>,
+    id_prefix: Option<String>,
+    #[serde(default)]
+    properties: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -190,6 +217,73 @@ pub struct TenantConfig {
     pub max_state_bytes: u64,
     /// Most timers all the tenant's instances in this host may make it hold.
     pub max_timers: u64,
+    /// What Kafka the tenant's server jobs may use (none: no Kafka at all).
+    pub kafka: Option<KafkaGrant>,
+}
+
+/// A tenant's Kafka grant (`[tenant.NAME.kafka]`): the brokers, topics, and group and
+/// transactional-id names its server jobs may use, and the client properties (such as
+/// SASL credentials) every Kafka client of its jobs gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaGrant {
+    /// The brokers (`host:port`) its jobs may name; a job that names none gets these.
+    pub bootstrap: Vec<String>,
+    /// Topics its sources may read: regular expressions, each matching whole names.
+    pub read: Vec<String>,
+    /// Topics its sinks may write: regular expressions, each matching whole names.
+    pub write: Vec<String>,
+    /// How every consumer group and transactional id of its jobs begins (default
+    /// `TENANT.`), so that no tenant commits to another's group or fences its producers.
+    pub id_prefix: String,
+    /// Client properties set on every Kafka client of its jobs, over the job's own.
+    pub properties: BTreeMap<String, String>,
+}
+
+impl KafkaGrant {
+    /// Whether `topic` is one the tenant may read.
+    pub fn may_read(&self, topic: &str) -> bool {
+        matches_any(&self.read, topic)
+    }
+
+    /// Whether `topic` is one the tenant may write.
+    pub fn may_write(&self, topic: &str) -> bool {
+        matches_any(&self.write, topic)
+    }
+}
+
+fn matches_any(patterns: &[String], topic: &str) -> bool {
+    patterns
+        .iter()
+        .any(|p| crate::connectors::kafka::topic_pattern(p).is_ok_and(|re| re.is_match(topic)))
+}
+
+fn kafka_grant_from(tenant: &str, spec: &KafkaSpec) -> Result<KafkaGrant> {
+    let bootstrap: Vec<String> = spec
+        .bootstrap
+        .split(',')
+        .map(|b| b.trim().to_string())
+        .filter(|b| !b.is_empty())
+        .collect();
+    if bootstrap.is_empty() {
+        bail!("kafka: `bootstrap` must name the brokers (host:port,...)");
+    }
+    for p in spec.read.iter().chain(&spec.write) {
+        crate::connectors::kafka::topic_pattern(p).context("kafka")?;
+    }
+    let id_prefix = spec
+        .id_prefix
+        .clone()
+        .unwrap_or_else(|| format!("{tenant}."));
+    if id_prefix.is_empty() {
+        bail!("kafka: `id_prefix` must not be empty (it keeps tenants' groups apart)");
+    }
+    Ok(KafkaGrant {
+        bootstrap,
+        read: spec.read.clone(),
+        write: spec.write.clone(),
+        id_prefix,
+        properties: spec.properties.clone(),
+    })
 }
 
 /// The host configuration.
@@ -225,6 +319,7 @@ impl Default for HostConfig {
                 token_sha256: None,
                 max_state_bytes: 4 << 30,
                 max_timers: 50_000_000,
+                kafka: None,
             },
             tenants: BTreeMap::new(),
         }
@@ -242,11 +337,16 @@ impl HostConfig {
         // An absolute path replaces the base.
         let resolve = |p: &Path| base.join(p);
         let fallback = HostConfig::default().defaults;
-        if file.defaults.token_sha256.is_some() {
-            bail!(
-                "{}: [defaults]: `token_sha256` belongs to a [tenant.NAME] table",
-                path.display()
-            );
+        for (field, set) in [
+            ("token_sha256", file.defaults.token_sha256.is_some()),
+            ("kafka", file.defaults.kafka.is_some()),
+        ] {
+            if set {
+                bail!(
+                    "{}: [defaults]: `{field}` belongs to a [tenant.NAME] table",
+                    path.display()
+                );
+            }
         }
         let defaults = tenant_from(&fallback, "default", &file.defaults, &resolve)
             .with_context(|| format!("{}: [defaults]", path.display()))?;
@@ -412,6 +512,11 @@ fn tenant_from(
             .tenant_state_mb
             .map_or(base.max_state_bytes, |mb| mb << 20),
         max_timers: spec.tenant_timers.unwrap_or(base.max_timers),
+        kafka: spec
+            .kafka
+            .as_ref()
+            .map(|k| kafka_grant_from(name, k))
+            .transpose()?,
     })
 }
 
@@ -570,6 +675,47 @@ tenant_state_mb = 64
             err.contains("[tenant.a]") && err.contains("no such directory"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn kafka_grants_are_read_per_tenant_and_checked() {
+        let path = write(
+            "kafka",
+            "[tenant.acme.kafka]\nbootstrap = \"k1:9092, k2:9092\"\nread = [\"acme\\\\..*\"]\n\
+             write = [\"out\"]\nproperties = { \"sasl.username\" = \"acme\" }\n[tenant.b]\n",
+        );
+        let c = HostConfig::load(&path).unwrap();
+        let grant = c.tenant("acme").unwrap().kafka.unwrap();
+        assert_eq!(grant.bootstrap, ["k1:9092", "k2:9092"]);
+        assert_eq!(grant.id_prefix, "acme.");
+        assert!(grant.may_read("acme.clicks") && !grant.may_read("acmeXclicks"));
+        assert!(
+            !grant.may_read("b.acme.clicks"),
+            "patterns match whole names"
+        );
+        assert!(grant.may_write("out") && !grant.may_write("out2"));
+        assert_eq!(grant.properties["sasl.username"], "acme");
+        assert_eq!(c.tenant("b").unwrap().kafka, None);
+        for (text, expected) in [
+            (
+                "[defaults.kafka]\nbootstrap = \"k:1\"\n",
+                "`kafka` belongs to a [tenant.NAME] table",
+            ),
+            (
+                "[tenant.a.kafka]\nbootstrap = \"k:1\"\nread = [\"(\"]\n",
+                "topic pattern \"(\" is not a regular expression",
+            ),
+            (
+                "[tenant.a.kafka]\nbootstrap = \" \"\n",
+                "must name the brokers",
+            ),
+        ] {
+            let err = format!(
+                "{:#}",
+                HostConfig::load(&write("kafka-bad", text)).unwrap_err()
+            );
+            assert!(err.contains(expected), "{err}");
+        }
     }
 
     #[test]

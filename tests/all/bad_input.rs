@@ -249,6 +249,14 @@ fn kafka_job_file_mistakes_are_named() {
             "a kafka source needs `topics`",
         ),
         (
+            "kafka-bad-pattern",
+            format!(
+                "name = \"x\"\n[source]\ntype = \"kafka\"\nbootstrap = \"b:9\"\n\
+                 topics = {{ pattern = \"orders(\" }}\n{op}{GOOD_SINK}"
+            ),
+            "topic pattern \"orders(\" is not a regular expression",
+        ),
+        (
             "kafka-bad-start",
             format!("name = \"x\"\n{kafka}start = \"oldest\"\n{op}{GOOD_SINK}"),
             "`start` = \"oldest\": expected \"earliest\", \"latest\", \"committed\"",

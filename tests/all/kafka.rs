@@ -9,7 +9,8 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_tests::kafka::{
-    Read, add_partitions, broker, create_topic, produce, produce_to, read_committed, unique_topic,
+    Read, add_partitions, broker, committed_offsets, create_topic, produce, produce_to,
+    read_committed, unique_topic,
 };
 use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE, UPPERCASE, WINDOW};
 use sluice_tests::{
@@ -18,6 +19,7 @@ use sluice_tests::{
 };
 
 use crate::checkpoints::{Delays, spawn_sluice};
+use crate::server::{ServerProcess, error_of, host_config, wait_for};
 
 /// Runs `job` as `sluice run` processes, SIGKILLing `kills` of them at random moments
 /// (150–600 ms in) and resuming each from the latest checkpoint, until a run ends. At
@@ -721,4 +723,140 @@ format = "key-value"
         .expect("the reading job runs");
     let output = std::fs::read_to_string(reader.join("counts.tsv")).unwrap();
     assert_counts(&output, &text);
+}
+
+/// A server job reads and writes Kafka only within its tenant's grant: topics, brokers
+/// and client properties outside it are refused at submission with the reason, a tenant
+/// without a grant may not use Kafka at all, and a job within it runs exactly once from
+/// topic to topic, its group under the tenant's id prefix.
+#[test]
+fn a_server_job_uses_kafka_only_within_its_tenants_grant() {
+    let Some(broker) = broker() else { return };
+    let dir = test_dir("kafka-grant");
+    let grant = format!(
+        "[tenant.a.kafka]\nbootstrap = \"{broker}\"\nread = [\"a\\\\.in-.*\"]\n\
+         write = [\"a\\\\.out-.*\"]\nproperties = {{ \"client.id\" = \"tenant-a\" }}\n"
+    );
+    let server = ServerProcess::start(&host_config(&dir, &grant));
+    let a = server.client(Some("token-a"));
+    let b = server.client(Some("token-b"));
+    let (input, text) = topic_of_lines(&broker, "a.in", 2, 17, 300);
+    let output = unique_topic("a.out");
+    create_topic(&broker, &output, 2);
+    let written = std::cell::Cell::new(0);
+    let job = |source: &str, sink: &str| {
+        // Each in a file of its own, beside the plugins.
+        written.set(written.get() + 1);
+        let path = dir.join(format!("job-{}.toml", written.get()));
+        std::fs::write(
+            &path,
+            format!(
+                r#"
+name = "granted"
+[source]
+type = "kafka"
+bounded = true
+{source}
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+key_by = "key"
+[sink]
+type = "kafka"
+{sink}
+[checkpoint]
+interval_ms = 100
+"#
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let good_source = format!("topics = \"{input}\"");
+    let good_sink = format!("topic = \"{output}\"");
+    let refusals = [
+        (
+            job("topics = \"b.secret\"", &good_sink),
+            "source 'source': topic \"b.secret\" may not be read",
+        ),
+        (
+            job(&good_source, "topic = \"elsewhere\""),
+            "sink: topic \"elsewhere\" may not be written",
+        ),
+        (
+            job(
+                &format!("{good_source}\nbootstrap = \"127.0.0.1:1\""),
+                &good_sink,
+            ),
+            "broker \"127.0.0.1:1\" is not one of",
+        ),
+        (
+            job(
+                &format!(
+                    "{good_source}\nproperties = {{ \"sasl.kerberos.kinit.cmd\" = \"touch /tmp/x\" }}"
+                ),
+                &good_sink,
+            ),
+            "property \"sasl.kerberos.kinit.cmd\" is not one a server job may set",
+        ),
+    ];
+    for (path, reason) in refusals {
+        let e = error_of(a.submit(&path));
+        assert!(e.contains("403"), "{e}");
+        assert!(e.contains(reason), "{e}");
+        assert!(e.contains("outside tenant 'a''s Kafka grant"), "{e}");
+    }
+    let e = error_of(b.submit(&job(&good_source, &good_sink)));
+    assert!(
+        e.contains("403") && e.contains("tenant 'b' has no Kafka grant"),
+        "{e}"
+    );
+    assert_eq!(a.list().unwrap()["jobs"], serde_json::json!([]));
+
+    // Within the grant: the brokers come from it, and the output is exact.
+    let submitted = a.submit(&job(&good_source, &good_sink)).unwrap();
+    let id = submitted["id"].as_str().unwrap().to_string();
+    wait_for("the job to finish", Duration::from_secs(120), || {
+        let s = a.status(&id).unwrap();
+        assert_ne!(s["state"], "failed", "{s}");
+        s["state"] == "finished"
+    });
+    assert_counts(&as_count_lines(&read_committed(&broker, &output)), &text);
+    // Offsets were committed to the group under the tenant's prefix.
+    let committed = committed_offsets(&broker, "a.sluice-granted-source", &input);
+    assert_eq!(committed.len(), 2, "{committed:?}");
+}
+
+/// A source of `topics = { pattern = ... }` reads every topic whose whole name matches,
+/// and no other.
+#[test]
+fn a_kafka_source_reads_the_topics_a_pattern_matches() {
+    let Some(broker) = broker() else { return };
+    let prefix = unique_topic("pattern");
+    let mut text = String::new();
+    for (name, seed) in [("x", 31), ("y", 32)] {
+        let topic = format!("{prefix}.{name}");
+        create_topic(&broker, &topic, 2);
+        let lines = sample_text(seed, 200);
+        let records: Vec<(Option<&str>, &str, Option<i64>)> =
+            lines.lines().map(|l| (None, l, None)).collect();
+        produce(&broker, &topic, &records);
+        text.push_str(&lines);
+    }
+    // Matches only in part: not read.
+    let other = format!("{prefix}.x-not");
+    create_topic(&broker, &other, 1);
+    produce(&broker, &other, &[(None, "unwanted words here", None)]);
+    let dir = test_dir("kafka-pattern");
+    let job = word_count_from_topic(&dir, &broker, "PLACEHOLDER", 2);
+    let pattern = format!("{}\\\\.(x|y)", prefix.replace('.', "\\\\."));
+    let job_text = std::fs::read_to_string(&job)
+        .unwrap()
+        .replace("\"PLACEHOLDER\"", &format!("{{ pattern = \"{pattern}\" }}"));
+    std::fs::write(&job, job_text).unwrap();
+    run_job(&job).unwrap();
+    assert_counts(&read_sink_output(&dir.join("out/counts.tsv"), 1), &text);
 }

@@ -344,7 +344,7 @@ fn bad_submissions_get_clear_errors_and_leave_nothing_behind() {
                 "type = \"file\"\npath = \"/etc/passwd\"",
             ),
             "400",
-            "only generator sources run on a server",
+            "only generator and kafka sources run on a server",
         ),
         (
             base.replace(

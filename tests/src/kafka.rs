@@ -221,3 +221,31 @@ pub fn read_committed(broker: &str, topic: &str) -> Vec<Read> {
     }
     out
 }
+
+/// The offsets `group` committed for the partitions of `topic` (none where it
+/// committed nothing).
+pub fn committed_offsets(broker: &str, group: &str, topic: &str) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("a consumer");
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(30))
+        .expect("topic metadata");
+    let mut tpl = TopicPartitionList::new();
+    for p in metadata.topics()[0].partitions() {
+        tpl.add_partition(topic, p.id());
+    }
+    consumer
+        .committed_offsets(tpl, Duration::from_secs(30))
+        .expect("committed offsets")
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect()
+}

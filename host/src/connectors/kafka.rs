@@ -53,13 +53,41 @@ pub enum StartFrom {
     Timestamp(i64),
 }
 
+/// The topics a source reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Topics {
+    /// These topics; each must exist.
+    Names(Vec<String>),
+    /// Every topic whose whole name matches this regular expression (Kafka's internal
+    /// topics, `__…`, excepted), found again at each discovery.
+    Pattern(String),
+}
+
+impl std::fmt::Display for Topics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Topics::Names(names) => write!(f, "{names:?}"),
+            Topics::Pattern(p) => write!(f, "topics matching {p:?}"),
+        }
+    }
+}
+
+/// A regular expression that matches a whole topic name.
+pub fn topic_pattern(pattern: &str) -> Result<regex::Regex> {
+    regex::Regex::new(&format!("^(?:{pattern})$"))
+        .map_err(|e| anyhow!("topic pattern {pattern:?} is not a regular expression: {e}"))
+}
+
 /// The configuration of a Kafka source, as the job file gives it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KafkaSourceConfig {
     /// `host:port,...` of the brokers.
     pub bootstrap: String,
     /// Topics to read.
-    pub topics: Vec<String>,
+    pub topics: Topics,
+    /// Patterns every topic read must also match, whole (a tenant's Kafka grant on a
+    /// server); none: any topic.
+    pub allowed: Vec<String>,
     /// Where to start in partitions the checkpoint does not name.
     pub start: StartFrom,
     /// Consumer group offsets are committed to (and read from, with `Committed`).
@@ -131,6 +159,10 @@ pub fn merge_positions(parts: &[Vec<u8>]) -> Result<Vec<u8>> {
 /// A Kafka source subtask.
 pub struct KafkaSource {
     config: KafkaSourceConfig,
+    /// `Topics::Pattern`, compiled.
+    pattern: Option<regex::Regex>,
+    /// `allowed`, compiled.
+    allowed: Vec<regex::Regex>,
     consumer: BaseConsumer,
     subtask: u32,
     parallelism: u32,
@@ -178,8 +210,19 @@ impl KafkaSource {
         let consumer: BaseConsumer = client
             .create()
             .with_context(|| format!("creating a Kafka consumer for {}", config.bootstrap))?;
+        let pattern = match &config.topics {
+            Topics::Pattern(p) => Some(topic_pattern(p)?),
+            Topics::Names(_) => None,
+        };
+        let allowed = config
+            .allowed
+            .iter()
+            .map(|p| topic_pattern(p))
+            .collect::<Result<_>>()?;
         Ok(KafkaSource {
             config,
+            pattern,
+            allowed,
             consumer,
             subtask,
             parallelism,
@@ -197,24 +240,61 @@ impl KafkaSource {
 
     /// The partitions of the configured topics this subtask owns.
     fn owned_partitions(&self) -> Result<Vec<(String, i32)>> {
-        let mut owned = Vec::new();
-        for topic in &self.config.topics {
-            let metadata = self
-                .consumer
-                .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
-                .with_context(|| format!("reading the partitions of Kafka topic {topic:?}"))?;
-            let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
-                bail!("Kafka topic {topic:?} does not exist");
-            };
-            if let Some(e) = t.error() {
-                bail!(
-                    "Kafka topic {topic:?}: {}",
-                    KafkaError::MetadataFetch(e.into())
-                );
+        let metadata = match &self.config.topics {
+            Topics::Names(names) => {
+                let mut all = Vec::with_capacity(names.len());
+                for topic in names {
+                    let metadata = self
+                        .consumer
+                        .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
+                        .with_context(|| {
+                            format!("reading the partitions of Kafka topic {topic:?}")
+                        })?;
+                    let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
+                        bail!("Kafka topic {topic:?} does not exist");
+                    };
+                    if let Some(e) = t.error() {
+                        bail!(
+                            "Kafka topic {topic:?}: {}",
+                            KafkaError::MetadataFetch(e.into())
+                        );
+                    }
+                    all.push(metadata);
+                }
+                all
             }
-            for p in t.partitions() {
-                if owner_of(topic, p.id(), self.parallelism) == self.subtask {
-                    owned.push((topic.clone(), p.id()));
+            Topics::Pattern(_) => vec![
+                self.consumer
+                    .fetch_metadata(None, REQUEST_TIMEOUT)
+                    .context("reading the topics of the Kafka cluster")?,
+            ],
+        };
+        let mut owned = Vec::new();
+        for metadata in &metadata {
+            for t in metadata.topics() {
+                let topic = t.name();
+                let wanted = match (&self.config.topics, &self.pattern) {
+                    (Topics::Names(names), _) => names.iter().any(|n| n == topic),
+                    (_, Some(pattern)) => {
+                        !topic.starts_with("__") && t.error().is_none() && pattern.is_match(topic)
+                    }
+                    (Topics::Pattern(_), None) => false,
+                };
+                if !wanted {
+                    continue;
+                }
+                if !self.allowed.is_empty() && !self.allowed.iter().any(|a| a.is_match(topic)) {
+                    // A pattern reads what the grant allows of what it matches; a topic
+                    // named outright was checked at submission and is refused here too.
+                    if self.pattern.is_some() {
+                        continue;
+                    }
+                    bail!("Kafka topic {topic:?} is outside the tenant's Kafka grant (read)");
+                }
+                for p in t.partitions() {
+                    if owner_of(topic, p.id(), self.parallelism) == self.subtask {
+                        owned.push((topic.to_string(), p.id()));
+                    }
                 }
             }
         }
@@ -375,7 +455,7 @@ impl Source for KafkaSource {
         {
             self.assign().with_context(|| {
                 format!(
-                    "Kafka source reading {:?} from {}",
+                    "Kafka source reading {} from {}",
                     self.config.topics, self.config.bootstrap
                 )
             })?;
@@ -569,7 +649,8 @@ mod tests {
     fn config(bounded: bool) -> KafkaSourceConfig {
         KafkaSourceConfig {
             bootstrap: "127.0.0.1:1".into(),
-            topics: vec!["t".into()],
+            topics: Topics::Names(vec!["t".into()]),
+            allowed: Vec::new(),
             start: StartFrom::Earliest,
             group: "g".into(),
             discovery: Duration::from_secs(1),

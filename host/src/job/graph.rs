@@ -14,7 +14,9 @@ use super::file::{
 };
 use super::restart::RestartStrategy;
 use crate::checkpoint::CheckpointSettings;
-use crate::connectors::kafka::{Delivery, KafkaSinkConfig, KafkaSourceConfig, StartFrom};
+use crate::connectors::kafka::{
+    self, Delivery, KafkaSinkConfig, KafkaSourceConfig, StartFrom, Topics,
+};
 use crate::connectors::{EventTime, LineFormat};
 use crate::network::{CheckpointingMode, KeySelector, NetworkSettings, Partitioner};
 use crate::state::key_groups::DEFAULT_MAX_PARALLELISM;
@@ -1067,18 +1069,32 @@ fn kafka_source(spec: &SourceSpec, job: &str, name: &str) -> Result<KafkaSourceC
         .filter(|b| !b.trim().is_empty())
         .ok_or_else(|| anyhow!("a kafka source needs `bootstrap` (the brokers, host:port)"))?;
     let topics = match &spec.topics {
-        Some(toml::Value::String(t)) => vec![t.clone()],
-        Some(toml::Value::Array(ts)) => ts
-            .iter()
-            .map(|t| match t {
-                toml::Value::String(t) => Ok(t.clone()),
-                other => Err(anyhow!("`topics` must be topic names, not {other}")),
-            })
-            .collect::<Result<_>>()?,
-        Some(other) => bail!("`topics` must be a topic name or a list of them, not {other}"),
+        Some(toml::Value::String(t)) => Topics::Names(vec![t.clone()]),
+        Some(toml::Value::Array(ts)) => Topics::Names(
+            ts.iter()
+                .map(|t| match t {
+                    toml::Value::String(t) => Ok(t.clone()),
+                    other => Err(anyhow!("`topics` must be topic names, not {other}")),
+                })
+                .collect::<Result<_>>()?,
+        ),
+        Some(toml::Value::Table(t)) if t.len() == 1 && t.contains_key("pattern") => {
+            match &t["pattern"] {
+                toml::Value::String(p) if !p.is_empty() => {
+                    kafka::topic_pattern(p)?;
+                    Topics::Pattern(p.clone())
+                }
+                _ => bail!("`topics` = {{ pattern = \"...\" }} needs a regular expression"),
+            }
+        }
+        Some(other) => bail!(
+            "`topics` must be a topic name, a list of them or {{ pattern = \"REGEX\" }}, not {other}"
+        ),
         None => bail!("a kafka source needs `topics`"),
     };
-    if topics.is_empty() || topics.iter().any(|t| t.is_empty()) {
+    if let Topics::Names(names) = &topics
+        && (names.is_empty() || names.iter().any(|t| t.is_empty()))
+    {
         bail!("`topics` must name at least one topic, and no empty one");
     }
     let start = match &spec.start {
@@ -1110,6 +1126,7 @@ fn kafka_source(spec: &SourceSpec, job: &str, name: &str) -> Result<KafkaSourceC
     Ok(KafkaSourceConfig {
         bootstrap,
         topics,
+        allowed: Vec::new(),
         start,
         group: spec
             .group

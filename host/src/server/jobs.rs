@@ -32,9 +32,10 @@ use serde_json::json;
 use super::plugins::now_ms;
 use super::{ApiError, ErrorKind, Object, Server, hex, is_plain_name, write_atomic};
 use crate::checkpoint::CheckpointStorage;
+use crate::connectors::kafka::Topics;
 use crate::job::{
     Job, JobControl, JobFile, JobGraph, JobMonitor, JobOutcome, JobReport, RestorePoint,
-    RunOptions, SinkKind, SourceKind,
+    RunOptions, SinkKind, SourceInput, SourceKind, Vertex,
 };
 use crate::tenant::TenantConfig;
 
@@ -218,30 +219,53 @@ impl Server {
             ));
         }
         file.tenant = tenant.name.clone();
-        for (i, source) in file.source.iter().enumerate() {
-            if source.kind != SourceKind::Generator {
-                let name = source.name.clone().unwrap_or_else(|| format!("#{}", i + 1));
-                return Err(ApiError::bad(format!(
-                    "job.toml: source {name}: only generator sources run on a server (a file or \
-                     stdin source would read the server's own files and input)"
-                )));
+        let grant = tenant.kafka.as_ref();
+        for (i, source) in file.source.iter_mut().enumerate() {
+            let name = source.name.clone().unwrap_or_else(|| format!("#{}", i + 1));
+            match (source.kind, grant) {
+                (SourceKind::Generator, _) => {}
+                (SourceKind::Kafka, Some(grant)) => {
+                    source
+                        .bootstrap
+                        .get_or_insert_with(|| grant.bootstrap.join(","));
+                }
+                (SourceKind::Kafka, None) => return Err(no_kafka_grant(tenant, "source", &name)),
+                _ => {
+                    return Err(ApiError::bad(format!(
+                        "job.toml: source {name}: only generator and kafka sources run on a \
+                         server (a file or stdin source would read the server's own files and \
+                         input)"
+                    )));
+                }
             }
         }
-        if file.sink.kind != SinkKind::File {
-            return Err(ApiError::bad(
-                "job.toml: sink: a server job writes to a file sink (type = \"file\"); its output \
-                 is read back with GET /jobs/ID/output",
-            ));
-        }
-        let sink_name = file
-            .sink
-            .path
-            .as_deref()
-            .and_then(Path::file_name)
-            .filter(|n| !n.to_string_lossy().starts_with('.'))
-            .map(|n| n.to_string_lossy().into_owned())
-            .ok_or_else(|| ApiError::bad("job.toml: sink: `path` must name a file"))?;
-        file.sink.path = Some(job_dir.join("output").join(&sink_name));
+        let sink_name = match (file.sink.kind, grant) {
+            (SinkKind::File, _) => {
+                let sink_name = file
+                    .sink
+                    .path
+                    .as_deref()
+                    .and_then(Path::file_name)
+                    .filter(|n| !n.to_string_lossy().starts_with('.'))
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .ok_or_else(|| ApiError::bad("job.toml: sink: `path` must name a file"))?;
+                file.sink.path = Some(job_dir.join("output").join(&sink_name));
+                Some(sink_name)
+            }
+            (SinkKind::Kafka, Some(grant)) => {
+                file.sink
+                    .bootstrap
+                    .get_or_insert_with(|| grant.bootstrap.join(","));
+                None
+            }
+            (SinkKind::Kafka, None) => return Err(no_kafka_grant(tenant, "sink", "")),
+            (SinkKind::Stdout, _) => {
+                return Err(ApiError::bad(
+                    "job.toml: sink: a server job writes to a file sink (type = \"file\"), whose \
+                     output is read back with GET /jobs/ID/output, or to a kafka sink",
+                ));
+            }
+        };
         if let Some(checkpoint) = &mut file.checkpoint {
             checkpoint.dir = Some(job_dir.join("checkpoints"));
         }
@@ -271,9 +295,10 @@ impl Server {
                 ))
             })?;
         }
-        let output = match file.sink.parallelism {
-            0 | 1 => vec![format!("output/{sink_name}")],
-            n => {
+        let output = match (sink_name, file.sink.parallelism) {
+            (None, _) => Vec::new(),
+            (Some(sink_name), 0 | 1) => vec![format!("output/{sink_name}")],
+            (Some(sink_name), n) => {
                 let path = Path::new(&sink_name);
                 let stem = path.file_stem().unwrap_or_default().to_string_lossy();
                 let ext = path
@@ -283,8 +308,11 @@ impl Server {
                 (0..n).map(|i| format!("output/{stem}-{i}{ext}")).collect()
             }
         };
-        let graph =
+        let mut graph =
             JobGraph::from_file(&file, shown).map_err(|e| ApiError::bad(format!("{e:#}")))?;
+        if let Some(grant) = grant {
+            within_kafka_grant(&mut graph, grant, &tenant.name)?;
+        }
         let job = Job::from_graph(graph, &self.engine, &self.host)
             .map_err(|e| ApiError::bad(format!("{e:#}")))?
             .with_budget(self.budget.clone());
@@ -1083,6 +1111,140 @@ impl Server {
         }
         m.finish()
     }
+}
+
+/// Why a job that uses Kafka is refused to a tenant without a grant.
+fn no_kafka_grant(tenant: &TenantConfig, what: &str, name: &str) -> ApiError {
+    let what = if name.is_empty() {
+        what.to_string()
+    } else {
+        format!("{what} {name}")
+    };
+    ApiError::new(
+        ErrorKind::Forbidden,
+        format!(
+            "job.toml: {what}: tenant '{}' has no Kafka grant ([tenant.{}.kafka] in the \
+             host configuration)",
+            tenant.name, tenant.name
+        ),
+    )
+}
+
+/// Client properties a server job may set itself: tuning only. Anything that reaches
+/// further — brokers, credentials, files on the server, plugins librdkafka would load,
+/// commands it would run (`sasl.kerberos.kinit.cmd`) — is the grant's to set.
+const JOB_PROPERTIES: &[&str] = &[
+    "fetch.",
+    "queued.",
+    "queue.buffering.",
+    "batch.",
+    "linger.ms",
+    "compression.",
+    "message.max.bytes",
+    "receive.message.max.bytes",
+    "max.partition.fetch.bytes",
+    "message.timeout.ms",
+    "transaction.timeout.ms",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "socket.timeout.ms",
+    "retry.backoff.ms",
+    "retries",
+    "statistics.interval.ms",
+];
+
+fn is_job_property(key: &str) -> bool {
+    JOB_PROPERTIES.iter().any(|p| {
+        if p.ends_with('.') {
+            key.starts_with(p)
+        } else {
+            key == *p
+        }
+    })
+}
+
+/// Keeps a server job's Kafka sources and sink within its tenant's grant: brokers and
+/// topics it names must be granted (refused with the reason otherwise), a topic pattern
+/// reads only granted topics, group and transactional ids begin with the grant's
+/// `id_prefix` (put in front where they do not), and the grant's client properties go
+/// over the job's own, which may only tune.
+fn within_kafka_grant(
+    graph: &mut JobGraph,
+    grant: &crate::tenant::KafkaGrant,
+    tenant: &str,
+) -> Result<(), ApiError> {
+    let forbidden = |what: String| {
+        ApiError::new(
+            ErrorKind::Forbidden,
+            format!("job.toml: {what}, outside tenant '{tenant}''s Kafka grant"),
+        )
+    };
+    let check_common = |what: &str,
+                        bootstrap: &str,
+                        properties: &mut BTreeMap<String, String>|
+     -> Result<(), ApiError> {
+        for broker in bootstrap
+            .split(',')
+            .map(str::trim)
+            .filter(|b| !b.is_empty())
+        {
+            if !grant.bootstrap.iter().any(|b| b == broker) {
+                return Err(forbidden(format!(
+                    "{what}: broker {broker:?} is not one of {:?}",
+                    grant.bootstrap
+                )));
+            }
+        }
+        if let Some(key) = properties.keys().find(|k| !is_job_property(k)) {
+            return Err(forbidden(format!(
+                "{what}: property {key:?} is not one a server job may set (only tuning: {})",
+                JOB_PROPERTIES.join(", ")
+            )));
+        }
+        properties.extend(grant.properties.clone());
+        Ok(())
+    };
+    let prefixed = |id: &mut String| {
+        if !id.starts_with(&grant.id_prefix) {
+            *id = format!("{}{id}", grant.id_prefix);
+        }
+    };
+    for vertex in &mut graph.vertices {
+        match vertex {
+            Vertex::Source(source) => {
+                let SourceInput::Kafka(config) = &mut source.input else {
+                    continue;
+                };
+                let what = format!("source '{}'", source.name);
+                check_common(&what, &config.bootstrap, &mut config.properties)?;
+                if let Topics::Names(names) = &config.topics
+                    && let Some(topic) = names.iter().find(|t| !grant.may_read(t))
+                {
+                    return Err(forbidden(format!(
+                        "{what}: topic {topic:?} may not be read (readable: {:?})",
+                        grant.read
+                    )));
+                }
+                config.allowed = grant.read.clone();
+                prefixed(&mut config.group);
+            }
+            Vertex::Sink(sink) => {
+                let Some(config) = &mut sink.kafka else {
+                    continue;
+                };
+                check_common("sink", &config.bootstrap, &mut config.properties)?;
+                if !grant.may_write(&config.topic) {
+                    return Err(forbidden(format!(
+                        "sink: topic {:?} may not be written (writable: {:?})",
+                        config.topic, grant.write
+                    )));
+                }
+                prefixed(&mut config.transactional_id_prefix);
+            }
+            Vertex::Operator(_) => {}
+        }
+    }
+    Ok(())
 }
 
 fn state_name(state: JobState) -> &'static str {

@@ -1025,10 +1025,7 @@ fn behavior_with_timer() -> Behavior {
 }
 
 /// A writer of `ctx`'s task to one channel.
-fn forward_writer(
-    ctx: &TaskContext,
-    out: Sender<StreamElement>,
-) -> RecordWriter {
+fn forward_writer(ctx: &TaskContext, out: Sender<StreamElement>) -> RecordWriter {
     RecordWriter::new(
         vec![out],
         Partitioner::Forward,
