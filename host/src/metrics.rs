@@ -23,6 +23,9 @@ pub struct OperatorMetrics {
     pub memory_bytes: AtomicU64,
     /// Guest log lines dropped by the tenant's log rate.
     pub log_lines_dropped: AtomicU64,
+    /// Sources of partitioned logs: records behind the end of each partition read
+    /// (`topic/partition`), as last known.
+    pub lag: Mutex<BTreeMap<String, u64>>,
 }
 
 /// Counters of one task (one thread running a chain).
@@ -70,6 +73,8 @@ pub struct OperatorReport {
     pub memory_bytes: u64,
     /// Guest log lines dropped by the log rate.
     pub log_lines_dropped: u64,
+    /// Records behind the end of each partition a source reads.
+    pub lag: BTreeMap<String, u64>,
 }
 
 /// A point-in-time copy of a task's metrics.
@@ -93,6 +98,9 @@ pub struct TaskReport {
     pub mailbox_depth: u64,
     /// Mails run.
     pub mails: u64,
+    /// The source the task reads, if it reads one: its records out are the records it
+    /// read, with its counters and lag.
+    pub source: Option<OperatorReport>,
     /// The task's operators, head first.
     pub operators: Vec<OperatorReport>,
 }
@@ -106,6 +114,8 @@ pub struct TaskMetricsHandle {
     pub is_source: bool,
     /// Task counters.
     pub metrics: Arc<TaskMetrics>,
+    /// The source's name, subtask and metrics, for the tasks that read one.
+    pub source: Option<(String, u32, Arc<OperatorMetrics>)>,
     /// `(operator name, subtask, counters)` per operator, head first.
     pub operators: Vec<(String, u32, Arc<OperatorMetrics>)>,
 }
@@ -124,21 +134,40 @@ impl TaskMetricsHandle {
             backpressured: Duration::from_nanos(m.backpressured_ns.load(Relaxed)),
             mailbox_depth: m.mailbox_depth.load(Relaxed),
             mails: m.mails.load(Relaxed),
+            source: self
+                .source
+                .as_ref()
+                .map(|(name, subtask, o)| OperatorReport {
+                    // What a source reads enters the task.
+                    records_out: m.records_in.load(Relaxed),
+                    ..o.report(name, *subtask)
+                }),
             operators: self
                 .operators
                 .iter()
-                .map(|(name, subtask, o)| OperatorReport {
-                    operator: name.clone(),
-                    subtask: *subtask,
-                    records_in: o.records_in.load(Relaxed),
-                    records_out: o.records_out.load(Relaxed),
-                    batches: o.batches.load(Relaxed),
-                    busy: Duration::from_nanos(o.busy_ns.load(Relaxed)),
-                    counters: o.counters.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-                    memory_bytes: o.memory_bytes.load(Relaxed),
-                    log_lines_dropped: o.log_lines_dropped.load(Relaxed),
-                })
+                .map(|(name, subtask, o)| o.report(name, *subtask))
                 .collect(),
+        }
+    }
+}
+
+impl OperatorMetrics {
+    /// Copies the current values.
+    pub fn report(&self, operator: &str, subtask: u32) -> OperatorReport {
+        let lock = |m: &'_ Mutex<BTreeMap<String, u64>>| {
+            m.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        };
+        OperatorReport {
+            operator: operator.to_string(),
+            subtask,
+            records_in: self.records_in.load(Relaxed),
+            records_out: self.records_out.load(Relaxed),
+            batches: self.batches.load(Relaxed),
+            busy: Duration::from_nanos(self.busy_ns.load(Relaxed)),
+            counters: lock(&self.counters),
+            memory_bytes: self.memory_bytes.load(Relaxed),
+            log_lines_dropped: self.log_lines_dropped.load(Relaxed),
+            lag: lock(&self.lag),
         }
     }
 }

@@ -769,6 +769,8 @@ type = "kafka"
 {sink}
 [checkpoint]
 interval_ms = 100
+[runtime]
+batch_size = 10
 "#
             ),
         )
@@ -816,15 +818,60 @@ interval_ms = 100
     );
     assert_eq!(a.list().unwrap()["jobs"], serde_json::json!([]));
 
-    // Within the grant: the brokers come from it, and the output is exact.
-    let submitted = a.submit(&job(&good_source, &good_sink)).unwrap();
+    // Within the grant: the brokers come from it, and the output is exact. Slowed down
+    // (5 ms a line) so that its consumer lag shows while it runs.
+    let slow_source = format!(
+        "{good_source}\nproperties = {{ \"statistics.interval.ms\" = \"100\" }}\n\
+         [[operator]]\nname = \"slow\"\nplugin = \"{TEST_MISBEHAVE}\"\n\
+         config = {{ behavior = \"slow-process\", delay-ms = 5 }}"
+    );
+    let submitted = a.submit(&job(&slow_source, &good_sink)).unwrap();
     let id = submitted["id"].as_str().unwrap().to_string();
+    let source_of = |status: &serde_json::Value| status["tasks"][0]["source"].clone();
+    wait_for("the source's lag", Duration::from_secs(60), || {
+        let s = a.status(&id).unwrap();
+        assert_ne!(s["state"], "finished", "no lag seen while it ran: {s}");
+        let lag = source_of(&s)["lag"].clone();
+        lag.as_object()
+            .is_some_and(|l| l.values().any(|v| v.as_u64() > Some(0)))
+    });
+    let metrics = String::from_utf8(a.request("GET", "/metrics", None).unwrap().1).unwrap();
+    assert!(
+        metrics.contains("sluice_source_lag_records{")
+            && metrics.contains(&format!("partition=\"{input}/0\"")),
+        "{metrics}"
+    );
     wait_for("the job to finish", Duration::from_secs(120), || {
         let s = a.status(&id).unwrap();
         assert_ne!(s["state"], "failed", "{s}");
         s["state"] == "finished"
     });
     assert_counts(&as_count_lines(&read_committed(&broker, &output)), &text);
+    let status = a.status(&id).unwrap();
+    let source = source_of(&status);
+    assert_eq!(source["counters"]["kafka-records-in"], 300, "{source}");
+    assert_eq!(
+        source["counters"]["kafka-bytes-in"],
+        text.lines().map(str::len).sum::<usize>(),
+        "{source}"
+    );
+    let sink = status["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["operators"].as_array().unwrap())
+        .find(|op| op["operator"] == "sink")
+        .cloned()
+        .unwrap();
+    assert!(
+        sink["counters"]["kafka-transactions-committed"].as_u64() > Some(0),
+        "{sink}"
+    );
+    let metrics = String::from_utf8(a.request("GET", "/metrics", None).unwrap().1).unwrap();
+    assert!(
+        metrics.contains("counter=\"kafka-records-in\"} 300"),
+        "{metrics}"
+    );
     // Offsets were committed to the group under the tenant's prefix.
     let committed = committed_offsets(&broker, "a.sluice-granted-source", &input);
     assert_eq!(committed.len(), 2, "{committed:?}");
@@ -859,4 +906,35 @@ fn a_kafka_source_reads_the_topics_a_pattern_matches() {
     std::fs::write(&job, job_text).unwrap();
     run_job(&job).unwrap();
     assert_counts(&read_sink_output(&dir.join("out/counts.tsv"), 1), &text);
+}
+
+/// A transaction that fails before its commit is aborted at once (not left open to hold
+/// back `read_committed` readers), counted, and its records written again after the
+/// job's restart: the committed output is exact.
+#[test]
+fn a_failed_kafka_transaction_is_aborted_and_written_again() {
+    let Some(broker) = broker() else { return };
+    let (input, text) = topic_of_lines(&broker, "in", 4, 25, 600);
+    let output = unique_topic("out");
+    create_topic(&broker, &output, 4);
+    let dir = test_dir("kafka-abort");
+    let job = topic_to_topic(&dir, &broker, &input, &output);
+    let out = sluice_run(env!("CARGO_BIN_EXE_sluice-test-cli"), &job, None)
+        .args(["--log", "info"])
+        .env(
+            "FAILPOINTS",
+            "kafka-sink::before-commit=3*off->1*return(broken)",
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("failpoint kafka-sink::before-commit: broken"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(": transaction aborted"), "{stderr}");
+    assert_counts(&as_count_lines(&read_committed(&broker, &output)), &text);
 }

@@ -677,7 +677,19 @@ fn print_summary(job: &Job, report: &JobReport, path: &Path) {
             );
         }
     }
-    for op in report.tasks.iter().flat_map(|t| &t.operators) {
+    for op in report
+        .tasks
+        .iter()
+        .flat_map(|t| t.source.iter().chain(&t.operators))
+    {
+        if !op.lag.is_empty() {
+            let lag: Vec<String> = op.lag.iter().map(|(p, n)| format!("{p}={n}")).collect();
+            eprintln!(
+                "  {:<28} {}",
+                format!("{} ({}) lag", op.operator, op.subtask + 1),
+                lag.join(" ")
+            );
+        }
         if !op.counters.is_empty() {
             let counters: Vec<String> = op
                 .counters

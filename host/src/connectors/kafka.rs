@@ -15,6 +15,8 @@
 //!   their beginning.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -28,6 +30,7 @@ use sluice_codec::BatchWriter;
 
 use super::{Source, SourceStatus};
 use crate::chain::{CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState};
+use crate::metrics::OperatorMetrics;
 
 /// How long a metadata or offset request to the broker may take before the source fails
 /// (its job restarts by its restart strategy and tries again).
@@ -163,7 +166,9 @@ pub struct KafkaSource {
     pattern: Option<regex::Regex>,
     /// `allowed`, compiled.
     allowed: Vec<regex::Regex>,
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<SourceStats>,
+    /// Where the source reports its counters and lag (see `attach_metrics`).
+    metrics: Option<Arc<OperatorMetrics>>,
     subtask: u32,
     parallelism: u32,
     /// The partitions this subtask reads, with the next offset of each.
@@ -203,12 +208,14 @@ impl KafkaSource {
             // reached `queued.min.messages`; its default (1 s) let a source that reads
             // faster than that idle most of the time: 145 k lines/s from a topic against
             // 740 k from a file in the benchmark, 5 times more with 20 ms.
-            .set("fetch.queue.backoff.ms", "20");
+            .set("fetch.queue.backoff.ms", "20")
+            // Where each partition ends, for its lag (`SourceStats`).
+            .set("statistics.interval.ms", "1000");
         for (k, v) in &config.properties {
             client.set(k, v);
         }
-        let consumer: BaseConsumer = client
-            .create()
+        let consumer = client
+            .create_with_context(SourceStats::default())
             .with_context(|| format!("creating a Kafka consumer for {}", config.bootstrap))?;
         let pattern = match &config.topics {
             Topics::Pattern(p) => Some(topic_pattern(p)?),
@@ -221,6 +228,7 @@ impl KafkaSource {
             .collect::<Result<_>>()?;
         Ok(KafkaSource {
             config,
+            metrics: None,
             pattern,
             allowed,
             consumer,
@@ -447,7 +455,108 @@ impl KafkaSource {
     }
 }
 
+/// What librdkafka's statistics (every `statistics.interval.ms`, served by the
+/// consumer's poll) say of the partitions a source reads: where each ends now.
+#[derive(Default)]
+pub struct SourceStats {
+    /// `(topic, partition)` → the end a `read_committed` consumer reads to (the last
+    /// stable offset).
+    ends: Mutex<BTreeMap<(String, i32), i64>>,
+    /// New statistics since the source last looked.
+    fresh: AtomicBool,
+}
+
+#[derive(Deserialize)]
+struct Statistics {
+    #[serde(default)]
+    topics: BTreeMap<String, TopicStatistics>,
+}
+
+#[derive(Deserialize)]
+struct TopicStatistics {
+    #[serde(default)]
+    partitions: BTreeMap<String, PartitionStatistics>,
+}
+
+#[derive(Deserialize)]
+struct PartitionStatistics {
+    #[serde(default = "unknown_offset")]
+    ls_offset: i64,
+    #[serde(default = "unknown_offset")]
+    hi_offset: i64,
+}
+
+fn unknown_offset() -> i64 {
+    -1
+}
+
+impl rdkafka::ClientContext for SourceStats {
+    fn stats_raw(&self, json: &[u8]) {
+        let stats: Statistics = match serde_json::from_slice(json) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!("Kafka source: unreadable statistics: {e}");
+                return;
+            }
+        };
+        let mut ends = self.ends.lock().unwrap_or_else(|e| e.into_inner());
+        for (topic, t) in stats.topics {
+            for (partition, p) in t.partitions {
+                // (Partition -1 holds records not yet assigned a partition.)
+                let Ok(partition) = partition.parse::<i32>() else {
+                    continue;
+                };
+                let end = if p.ls_offset >= 0 {
+                    p.ls_offset
+                } else {
+                    p.hi_offset
+                };
+                if partition >= 0 && end >= 0 {
+                    ends.insert((topic.clone(), partition), end);
+                }
+            }
+        }
+        self.fresh.store(true, Ordering::Relaxed);
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for SourceStats {}
+
+impl KafkaSource {
+    /// Adds what a poll read to the source's counters and, when new statistics came,
+    /// sets each partition's lag: records between its next offset and its end.
+    fn report(&self, records: u64, bytes: usize) {
+        let Some(metrics) = &self.metrics else { return };
+        if records > 0 {
+            let mut counters = metrics.counters.lock().unwrap_or_else(|e| e.into_inner());
+            for (name, delta) in [
+                ("kafka-records-in", records),
+                ("kafka-bytes-in", bytes as u64),
+            ] {
+                *counters.entry(name.to_string()).or_default() += delta;
+            }
+        }
+        let stats = self.consumer.context();
+        if stats.fresh.swap(false, Ordering::Relaxed) {
+            let ends = stats.ends.lock().unwrap_or_else(|e| e.into_inner());
+            let lag = self
+                .next
+                .iter()
+                .filter_map(|(p, next)| {
+                    let end = ends.get(p)?;
+                    Some((format!("{}/{}", p.0, p.1), (end - next).max(0) as u64))
+                })
+                .collect();
+            *metrics.lag.lock().unwrap_or_else(|e| e.into_inner()) = lag;
+        }
+    }
+}
+
 impl Source for KafkaSource {
+    fn attach_metrics(&mut self, metrics: Arc<OperatorMetrics>) {
+        self.metrics = Some(metrics);
+    }
+
     fn poll(&mut self, out: &mut BatchWriter, max: usize) -> Result<SourceStatus> {
         // A bounded source reads the partitions it found at its start only.
         if !self.started
@@ -468,6 +577,7 @@ impl Source for KafkaSource {
         {
             return Ok(SourceStatus::End);
         }
+        let (mut records, mut bytes) = (0, 0);
         for _ in 0..max {
             let Some(message) = self.consumer.poll(Duration::ZERO) else {
                 break;
@@ -504,12 +614,15 @@ impl Source for KafkaSource {
                 *max = (*max).max(ts);
             }
             self.last_record.insert(key, Instant::now());
+            records += 1;
+            bytes += message.payload_len() + message.key().map_or(0, <[u8]>::len);
             out.push(
                 message.key(),
                 message.payload().unwrap_or_default(),
                 timestamp,
             );
         }
+        self.report(records, bytes);
         if out.is_empty() {
             if self.config.bounded {
                 self.skip_to_positions()?;
@@ -758,7 +871,7 @@ pub struct KafkaSinkConfig {
 /// The first delivery failure of a producer, reported by librdkafka on a poll.
 #[derive(Default)]
 struct DeliveryReport {
-    failed: std::sync::Mutex<Option<String>>,
+    failed: Mutex<Option<String>>,
 }
 
 impl rdkafka::ClientContext for DeliveryReport {}
@@ -893,8 +1006,8 @@ impl KafkaSink {
     }
 
     /// Adds to the sink's counters (shown with the job's operators): records and their
-    /// key and value bytes written, transactions committed.
-    fn count(&self, records: usize, bytes: usize, transactions: u64) {
+    /// key and value bytes written, transactions committed and aborted.
+    fn count(&self, records: usize, bytes: usize, committed: u64, aborted: u64) {
         let mut counters = self
             .state
             .counters
@@ -903,7 +1016,8 @@ impl KafkaSink {
         for (name, delta) in [
             ("kafka-records-out", records as u64),
             ("kafka-bytes-out", bytes as u64),
-            ("kafka-transactions-committed", transactions),
+            ("kafka-transactions-committed", committed),
+            ("kafka-transactions-aborted", aborted),
         ] {
             if delta > 0 {
                 *counters.entry(name.to_string()).or_default() += delta;
@@ -971,10 +1085,54 @@ impl KafkaSink {
 
     fn write_transaction(&self, checkpoint: u64, records: &[u8]) -> Result<(), CallError> {
         let producer = self.producer()?;
+        producer.begin_transaction().map_err(|e| {
+            self.err(
+                &format!("checkpoint {checkpoint}: beginning the transaction"),
+                e,
+            )
+        })?;
+        match self.fill_and_commit(producer, checkpoint, records) {
+            Ok((count, bytes)) => {
+                self.count(count, bytes, 1, 0);
+                self.check_deliveries()
+            }
+            Err(e) => {
+                // Aborted at once, the transaction stops holding back `read_committed`
+                // consumers of its partitions (until the restarted subtask's
+                // `init_transactions` would, or for good if the job does not restart).
+                // The checkpoint's records stay in its state, written again on restore.
+                // (librdkafka aborts only once the records sent are reported on, which
+                // a `BaseProducer` must poll for: `flush` does.)
+                let _ = producer.flush(PRODUCE_TIMEOUT);
+                match producer.abort_transaction(PRODUCE_TIMEOUT) {
+                    Ok(()) => {
+                        tracing::info!(
+                            "{}: checkpoint {checkpoint}: transaction aborted",
+                            self.identity.operator
+                        );
+                        self.count(0, 0, 0, 1);
+                    }
+                    Err(abort) => tracing::warn!(
+                        "{}: checkpoint {checkpoint}: aborting the transaction: {abort}",
+                        self.identity.operator
+                    ),
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends a checkpoint's records and marker in the open transaction and commits it;
+    /// returns the records and bytes written.
+    fn fill_and_commit(
+        &self,
+        producer: &Producer,
+        checkpoint: u64,
+        records: &[u8],
+    ) -> Result<(usize, usize), CallError> {
         let step = |what: &str, r: Result<(), KafkaError>| {
             r.map_err(|e| self.err(&format!("checkpoint {checkpoint}: {what}"), e))
         };
-        step("beginning the transaction", producer.begin_transaction())?;
         let (mut count, mut bytes) = (0, 0);
         for record in sluice_codec::BatchReader::new(records) {
             let record = record.map_err(|e| self.err("reading pending records", e))?;
@@ -1007,8 +1165,7 @@ impl KafkaSink {
             producer.commit_transaction(PRODUCE_TIMEOUT),
         )?;
         crate::failpoint!("kafka-sink::after-commit");
-        self.count(count, bytes, 1);
-        self.check_deliveries()
+        Ok((count, bytes))
     }
 }
 
@@ -1080,7 +1237,7 @@ impl Operator for KafkaSink {
                     count += 1;
                     bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
                 }
-                self.count(count, bytes, 0);
+                self.count(count, bytes, 0, 0);
                 producer.poll(Duration::ZERO);
                 self.check_deliveries()?;
             }

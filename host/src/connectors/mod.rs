@@ -19,6 +19,7 @@ pub use sources::{
 };
 pub use stdout_sink::StdoutSink;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -68,6 +69,10 @@ pub trait Source: Send {
     }
     /// The position just taken went into checkpoint `checkpoint_id`.
     fn checkpointed(&mut self, _checkpoint_id: u64) {}
+
+    /// Gives the source where to report what it knows beyond the records it reads (its
+    /// counters, each partition's lag); called once, before the first poll.
+    fn attach_metrics(&mut self, _metrics: Arc<crate::metrics::OperatorMetrics>) {}
     /// Checkpoint `checkpoint_id` completed (for sources that tell their upstream, as a
     /// Kafka source commits its offsets to the consumer group).
     fn notify_complete(&mut self, _checkpoint_id: u64) {}

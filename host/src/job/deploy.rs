@@ -108,13 +108,18 @@ impl Job {
                     metrics: Arc::new(TaskMetrics::default()),
                 };
                 let source = chain.source(graph);
-                let input = match source {
-                    Some(source) => TaskInput::Source(SourceReader::new(
-                        make_source(source, s)?,
-                        source.event_time.clone(),
-                        source.idle_timeout,
-                    )),
-                    None => TaskInput::Network(InputGate::new(
+                let source_metrics = source.map(|_| Arc::<OperatorMetrics>::default());
+                let input = match (source, &source_metrics) {
+                    (Some(source), Some(metrics)) => {
+                        let mut reader = make_source(source, s)?;
+                        reader.attach_metrics(metrics.clone());
+                        TaskInput::Source(SourceReader::new(
+                            reader,
+                            source.event_time.clone(),
+                            source.idle_timeout,
+                        ))
+                    }
+                    _ => TaskInput::Network(InputGate::new(
                         std::mem::take(&mut receivers[c][s as usize]),
                         mode,
                     )),
@@ -141,6 +146,9 @@ impl Job {
                     task: ctx.name.clone(),
                     is_source: source.is_some(),
                     metrics: ctx.metrics.clone(),
+                    source: source
+                        .zip(source_metrics)
+                        .map(|(source, m)| (source.name.clone(), s, m)),
                     operators: members
                         .iter()
                         .zip(&op_metrics)

@@ -610,6 +610,13 @@ impl Server {
                     "idle_ms": t.idle.as_millis() as u64,
                     "backpressured_ms": t.backpressured.as_millis() as u64,
                     "mailbox_depth": t.mailbox_depth,
+                    "source": t.source.as_ref().map(|src| json!({
+                        "source": src.operator,
+                        "subtask": src.subtask,
+                        "records_out": src.records_out,
+                        "counters": src.counters,
+                        "lag": src.lag,
+                    })),
                     "operators": t.operators.iter().map(|op| json!({
                         "operator": op.operator,
                         "subtask": op.subtask,
@@ -1097,6 +1104,42 @@ impl Server {
                         &labels,
                         op.memory_bytes as f64,
                     );
+                }
+                for op in task.source.iter().chain(&task.operators) {
+                    let subtask = op.subtask.to_string();
+                    for (counter, n) in &op.counters {
+                        let labels = [
+                            job[0],
+                            job[1],
+                            ("operator", op.operator.as_str()),
+                            ("subtask", subtask.as_str()),
+                            ("counter", counter.as_str()),
+                        ];
+                        m.add(
+                            "sluice_operator_counter_total",
+                            "counter",
+                            "Counters of operators, sources and sinks (Kafka records, bytes and \
+                             transactions among them).",
+                            &labels,
+                            *n as f64,
+                        );
+                    }
+                    for (partition, lag) in &op.lag {
+                        let labels = [
+                            job[0],
+                            job[1],
+                            ("source", op.operator.as_str()),
+                            ("subtask", subtask.as_str()),
+                            ("partition", partition.as_str()),
+                        ];
+                        m.add(
+                            "sluice_source_lag_records",
+                            "gauge",
+                            "Records behind the end of a partition a source reads (consumer lag).",
+                            &labels,
+                            *lag as f64,
+                        );
+                    }
                 }
             }
         }
