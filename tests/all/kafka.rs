@@ -343,6 +343,17 @@ dir = "checkpoints-{name}"
 /// A bounded Kafka source of `topic` with event time from the records' timestamps →
 /// tumbling window counts of `size_ms` per key → `windows.tsv`.
 fn window_counts_job(dir: &Path, broker: &str, topic: &str, size_ms: i64) -> std::path::PathBuf {
+    window_counts_job_timed(dir, broker, topic, size_ms, "\"record\"")
+}
+
+/// [`window_counts_job`] with event time from `timestamp`.
+fn window_counts_job_timed(
+    dir: &Path,
+    broker: &str,
+    topic: &str,
+    size_ms: i64,
+    timestamp: &str,
+) -> std::path::PathBuf {
     write_job(
         dir,
         &format!(
@@ -353,7 +364,7 @@ type = "kafka"
 bootstrap = "{broker}"
 topics = "{topic}"
 bounded = true
-timestamp = "record"
+timestamp = {timestamp}
 [[operator]]
 name = "window"
 plugin = "{WINDOW}"
@@ -414,33 +425,59 @@ fn kafka_record_timestamps_drive_event_time() {
 #[test]
 fn kafka_partitions_keep_their_own_watermarks() {
     let Some(broker) = broker() else { return };
-    let topic = unique_topic("skewed");
-    create_topic(&broker, &topic, 2);
-    let behind: Vec<(Option<&str>, &str, Option<i64>)> = (0..2_000)
-        .map(|i| (Some("behind"), "x", Some(i * 10)))
-        .collect();
-    let ahead: Vec<(Option<&str>, &str, Option<i64>)> = (0..2_000)
-        .map(|i| (Some("ahead"), "x", Some(1_000_000 + i * 10)))
-        .collect();
-    produce_to(&broker, &topic, Some(1), &ahead);
-    produce_to(&broker, &topic, Some(0), &behind);
-    let dir = test_dir("kafka-partition-watermarks");
-    let job = window_counts_job(&dir, &broker, &topic, 100_000);
-    let report = run_job(&job).expect("the job runs");
-    let mut counted: BTreeMap<String, u64> = BTreeMap::new();
-    for line in std::fs::read_to_string(dir.join("windows.tsv"))
-        .unwrap()
-        .lines()
-    {
-        let (key, value) = line.split_once('\t').unwrap();
-        let count: u64 = value.rsplit(',').next().unwrap().parse().unwrap();
-        *counted.entry(key.to_string()).or_default() += count;
+    // Event time from the records' Kafka timestamps, and from a field of their values.
+    for from_field in [false, true] {
+        let topic = unique_topic("skewed");
+        create_topic(&broker, &topic, 2);
+        let values: Vec<String> = (0..2_000)
+            // (From 1: librdkafka stamps a record of timestamp 0 with the time it is sent.)
+            .flat_map(|i| [1 + i * 10, 1_000_001 + i * 10])
+            .map(|ts| format!("{ts},x"))
+            .collect();
+        let records = |key: &'static str, ahead: bool| -> Vec<(Option<&str>, &str, Option<i64>)> {
+            values
+                .iter()
+                .skip(ahead as usize)
+                .step_by(2)
+                .map(|v| {
+                    let ts: i64 = v.split(',').next().unwrap().parse().unwrap();
+                    let value = if from_field { v.as_str() } else { "x" };
+                    (Some(key), value, (!from_field).then_some(ts))
+                })
+                .collect()
+        };
+        // In record batches of 100, which small fetches deliver interleaved.
+        let (ahead, behind) = (records("ahead", true), records("behind", false));
+        for (a, b) in ahead.chunks(100).zip(behind.chunks(100)) {
+            produce_to(&broker, &topic, Some(1), a);
+            produce_to(&broker, &topic, Some(0), b);
+        }
+        let dir = test_dir("kafka-partition-watermarks");
+        let timestamp = if from_field {
+            "{ field = 0 }"
+        } else {
+            "\"record\""
+        };
+        // Small fetches, so that the partitions' records come interleaved.
+        let timestamp =
+            format!("{timestamp}\nproperties = {{ \"max.partition.fetch.bytes\" = \"512\" }}");
+        let job = window_counts_job_timed(&dir, &broker, &topic, 100_000, &timestamp);
+        let report = run_job(&job).expect("the job runs");
+        let mut counted: BTreeMap<String, u64> = BTreeMap::new();
+        for line in std::fs::read_to_string(dir.join("windows.tsv"))
+            .unwrap()
+            .lines()
+        {
+            let (key, value) = line.split_once('\t').unwrap();
+            let count: u64 = value.rsplit(',').next().unwrap().parse().unwrap();
+            *counted.entry(key.to_string()).or_default() += count;
+        }
+        assert_eq!(
+            counted,
+            BTreeMap::from([("ahead".to_string(), 2_000), ("behind".to_string(), 2_000)]),
+            "from a field: {from_field}; {report:?}"
+        );
     }
-    assert_eq!(
-        counted,
-        BTreeMap::from([("ahead".to_string(), 2_000), ("behind".to_string(), 2_000)]),
-        "{report:?}"
-    );
 }
 
 /// A word count from a topic to a topic, source, operators and sink at parallelism 4,

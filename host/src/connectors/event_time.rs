@@ -61,7 +61,8 @@ impl WatermarkGenerator {
     }
 }
 
-fn timestamp_of(spec: &EventTime, index: usize, value: &[u8]) -> Result<i64> {
+/// The timestamp in field `index` of `value`, or why there is none.
+pub fn timestamp_of(spec: &EventTime, index: usize, value: &[u8]) -> Result<i64> {
     let text = String::from_utf8_lossy(value);
     let Some(field) = text.split(spec.separator.as_str()).nth(index) else {
         bail!(

@@ -28,6 +28,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use sluice_codec::BatchWriter;
 
+use super::event_time::{EventTime, timestamp_of};
 use super::{Source, SourceStatus};
 use crate::chain::{CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState};
 use crate::metrics::OperatorMetrics;
@@ -167,6 +168,9 @@ pub struct KafkaSource {
     /// `allowed`, compiled.
     allowed: Vec<regex::Regex>,
     consumer: BaseConsumer<SourceStats>,
+    /// Where event time comes from: the records' timestamps, or a field of their values
+    /// (see `stamps_event_time`); none without event time.
+    event_time: Option<EventTime>,
     /// Where the source reports its counters and lag (see `attach_metrics`).
     metrics: Option<Arc<OperatorMetrics>>,
     subtask: u32,
@@ -228,6 +232,7 @@ impl KafkaSource {
             .collect::<Result<_>>()?;
         Ok(KafkaSource {
             config,
+            event_time: None,
             metrics: None,
             pattern,
             allowed,
@@ -553,6 +558,11 @@ impl KafkaSource {
 }
 
 impl Source for KafkaSource {
+    fn stamps_event_time(&mut self, spec: &EventTime) -> bool {
+        self.event_time = Some(spec.clone());
+        true
+    }
+
     fn attach_metrics(&mut self, metrics: Arc<OperatorMetrics>) {
         self.metrics = Some(metrics);
     }
@@ -608,7 +618,30 @@ impl Source for KafkaSource {
                 // A record of a partition no longer assigned (after a reassignment).
                 None => continue,
             }
-            let timestamp = message.timestamp().to_millis();
+            let timestamp = match self.event_time.as_ref().and_then(|e| Some((e, e.field?))) {
+                Some((spec, field)) => Some(
+                    timestamp_of(spec, field, message.payload().unwrap_or_default()).with_context(
+                        || {
+                            format!(
+                                "Kafka record {}/{} at offset {}",
+                                key.0,
+                                key.1,
+                                message.offset()
+                            )
+                        },
+                    )?,
+                ),
+                None => match (message.timestamp().to_millis(), &self.event_time) {
+                    (None, Some(_)) => bail!(
+                        "Kafka record {}/{} at offset {} has no timestamp \
+                         (`timestamp = \"record\"`)",
+                        key.0,
+                        key.1,
+                        message.offset()
+                    ),
+                    (ts, _) => ts,
+                },
+            };
             if let Some(ts) = timestamp {
                 let max = self.max_timestamps.entry(key.clone()).or_insert(ts);
                 *max = (*max).max(ts);
@@ -663,7 +696,7 @@ impl Source for KafkaSource {
     /// source's the smallest over its partitions, leaving out those silent for
     /// `idle_after` (a partition never read holds it back until then). A finished
     /// partition of a bounded source no longer counts.
-    fn watermark(&self, bound: i64, idle_after: Option<Duration>) -> Option<Option<i64>> {
+    fn watermark(&self, bound: i64, idle_after: Option<Duration>) -> Option<i64> {
         let mut min: Option<i64> = None;
         let mut waiting = false;
         for (partition, next) in &self.next {
@@ -687,11 +720,11 @@ impl Source for KafkaSource {
             }
         }
         if waiting {
-            return Some(None);
+            return None;
         }
         // Every partition finished or idle: no watermark moves on (as in Flink, an idle
         // source does not advance event time; the task marks it idle downstream).
-        Some(min)
+        min
     }
 
     fn has_nothing_to_read(&self) -> bool {
@@ -785,22 +818,19 @@ mod tests {
         s.last_record.insert(p(0), Instant::now());
         s.last_record.insert(p(1), Instant::now());
         // Partition 2 has no record yet and is not idle: no watermark.
-        assert_eq!(s.watermark(100, None), Some(None));
+        assert_eq!(s.watermark(100, None), None);
         // Silent since the start for longer than the idle time, it is left out: the
         // smallest of the others, 900 − 100 − 1.
         s.started_at = Instant::now() - Duration::from_secs(10);
-        assert_eq!(
-            s.watermark(100, Some(Duration::from_secs(5))),
-            Some(Some(799))
-        );
+        assert_eq!(s.watermark(100, Some(Duration::from_secs(5))), Some(799));
         // Every partition idle: event time stands still.
-        assert_eq!(s.watermark(100, Some(Duration::ZERO)), Some(None));
+        assert_eq!(s.watermark(100, Some(Duration::ZERO)), None);
         s.max_timestamps.insert(p(2), 3_000);
         s.last_record.insert(p(2), Instant::now());
-        assert_eq!(s.watermark(100, None), Some(Some(799)));
+        assert_eq!(s.watermark(100, None), Some(799));
         // A bounded source's finished partition no longer holds it back.
         s.stops.insert(p(1), 0);
-        assert_eq!(s.watermark(100, None), Some(Some(2_899)));
+        assert_eq!(s.watermark(100, None), Some(2_899));
     }
 
     #[test]

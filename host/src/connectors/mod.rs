@@ -53,12 +53,17 @@ pub trait Source: Send {
     fn waker(&self) -> Option<&Receiver<()>> {
         None
     }
-    /// The watermark of a source that tracks event time itself, per split (a Kafka
-    /// source per partition, from the records' own timestamps): `Some(w)` replaces the
-    /// one the task computes over all records, `w` being `None` while a split that is
-    /// not idle has no record yet. `bound` is the out-of-orderness, `idle_after` the
-    /// silence after which a split no longer holds the watermark back.
-    fn watermark(&self, _bound: i64, _idle_after: Option<Duration>) -> Option<Option<i64>> {
+    /// Whether the source stamps its records with event time by `spec` itself, keeping
+    /// a watermark per split (a Kafka source, per partition); otherwise the task stamps
+    /// them and keeps one watermark over all of them.
+    fn stamps_event_time(&mut self, _spec: &EventTime) -> bool {
+        false
+    }
+    /// The watermark of a source that stamps event time itself: the smallest over its
+    /// splits, `None` while a split that is not idle has no record yet. `bound` is the
+    /// out-of-orderness, `idle_after` the silence after which a split no longer holds
+    /// the watermark back.
+    fn watermark(&self, _bound: i64, _idle_after: Option<Duration>) -> Option<i64> {
         None
     }
     /// True while the source has nothing it could read (a Kafka source subtask that owns

@@ -31,6 +31,9 @@ pub struct SourceReader {
     pub last_record: Instant,
     /// Whether it declared itself idle.
     pub idle: bool,
+    /// The source stamps its records with event time itself and keeps a watermark per
+    /// split (a Kafka source, per partition); `watermarks` is then unused.
+    pub source_stamps: bool,
 }
 
 /// What a checkpoint keeps of a source subtask.
@@ -68,11 +71,15 @@ pub fn merge_source_checkpoints(
 impl SourceReader {
     /// A source with event time and idleness as configured.
     pub fn new(
-        source: Box<dyn Source>,
+        mut source: Box<dyn Source>,
         event_time: Option<EventTime>,
         idle_timeout: Option<Duration>,
     ) -> Self {
+        let source_stamps = event_time
+            .as_ref()
+            .is_some_and(|spec| source.stamps_event_time(spec));
         SourceReader {
+            source_stamps,
             source,
             event_time,
             idle_timeout,

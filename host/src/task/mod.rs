@@ -451,18 +451,16 @@ impl StreamTask {
             reader.last_record = Instant::now();
             became_active = std::mem::replace(&mut reader.idle, false);
             let records = match &reader.event_time {
+                // Stamped by the source, with a watermark per split (a Kafka partition).
+                Some(spec) if reader.source_stamps => {
+                    watermark = reader
+                        .source
+                        .watermark(spec.out_of_orderness_ms, reader.idle_timeout);
+                    self.batch.take()
+                }
                 Some(spec) => {
                     let stamped = reader.watermarks.assign(spec, self.batch.as_bytes())?;
                     watermark = reader.watermarks.watermark(spec);
-                    // Timestamps the records came with may be tracked per split (a Kafka
-                    // partition) by the source itself.
-                    if spec.field.is_none()
-                        && let Some(per_split) = reader
-                            .source
-                            .watermark(spec.out_of_orderness_ms, reader.idle_timeout)
-                    {
-                        watermark = per_split;
-                    }
                     stamped
                 }
                 None => self.batch.take(),
