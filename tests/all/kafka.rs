@@ -644,6 +644,32 @@ type = "stdout"
         assert!(err.contains(expected), "{expected:?} not in: {err}");
         assert!(err.contains(topic), "{err}");
     }
+    // The job restarts by its strategy before it fails for good (the CLI exits 1).
+    let job = std::fs::read_to_string(dir.join("job.toml"))
+        .unwrap()
+        .replace(
+            "[sink]",
+            "[restart]\nstrategy = \"fixed-delay\"\nattempts = 2\ndelay_ms = 10\n[sink]",
+        );
+    let job = write_job(
+        &dir,
+        &job.replace("127.0.0.1:1", &broker)
+            .replace("\"anything\"", "\"no-such-topic\""),
+    );
+    let out = sluice_run(env!("CARGO_BIN_EXE_sluice-test-cli"), &job, None)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for attempt in ["attempt 1", "attempt 2"] {
+        assert!(
+            stderr.contains(&format!("failed ({attempt}): ")),
+            "{attempt}: {stderr}"
+        );
+    }
+    assert!(stderr.contains("Kafka topic \"no-such-topic\""), "{stderr}");
 }
 
 /// An unbounded source finds partitions added while it runs and reads them from their
