@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use sluice_tests::plugins::{COUNT, TOKENIZE};
+use sluice_tests::plugins::{COUNT, TEST_HOG, TOKENIZE};
 use sluice_tests::{sample_text, scratch_root, test_dir, write_job};
 
 /// Runs `sluice` with `args` and a compile cache in `cache`.
@@ -107,6 +107,93 @@ type = "stdout"
     assert!(
         stdout.contains("sluice:operator/stream-operator@0.1.0"),
         "{stdout}"
+    );
+}
+
+/// `validate` opens each operator with its config: what `open` refuses is reported, and
+/// the command fails, before anything runs.
+#[test]
+fn validate_reports_what_an_operators_open_refuses() {
+    let dir = test_dir("cli-validate-open");
+    let job = |tokenize_config: &str, key_by: &str| {
+        write_job(
+            &dir,
+            &format!(
+                r#"
+name = "v"
+[source]
+type = "generator"
+records = 10
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+config = {{ {tokenize_config} }}
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+{key_by}
+[sink]
+type = "file"
+path = "out/counts.tsv"
+"#
+            ),
+        )
+    };
+    for ((config, key_by), expected) in [
+        (
+            ("min-length = \"three\"", "key_by = \"key\""),
+            "operator 'tokenize' (subtask 1/1) of job 'v' (tenant 'default'): `open` with the \
+             job's config: invalid configuration: config `min-length` = \"three\"",
+        ),
+        (
+            ("", ""),
+            "operator 'count' (subtask 1/1) of job 'v' (tenant 'default'): `open` with the \
+             job's config: invalid configuration: count needs keyed input",
+        ),
+    ] {
+        let path = job(config, key_by);
+        let (code, stdout, stderr) = outcome(&sluice(&["validate", path.to_str().unwrap()]));
+        assert_eq!(code, Some(1), "{stdout}{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+        assert!(!stdout.contains("is valid"), "{stdout}");
+        // Nothing ran: no output, no checkpoint.
+        assert!(!dir.join("out").exists());
+    }
+}
+
+/// An operator that declares keyed state on unkeyed input fails in `open` whatever it
+/// says: the job fails at once, with the fix named, instead of restarting in vain.
+#[test]
+fn keyed_state_on_unkeyed_input_fails_the_job_without_restarts() {
+    let dir = test_dir("cli-unkeyed-state");
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "unkeyed"
+[source]
+type = "generator"
+records = 10
+[[operator]]
+name = "hog"
+plugin = "{TEST_HOG}"
+[sink]
+type = "stdout"
+[restart]
+strategy = "fixed-delay"
+attempts = 3
+delay_ms = 10
+"#
+        ),
+    );
+    let (code, _, stderr) = outcome(&sluice(&["run", "--quiet", job.to_str().unwrap()]));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(!stderr.contains("restarting"), "{stderr}");
+    assert!(
+        stderr.contains("invalid configuration")
+            && stderr.contains("it declared keyed state")
+            && stderr.contains("set `key_by` for this operator"),
+        "{stderr}"
     );
 }
 

@@ -263,6 +263,9 @@ pub struct OperatorState {
     pub counters: Arc<Mutex<BTreeMap<String, u64>>>,
     /// True while `open` runs: the only time states may be declared.
     pub opening: bool,
+    /// The keyed state `open` declared although the input is not keyed (refused), so
+    /// that a failed `open` is known not to be one a restart could fix.
+    pub unkeyed_state: Option<String>,
     /// What the instance makes the host hold, charged to its tenant.
     pub account: Account,
 }
@@ -276,6 +279,7 @@ impl OperatorState {
             watermark: i64::MIN,
             counters: Arc::default(),
             opening: false,
+            unkeyed_state: None,
             account: Account::default(),
         }
     }

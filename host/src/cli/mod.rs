@@ -88,10 +88,14 @@ enum Command {
         /// The job file, or its checkpoint folder.
         job: PathBuf,
     },
-    /// Check a job file and its plugins without running it.
+    /// Check a job file and its plugins without running it: the file, the graph, and
+    /// each operator's `open` with its config (one instance each, then disposed).
     Validate {
         /// The job file.
         job: PathBuf,
+        /// Tenants' limits and capabilities (the job's tenant's apply to its `open`).
+        #[arg(long, value_name = "HOST.toml")]
+        host_config: Option<PathBuf>,
     },
     /// Show what a plugin component is and exports.
     Inspect {
@@ -301,7 +305,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             out!("{}", path.display());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Validate { job } => validate(&cli, job),
+        Command::Validate { job, host_config } => validate(&cli, job, host_config.as_deref()),
         Command::Inspect { plugin } => inspect(&cli, plugin),
         Command::Serve {
             host_config,
@@ -735,8 +739,14 @@ fn print_summary(job: &Job, report: &JobReport, path: &Path) {
     }
 }
 
-fn validate(cli: &Cli, path: &Path) -> Result<ExitCode> {
-    let job = Job::load_with(path, &*engine(cli)?, &HostConfig::default())?;
+fn validate(cli: &Cli, path: &Path, host_config: Option<&Path>) -> Result<ExitCode> {
+    let host = match host_config {
+        Some(p) => HostConfig::load(p)?,
+        None => HostConfig::default(),
+    };
+    let job = Job::load_with(path, &*engine(cli)?, &host)?;
+    job.check_open()
+        .with_context(|| format!("{}", path.display()))?;
     let graph = job.graph();
     out!("job '{}' (tenant '{}') is valid", graph.name, graph.tenant);
     for (i, chain) in graph.chains.iter().enumerate() {

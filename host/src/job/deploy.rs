@@ -352,6 +352,77 @@ struct ChainBuilder {
     allow_rewind: bool,
 }
 
+/// A fresh state for an operator instance: a keyed backend over the key groups of
+/// `subtask` when its input is keyed, and an account within `limits`.
+fn fresh_state(
+    graph: &JobGraph,
+    keyed: bool,
+    subtask: u32,
+    parallelism: u32,
+    limits: &SandboxLimits,
+    usage: &Arc<TenantUsage>,
+) -> OperatorState {
+    let mut state = OperatorState::new(None);
+    state.keyed = keyed.then(|| {
+        KeyedStateBackend::new(
+            graph.max_parallelism,
+            key_groups_of_subtask(subtask, parallelism, graph.max_parallelism),
+        )
+    });
+    state.account = Account::new(
+        InstanceLimits {
+            state_bytes: limits.max_state_bytes,
+            timers: limits.max_timers,
+            counters: limits.max_counters,
+            string_bytes: limits.max_guest_string_bytes,
+        },
+        Some(usage.clone()),
+    );
+    state
+}
+
+impl Job {
+    /// Opens one instance of each operator with the job's configuration, as a run
+    /// would, and disposes of it: what an operator refuses in `open` (a bad config key
+    /// or value, keyed state on unkeyed input) is reported before anything runs.
+    pub fn check_open(&self) -> Result<()> {
+        let graph = &self.graph;
+        let usage = self.budget.usage(&self.tenant);
+        for o in graph.operators() {
+            let keyed = o.key_by.is_some();
+            let identity = OperatorIdentity {
+                tenant: graph.tenant.clone(),
+                job: graph.name.clone(),
+                operator: o.name.clone(),
+                subtask: 0,
+                parallelism: o.parallelism,
+            };
+            let state = fresh_state(graph, keyed, 0, o.parallelism, &self.tenant.limits, &usage);
+            let mut instance = self.plugins[&o.name].instantiate(
+                identity.clone(),
+                self.tenant.limits.clone(),
+                state,
+                Arc::new(AtomicBool::new(false)),
+            )?;
+            let opened = instance.open(&OpenInfo {
+                job: graph.name.clone(),
+                operator: o.name.clone(),
+                config: o.config.clone(),
+                subtask: 0,
+                parallelism: o.parallelism,
+                max_parallelism: graph.max_parallelism,
+                keyed,
+                restored_state: None,
+                attempt: 0,
+            });
+            let disposed = instance.dispose();
+            opened.map_err(|e| anyhow!("{identity}: `open` with the job's config: {e}"))?;
+            disposed.map_err(|e| anyhow!("{identity}: `dispose`: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
 impl ChainBuilder {
     fn build(self, ctx: &TaskContext, output: ChainOutput) -> Result<OperatorChain> {
         let graph = &self.graph;
@@ -386,26 +457,18 @@ impl ChainBuilder {
             };
             let operator: Box<dyn Operator> = match &graph.vertices[v] {
                 Vertex::Operator(o) => {
-                    let mut backend = keyed.then(|| {
-                        KeyedStateBackend::new(
-                            graph.max_parallelism,
-                            key_groups_of_subtask(self.subtask, parallelism, graph.max_parallelism),
-                        )
-                    });
-                    let mut state = OperatorState::new(None);
-                    state.counters = metrics.counters.clone();
-                    state.account = Account::new(
-                        InstanceLimits {
-                            state_bytes: self.limits.max_state_bytes,
-                            timers: self.limits.max_timers,
-                            counters: self.limits.max_counters,
-                            string_bytes: self.limits.max_guest_string_bytes,
-                        },
-                        Some(self.usage.clone()),
+                    let mut state = fresh_state(
+                        graph,
+                        keyed,
+                        self.subtask,
+                        parallelism,
+                        &self.limits,
+                        &self.usage,
                     );
+                    state.counters = metrics.counters.clone();
                     if let Some(r) = restore {
                         state.watermark = r.watermark;
-                        if let Some(b) = backend.as_mut() {
+                        if let Some(b) = state.keyed.as_mut() {
                             for snapshot in &r.keyed {
                                 b.restore(snapshot)
                                     .map_err(|e| anyhow!("restoring {identity}: {e}"))?;
@@ -414,7 +477,6 @@ impl ChainBuilder {
                         state.timers = r.timers;
                         open_info.restored_state = r.state;
                     }
-                    state.keyed = backend;
                     // What it restored counts against its limits from the start.
                     state
                         .settle(crate::timers::now_millis(), 0)

@@ -39,6 +39,7 @@ impl Host for StoreState {
             )));
         }
         let Some(backend) = self.operator.keyed.as_mut() else {
+            self.operator.unkeyed_state = Some(crate::wasm::printable(&name).into_owned());
             return Ok(Err(format!(
                 "cannot declare keyed state '{name}': the operator's input is not keyed \
                  (set `key_by` for this operator in the job file)"

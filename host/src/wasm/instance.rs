@@ -196,7 +196,16 @@ impl Operator for WasmOperator {
         };
         self.store.data_mut().operator.opening = true;
         let result = self.call(|g, s| g.call_open(s, &ctx));
-        self.store.data_mut().operator.opening = false;
+        let operator = &mut self.store.data_mut().operator;
+        operator.opening = false;
+        // Keyed state on unkeyed input fails every attempt alike: not worth a restart.
+        let result = match (result, operator.unkeyed_state.take()) {
+            (Err(CallError::Failed(m)), Some(name)) => Err(CallError::InvalidConfig(format!(
+                "{m} (it declared keyed state '{name}', but its input is not keyed: set \
+                 `key_by` for this operator in the job file)"
+            ))),
+            (result, _) => result,
+        };
         self.output(result)
     }
 
