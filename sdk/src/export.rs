@@ -92,3 +92,30 @@ macro_rules! export {
         };
     };
 }
+
+/// Declares the config keys an operator accepts, as a constant `NAME` (to pass to
+/// [`Config::check_known`](crate::Config::check_known)) and in the plugin's
+/// `sluice:config-keys` custom section, where `sluice inspect` finds them without
+/// running the plugin.
+///
+/// ```
+/// sluice_sdk::config_keys!(KEYS = ["min-length", "max-length"]);
+/// assert_eq!(KEYS, ["min-length", "max-length"]);
+/// ```
+#[macro_export]
+macro_rules! config_keys {
+    ($name:ident = [$($key:literal),* $(,)?]) => {
+        /// The config keys this operator accepts.
+        const $name: &[&str] = &[$($key),*];
+        const _: () = {
+            // (Never empty, or the linker would drop the section: no keys is "\n".)
+            #[allow(dead_code)]
+            const TEXT: &str = ::core::concat!("\n", $($key, "\n"),*);
+            #[cfg(target_family = "wasm")]
+            #[used]
+            #[unsafe(link_section = "sluice:config-keys")]
+            static SLUICE_CONFIG_KEYS: [u8; TEXT.len()] =
+                $crate::__rt::section_bytes::<{ TEXT.len() }>(TEXT);
+        };
+    };
+}

@@ -288,6 +288,19 @@ pub mod wasm {
     }
 }
 
+/// The bytes of `text` as an array of its length, for a custom section
+/// ([`config_keys!`](crate::config_keys)).
+pub const fn section_bytes<const N: usize>(text: &str) -> [u8; N] {
+    let bytes = text.as_bytes();
+    let mut out = [0u8; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = bytes[i];
+        i += 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1334,12 +1334,11 @@ mod tests {
         let host = CountingHost::default();
         let (mut cache, slot) = cache(&host, StateKind::Map, None);
         let mut effects = EffectWriter::new();
-        let mut update =
-            |cache: &mut StateCache, map_key: &str, f: fn(Option<u8>) -> Option<u8>| {
-                cache
-                    .map_update(&host, slot, b"k", &map_key.to_owned(), f)
-                    .unwrap()
-            };
+        let update = |cache: &mut StateCache, map_key: &str, f: fn(Option<u8>) -> Option<u8>| {
+            cache
+                .map_update(&host, slot, b"k", &map_key.to_owned(), f)
+                .unwrap()
+        };
         // The host holds a = 1 and b = 2.
         assert_eq!(update(&mut cache, "a", |v| v.map(|v| v + 10)), Some(11));
         assert_eq!(update(&mut cache, "a", |v| v.map(|v| v + 10)), Some(21));

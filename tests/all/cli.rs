@@ -206,7 +206,16 @@ fn inspect_shows_the_interface_and_the_second_load_uses_the_cache() {
         stdout.contains("exports:   sluice:operator/stream-operator@0.1.0"),
         "{stdout}"
     );
-    assert!(stdout.contains("process-watermark"), "{stdout}");
+    assert!(
+        stdout.contains("calls:     open, process, process-watermark, on-timers"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("types:     timestamp, output, error, open-context"),
+        "{stdout}"
+    );
+    // Declared with the SDK's `config_keys!`.
+    assert!(stdout.contains("config:    format, emit\n"), "{stdout}");
     assert!(
         stdout.contains("imports:") && stdout.contains("sluice:operator/runtime@0.1.0"),
         "{stdout}"

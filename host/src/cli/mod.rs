@@ -797,7 +797,13 @@ fn inspect(cli: &Cli, path: &Path) -> Result<ExitCode> {
     );
     out!("exports:   {}", plugin.info.interface);
     out!("calls:     {}", plugin.info.calls.join(", "));
+    out!("types:     {}", plugin.info.types.join(", "));
     out!("imports:   {}", plugin.info.imports.join(", "));
+    match &plugin.info.config_keys {
+        Some(keys) if keys.is_empty() => out!("config:    none (it takes no config keys)"),
+        Some(keys) => out!("config:    {}", keys.join(", ")),
+        None => out!("config:    not declared (the SDK's `config_keys!` declares them)"),
+    }
     out!("compiled:  {:?}", plugin.compiled);
     Ok(ExitCode::SUCCESS)
 }

@@ -47,8 +47,35 @@ pub struct PluginInfo {
     pub interface: String,
     /// Functions of that interface.
     pub calls: Vec<String>,
+    /// Types of that interface.
+    pub types: Vec<String>,
     /// Interfaces it imports.
     pub imports: Vec<String>,
+    /// The config keys it accepts, when it declares them (its `sluice:config-keys`
+    /// custom section, which the SDK's `config_keys!` writes).
+    pub config_keys: Option<Vec<String>>,
+}
+
+/// Name of the custom section that lists the config keys a plugin accepts, one per line.
+pub const CONFIG_KEYS_SECTION: &str = "sluice:config-keys";
+
+/// The config keys `bytes` (a component) declares, if it does: the lines of its
+/// `sluice:config-keys` custom section, in its own or in a module inside it.
+fn declared_config_keys(bytes: &[u8]) -> Option<Vec<String>> {
+    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
+        if let Ok(wasmparser::Payload::CustomSection(section)) = payload
+            && section.name() == CONFIG_KEYS_SECTION
+        {
+            let text = String::from_utf8_lossy(section.data());
+            return Some(
+                text.lines()
+                    .map(|l| crate::wasm::printable(l.trim()).into_owned())
+                    .filter(|l| !l.is_empty())
+                    .collect(),
+            );
+        }
+    }
+    None
 }
 
 impl fmt::Debug for Plugin {
@@ -109,8 +136,9 @@ impl Plugin {
             .cache()
             .get_or_compile(wasmtime_engine, &bytes)
             .with_context(|| format!("{} is not a valid component", path.display()))?;
-        let info = check_interface(wasmtime_engine, &component)
+        let mut info = check_interface(wasmtime_engine, &component)
             .with_context(|| format!("{} cannot be used as an operator", path.display()))?;
+        info.config_keys = declared_config_keys(&bytes);
         let pre = engine
             .linker_for(fuel)?
             .instantiate_pre(&component)
@@ -201,17 +229,21 @@ fn check_interface(engine: &wasmtime::Engine, component: &Component) -> Result<P
              sluice:operator@{WIT_VERSION}; rebuild it against this version of the SDK"
         );
     }
-    let calls = match item {
-        ComponentItem::ComponentInstance(instance) => instance
-            .exports(engine)
-            .map(|(n, _)| n.to_string())
-            .collect(),
-        _ => Vec::new(),
-    };
+    let (mut calls, mut types) = (Vec::new(), Vec::new());
+    if let ComponentItem::ComponentInstance(instance) = item {
+        for (n, export) in instance.exports(engine) {
+            match export.ty {
+                ComponentItem::ComponentFunc(_) => calls.push(n.to_string()),
+                _ => types.push(n.to_string()),
+            }
+        }
+    }
     Ok(PluginInfo {
         interface: wanted,
         calls,
+        types,
         imports,
+        config_keys: None,
     })
 }
 

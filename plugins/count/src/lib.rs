@@ -18,6 +18,8 @@
 
 use sluice_sdk::{Context, Error, OpenContext, Operator, Record, Result, Timer, ValueState};
 
+sluice_sdk::config_keys!(KEYS = ["format", "emit"]);
+
 /// The operator.
 pub struct Count {
     counts: ValueState<u64>,
@@ -30,7 +32,7 @@ pub struct Count {
 
 impl Operator for Count {
     fn open(ctx: &mut OpenContext<'_>) -> Result<Self> {
-        ctx.config().check_known(&["format", "emit"])?;
+        ctx.config().check_known(KEYS)?;
         let postcard = match ctx.config().get("format").unwrap_or("text") {
             "text" => false,
             "postcard" => true,

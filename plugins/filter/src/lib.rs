@@ -15,17 +15,19 @@
 
 use sluice_sdk::{Config, Context, Error, OpenContext, Operator, Record, Result};
 
-const KEYS: &[&str] = &[
-    "field",
-    "min-length",
-    "max-length",
-    "contains",
-    "prefix",
-    "suffix",
-    "one-of",
-    "none-of",
-    "negate",
-];
+sluice_sdk::config_keys!(
+    KEYS = [
+        "field",
+        "min-length",
+        "max-length",
+        "contains",
+        "prefix",
+        "suffix",
+        "one-of",
+        "none-of",
+        "negate",
+    ]
+);
 
 /// The operator: the parsed predicate.
 pub struct Filter {

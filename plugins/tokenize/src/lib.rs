@@ -10,6 +10,8 @@
 
 use sluice_sdk::{Context, OpenContext, Operator, Record, Result};
 
+sluice_sdk::config_keys!(KEYS = ["min-length"]);
+
 /// The operator.
 pub struct Tokenize {
     min_length: usize,
@@ -18,7 +20,7 @@ pub struct Tokenize {
 impl Operator for Tokenize {
     fn open(ctx: &mut OpenContext<'_>) -> Result<Self> {
         let config = ctx.config();
-        config.check_known(&["min-length"])?;
+        config.check_known(KEYS)?;
         Ok(Tokenize {
             min_length: config.parse_or("min-length", 1)?,
         })

@@ -5,12 +5,14 @@
 
 use sluice_sdk::{Context, OpenContext, Operator, Record, Result};
 
+sluice_sdk::config_keys!(KEYS = []);
+
 /// The operator; it has no state.
 pub struct Uppercase;
 
 impl Operator for Uppercase {
     fn open(ctx: &mut OpenContext<'_>) -> Result<Self> {
-        ctx.config().check_known(&[])?;
+        ctx.config().check_known(KEYS)?;
         Ok(Uppercase)
     }
 

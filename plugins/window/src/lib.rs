@@ -80,18 +80,20 @@ use serde::{Deserialize, Serialize};
 use sluice_sdk::{Config, Context, Error, MapState, OpenContext, Operator, Record, Result, Timer};
 use smallvec::SmallVec;
 
-/// Every config key the operator knows.
-const KEYS: &[&str] = &[
-    "kind",
-    "size-ms",
-    "slide-ms",
-    "gap-ms",
-    "offset-ms",
-    "aggregate",
-    "field",
-    "separator",
-    "allowed-lateness-ms",
-];
+// Every config key the operator knows.
+sluice_sdk::config_keys!(
+    KEYS = [
+        "kind",
+        "size-ms",
+        "slide-ms",
+        "gap-ms",
+        "offset-ms",
+        "aggregate",
+        "field",
+        "separator",
+        "allowed-lateness-ms",
+    ]
+);
 
 /// The config keys that shape windows; each kind takes only some of them.
 const SHAPE_KEYS: &[&str] = &["size-ms", "slide-ms", "gap-ms", "offset-ms"];
