@@ -416,6 +416,18 @@ fn a_client_command_without_a_server_says_where_it_looked() {
     let (code, _, stderr) = outcome(&sluice(&["list", "--server", "http://127.0.0.1:9"]));
     assert_eq!(code, Some(1));
     assert!(
+        stderr.contains("--token TOKEN") && stderr.contains("SLUICE_TOKEN"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = outcome(&sluice(&[
+        "list",
+        "--server",
+        "http://127.0.0.1:9",
+        "--token",
+        "t",
+    ]));
+    assert_eq!(code, Some(1));
+    assert!(
         stderr.contains("http://127.0.0.1:9/jobs") && stderr.contains("SLUICE_SERVER"),
         "{stderr}"
     );

@@ -633,3 +633,53 @@ fn an_ended_jobs_logs_leave_memory_for_its_folder_and_are_still_served() {
     assert_eq!(a.list().unwrap()["jobs"][0]["records_read"], 300);
     server.terminate();
 }
+
+/// The client commands print for people (`--json` for programs): a submitted job in one
+/// line, its status in a few, its log lines followed until it ends, the tenant's metrics.
+#[test]
+fn the_client_commands_print_for_people() {
+    let dir = test_dir("server-client-cli");
+    let server = ServerProcess::start(&host_config(&dir, ""));
+    let job = write_job(&dir, &throttled_wordcount(1, 600, 1000.0));
+    let cli = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+            .args(args)
+            .env("SLUICE_SERVER", &server.url)
+            .env("SLUICE_TOKEN", "token-a")
+            .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{args:?}: {stdout}{stderr}");
+        // No colour codes where there is no terminal.
+        assert!(!stderr.contains('\u{1b}'), "{stderr}");
+        stdout
+    };
+    let submitted = cli(&["submit", job.to_str().unwrap()]);
+    let id = submitted
+        .strip_prefix("job ")
+        .and_then(|s| s.split_once(' '))
+        .map(|(id, rest)| {
+            assert_eq!(rest, "'killable': running\n", "{submitted}");
+            id.to_string()
+        })
+        .unwrap_or_else(|| panic!("{submitted}"));
+    // Followed, the log ends when the job does, with its last lines.
+    let logs = cli(&["logs", &id, "--follow"]);
+    assert!(logs.contains("completed checkpoint"), "{logs}");
+    assert_eq!(state(&server.client(Some("token-a")), &id), "finished");
+    let status = cli(&["status", &id]);
+    assert!(
+        status.starts_with(&format!("job {id} 'killable': finished\n")),
+        "{status}"
+    );
+    assert!(status.contains("records read 600, written"), "{status}");
+    assert!(status.contains("checkpoints: "), "{status}");
+    let json: Value = serde_json::from_str(&cli(&["status", &id, "--json"])).unwrap();
+    assert_eq!(json["state"], "finished");
+    let list = cli(&["list"]);
+    assert!(list.contains(&id) && list.contains("finished"), "{list}");
+    let metrics = cli(&["metrics"]);
+    assert!(metrics.contains("sluice_jobs{tenant=\"a\",state=\"finished\"} 1"), "{metrics}");
+}

@@ -1,6 +1,7 @@
 //! The `sluice` command line.
 
 mod control;
+mod remote;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -162,6 +163,15 @@ enum Command {
     Logs {
         /// The job id.
         id: String,
+        /// Keep printing new lines until the job is no longer running.
+        #[arg(long, short)]
+        follow: bool,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Print your tenant's metrics (Prometheus' text format): jobs, operators,
+    /// counters, consumer lag, checkpoints.
+    Metrics {
         #[command(flatten)]
         remote: Remote,
     },
@@ -183,11 +193,38 @@ struct Remote {
     /// Your tenant's bearer token.
     #[arg(long, env = "SLUICE_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Print the server's answer as JSON, for programs.
+    #[arg(long)]
+    json: bool,
 }
 
 impl Remote {
-    fn client(&self) -> Client {
-        Client::new(&self.server, self.token.clone())
+    fn client(&self) -> Result<Client> {
+        if self.token.is_none() {
+            anyhow::bail!(
+                "no token: pass your tenant's bearer token with --token TOKEN or in the \
+                 SLUICE_TOKEN environment variable"
+            );
+        }
+        Ok(Client::new(&self.server, self.token.clone()))
+    }
+
+    /// Prints `answer` as JSON with `--json`, else as `human` renders it.
+    fn print(
+        &self,
+        answer: &serde_json::Value,
+        human: fn(&serde_json::Value) -> String,
+    ) -> Result<ExitCode> {
+        if self.json {
+            writeln!(
+                std::io::stdout(),
+                "{}",
+                serde_json::to_string_pretty(answer)?
+            )?;
+        } else {
+            write!(std::io::stdout(), "{}", human(answer))?;
+        }
+        Ok(ExitCode::SUCCESS)
     }
 }
 
@@ -238,6 +275,7 @@ fn init_logging(filter: &str, format: LogFormat, job_logs: bool) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false);
     let stderr = match format {
         LogFormat::Text => stderr.boxed(),
@@ -311,52 +349,45 @@ fn run(cli: Cli) -> Result<ExitCode> {
             host_config,
             address,
         } => serve(&cli, host_config, address.as_deref()),
-        Command::Submit { job, remote } => print_json(&remote.client().submit(job)?),
-        Command::List { remote } => print_jobs(&remote.client().list()?),
-        Command::Status { id, remote } => print_json(&remote.client().status(id)?),
-        Command::Cancel { id, remote } => print_json(&remote.client().cancel(id)?),
-        Command::Stop { id, drain, remote } => print_json(&remote.client().stop(id, *drain)?),
+        Command::Submit { job, remote } => remote.print(&remote.client()?.submit(job)?, |v| {
+            format!("{}\n", remote::job_line(v))
+        }),
+        Command::List { remote } => remote.print(&remote.client()?.list()?, remote::job_table),
+        Command::Status { id, remote } => {
+            remote.print(&remote.client()?.status(id)?, remote::job_detail)
+        }
+        Command::Cancel { id, remote } => remote.print(&remote.client()?.cancel(id)?, |v| {
+            format!("{}\n", remote::job_line(v))
+        }),
+        Command::Stop { id, drain, remote } => remote
+            .print(&remote.client()?.stop(id, *drain)?, |v| {
+                format!("{}\n", remote::job_line(v))
+            }),
         Command::Start {
             id,
             savepoint,
             remote,
-        } => print_json(&remote.client().start(id, savepoint.as_deref())?),
-        Command::Logs { id, remote } => {
-            std::io::stdout().write_all(&remote.client().logs(id)?)?;
+        } => remote.print(&remote.client()?.start(id, savepoint.as_deref())?, |v| {
+            format!("{}\n", remote::job_line(v))
+        }),
+        Command::Logs { id, follow, remote } => {
+            let client = remote.client()?;
+            if *follow {
+                remote::follow_logs(&client, id, &mut std::io::stdout())?;
+            } else {
+                std::io::stdout().write_all(&client.logs(id)?)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Metrics { remote } => {
+            std::io::stdout().write_all(&remote.client()?.metrics()?)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Output { id, remote } => {
-            std::io::stdout().write_all(&remote.client().output(id)?)?;
+            std::io::stdout().write_all(&remote.client()?.output(id)?)?;
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-fn print_json(value: &serde_json::Value) -> Result<ExitCode> {
-    out!("{}", serde_json::to_string_pretty(value)?);
-    Ok(ExitCode::SUCCESS)
-}
-
-fn print_jobs(value: &serde_json::Value) -> Result<ExitCode> {
-    out!(
-        "{:<18} {:<24} {:<10} {:>12} {:>12}",
-        "id",
-        "name",
-        "state",
-        "read",
-        "written"
-    );
-    for job in value["jobs"].as_array().into_iter().flatten() {
-        out!(
-            "{:<18} {:<24} {:<10} {:>12} {:>12}",
-            job["id"].as_str().unwrap_or("?"),
-            job["name"].as_str().unwrap_or("?"),
-            job["state"].as_str().unwrap_or("?"),
-            job["records_read"].as_u64().unwrap_or(0),
-            job["records_written"].as_u64().unwrap_or(0)
-        );
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `sluice serve`: answers until SIGTERM or SIGINT, then stops the jobs with savepoints.

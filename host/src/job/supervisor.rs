@@ -67,14 +67,14 @@ impl RunningAttempt {
                         Err(e) => match &first_error {
                             None if !cancelled => {
                                 *lock(&monitor.last_failure_at) = Some(Instant::now());
-                                tracing::error!("{e:#}");
+                                tracing::info!("{e:#}");
                                 first_error = Some(e);
                                 cancel_all(&self.handles);
                             }
                             // A task downstream of the failed one may report first; the
                             // failed task's own error is the cause.
                             Some(first) if explains_better(&e, first) => {
-                                tracing::error!("{e:#}");
+                                tracing::info!("{e:#}");
                                 first_error = Some(e);
                             }
                             _ => tracing::debug!("secondary task failure: {e:#}"),

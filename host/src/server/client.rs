@@ -181,6 +181,11 @@ impl Client {
         self.text(&format!("/jobs/{}/output", query_escape(id)))
     }
 
+    /// The tenant's metrics, in Prometheus' text format.
+    pub fn metrics(&self) -> Result<Vec<u8>> {
+        self.text("/metrics")
+    }
+
     /// A job's recent log lines.
     pub fn logs(&self, id: &str) -> Result<Vec<u8>> {
         self.text(&format!("/jobs/{}/logs", query_escape(id)))
