@@ -180,6 +180,8 @@ fn a_tenant_submits_watches_stops_resumes_and_cancels_jobs() {
     let list = a.list().unwrap();
     assert_eq!(list["jobs"].as_array().unwrap().len(), 1, "{list}");
     assert_eq!(list["jobs"][0]["state"], "finished");
+    // The counts add up over both runs: every record read once.
+    assert_eq!(list["jobs"][0]["records_read"], 3000, "{list}");
 
     // Cancel: the job ends as cancelled, and can be started again from its checkpoint.
     let id2 = a.submit(&job_path).unwrap()["id"]
@@ -202,6 +204,40 @@ fn a_tenant_submits_watches_stops_resumes_and_cancels_jobs() {
         "{metrics}"
     );
     assert!(metrics.contains("# TYPE sluice_checkpoints_completed_total counter"));
+
+    // Deleting: a plugin a job could still run is kept, a running job too; a job that
+    // is not running goes with its folder, then its plugins may go.
+    let dir_of = |id: &str| dir.join("registry/jobs").join(id);
+    assert!(dir_of(&id2).is_dir());
+    let plugins = a.plugins().unwrap();
+    let count_sha = plugins["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "count.wasm")
+        .map(|p| p["sha256"].as_str().unwrap().to_string())
+        .unwrap_or_else(|| panic!("{plugins}"));
+    let e = error_of(a.delete_plugin("count.wasm"));
+    assert!(
+        e.contains("409") && e.contains(&format!("jobs {id2} use it")),
+        "{e}"
+    );
+    let id3 = a.submit(&job_path).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let e = error_of(a.delete_job(&id3));
+    assert!(e.contains("409") && e.contains("it is running"), "{e}");
+    a.cancel(&id3).unwrap();
+    for id in [&id, &id2, &id3] {
+        assert_eq!(a.delete_job(id).unwrap()["id"], id.as_str());
+        assert!(!dir_of(id).exists());
+        assert!(error_of(a.status(id)).contains("404"));
+    }
+    assert_eq!(a.list().unwrap()["jobs"], serde_json::json!([]));
+    let deleted = a.delete_plugin(&count_sha).unwrap();
+    assert_eq!(deleted["name"], "count.wasm");
+    assert!(error_of(a.delete_plugin(&count_sha)).contains("404"));
     server.terminate();
 }
 
@@ -681,5 +717,8 @@ fn the_client_commands_print_for_people() {
     let list = cli(&["list"]);
     assert!(list.contains(&id) && list.contains("finished"), "{list}");
     let metrics = cli(&["metrics"]);
-    assert!(metrics.contains("sluice_jobs{tenant=\"a\",state=\"finished\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("sluice_jobs{tenant=\"a\",state=\"finished\"} 1"),
+        "{metrics}"
+    );
 }

@@ -169,6 +169,26 @@ enum Command {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Delete a job that is not running, with its checkpoints, savepoints, output and
+    /// logs.
+    Delete {
+        /// The job id.
+        id: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// List your plugins on a server.
+    Plugins {
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Delete a plugin from a server (refused while a job that could run uses it).
+    DeletePlugin {
+        /// Its SHA-256, or the name it was uploaded under.
+        plugin: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Print your tenant's metrics (Prometheus' text format): jobs, operators,
     /// counters, consumer lag, checkpoints.
     Metrics {
@@ -378,6 +398,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 std::io::stdout().write_all(&client.logs(id)?)?;
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Delete { id, remote } => remote.print(&remote.client()?.delete_job(id)?, |v| {
+            format!("deleted {}\n", remote::job_line(v))
+        }),
+        Command::Plugins { remote } => {
+            remote.print(&remote.client()?.plugins()?, remote::plugin_table)
+        }
+        Command::DeletePlugin { plugin, remote } => {
+            remote.print(&remote.client()?.delete_plugin(plugin)?, |v| {
+                format!(
+                    "deleted plugin {} ({})\n",
+                    v["name"].as_str().unwrap_or("?"),
+                    v["sha256"].as_str().unwrap_or("?")
+                )
+            })
         }
         Command::Metrics { remote } => {
             std::io::stdout().write_all(&remote.client()?.metrics()?)?;

@@ -121,6 +121,25 @@ pub(super) fn job_table(jobs: &Value) -> String {
     out
 }
 
+/// `sluice plugins`: one row per plugin.
+pub(super) fn plugin_table(plugins: &Value) -> String {
+    let mut out = format!(
+        "{:<24} {:<16} {:>10}  {}\n",
+        "name", "sha256", "bytes", "interface"
+    );
+    for p in plugins["plugins"].as_array().into_iter().flatten() {
+        let sha = text(&p["sha256"]);
+        out.push_str(&format!(
+            "{:<24} {:<16} {:>10}  {}\n",
+            text(&p["name"]),
+            &sha[..sha.len().min(16)],
+            count(&p["size"]),
+            text(&p["interface"])
+        ));
+    }
+    out
+}
+
 /// `sluice logs --follow`: prints the job's log lines as they come, until the job is
 /// no longer running (then its last lines, and returns).
 pub(super) fn follow_logs(client: &Client, id: &str, out: &mut dyn Write) -> Result<()> {

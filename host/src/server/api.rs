@@ -25,7 +25,7 @@ use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -123,8 +123,9 @@ pub fn router(server: Arc<Server>) -> axum::Router {
         .route("/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
         .route("/plugins", get(list_plugins).post(upload_plugin))
+        .route("/plugins/{key}", delete(delete_plugin))
         .route("/jobs", get(list_jobs).post(submit))
-        .route("/jobs/{id}", get(job_detail))
+        .route("/jobs/{id}", get(job_detail).delete(delete_job))
         .route("/jobs/{id}/output", get(job_output))
         .route("/jobs/{id}/logs", get(job_logs))
         .route("/jobs/{id}/cancel", post(cancel))
@@ -306,6 +307,24 @@ impl futures_core::Stream for FileChunks {
             }));
         }
     }
+}
+
+async fn delete_job(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(json!(blocking(move || server.delete(&t, &id)).await?)))
+}
+
+async fn delete_plugin(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Path(key): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(json!(
+        blocking(move || server.delete_plugin(&t, &key)).await?
+    )))
 }
 
 async fn cancel(

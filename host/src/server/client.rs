@@ -50,6 +50,13 @@ impl Client {
                 }
                 req.send(body.unwrap_or_default())
             }
+            ("DELETE", None) => {
+                let mut req = self.agent.delete(&url);
+                if let Some(auth) = &auth {
+                    req = req.header("Authorization", auth);
+                }
+                req.call()
+            }
             _ => bail!("unsupported request {method} {path}"),
         };
         let mut response = sent.with_context(|| {
@@ -179,6 +186,21 @@ impl Client {
     /// A job's committed output.
     pub fn output(&self, id: &str) -> Result<Vec<u8>> {
         self.text(&format!("/jobs/{}/output", query_escape(id)))
+    }
+
+    /// Deletes a job that is not running, with its files; returns what it was.
+    pub fn delete_job(&self, id: &str) -> Result<Value> {
+        self.json("DELETE", &format!("/jobs/{}", query_escape(id)), None)
+    }
+
+    /// The tenant's plugins, newest first.
+    pub fn plugins(&self) -> Result<Value> {
+        self.json("GET", "/plugins", None)
+    }
+
+    /// Deletes a plugin (by SHA-256 or name) that no job that could run uses.
+    pub fn delete_plugin(&self, key: &str) -> Result<Value> {
+        self.json("DELETE", &format!("/plugins/{}", query_escape(key)), None)
     }
 
     /// The tenant's metrics, in Prometheus' text format.

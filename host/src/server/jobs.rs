@@ -89,10 +89,11 @@ struct JobRecord {
     /// checkpoint or an end (saved before each resumption; see [`QUARANTINE_AFTER`]).
     #[serde(default)]
     recoveries: u32,
-    /// Records its sources read in its last run, as of its end.
+    /// Records its sources read in all its runs, as of the last one's end (a run
+    /// resumed from a checkpoint after a failure reads again what came after it).
     #[serde(default)]
     records_read: u64,
-    /// Records its sink wrote in its last run, as of its end.
+    /// Records its sink wrote in all its runs, as of the last one's end.
     #[serde(default)]
     records_written: u64,
 }
@@ -110,6 +111,9 @@ struct JobEntry {
     subtasks: AtomicU32,
     /// When its last run ended, while its metrics and log lines are still in memory.
     ended: Mutex<Option<Instant>>,
+    /// Records read and written by its runs before the current one, which the current
+    /// run's counts add to.
+    counted_before: Mutex<(u64, u64)>,
     /// Why the server cancels its run (a quota): the run then ends as failed with it.
     kill_cause: Mutex<Option<String>>,
 }
@@ -149,6 +153,7 @@ impl JobEntry {
             subtasks: AtomicU32::new(0),
             ended: Mutex::new(None),
             kill_cause: Mutex::new(None),
+            counted_before: Mutex::new((0, 0)),
         })
     }
 
@@ -176,7 +181,9 @@ impl JobEntry {
     /// Records read and written: live while it runs, else as of the end of its last run.
     fn records_read_written(&self, record: &JobRecord) -> (u64, u64) {
         if self.is_running() {
-            lock(&self.monitor).records_read_written()
+            let (read, written) = lock(&self.monitor).records_read_written();
+            let (read_before, written_before) = *lock(&self.counted_before);
+            (read_before + read, written_before + written)
         } else {
             (record.records_read, record.records_written)
         }
@@ -456,6 +463,10 @@ impl Server {
             .store(job.graph().subtasks(), Ordering::Relaxed);
         let monitor = Arc::new(JobMonitor::default());
         *lock(&entry.monitor) = monitor.clone();
+        {
+            let record = lock(&entry.record);
+            *lock(&entry.counted_before) = (record.records_read, record.records_written);
+        }
         let (control, control_rx) = unbounded();
         let mut run = lock(&entry.run);
         let finished = entry.clone();
@@ -497,10 +508,11 @@ fn finished_run(
     let restarts = monitor.attempt();
     let kill_cause = lock(&entry.kill_cause).take();
     let (read, written) = monitor.records_read_written();
+    let (read_before, written_before) = *lock(&entry.counted_before);
     let checkpointed = !monitor.checkpoints().completed.is_empty();
     entry.update(|r| {
         r.restarts += restarts;
-        (r.records_read, r.records_written) = (read, written);
+        (r.records_read, r.records_written) = (read_before + read, written_before + written);
         // A run that ended, even by the server stopping it cleanly, or that completed a
         // checkpoint does not bring the server down.
         if result.is_ok() || checkpointed {
@@ -826,6 +838,43 @@ impl Server {
         });
         self.launch(&entry, job, options);
         Ok(summary(&entry.record(), true))
+    }
+
+    /// Deletes one of `tenant`'s jobs that is not running, with its folder: job file,
+    /// record, checkpoints, savepoints, output and logs.
+    pub fn delete(&self, tenant: &TenantConfig, id: &str) -> Result<Object, ApiError> {
+        let entry = self.entry(tenant, id)?;
+        // Under the admission lock, so that no `start` launches it meanwhile.
+        let _admission = lock(&self.jobs.admission);
+        if entry.is_running() {
+            return Err(ApiError::new(
+                ErrorKind::Conflict,
+                format!("cannot delete job '{id}': it is running (stop or cancel it first)"),
+            ));
+        }
+        let summary = summary(&entry.record(), false);
+        lock(&self.jobs.by_id).remove(id);
+        super::logs::JobLogs::global().take(id);
+        fs::remove_dir_all(&entry.dir).map_err(|e| {
+            ApiError::internal(anyhow::anyhow!(
+                "deleting job {id}: {}: {e}",
+                entry.dir.display()
+            ))
+        })?;
+        tracing::info!(tenant = %tenant.name, job = %id, "job deleted");
+        Ok(summary)
+    }
+
+    /// The ids of `tenant`'s jobs that could run plugin `sha256` again (any but finished
+    /// ones).
+    pub(super) fn jobs_using_plugin(&self, tenant: &TenantConfig, sha256: &str) -> Vec<String> {
+        lock(&self.jobs.by_id)
+            .values()
+            .map(|e| e.record())
+            .filter(|r| r.tenant == tenant.name && r.state != JobState::Finished)
+            .filter(|r| r.plugins.values().any(|p| p == sha256))
+            .map(|r| r.id)
+            .collect()
     }
 
     /// Loads the jobs on disk and resumes those that were running.

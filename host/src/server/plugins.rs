@@ -71,6 +71,42 @@ impl Server {
             .find(|p| p.name == name)
     }
 
+    /// Deletes `tenant`'s plugin `key` (its SHA-256, or the name it was last uploaded
+    /// under), unless a job that could still run uses it.
+    pub fn delete_plugin(&self, tenant: &TenantConfig, key: &str) -> Result<PluginEntry, ApiError> {
+        let entry = self
+            .list_plugins(tenant)
+            .into_iter()
+            .find(|p| p.sha256 == key.to_ascii_lowercase() || p.name == key)
+            .ok_or_else(|| ApiError::not_found("plugin", key))?;
+        let users = self.jobs_using_plugin(tenant, &entry.sha256);
+        if !users.is_empty() {
+            return Err(ApiError::new(
+                ErrorKind::Conflict,
+                format!(
+                    "cannot delete plugin {} ({}): jobs {} use it (delete them first)",
+                    entry.name,
+                    entry.sha256,
+                    users.join(", ")
+                ),
+            ));
+        }
+        let dir = self.plugin_dir(&tenant.name);
+        for ext in ["json", "wasm"] {
+            match fs::remove_file(dir.join(format!("{}.{ext}", entry.sha256))) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(ApiError::internal(anyhow::anyhow!(
+                        "deleting plugin {}: {e}",
+                        entry.sha256
+                    )));
+                }
+            }
+        }
+        Ok(entry)
+    }
+
     /// Checks and stores a component for `tenant`. Uploading the same bytes again only
     /// renames it.
     pub fn upload_plugin(
