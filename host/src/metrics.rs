@@ -2,7 +2,7 @@
 //! (the progress line, the end-of-run report, a metrics endpoint).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,7 +29,7 @@ pub struct OperatorMetrics {
 }
 
 /// Counters of one task (one thread running a chain).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TaskMetrics {
     /// Records that entered the task (from its source or input channels).
     pub records_in: AtomicU64,
@@ -45,6 +45,23 @@ pub struct TaskMetrics {
     pub mailbox_depth: AtomicU64,
     /// Mails run.
     pub mails: AtomicU64,
+    /// The task's current input watermark (`i64::MIN` before the first).
+    pub watermark: AtomicI64,
+}
+
+impl Default for TaskMetrics {
+    fn default() -> Self {
+        TaskMetrics {
+            records_in: AtomicU64::new(0),
+            records_out: AtomicU64::new(0),
+            busy_ns: AtomicU64::new(0),
+            idle_ns: AtomicU64::new(0),
+            backpressured_ns: AtomicU64::new(0),
+            mailbox_depth: AtomicU64::new(0),
+            mails: AtomicU64::new(0),
+            watermark: AtomicI64::new(i64::MIN),
+        }
+    }
 }
 
 /// Adds a duration to a nanosecond counter.
@@ -98,6 +115,8 @@ pub struct TaskReport {
     pub mailbox_depth: u64,
     /// Mails run.
     pub mails: u64,
+    /// The task's current input watermark, once it has one.
+    pub watermark: Option<i64>,
     /// The source the task reads, if it reads one: its records out are the records it
     /// read, with its counters and lag.
     pub source: Option<OperatorReport>,
@@ -134,6 +153,7 @@ impl TaskMetricsHandle {
             backpressured: Duration::from_nanos(m.backpressured_ns.load(Relaxed)),
             mailbox_depth: m.mailbox_depth.load(Relaxed),
             mails: m.mails.load(Relaxed),
+            watermark: Some(m.watermark.load(Relaxed)).filter(|w| *w != i64::MIN),
             source: self
                 .source
                 .as_ref()

@@ -203,7 +203,20 @@ fn a_tenant_submits_watches_stops_resumes_and_cancels_jobs() {
         )),
         "{metrics}"
     );
-    assert!(metrics.contains("# TYPE sluice_checkpoints_completed_total counter"));
+    // OpenMetrics (`prometheus-client`): a counter's family is named without `_total`.
+    assert!(
+        metrics.contains("# TYPE sluice_checkpoints_completed counter"),
+        "{metrics}"
+    );
+    assert!(metrics.trim_end().ends_with("# EOF"), "{metrics}");
+    // Checkpoint durations as histograms.
+    assert!(
+        metrics.contains("# TYPE sluice_checkpoint_duration_seconds histogram")
+            && metrics.contains(&format!(
+                "sluice_checkpoint_duration_seconds_bucket{{le=\"+Inf\",tenant=\"a\",job=\"{id}\"}}"
+            )),
+        "{metrics}"
+    );
 
     // Deleting: a plugin a job could still run is kept, a running job too; a job that
     // is not running goes with its folder, then its plugins may go.

@@ -202,6 +202,7 @@ impl OperatorChain {
             return Ok(());
         }
         self.watermark = watermark;
+        self.task_metrics.watermark.store(watermark, Relaxed);
         for i in 0..self.operators.len() {
             self.operators[i].operator.state().watermark = watermark;
             self.fire_timers(i, TimeDomain::EventTime, watermark)?;

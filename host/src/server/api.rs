@@ -6,13 +6,13 @@
 //! for a savepoint) runs off the async threads.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::task::{Context as TaskContext, Poll, ready};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
@@ -26,6 +26,12 @@ use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -150,7 +156,8 @@ async fn openapi() -> Response {
 
 async fn metrics(State(server): State<Arc<Server>>, Tenant(t): Tenant) -> Response {
     let text = server.metrics(&t);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    ([(header::CONTENT_TYPE, content_type)], text).into_response()
 }
 
 async fn list_plugins(
@@ -461,52 +468,91 @@ impl Drop for RunningServer {
     }
 }
 
-/// Metric families in Prometheus' text format, in the order first added.
+/// Labels of one sample.
+type Labels = Vec<(String, String)>;
+
+/// A histogram's buckets, from 1 ms to about 65 s.
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// One scrape's metric families, built with `prometheus-client` and encoded in the
+/// OpenMetrics text format.
 #[derive(Default)]
 pub(super) struct Metrics {
-    families: Vec<(String, String)>,
-    samples: BTreeMap<String, Vec<String>>,
+    registry: Registry,
+    counters: BTreeMap<String, Family<Labels, Counter<f64, AtomicU64>>>,
+    gauges: BTreeMap<String, Family<Labels, Gauge<f64, AtomicU64>>>,
+    histograms: BTreeMap<String, Family<Labels, Histogram, fn() -> Histogram>>,
+}
+
+fn labels(labels: &[(&str, &str)]) -> Labels {
+    labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 impl Metrics {
+    /// Adds a sample of counter `name` (ending in `_total`, as exposed) or of gauge
+    /// `name`.
     pub(super) fn add(
         &mut self,
         name: &str,
         kind: &str,
         help: &str,
-        labels: &[(&str, &str)],
+        sample: &[(&str, &str)],
         value: f64,
     ) {
-        if !self.samples.contains_key(name) {
-            self.families.push((
-                name.to_string(),
-                format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"),
-            ));
+        let registry = &mut self.registry;
+        if kind == "counter" {
+            // (OpenMetrics names a counter's family without the `_total` of its sample.)
+            let family = name.strip_suffix("_total").unwrap_or(name);
+            self.counters
+                .entry(family.to_string())
+                .or_insert_with(|| {
+                    let f = Family::default();
+                    registry.register(family, help, f.clone());
+                    f
+                })
+                .get_or_create(&labels(sample))
+                .inc_by(value);
+        } else {
+            self.gauges
+                .entry(name.to_string())
+                .or_insert_with(|| {
+                    let f = Family::default();
+                    registry.register(name, help, f.clone());
+                    f
+                })
+                .get_or_create(&labels(sample))
+                .set(value);
         }
-        let labels: Vec<String> = labels
-            .iter()
-            .map(|(k, v)| {
-                let v = v
-                    .replace('\\', "\\\\")
-                    .replace('"', "\\\"")
-                    .replace('\n', "\\n");
-                format!("{k}=\"{v}\"")
-            })
-            .collect();
-        self.samples
+    }
+
+    /// Observes `seconds` in histogram `name` (buckets from 1 ms to about 65 s).
+    pub(super) fn observe(
+        &mut self,
+        name: &str,
+        help: &str,
+        sample: &[(&str, &str)],
+        seconds: f64,
+    ) {
+        let registry = &mut self.registry;
+        self.histograms
             .entry(name.to_string())
-            .or_default()
-            .push(format!("{name}{{{}}} {value}", labels.join(",")));
+            .or_insert_with(|| {
+                let f = Family::new_with_constructor(duration_histogram as fn() -> Histogram);
+                registry.register(name, help, f.clone());
+                f
+            })
+            .get_or_create(&labels(sample))
+            .observe(seconds);
     }
 
     pub(super) fn finish(self) -> String {
         let mut out = String::new();
-        for (name, header) in &self.families {
-            out.push_str(header);
-            for sample in &self.samples[name] {
-                let _ = writeln!(out, "{sample}");
-            }
-        }
+        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
     }
 }

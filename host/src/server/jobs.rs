@@ -1116,7 +1116,39 @@ impl Server {
                     c.bytes as f64,
                 );
             }
+            for c in &checkpoints.completed {
+                m.observe(
+                    "sluice_checkpoint_duration_seconds",
+                    "Trigger to completion of the checkpoints and savepoints completed.",
+                    &job,
+                    c.duration.as_secs_f64(),
+                );
+                m.observe(
+                    "sluice_checkpoint_sync_seconds",
+                    "The longest synchronous part of a task in each completed checkpoint (how \
+                     long its records waited).",
+                    &job,
+                    c.max_sync.as_secs_f64(),
+                );
+            }
             for task in monitor.tasks() {
+                if let Some(watermark) = task.watermark {
+                    let labels = [job[0], job[1], ("task", task.task.as_str())];
+                    m.add(
+                        "sluice_task_watermark_milliseconds",
+                        "gauge",
+                        "The task's current input watermark (event time).",
+                        &labels,
+                        watermark as f64,
+                    );
+                    m.add(
+                        "sluice_task_watermark_lag_seconds",
+                        "gauge",
+                        "Wall-clock time minus the task's watermark.",
+                        &labels,
+                        (now_ms() as f64 - watermark as f64) / 1e3,
+                    );
+                }
                 for op in &task.operators {
                     let subtask = op.subtask.to_string();
                     let labels = [
