@@ -471,6 +471,9 @@ impl Drop for RunningServer {
 /// Labels of one sample.
 type Labels = Vec<(String, String)>;
 
+/// Histograms by labels, each made by [`duration_histogram`].
+type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
+
 /// A histogram's buckets, from 1 ms to about 65 s.
 fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
@@ -483,7 +486,7 @@ pub(super) struct Metrics {
     registry: Registry,
     counters: BTreeMap<String, Family<Labels, Counter<f64, AtomicU64>>>,
     gauges: BTreeMap<String, Family<Labels, Gauge<f64, AtomicU64>>>,
-    histograms: BTreeMap<String, Family<Labels, Histogram, fn() -> Histogram>>,
+    histograms: BTreeMap<String, HistogramFamily>,
 }
 
 fn labels(labels: &[(&str, &str)]) -> Labels {
