@@ -18,3 +18,10 @@ eval "$(scripts/kafka/broker.sh start "$state")"
 export SLUICE_KAFKA SLUICE_KAFKA_REQUIRED=1
 
 cargo test --workspace --release "$@"
+
+# The SDK stays ready to publish: its package (with sluice-codec's) builds on its own,
+# and its documentation has no broken links or missing docs.
+if [ "$#" -eq 0 ]; then
+  cargo package --quiet -p sluice-codec -p sluice-sdk --allow-dirty
+  RUSTDOCFLAGS="-D warnings" cargo doc --quiet --release -p sluice-sdk --no-deps
+fi

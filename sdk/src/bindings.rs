@@ -1,4 +1,6 @@
-//! The bindings of the `operator` world, generated from the WIT contract in `wit/`.
+//! The bindings of the `operator` world, generated from the WIT contract
+//! (`wit/operator.wit`, copied into the crate as `sdk/wit/operator.wit` so that the
+//! published crate carries it; a test keeps the two the same).
 //!
 //! Only `host::WasmHost` calls the imports and only the glue behind
 //! [`crate::export!`] implements the exports; everything else in the SDK works on its own
@@ -11,7 +13,7 @@
 )]
 
 wit_bindgen::generate!({
-    path: "../wit",
+    path: "wit",
     world: "operator",
     pub_export_macro: true,
     default_bindings_module: "sluice_sdk::bindings",

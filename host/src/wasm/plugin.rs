@@ -257,6 +257,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_sdk_carries_the_same_contract_as_the_host() {
+        assert_eq!(
+            include_str!("../../../sdk/wit/operator.wit"),
+            include_str!("../../../wit/operator.wit"),
+            "sdk/wit/operator.wit must be a copy of wit/operator.wit"
+        );
+    }
+
+    #[test]
     fn recognises_file_kinds_by_header() {
         assert_eq!(wasm_kind(b"hello world"), WasmKind::NotWasm);
         assert_eq!(wasm_kind(b"\0asm"), WasmKind::NotWasm);
