@@ -197,6 +197,72 @@ delay_ms = 10
     );
 }
 
+/// `sluice new`: each template makes a crate whose harness tests pass, which builds as
+/// a component, passes `validate` and runs its job file.
+#[test]
+fn new_plugins_from_every_template_test_build_and_run() {
+    let dir = test_dir("cli-new");
+    // One target folder for all of them: the SDK's dependencies build once.
+    let target = scratch_root().join("new-plugins-target");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    for template in ["map", "filter", "keyed", "window"] {
+        let name = format!("my-{template}");
+        let args = [
+            "new",
+            &name,
+            "--template",
+            template,
+            "--dir",
+            dir.to_str().unwrap(),
+        ];
+        let (code, stdout, stderr) = outcome(&sluice(&args));
+        assert_eq!(code, Some(0), "{stdout}{stderr}");
+        let root = dir.join(&name);
+        for build in [
+            &["test", "--release", "--quiet"][..],
+            &["build", "--release", "--quiet", "--target", "wasm32-wasip2"],
+        ] {
+            let out = Command::new(&cargo)
+                .args(build)
+                .current_dir(&root)
+                .env("CARGO_TARGET_DIR", &target)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{template}: cargo {build:?}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // Where its job file looks for it.
+        let wasm = format!("wasm32-wasip2/release/my_{template}.wasm");
+        std::fs::create_dir_all(root.join("target/wasm32-wasip2/release")).unwrap();
+        std::fs::copy(target.join(&wasm), root.join("target").join(&wasm)).unwrap();
+        let job = root.join("job.toml");
+        let (code, stdout, stderr) = outcome(&sluice(&["validate", job.to_str().unwrap()]));
+        assert_eq!(code, Some(0), "{template}: {stdout}{stderr}");
+        let (code, _, stderr) = outcome(&sluice(&["run", "--quiet", job.to_str().unwrap()]));
+        assert_eq!(code, Some(0), "{template}: {stderr}");
+        let output = std::fs::read_to_string(root.join(format!("out/{name}.txt"))).unwrap();
+        assert!(!output.is_empty(), "{template}: no output");
+        // It declares its config keys.
+        let (_, stdout, _) = outcome(&sluice(&[
+            "inspect",
+            root.join("target").join(&wasm).to_str().unwrap(),
+        ]));
+        assert!(stdout.contains("config:    "), "{stdout}");
+        assert!(!stdout.contains("not declared"), "{stdout}");
+    }
+    // An existing folder is never written over.
+    let (code, _, stderr) = outcome(&sluice(&["new", "my-map", "--dir", dir.to_str().unwrap()]));
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("exists already"), "{stderr}");
+    let (code, _, stderr) = outcome(&sluice(&["new", "9lives", "--dir", dir.to_str().unwrap()]));
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("is not a plugin name"), "{stderr}");
+}
+
 #[test]
 fn inspect_shows_the_interface_and_the_second_load_uses_the_cache() {
     let cache = test_dir("cli-cache");

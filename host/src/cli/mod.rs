@@ -1,6 +1,7 @@
 //! The `sluice` command line.
 
 mod control;
+mod new;
 mod remote;
 
 use std::collections::BTreeMap;
@@ -97,6 +98,22 @@ enum Command {
         /// Tenants' limits and capabilities (the job's tenant's apply to its `open`).
         #[arg(long, value_name = "HOST.toml")]
         host_config: Option<PathBuf>,
+    },
+    /// Create a plugin crate from a template: `cargo test` and `cargo build --release
+    /// --target wasm32-wasip2` work at once, and its `job.toml` runs it.
+    New {
+        /// The crate's name (and folder).
+        name: String,
+        /// What the operator starts as.
+        #[arg(long, value_enum, default_value = "map")]
+        template: new::Template,
+        /// Where to create the folder.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// The sluice-sdk crate to depend on by path (default: the SDK of this Sluice
+        /// checkout if there is one, else the published version).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
     },
     /// Show what a plugin component is and exports.
     Inspect {
@@ -365,6 +382,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Validate { job, host_config } => validate(&cli, job, host_config.as_deref()),
         Command::Inspect { plugin } => inspect(&cli, plugin),
+        Command::New {
+            name,
+            template,
+            dir,
+            sdk,
+        } => {
+            let root = new::create(dir, name, *template, sdk.as_deref())?;
+            out!("created {}", root.display());
+            out!(
+                "  cd {} && cargo test && cargo build --release --target wasm32-wasip2",
+                root.display()
+            );
+            out!("  sluice run job.toml");
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Serve {
             host_config,
             address,

@@ -1,0 +1,190 @@
+//! `sluice new`: a plugin crate from a template, which builds, tests and runs at once.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+/// What a new plugin starts as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum Template {
+    /// One record in, one changed record out.
+    Map,
+    /// Records kept or dropped by a predicate, with counters.
+    Filter,
+    /// A running count per key in the host's keyed state.
+    Keyed,
+    /// Sums per key in tumbling event-time windows, with timers.
+    Window,
+}
+
+impl Template {
+    fn name(self) -> &'static str {
+        match self {
+            Template::Map => "map",
+            Template::Filter => "filter",
+            Template::Keyed => "keyed",
+            Template::Window => "window",
+        }
+    }
+
+    fn source(self) -> &'static str {
+        match self {
+            Template::Window => include_str!("../../templates/window.rs"),
+            Template::Map => include_str!("../../templates/map.rs"),
+            Template::Filter => include_str!("../../templates/filter.rs"),
+            Template::Keyed => include_str!("../../templates/keyed.rs"),
+        }
+    }
+
+    /// The job file's source fields and operator fields.
+    fn job(self) -> (&'static str, &'static str) {
+        match self {
+            Template::Map => (
+                "records = 1000\nwords_per_record = 4",
+                "config = { prefix = \"> \" }",
+            ),
+            Template::Filter => (
+                "records = 1000\nwords_per_record = 4",
+                "config = { contains = \"na\" }",
+            ),
+            Template::Keyed => (
+                "records = 1000\nwords_per_record = 1\nvocabulary = 50",
+                "key_by = \"value\"",
+            ),
+            Template::Window => (
+                "shape = \"events\"\nrecords = 10000\nkeys = 10\nstep_ms = 10\njitter_ms = 500\n\
+                 timestamp = { field = 0 }\nout_of_orderness_ms = 500",
+                "key_by = { field = 1 }\nconfig = { size-ms = 10000 }",
+            ),
+        }
+    }
+}
+
+/// Creates the crate `name` in `dir/name` from `template`, depending on the SDK at
+/// `sdk` (a path) or, without one, on the SDK found beside this build of Sluice, or else
+/// on the published `sluice-sdk`. Returns the crate's folder.
+pub(super) fn create(
+    dir: &Path,
+    name: &str,
+    template: Template,
+    sdk: Option<&Path>,
+) -> Result<PathBuf> {
+    check_name(name)?;
+    let root = dir.join(name);
+    if root.exists() {
+        bail!(
+            "{} exists already: choose another name or folder (nothing was written)",
+            root.display()
+        );
+    }
+    let checkout_sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk");
+    let sdk = match sdk {
+        Some(p) => Some(p.to_path_buf()),
+        None => checkout_sdk
+            .join("Cargo.toml")
+            .is_file()
+            .then_some(checkout_sdk),
+    };
+    let sdk_dependency = match &sdk {
+        Some(p) => {
+            let p = p
+                .canonicalize()
+                .with_context(|| format!("the SDK at {}", p.display()))?;
+            if !p.join("Cargo.toml").is_file() {
+                bail!(
+                    "{} is not the sluice-sdk crate (no Cargo.toml)",
+                    p.display()
+                );
+            }
+            format!("{{ path = {:?} }}", p.display().to_string())
+        }
+        None => format!("\"{}\"", env!("CARGO_PKG_VERSION")),
+    };
+    let lib = name.replace('-', "_");
+    let type_name = type_name(name);
+    let (source, operator) = template.job();
+    let fill = |text: &str| {
+        text.replace("{{name}}", name)
+            .replace("{{lib}}", &lib)
+            .replace("{{Type}}", &type_name)
+            .replace("{{template}}", template.name())
+            .replace("{{sdk}}", &sdk_dependency)
+            .replace("{{source}}", source)
+            .replace("{{operator}}", operator)
+    };
+    let files = [
+        (
+            "Cargo.toml",
+            fill(include_str!("../../templates/Cargo.toml.in")),
+        ),
+        ("src/lib.rs", fill(template.source())),
+        (
+            "job.toml",
+            fill(include_str!("../../templates/job.toml.in")),
+        ),
+        (
+            "README.md",
+            fill(include_str!("../../templates/README.md.in")),
+        ),
+        (".gitignore", "/target\n/out\n/checkpoints\n".to_string()),
+    ];
+    std::fs::create_dir_all(root.join("src"))
+        .with_context(|| format!("creating {}", root.display()))?;
+    for (file, text) in files {
+        let path = root.join(file);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    // The versions this SDK was built and tested with, so the plugin builds the same.
+    if let Some(lock) = sdk
+        .as_deref()
+        .and_then(|p| p.parent())
+        .map(|w| w.join("Cargo.lock"))
+        .filter(|l| l.is_file())
+    {
+        std::fs::copy(&lock, root.join("Cargo.lock"))
+            .with_context(|| format!("copying {}", lock.display()))?;
+    }
+    Ok(root)
+}
+
+/// A crate name Cargo takes: ASCII letters, digits, `-` and `_`, starting with a letter.
+fn check_name(name: &str) -> Result<()> {
+    let ok = name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !ok {
+        bail!(
+            "{name:?} is not a plugin name: use ASCII letters, digits, `-` and `_`, starting \
+             with a letter (at most 64)"
+        );
+    }
+    Ok(())
+}
+
+/// `my-op` → `MyOp`.
+fn type_name(name: &str) -> String {
+    name.split(['-', '_'])
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let mut chars = p.chars();
+            let first = chars.next().map(|c| c.to_ascii_uppercase());
+            first.into_iter().chain(chars).collect::<String>()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_become_types_and_bad_ones_are_refused() {
+        assert_eq!(type_name("my-op_2"), "MyOp2");
+        assert!(check_name("my-op").is_ok());
+        for bad in ["", "1op", "op/../x", "op op", "ö"] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
+}
