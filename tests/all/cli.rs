@@ -263,6 +263,53 @@ fn new_plugins_from_every_template_test_build_and_run() {
     assert!(stderr.contains("is not a plugin name"), "{stderr}");
 }
 
+/// On a terminal, a job whose input size is known shows a bar with its percentage and
+/// ETA, and rates; with a stdout sink nothing is drawn between its lines.
+#[test]
+fn progress_is_a_bar_on_a_terminal_and_never_mixed_into_stdout() {
+    let dir = test_dir("cli-progress");
+    let job = |sink: &str| {
+        format!(
+            r#"
+name = "progress"
+[source]
+type = "generator"
+records = 4000
+rate = 4000.0
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[sink]
+{sink}
+"#
+        )
+    };
+    // `script` gives the command a terminal, and copies what it draws.
+    let on_terminal = |job: &Path| {
+        let command = format!(
+            "{} run {}",
+            env!("CARGO_BIN_EXE_sluice-test-cli"),
+            job.display()
+        );
+        let out = Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
+            .output()
+            .expect("`script` (util-linux) runs a command on a terminal");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let file_job = write_job(&dir, &job("type = \"file\"\npath = \"out/words.txt\""));
+    let drawn = on_terminal(&file_job);
+    assert!(
+        drawn.contains("progress [") && drawn.contains("% eta") && drawn.contains("/s)"),
+        "{drawn}"
+    );
+    let stdout_job = write_job(&dir, &job("type = \"stdout\""));
+    let drawn = on_terminal(&stdout_job);
+    assert!(!drawn.contains("% eta") && !drawn.contains("/s)"), "{drawn}");
+}
+
 #[test]
 fn inspect_shows_the_interface_and_the_second_load_uses_the_cache() {
     let cache = test_dir("cli-cache");

@@ -18,7 +18,8 @@ use clap::{Parser, Subcommand};
 use crossbeam_channel::{Sender, unbounded};
 
 use crate::job::{
-    Job, JobControl, JobMonitor, JobOutcome, JobReport, RestorePoint, RunOptions, SinkKind, Vertex,
+    Job, JobControl, JobMonitor, JobOutcome, JobReport, RestorePoint, RunOptions, SinkKind,
+    SourceInput, Vertex,
 };
 use crate::server::Server;
 use crate::server::client::Client;
@@ -500,6 +501,13 @@ fn run_jobs(
         loaded.push((path.clone(), job));
     }
     let checkpointing = loaded.iter().all(|(_, j)| j.graph().checkpoint.is_some());
+    let sizes: Vec<Option<InputSize>> = loaded.iter().map(|(_, j)| InputSize::of(j)).collect();
+    let to_stdout = loaded.iter().any(|(_, j)| {
+        j.graph()
+            .vertices
+            .iter()
+            .any(|v| matches!(v, Vertex::Sink(s) if s.kind == SinkKind::Stdout))
+    });
     let mut controls = Vec::new();
     let mut running = Vec::new();
     for (path, job) in loaded {
@@ -533,13 +541,19 @@ fn run_jobs(
     }
     watch_signals(controls, checkpointing, drain)?;
     let done = Arc::new(AtomicBool::new(false));
-    let progress = (!quiet && std::io::stderr().is_terminal()).then(|| {
-        let monitors: Vec<(String, Arc<JobMonitor>)> = running
+    // Never drawn between the lines of a stdout sink.
+    let progress = (!quiet && !to_stdout && std::io::stderr().is_terminal()).then(|| {
+        let jobs: Vec<Followed> = running
             .iter()
-            .map(|(j, _)| (j.name.clone(), j.monitor.clone()))
+            .zip(&sizes)
+            .map(|((j, _), size)| Followed {
+                name: j.name.clone(),
+                monitor: j.monitor.clone(),
+                size: *size,
+            })
             .collect();
         let done = done.clone();
-        thread::spawn(move || show_progress(&monitors, &done))
+        thread::spawn(move || show_progress(&jobs, &done))
     });
     let results: Vec<_> = running
         .into_iter()
@@ -691,42 +705,118 @@ fn watch_signals(
     Ok(())
 }
 
-fn show_progress(monitors: &[(String, Arc<JobMonitor>)], done: &AtomicBool) {
-    let start = Instant::now();
-    let mut last: Vec<(u64, Instant)> = monitors.iter().map(|_| (0, Instant::now())).collect();
+/// How far a job's input goes, when that is known before it runs.
+#[derive(Debug, Clone, Copy)]
+enum InputSize {
+    /// Records of generator sources.
+    Records(u64),
+    /// Bytes of file sources.
+    Bytes(u64),
+}
+
+impl InputSize {
+    /// The input of `job`'s sources, when all of them are generators or all files.
+    fn of(job: &Job) -> Option<InputSize> {
+        let sources: Vec<&SourceInput> = job
+            .graph()
+            .vertices
+            .iter()
+            .filter_map(|v| match v {
+                Vertex::Source(s) => Some(&s.input),
+                _ => None,
+            })
+            .collect();
+        let records = sources.iter().map(|s| match s {
+            SourceInput::Generator { records, .. } => Some(*records),
+            _ => None,
+        });
+        if let Some(n) = records.sum::<Option<u64>>() {
+            return Some(InputSize::Records(n));
+        }
+        let bytes = sources.iter().map(|s| match s {
+            SourceInput::File(path) => std::fs::metadata(path).ok().map(|m| m.len()),
+            _ => None,
+        });
+        bytes.sum::<Option<u64>>().map(InputSize::Bytes)
+    }
+}
+
+/// A job as the progress display follows it.
+struct Followed {
+    name: String,
+    monitor: Arc<JobMonitor>,
+    size: Option<InputSize>,
+}
+
+/// Progress on stderr (a terminal), one line per job: a bar with percentage and ETA when
+/// its input's size is known, else a spinner; with rates, watermark, backpressure and
+/// checkpoints.
+fn show_progress(jobs: &[Followed], done: &AtomicBool) {
+    use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+    let multi = MultiProgress::new();
+    let bar_style =
+        ProgressStyle::with_template("{prefix} [{bar:24}] {percent:>3}% eta {eta:<4} {msg}")
+            .expect("a valid template")
+            .progress_chars("=> ");
+    let spinner_style =
+        ProgressStyle::with_template("{prefix} {spinner} {msg}").expect("a valid template");
+    let bars: Vec<ProgressBar> = jobs
+        .iter()
+        .map(|job| {
+            let bar = match job.size {
+                Some(InputSize::Records(n) | InputSize::Bytes(n)) => {
+                    ProgressBar::new(n).with_style(bar_style.clone())
+                }
+                None => ProgressBar::new_spinner().with_style(spinner_style.clone()),
+            };
+            bar.set_prefix(job.name.clone());
+            multi.add(bar)
+        })
+        .collect();
+    let mut last: Vec<(u64, Instant)> = jobs.iter().map(|_| (0, Instant::now())).collect();
     while !done.load(Ordering::Relaxed) {
         thread::sleep(Duration::from_millis(250));
-        let mut parts = Vec::new();
-        for ((name, monitor), last) in monitors.iter().zip(&mut last) {
-            let (read, written) = monitor.records_read_written();
+        for ((job, bar), last) in jobs.iter().zip(&bars).zip(&mut last) {
+            let (read, written) = job.monitor.records_read_written();
             let dt = last.1.elapsed().as_secs_f64().max(1e-3);
             let rate = read.saturating_sub(last.0) as f64 / dt;
             *last = (read, Instant::now());
-            let checkpoints = monitor.checkpoints().completed.len();
-            let attempt = monitor.attempt();
-            let restarts = if attempt > 0 {
-                format!(" restarts {attempt}")
-            } else {
-                String::new()
+            let tasks = job.monitor.tasks();
+            let position = match job.size {
+                Some(InputSize::Bytes(_)) => tasks
+                    .iter()
+                    .filter_map(|t| t.source.as_ref())
+                    .filter_map(|s| s.counters.get("bytes-read"))
+                    .sum(),
+                _ => read,
             };
-            let prefix = if monitors.len() > 1 {
-                format!("{name}: ")
-            } else {
-                String::new()
-            };
-            parts.push(format!(
-                "{prefix}read {read} written {written} {}/s checkpoints {checkpoints}{restarts}",
-                human(rate)
+            bar.set_position(position);
+            let mut msg = format!("read {read} ({}/s) written {written}", human(rate));
+            if let Some(w) = tasks.iter().map(|t| t.watermark).min().flatten() {
+                msg.push_str(&format!(" watermark {w}"));
+            }
+            let (back, total) = tasks.iter().fold((0.0, 0.0), |(b, t), task| {
+                let busy = task.busy + task.idle + task.backpressured;
+                (b + task.backpressured.as_secs_f64(), t + busy.as_secs_f64())
+            });
+            if total > 0.0 {
+                msg.push_str(&format!(" backpressured {:.0}%", 100.0 * back / total));
+            }
+            msg.push_str(&format!(
+                " checkpoints {}",
+                job.monitor.checkpoints().completed.len()
             ));
+            let attempt = job.monitor.attempt();
+            if attempt > 0 {
+                msg.push_str(&format!(" restarts {attempt}"));
+            }
+            bar.set_message(msg);
+            bar.tick();
         }
-        eprint!(
-            "\r\x1b[2K{:>6.1}s  {}",
-            start.elapsed().as_secs_f64(),
-            parts.join("  |  ")
-        );
-        let _ = std::io::stderr().flush();
     }
-    eprint!("\r\x1b[2K");
+    for bar in &bars {
+        bar.finish_and_clear();
+    }
 }
 
 fn human(n: f64) -> String {

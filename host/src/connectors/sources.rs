@@ -1,6 +1,7 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -9,6 +10,7 @@ use crossbeam_channel::{Receiver, TryRecvError, bounded};
 use sluice_codec::BatchWriter;
 
 use super::{Source, SourceStatus};
+use crate::metrics::OperatorMetrics;
 
 fn position_u64(position: &[u8], what: &str) -> Result<u64> {
     let bytes: [u8; 8] = position.try_into().map_err(|_| {
@@ -28,6 +30,8 @@ pub struct FileSource {
     reader: BufReader<File>,
     offset: u64,
     line: Vec<u8>,
+    /// Where it reports how far it read (counter `bytes-read`: its offset).
+    metrics: Option<Arc<OperatorMetrics>>,
 }
 
 impl FileSource {
@@ -40,12 +44,13 @@ impl FileSource {
             reader: BufReader::with_capacity(256 << 10, file),
             offset: 0,
             line: Vec::new(),
+            metrics: None,
         })
     }
 }
 
-impl Source for FileSource {
-    fn poll(&mut self, out: &mut BatchWriter, max: usize) -> Result<SourceStatus> {
+impl FileSource {
+    fn read_lines(&mut self, out: &mut BatchWriter, max: usize) -> Result<SourceStatus> {
         for _ in 0..max {
             self.line.clear();
             let n = self
@@ -63,6 +68,21 @@ impl Source for FileSource {
             out.push(None, line, None);
         }
         Ok(SourceStatus::More)
+    }
+}
+
+impl Source for FileSource {
+    fn attach_metrics(&mut self, metrics: Arc<OperatorMetrics>) {
+        self.metrics = Some(metrics);
+    }
+
+    fn poll(&mut self, out: &mut BatchWriter, max: usize) -> Result<SourceStatus> {
+        let status = self.read_lines(out, max);
+        if let Some(metrics) = &self.metrics {
+            let mut counters = metrics.counters.lock().unwrap_or_else(|e| e.into_inner());
+            counters.insert("bytes-read".to_string(), self.offset);
+        }
+        status
     }
 
     fn position(&self) -> Vec<u8> {
