@@ -46,6 +46,8 @@
 //! max_upload_mb = 64              # largest request body (a plugin or a job file)
 //! keep_ended_jobs = 100           # ended jobs whose metrics and logs stay in memory
 //! keep_ended_minutes = 10         # ... for at most this long after they end
+//! tls_cert = "cert.pem"           # serve HTTPS with this certificate chain (PEM) ...
+//! tls_key = "key.pem"             # ... and its private key (PEM); else plain HTTP
 //! ```
 //!
 //! A server admits a job (at submission and at every start) only within its tenant's
@@ -160,6 +162,8 @@ struct ServerSpec {
     max_upload_mb: Option<u64>,
     keep_ended_jobs: Option<usize>,
     keep_ended_minutes: Option<u64>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
 }
 
 /// Settings of `sluice serve` (the `[server]` table).
@@ -180,6 +184,8 @@ pub struct ServerSettings {
     /// How long after it ends a job keeps its metrics and log lines in memory at most
     /// (default 10 minutes).
     pub keep_ended_for: Duration,
+    /// Serve HTTPS with this certificate chain and key (PEM files), else plain HTTP.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 impl Default for ServerSettings {
@@ -190,6 +196,7 @@ impl Default for ServerSettings {
             max_upload_bytes: 64 << 20,
             keep_ended_jobs: 100,
             keep_ended_for: Duration::from_secs(600),
+            tls: None,
         }
     }
 }
@@ -407,7 +414,21 @@ fn server_from(spec: ServerSpec, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<S
         Some(mb) => (mb as usize) << 20,
         None => default.max_upload_bytes,
     };
+    let tls = match (spec.tls_cert, spec.tls_key) {
+        (Some(cert), Some(key)) => {
+            let (cert, key) = (resolve(&cert), resolve(&key));
+            for file in [&cert, &key] {
+                if !file.is_file() {
+                    bail!("TLS file {} does not exist", file.display());
+                }
+            }
+            Some((cert, key))
+        }
+        (None, None) => None,
+        _ => bail!("`tls_cert` and `tls_key` go together (a certificate chain and its key)"),
+    };
     Ok(ServerSettings {
+        tls,
         address,
         dir: resolve(&spec.dir.unwrap_or(default.dir)),
         max_upload_bytes,

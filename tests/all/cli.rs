@@ -296,7 +296,11 @@ plugin = "{TOKENIZE}"
             .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
             .output()
             .expect("`script` (util-linux) runs a command on a terminal");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let file_job = write_job(&dir, &job("type = \"file\"\npath = \"out/words.txt\""));
@@ -307,7 +311,10 @@ plugin = "{TOKENIZE}"
     );
     let stdout_job = write_job(&dir, &job("type = \"stdout\""));
     let drawn = on_terminal(&stdout_job);
-    assert!(!drawn.contains("% eta") && !drawn.contains("/s)"), "{drawn}");
+    assert!(
+        !drawn.contains("% eta") && !drawn.contains("/s)"),
+        "{drawn}"
+    );
 }
 
 #[test]

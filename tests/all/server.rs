@@ -735,3 +735,70 @@ fn the_client_commands_print_for_people() {
         "{metrics}"
     );
 }
+
+/// With `tls_cert` and `tls_key` the server speaks HTTPS only: a client that trusts its
+/// certificate (`--ca-cert`) works, one that does not, or speaks plain HTTP, gets nothing.
+#[test]
+fn the_server_serves_https_to_clients_that_trust_its_certificate() {
+    let dir = test_dir("server-tls");
+    let certified =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".into()])
+            .unwrap();
+    std::fs::write(dir.join("cert.pem"), certified.cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), certified.signing_key.serialize_pem()).unwrap();
+    let config = host_config_with(&dir, "tls_cert = \"cert.pem\"\ntls_key = \"key.pem\"", "");
+    let server = ServerProcess::start(&config);
+    assert!(
+        server.url.starts_with("https://127.0.0.1:"),
+        "{}",
+        server.url
+    );
+    let pem = certified.cert.pem();
+    let trusting = server
+        .client(Some("token-a"))
+        .with_ca_cert(pem.as_bytes())
+        .unwrap();
+    assert_eq!(trusting.list().unwrap()["jobs"], serde_json::json!([]));
+    // Not trusting the certificate: no answer.
+    let e = format!("{:#}", server.client(Some("token-a")).list().unwrap_err());
+    assert!(e.to_lowercase().contains("certificate"), "{e}");
+    // Plain HTTP to the TLS port: no answer either.
+    let plain = Client::new(
+        &server.url.replace("https://", "http://"),
+        Some("token-a".into()),
+    );
+    assert!(plain.list().is_err());
+    // The command line takes the certificate too.
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .args([
+            "list",
+            "--server",
+            &server.url,
+            "--token",
+            "token-a",
+            "--ca-cert",
+        ])
+        .arg(dir.join("cert.pem"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("id "), "{stdout}");
+    // A certificate without its key is refused at start, with the reason.
+    let config = host_config_with(&dir, "tls_cert = \"cert.pem\"", "");
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .args(["serve", "--host-config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("`tls_cert` and `tls_key` go together"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

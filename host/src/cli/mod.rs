@@ -234,6 +234,10 @@ struct Remote {
     /// Print the server's answer as JSON, for programs.
     #[arg(long)]
     json: bool,
+    /// Trust this certificate authority (PEM) for an `https://` server, e.g. the
+    /// server's own self-signed certificate.
+    #[arg(long, env = "SLUICE_CA_CERT", value_name = "PEM")]
+    ca_cert: Option<PathBuf>,
 }
 
 impl Remote {
@@ -244,7 +248,17 @@ impl Remote {
                  SLUICE_TOKEN environment variable"
             );
         }
-        Ok(Client::new(&self.server, self.token.clone()))
+        let client = Client::new(&self.server, self.token.clone());
+        match &self.ca_cert {
+            Some(path) => {
+                let pem = std::fs::read(path)
+                    .with_context(|| format!("reading --ca-cert {}", path.display()))?;
+                client
+                    .with_ca_cert(&pem)
+                    .with_context(|| format!("--ca-cert {}", path.display()))
+            }
+            None => Ok(client),
+        }
     }
 
     /// Prints `answer` as JSON with `--json`, else as `human` renders it.
@@ -467,7 +481,7 @@ fn serve(cli: &Cli, host_config: &Path, address: Option<&str>) -> Result<ExitCod
         .context("installing signal handlers")?;
     let server = Server::open(host, engine(cli)?)?;
     let running = crate::server::serve(server, &address)?;
-    out!("sluice: serving http://{}", running.address());
+    out!("sluice: serving {}", running.url());
     std::io::stdout().flush()?;
     if let Some(signal) = signals.forever().next() {
         eprintln!("sluice: stopping (signal {signal}): savepoints, then exit");

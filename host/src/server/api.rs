@@ -390,6 +390,7 @@ async fn start(
 /// A server answering on a socket, on threads of its own.
 pub struct RunningServer {
     address: SocketAddr,
+    https: bool,
     server: Arc<Server>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<()>>>,
@@ -409,22 +410,37 @@ pub fn serve(server: Arc<Server>, address: &str) -> Result<RunningServer> {
         .build()
         .context("starting the HTTP runtime")?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let tls = match &server.host.server.tls {
+        Some((cert, key)) => Some(super::tls::server_config(cert, key)?),
+        None => None,
+    };
+    let https = tls.is_some();
     let app = router(server.clone());
     let thread = thread::Builder::new()
         .name("http server".into())
         .spawn(move || {
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener)?;
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = stopped.await;
-                    })
-                    .await
-                    .context("serving HTTP")
+                let stopped = async move {
+                    let _ = stopped.await;
+                };
+                match tls {
+                    Some(config) => {
+                        axum::serve(super::tls::TlsListener::new(listener, config)?, app)
+                            .with_graceful_shutdown(stopped)
+                            .await
+                            .context("serving HTTPS")
+                    }
+                    None => axum::serve(listener, app)
+                        .with_graceful_shutdown(stopped)
+                        .await
+                        .context("serving HTTP"),
+                }
             })
         })?;
     Ok(RunningServer {
         address: bound,
+        https,
         server,
         stop: Some(stop),
         thread: Some(thread),
@@ -435,6 +451,12 @@ impl RunningServer {
     /// Where it listens.
     pub fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// Its base URL: `https://ADDRESS` when it serves TLS, else `http://ADDRESS`.
+    pub fn url(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.address)
     }
 
     /// The service behind it.

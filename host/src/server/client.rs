@@ -31,6 +31,25 @@ impl Client {
         }
     }
 
+    /// Trusts the certificate authority in `pem` (a PEM certificate; e.g. a server's
+    /// self-signed one) instead of the public ones, for `https://` servers.
+    pub fn with_ca_cert(mut self, pem: &[u8]) -> Result<Client> {
+        use ureq::tls::{Certificate, RootCerts, TlsConfig};
+        let cert = Certificate::from_pem(pem)
+            .map_err(|e| anyhow!("not a PEM certificate: {e}"))?
+            .to_owned();
+        let tls = TlsConfig::builder()
+            .root_certs(RootCerts::new_with_certs(&[cert]))
+            .build();
+        self.agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(600)))
+            .tls_config(tls)
+            .build()
+            .into();
+        Ok(self)
+    }
+
     /// Sends a request; returns the status and the body.
     pub fn request(&self, method: &str, path: &str, body: Option<&[u8]>) -> Result<(u16, Vec<u8>)> {
         let url = format!("{}{path}", self.base);

@@ -32,6 +32,7 @@ pub mod client;
 mod jobs;
 pub mod logs;
 mod plugins;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::fmt;
