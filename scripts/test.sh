@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
-# The whole test suite, self-sufficient: adds the wasm target, starts a real Kafka broker
+# The whole test suite, self-sufficient: adds the wasm target, installs Chromium for the
+# dashboard's browser test (Debian packages), starts a real Kafka broker
 # for the Kafka tests (scripts/kafka/broker.sh: Java and Maven fetch it once), runs every
 # test, and stops the broker, however the tests end. Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rustup target add wasm32-wasip2
+
+# The dashboard's browser test drives Debian's Chromium through its WebDriver.
+if ! [ -x /usr/bin/chromium ] || ! [ -x /usr/bin/chromedriver ]; then
+  as_root=""
+  if [ "$(id -u)" -ne 0 ]; then as_root="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $as_root apt-get install -y -qq chromium chromium-driver >/dev/null ||
+    { $as_root apt-get update -qq && $as_root apt-get install -y -qq chromium chromium-driver >/dev/null; }
+fi
+# Browser tests fail, rather than skip, when Chromium is missing.
+export SLUICE_BROWSER_REQUIRED=1
 
 state=$(mktemp -d "${TMPDIR:-/tmp}/sluice-kafka.XXXXXX")
 stop_broker() {

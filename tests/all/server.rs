@@ -18,7 +18,7 @@ use sluice_tests::{run_job, scratch_root, test_dir, throttled_wordcount, write_j
 /// A `sluice serve` child process; killed when dropped.
 pub(crate) struct ServerProcess {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl ServerProcess {

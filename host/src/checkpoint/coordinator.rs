@@ -110,6 +110,8 @@ pub struct CompletedCheckpoint {
     pub max_sync: Duration,
     /// Bytes written.
     pub bytes: u64,
+    /// When it was triggered, in milliseconds since the Unix epoch.
+    pub triggered_ms: i64,
 }
 
 /// What the coordinator did, readable while it runs.
@@ -552,11 +554,13 @@ impl Coordinator {
             self.final_acks.insert(ack.task, ack);
         }
         crate::failpoint!(crash "checkpoint::after-metadata");
+        let duration = pending.triggered.elapsed();
         let completed = CompletedCheckpoint {
+            triggered_ms: now_millis() - duration.as_millis() as i64,
             id,
             kind,
             path: folder.clone(),
-            duration: pending.triggered.elapsed(),
+            duration,
             max_sync: pending
                 .acks
                 .iter()

@@ -125,6 +125,7 @@ fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
 pub fn router(server: Arc<Server>) -> axum::Router {
     let limit = server.host.server.max_upload_bytes;
     axum::Router::new()
+        .route("/", get(dashboard))
         .route("/health", get(health))
         .route("/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
@@ -141,6 +142,23 @@ pub fn router(server: Arc<Server>) -> axum::Router {
         .fallback(|| async { ApiError::new(ErrorKind::NotFound, "no such route") })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(server)
+}
+
+/// The web dashboard: one page whose script logs in with a tenant's token and reads the
+/// same API as the client (embedded in the binary; nothing comes from elsewhere).
+const DASHBOARD: &str = include_str!("dashboard.html");
+
+async fn dashboard() -> Response {
+    let policy = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                  connect-src 'self'; img-src 'self' data:; form-action 'none'; frame-ancestors 'none'";
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CONTENT_SECURITY_POLICY, policy),
+        ],
+        DASHBOARD,
+    )
+        .into_response()
 }
 
 async fn health() -> Json<serde_json::Value> {

@@ -93,9 +93,38 @@ struct JobRecord {
     /// resumed from a checkpoint after a failure reads again what came after it).
     #[serde(default)]
     records_read: u64,
+    /// Its tasks and the edges between them, for the dashboard's graph.
+    #[serde(default)]
+    graph: Vec<ChainSummary>,
     /// Records its sink wrote in all its runs, as of the last one's end.
     #[serde(default)]
     records_written: u64,
+}
+
+/// A task of a job's graph: its chain of vertices, parallelism and inputs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct ChainSummary {
+    /// `source -> tokenize`.
+    name: String,
+    parallelism: u32,
+    /// `(upstream task index, partitioner)`.
+    inputs: Vec<(usize, String)>,
+}
+
+fn graph_summary(graph: &JobGraph) -> Vec<ChainSummary> {
+    graph
+        .chains
+        .iter()
+        .map(|c| ChainSummary {
+            name: c.name(graph),
+            parallelism: c.parallelism,
+            inputs: c
+                .inputs
+                .iter()
+                .map(|(u, p)| (*u, p.name().to_string()))
+                .collect(),
+        })
+        .collect()
 }
 
 /// A job the server knows.
@@ -428,6 +457,7 @@ impl Server {
             recoveries: 0,
             records_read: 0,
             records_written: 0,
+            graph: graph_summary(job.graph()),
         };
         let entry = JobEntry::new(dir.clone(), record.clone());
         let stored = fs::create_dir_all(&dir)
@@ -579,6 +609,14 @@ impl Server {
                 let (read, written) = e.records_read_written(&r);
                 o.insert("records_read".into(), json!(read));
                 o.insert("records_written".into(), json!(written));
+                let monitor = lock(&e.monitor).clone();
+                o.insert("restarts".into(), json!(r.restarts + monitor.attempt()));
+                let last = monitor
+                    .checkpoints()
+                    .completed
+                    .last()
+                    .map(|c| json!({"id": c.id, "triggered_ms": c.triggered_ms}));
+                o.insert("last_checkpoint".into(), json!(last));
                 (r.submitted_ms, o)
             })
             .collect();
@@ -598,9 +636,11 @@ impl Server {
             .completed
             .iter()
             .rev()
-            .take(5)
+            .take(20)
             .map(|c| {
                 json!({
+                    "status": "completed",
+                    "triggered_ms": c.triggered_ms,
                     "id": c.id,
                     "kind": format!("{:?}", c.kind).to_lowercase(),
                     "name": c.path.file_name().map(|n| n.to_string_lossy().into_owned()),
@@ -622,6 +662,7 @@ impl Server {
                     "idle_ms": t.idle.as_millis() as u64,
                     "backpressured_ms": t.backpressured.as_millis() as u64,
                     "mailbox_depth": t.mailbox_depth,
+                    "watermark": t.watermark,
                     "source": t.source.as_ref().map(|src| json!({
                         "source": src.operator,
                         "subtask": src.subtask,
@@ -659,9 +700,13 @@ impl Server {
                     "completed": checkpoints.completed.len(),
                     "aborted": checkpoints.aborted.len(),
                     "last": last,
+                    "last_aborted": checkpoints.aborted.iter().rev().take(5)
+                        .map(|(id, reason)| json!({"id": id, "status": "aborted", "reason": reason}))
+                        .collect::<Vec<_>>(),
                 }),
             ),
             ("tasks", json!(tasks)),
+            ("graph", json!(record.graph)),
             ("output", json!(record.output)),
         ];
         o.extend(extra.into_iter().map(|(k, v)| (k.to_string(), v)));
@@ -830,9 +875,11 @@ impl Server {
                 format!("cannot start job '{id}': {e:#}"),
             )
         })?;
+        let graph = graph_summary(job.graph());
         entry.update(|r| {
             r.state = JobState::Running;
             r.failure = None;
+            r.graph = graph;
             // A person starting it again takes it out of quarantine.
             r.recoveries = 0;
         });

@@ -26,6 +26,12 @@ pub struct PluginEntry {
     pub interface: String,
     /// Upload time, milliseconds since the Unix epoch.
     pub uploaded_ms: u64,
+    /// The calls it exports.
+    #[serde(default)]
+    pub calls: Vec<String>,
+    /// The config keys it declares, if it does.
+    #[serde(default)]
+    pub config_keys: Option<Vec<String>>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -150,6 +156,8 @@ impl Server {
                 size: bytes.len() as u64,
                 interface: plugin.info.interface.clone(),
                 uploaded_ms: now_ms(),
+                calls: plugin.info.calls.clone(),
+                config_keys: plugin.info.config_keys.clone(),
             };
             let json = serde_json::to_vec_pretty(&entry).expect("plain data");
             fs::rename(&file, dir.join(format!("{sha256}.wasm")))
