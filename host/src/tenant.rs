@@ -264,6 +264,26 @@ fn matches_any(patterns: &[String], topic: &str) -> bool {
         .any(|p| crate::connectors::kafka::topic_pattern(p).is_ok_and(|re| re.is_match(topic)))
 }
 
+/// No tenant's Kafka `id_prefix` may begin another's: a name under one would then also
+/// be under the other, and the tenants could commit to each other's groups.
+fn check_id_prefixes(tenants: &BTreeMap<String, TenantConfig>) -> Result<()> {
+    let prefixes: Vec<(&str, &str)> = tenants
+        .values()
+        .filter_map(|t| Some((t.name.as_str(), t.kafka.as_ref()?.id_prefix.as_str())))
+        .collect();
+    for (a, pa) in &prefixes {
+        for (b, pb) in &prefixes {
+            if a != b && pb.starts_with(pa) {
+                bail!(
+                    "[tenant.{a}.kafka] id_prefix {pa:?} begins [tenant.{b}.kafka] id_prefix \
+                     {pb:?}: each tenant's groups and transactional ids must be its own"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 fn kafka_grant_from(tenant: &str, spec: &KafkaSpec) -> Result<KafkaGrant> {
     let bootstrap: Vec<String> = spec
         .bootstrap
@@ -366,6 +386,7 @@ impl HostConfig {
                     .map(|t| (name.clone(), t))
             })
             .collect::<Result<_>>()?;
+        check_id_prefixes(&tenants).with_context(|| format!("{}", path.display()))?;
         Ok(HostConfig {
             path: Some(path.to_path_buf()),
             strict_tenants: file.strict_tenants,
@@ -729,6 +750,11 @@ tenant_state_mb = 64
             (
                 "[tenant.a.kafka]\nbootstrap = \" \"\n",
                 "must name the brokers",
+            ),
+            (
+                "[tenant.a.kafka]\nbootstrap = \"k:1\"\nid_prefix = \"a\"\n\
+                 [tenant.ab.kafka]\nbootstrap = \"k:1\"\n",
+                "id_prefix \"a\" begins [tenant.ab.kafka] id_prefix \"ab.\"",
             ),
         ] {
             let err = format!(

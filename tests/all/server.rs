@@ -802,3 +802,60 @@ fn the_server_serves_https_to_clients_that_trust_its_certificate() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A Kafka grant bounds what a server job may ask, before any broker is asked: a
+/// pattern source of a tenant that may read nothing, a buffer beyond the bounds, a
+/// property outside the tuning ones.
+#[test]
+fn a_kafka_grant_refuses_what_it_does_not_allow_at_submission() {
+    let dir = test_dir("server-kafka-grant");
+    let grant = "[tenant.a.kafka]\nbootstrap = \"127.0.0.1:9\"\nwrite = [\"a\\\\..*\"]\n";
+    let server = ServerProcess::start(&host_config(&dir, grant));
+    let a = server.client(Some("token-a"));
+    let job = |source: &str| {
+        format!(
+            "name = \"g\"\n[source]\ntype = \"kafka\"\nbounded = true\n{source}\n\
+             [[operator]]\nname = \"tokenize\"\nplugin = \"{TOKENIZE}\"\n\
+             [sink]\ntype = \"kafka\"\ntopic = \"a.out\"\n[checkpoint]\ninterval_ms = 100\n"
+        )
+    };
+    for (source, reason) in [
+        (
+            "topics = { pattern = \".*\" }",
+            "the grant lets the tenant read no topic",
+        ),
+        ("topics = \"a.in\"", "topic \"a.in\" may not be read"),
+    ] {
+        let path = write_job(&dir, &job(source));
+        let e = error_of(a.submit(&path));
+        assert!(e.contains("403") && e.contains(reason), "{e}");
+    }
+    // Within `write`, but its properties are refused before anything runs.
+    let sink_job = |props: &str| {
+        format!(
+            "name = \"g\"\n[source]\ntype = \"generator\"\nrecords = 10\n\
+             [[operator]]\nname = \"tokenize\"\nplugin = \"{TOKENIZE}\"\n\
+             [sink]\ntype = \"kafka\"\ntopic = \"a.out\"\nproperties = {{ {props} }}\n\
+             [checkpoint]\ninterval_ms = 100\n"
+        )
+    };
+    for (props, reason) in [
+        (
+            "\"batch.size\" = \"100000000000\"",
+            "\"batch.size\" = \"100000000000\" must be a whole number from 1 to",
+        ),
+        (
+            "\"plugin.library.paths\" = \"/tmp/evil.so\"",
+            "\"plugin.library.paths\" is not one a server job may set",
+        ),
+        (
+            "\"compression.type\" = \"brotli\"",
+            "must be one of none, gzip",
+        ),
+    ] {
+        let path = write_job(&dir, &sink_job(props));
+        let e = error_of(a.submit(&path));
+        assert!(e.contains("403") && e.contains(reason), "{e}");
+    }
+    assert_eq!(a.list().unwrap()["jobs"], serde_json::json!([]));
+}

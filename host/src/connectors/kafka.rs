@@ -90,8 +90,8 @@ pub struct KafkaSourceConfig {
     /// Topics to read.
     pub topics: Topics,
     /// Patterns every topic read must also match, whole (a tenant's Kafka grant on a
-    /// server); none: any topic.
-    pub allowed: Vec<String>,
+    /// server; an empty list allows no topic); `None`: any topic.
+    pub allowed: Option<Vec<String>>,
     /// Where to start in partitions the checkpoint does not name.
     pub start: StartFrom,
     /// Consumer group offsets are committed to (and read from, with `Committed`).
@@ -166,7 +166,7 @@ pub struct KafkaSource {
     /// `Topics::Pattern`, compiled.
     pattern: Option<regex::Regex>,
     /// `allowed`, compiled.
-    allowed: Vec<regex::Regex>,
+    allowed: Option<Vec<regex::Regex>>,
     consumer: BaseConsumer<SourceStats>,
     /// Where event time comes from: the records' timestamps, or a field of their values
     /// (see `stamps_event_time`); none without event time.
@@ -227,9 +227,14 @@ impl KafkaSource {
         };
         let allowed = config
             .allowed
-            .iter()
-            .map(|p| topic_pattern(p))
-            .collect::<Result<_>>()?;
+            .as_ref()
+            .map(|patterns| {
+                patterns
+                    .iter()
+                    .map(|p| topic_pattern(p))
+                    .collect::<Result<_>>()
+            })
+            .transpose()?;
         Ok(KafkaSource {
             config,
             event_time: None,
@@ -296,7 +301,9 @@ impl KafkaSource {
                 if !wanted {
                     continue;
                 }
-                if !self.allowed.is_empty() && !self.allowed.iter().any(|a| a.is_match(topic)) {
+                if let Some(allowed) = &self.allowed
+                    && !allowed.iter().any(|a| a.is_match(topic))
+                {
                     // A pattern reads what the grant allows of what it matches; a topic
                     // named outright was checked at submission and is refused here too.
                     if self.pattern.is_some() {
@@ -543,9 +550,21 @@ impl KafkaSource {
         }
         let stats = self.consumer.context();
         if stats.fresh.swap(false, Ordering::Relaxed) {
+            // Where the consumer stands counts too: it is past transaction markers and
+            // aborted records, which never reach `next`.
+            let mut at = self.next.clone();
+            if let Ok(positions) = self.consumer.position() {
+                for e in positions.elements() {
+                    if let (Offset::Offset(o), Some(next)) = (
+                        e.offset(),
+                        at.get_mut(&(e.topic().to_string(), e.partition())),
+                    ) {
+                        *next = (*next).max(o);
+                    }
+                }
+            }
             let ends = stats.ends.lock().unwrap_or_else(|e| e.into_inner());
-            let lag = self
-                .next
+            let lag = at
                 .iter()
                 .filter_map(|(p, next)| {
                     let end = ends.get(p)?;
@@ -796,7 +815,7 @@ mod tests {
         KafkaSourceConfig {
             bootstrap: "127.0.0.1:1".into(),
             topics: Topics::Names(vec!["t".into()]),
-            allowed: Vec::new(),
+            allowed: None,
             start: StartFrom::Earliest,
             group: "g".into(),
             discovery: Duration::from_secs(1),
@@ -1094,7 +1113,13 @@ impl KafkaSink {
     }
 
     fn marker_consumer(&self) -> Result<BaseConsumer, CallError> {
-        ClientConfig::new()
+        let mut client = ClientConfig::new();
+        // The sink's properties too: the marker group is reached with the same
+        // credentials (SASL, TLS) as the topic.
+        for (k, v) in &self.config.properties {
+            client.set(k, v);
+        }
+        client
             .set("bootstrap.servers", &self.config.bootstrap)
             .set("group.id", self.transactional_id())
             .set("enable.auto.commit", "false")

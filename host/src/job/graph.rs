@@ -1126,7 +1126,7 @@ fn kafka_source(spec: &SourceSpec, job: &str, name: &str) -> Result<KafkaSourceC
     Ok(KafkaSourceConfig {
         bootstrap,
         topics,
-        allowed: Vec::new(),
+        allowed: None,
         start,
         group: spec
             .group

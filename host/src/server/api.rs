@@ -529,10 +529,18 @@ pub(super) struct Metrics {
     histograms: BTreeMap<String, HistogramFamily>,
 }
 
+/// The labels of a sample, their values escaped as the text format wants (the encoder
+/// writes them as they are, and operator and counter names come from tenants).
 fn labels(labels: &[(&str, &str)]) -> Labels {
     labels
         .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .map(|(k, v)| {
+            let v = v
+                .replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n");
+            (k.to_string(), v)
+        })
         .collect()
 }
 
@@ -597,5 +605,30 @@ impl Metrics {
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_from_tenants_cannot_break_the_text_format() {
+        let mut m = Metrics::default();
+        let name = "op\"} 1\nsluice_jobs{tenant=\"victim\"";
+        m.add("sluice_x_total", "counter", "x", &[("operator", name)], 2.0);
+        let text = m.finish();
+        let sample = text
+            .lines()
+            .find(|l| l.starts_with("sluice_x_total"))
+            .unwrap();
+        assert_eq!(
+            sample,
+            "sluice_x_total{operator=\"op\\\"} 1\\nsluice_jobs{tenant=\\\"victim\\\"\"} 2.0"
+        );
+        assert!(
+            !text.lines().any(|l| l.starts_with("sluice_jobs")),
+            "{text}"
+        );
     }
 }

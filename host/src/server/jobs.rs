@@ -442,6 +442,16 @@ impl Server {
         let mut plugins = BTreeMap::new();
         let (job, output) = self.prepare(tenant, text, &dir, &mut plugins)?;
         let _admission = lock(&self.jobs.admission);
+        // A plugin deleted since `prepare` found it (deletions take the same lock).
+        if let Some((op, _)) = plugins
+            .iter()
+            .find(|(_, hash)| self.plugin_path(&tenant.name, hash).is_none())
+        {
+            return Err(ApiError::new(
+                ErrorKind::Conflict,
+                format!("job.toml: operator '{op}': its plugin was deleted meanwhile"),
+            ));
+        }
         self.admit(tenant, &job)?;
         let record = JobRecord {
             id: id.clone(),
@@ -891,8 +901,10 @@ impl Server {
     /// record, checkpoints, savepoints, output and logs.
     pub fn delete(&self, tenant: &TenantConfig, id: &str) -> Result<Object, ApiError> {
         let entry = self.entry(tenant, id)?;
-        // Under the admission lock, so that no `start` launches it meanwhile.
+        // Under the admission lock, so that no `start` launches it meanwhile, and with
+        // its lines' lock, so that no `forget` writes them into the folder meanwhile.
         let _admission = lock(&self.jobs.admission);
+        let _ended = lock(&entry.ended);
         if entry.is_running() {
             return Err(ApiError::new(
                 ErrorKind::Conflict,
@@ -910,6 +922,12 @@ impl Server {
         })?;
         tracing::info!(tenant = %tenant.name, job = %id, "job deleted");
         Ok(summary)
+    }
+
+    /// Runs `f` under the lock that submissions and starts take to admit a job.
+    pub(super) fn admitting<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _admission = lock(&self.jobs.admission);
+        f()
     }
 
     /// The ids of `tenant`'s jobs that could run plugin `sha256` again (any but finished
@@ -1301,37 +1319,64 @@ fn no_kafka_grant(tenant: &TenantConfig, what: &str, name: &str) -> ApiError {
     )
 }
 
-/// Client properties a server job may set itself: tuning only. Anything that reaches
-/// further — brokers, credentials, files on the server, plugins librdkafka would load,
-/// commands it would run (`sasl.kerberos.kinit.cmd`) — is the grant's to set.
-const JOB_PROPERTIES: &[&str] = &[
-    "fetch.",
-    "queued.",
-    "queue.buffering.",
-    "batch.",
-    "linger.ms",
-    "compression.",
-    "message.max.bytes",
-    "receive.message.max.bytes",
-    "max.partition.fetch.bytes",
-    "message.timeout.ms",
-    "transaction.timeout.ms",
-    "session.timeout.ms",
-    "heartbeat.interval.ms",
-    "socket.timeout.ms",
-    "retry.backoff.ms",
-    "retries",
-    "statistics.interval.ms",
+/// Client properties a server job may set itself: tuning only, each within bounds
+/// (buffers multiply by its subtasks, and all share the server's memory). Anything that
+/// reaches further — brokers, credentials, files on the server, plugins librdkafka would
+/// load, commands it would run (`sasl.kerberos.kinit.cmd`) — is the grant's to set.
+const JOB_PROPERTIES: &[(&str, u64, u64)] = &[
+    ("fetch.min.bytes", 1, 16 << 20),
+    ("fetch.max.bytes", 1, 64 << 20),
+    ("fetch.wait.max.ms", 0, 60_000),
+    ("fetch.queue.backoff.ms", 0, 60_000),
+    ("fetch.error.backoff.ms", 0, 60_000),
+    ("max.partition.fetch.bytes", 1, 16 << 20),
+    ("queued.min.messages", 1, 1_000_000),
+    ("queued.max.messages.kbytes", 1, 64 << 10),
+    ("queue.buffering.max.messages", 1, 1_000_000),
+    ("queue.buffering.max.kbytes", 1, 64 << 10),
+    ("queue.buffering.max.ms", 0, 60_000),
+    ("linger.ms", 0, 60_000),
+    ("batch.num.messages", 1, 1_000_000),
+    ("batch.size", 1, 16 << 20),
+    ("message.max.bytes", 1000, 16 << 20),
+    ("receive.message.max.bytes", 1000, 80 << 20),
+    ("message.timeout.ms", 0, 3_600_000),
+    ("transaction.timeout.ms", 1000, 900_000),
+    ("session.timeout.ms", 1, 3_600_000),
+    ("heartbeat.interval.ms", 1, 3_600_000),
+    ("socket.timeout.ms", 10, 300_000),
+    ("retry.backoff.ms", 1, 60_000),
+    ("retries", 0, 1_000_000),
+    ("statistics.interval.ms", 100, 86_400_000),
 ];
 
-fn is_job_property(key: &str) -> bool {
-    JOB_PROPERTIES.iter().any(|p| {
-        if p.ends_with('.') {
-            key.starts_with(p)
-        } else {
-            key == *p
-        }
-    })
+/// Compression a server job may choose (`compression.type` or `compression.codec`).
+const COMPRESSIONS: &[&str] = &["none", "gzip", "snappy", "lz4", "zstd"];
+
+/// Why a server job may not set client property `key` to `value`, if it may not.
+fn job_property_refused(key: &str, value: &str) -> Option<String> {
+    if key == "compression.type" || key == "compression.codec" {
+        return (!COMPRESSIONS.contains(&value)).then(|| {
+            format!(
+                "property {key:?} must be one of {}",
+                COMPRESSIONS.join(", ")
+            )
+        });
+    }
+    let Some((_, min, max)) = JOB_PROPERTIES.iter().find(|(k, _, _)| *k == key) else {
+        let known: Vec<&str> = JOB_PROPERTIES.iter().map(|(k, _, _)| *k).collect();
+        return Some(format!(
+            "property {key:?} is not one a server job may set (only tuning: {}, \
+             compression.type)",
+            known.join(", ")
+        ));
+    };
+    match value.trim().parse::<u64>() {
+        Ok(n) if (*min..=*max).contains(&n) => None,
+        _ => Some(format!(
+            "property {key:?} = {value:?} must be a whole number from {min} to {max}"
+        )),
+    }
 }
 
 /// Keeps a server job's Kafka sources and sink within its tenant's grant: brokers and
@@ -1366,11 +1411,11 @@ fn within_kafka_grant(
                 )));
             }
         }
-        if let Some(key) = properties.keys().find(|k| !is_job_property(k)) {
-            return Err(forbidden(format!(
-                "{what}: property {key:?} is not one a server job may set (only tuning: {})",
-                JOB_PROPERTIES.join(", ")
-            )));
+        if let Some(why) = properties
+            .iter()
+            .find_map(|(k, v)| job_property_refused(k, v))
+        {
+            return Err(forbidden(format!("{what}: {why}")));
         }
         properties.extend(grant.properties.clone());
         Ok(())
@@ -1396,7 +1441,12 @@ fn within_kafka_grant(
                         grant.read
                     )));
                 }
-                config.allowed = grant.read.clone();
+                if grant.read.is_empty() {
+                    return Err(forbidden(format!(
+                        "{what}: the grant lets the tenant read no topic (its `read` is empty)"
+                    )));
+                }
+                config.allowed = Some(grant.read.clone());
                 prefixed(&mut config.group);
             }
             Vertex::Sink(sink) => {

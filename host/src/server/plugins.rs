@@ -80,6 +80,15 @@ impl Server {
     /// Deletes `tenant`'s plugin `key` (its SHA-256, or the name it was last uploaded
     /// under), unless a job that could still run uses it.
     pub fn delete_plugin(&self, tenant: &TenantConfig, key: &str) -> Result<PluginEntry, ApiError> {
+        // No job is admitted meanwhile that would use it.
+        self.admitting(|| self.delete_plugin_admitted(tenant, key))
+    }
+
+    fn delete_plugin_admitted(
+        &self,
+        tenant: &TenantConfig,
+        key: &str,
+    ) -> Result<PluginEntry, ApiError> {
         let entry = self
             .list_plugins(tenant)
             .into_iter()
