@@ -218,6 +218,22 @@ fn a_tenant_submits_watches_stops_resumes_and_cancels_jobs() {
         "{metrics}"
     );
 
+    // The history survives the server: a server started again shows the finished
+    // job's checkpoints of both runs, the savepoint between them among them.
+    let before = a.status(&id).unwrap()["checkpoints"].clone();
+    assert!(
+        before["last"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == savepoint.as_str()),
+        "{before}"
+    );
+    server.terminate();
+    let server = ServerProcess::start(&host_config(&dir, ""));
+    let a = server.client(Some("token-a"));
+    assert_eq!(a.status(&id).unwrap()["checkpoints"], before);
+
     // Deleting: a plugin a job could still run is kept, a running job too; a job that
     // is not running goes with its folder, then its plugins may go.
     let dir_of = |id: &str| dir.join("registry/jobs").join(id);

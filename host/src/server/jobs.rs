@@ -96,9 +96,33 @@ struct JobRecord {
     /// Its tasks and the edges between them, for the dashboard's graph.
     #[serde(default)]
     graph: Vec<ChainSummary>,
+    /// Its last completed checkpoints and savepoints over all runs, oldest first (at
+    /// most [`HISTORY`]), saved every few seconds while it runs and when a run ends.
+    #[serde(default)]
+    checkpoints: Vec<CheckpointSummary>,
+    /// Checkpoints completed and aborted over all runs, as of the last save.
+    #[serde(default)]
+    checkpoint_counts: (u64, u64),
     /// Records its sink wrote in all its runs, as of the last one's end.
     #[serde(default)]
     records_written: u64,
+}
+
+/// Completed checkpoints a job's record keeps.
+const HISTORY: usize = 20;
+
+/// A completed checkpoint or savepoint, as the job's history keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct CheckpointSummary {
+    id: u64,
+    kind: String,
+    /// Its folder's name.
+    name: Option<String>,
+    triggered_ms: i64,
+    duration_ms: f64,
+    /// The longest synchronous part of a task.
+    max_sync_ms: f64,
+    bytes: u64,
 }
 
 /// A task of a job's graph: its chain of vertices, parallelism and inputs.
@@ -143,6 +167,8 @@ struct JobEntry {
     /// Records read and written by its runs before the current one, which the current
     /// run's counts add to.
     counted_before: Mutex<(u64, u64)>,
+    /// Its checkpoint history and counts before the current run.
+    history_before: Mutex<(Vec<CheckpointSummary>, (u64, u64))>,
     /// Why the server cancels its run (a quota): the run then ends as failed with it.
     kill_cause: Mutex<Option<String>>,
 }
@@ -173,6 +199,7 @@ impl Jobs {
 impl JobEntry {
     /// A job kept in `dir`, not running.
     fn new(dir: PathBuf, record: JobRecord) -> Arc<JobEntry> {
+        let history = (record.checkpoints.clone(), record.checkpoint_counts);
         Arc::new(JobEntry {
             dir,
             record: Mutex::new(record),
@@ -183,6 +210,7 @@ impl JobEntry {
             ended: Mutex::new(None),
             kill_cause: Mutex::new(None),
             counted_before: Mutex::new((0, 0)),
+            history_before: Mutex::new(history),
         })
     }
 
@@ -216,6 +244,38 @@ impl JobEntry {
         } else {
             (record.records_read, record.records_written)
         }
+    }
+
+    /// Its checkpoint history and counts, over its runs before the current one and the
+    /// current one's so far (what [`JobRecord::checkpoints`] keeps).
+    fn checkpoint_history(&self) -> (Vec<CheckpointSummary>, (u64, u64)) {
+        let (mut history, (completed, aborted)) = lock(&self.history_before).clone();
+        let stats = lock(&self.monitor).checkpoints();
+        history.extend(stats.completed.iter().map(|c| CheckpointSummary {
+            id: c.id,
+            kind: format!("{:?}", c.kind).to_lowercase(),
+            name: c.path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            triggered_ms: c.triggered_ms,
+            duration_ms: c.duration.as_secs_f64() * 1e3,
+            max_sync_ms: c.max_sync.as_secs_f64() * 1e3,
+            bytes: c.bytes,
+        }));
+        let drop = history.len().saturating_sub(HISTORY);
+        history.drain(..drop);
+        let counts = (
+            completed + stats.completed.len() as u64,
+            aborted + stats.aborted.len() as u64,
+        );
+        (history, counts)
+    }
+
+    /// Saves the checkpoint history into the record, for a server that starts next.
+    fn save_history(&self) {
+        let (history, counts) = self.checkpoint_history();
+        self.update(|r| {
+            r.checkpoints = history;
+            r.checkpoint_counts = counts;
+        });
     }
 
     /// Whether its current run completed a checkpoint or savepoint.
@@ -468,6 +528,8 @@ impl Server {
             records_read: 0,
             records_written: 0,
             graph: graph_summary(job.graph()),
+            checkpoints: Vec::new(),
+            checkpoint_counts: (0, 0),
         };
         let entry = JobEntry::new(dir.clone(), record.clone());
         let stored = fs::create_dir_all(&dir)
@@ -506,6 +568,7 @@ impl Server {
         {
             let record = lock(&entry.record);
             *lock(&entry.counted_before) = (record.records_read, record.records_written);
+            *lock(&entry.history_before) = (record.checkpoints.clone(), record.checkpoint_counts);
         }
         let (control, control_rx) = unbounded();
         let mut run = lock(&entry.run);
@@ -585,6 +648,7 @@ fn finished_run(
             }
         }
     });
+    entry.save_history();
     let record = entry.record();
     tracing::info!(
         tenant = %record.tenant, job = %record.id, state = state_name(record.state),
@@ -642,20 +706,19 @@ impl Server {
         let mut o = summary(&record, entry.is_running());
         let (read, written) = entry.records_read_written(&record);
         let checkpoints = monitor.checkpoints();
-        let last: Vec<_> = checkpoints
-            .completed
+        let (history, (completed, aborted)) = entry.checkpoint_history();
+        let last: Vec<_> = history
             .iter()
             .rev()
-            .take(20)
             .map(|c| {
                 json!({
                     "status": "completed",
                     "triggered_ms": c.triggered_ms,
                     "id": c.id,
-                    "kind": format!("{:?}", c.kind).to_lowercase(),
-                    "name": c.path.file_name().map(|n| n.to_string_lossy().into_owned()),
-                    "duration_ms": c.duration.as_secs_f64() * 1e3,
-                    "max_sync_ms": c.max_sync.as_secs_f64() * 1e3,
+                    "kind": c.kind,
+                    "name": c.name,
+                    "duration_ms": c.duration_ms,
+                    "max_sync_ms": c.max_sync_ms,
                     "bytes": c.bytes,
                 })
             })
@@ -707,8 +770,8 @@ impl Server {
             (
                 "checkpoints",
                 json!({
-                    "completed": checkpoints.completed.len(),
-                    "aborted": checkpoints.aborted.len(),
+                    "completed": completed,
+                    "aborted": aborted,
                     "last": last,
                     "last_aborted": checkpoints.aborted.iter().rev().take(5)
                         .map(|(id, reason)| json!({"id": id, "status": "aborted", "reason": reason}))
@@ -1069,6 +1132,10 @@ impl Server {
             if entry.record().recoveries > 0 && entry.completed_a_checkpoint() {
                 entry.update(|r| r.recoveries = 0);
             }
+            // A server killed now still shows this run's checkpoints when it comes back.
+            if entry.record().checkpoint_counts != entry.checkpoint_history().1 {
+                entry.save_history();
+            }
         }
 
         let tenants: BTreeSet<String> = running.iter().map(|e| e.record().tenant).collect();
@@ -1116,6 +1183,9 @@ impl Server {
             tracing::error!("job {id}: keeping its log lines: {e:#}");
         }
         *lock(&entry.monitor) = Arc::new(JobMonitor::default());
+        // The run's checkpoints are in the record now; they are its history.
+        let record = entry.record();
+        *lock(&entry.history_before) = (record.checkpoints, record.checkpoint_counts);
         *ended = None;
     }
 
