@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_tests::kafka::{
     Read, add_partitions, broker, committed_offsets, create_topic, produce, produce_to,
-    read_committed, unique_topic,
+    read_committed, unique_topic, wait_for_end,
 };
 use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE, UPPERCASE, WINDOW};
 use sluice_tests::{
@@ -452,6 +452,8 @@ fn kafka_partitions_keep_their_own_watermarks() {
             produce_to(&broker, &topic, Some(1), a);
             produce_to(&broker, &topic, Some(0), b);
         }
+        // The bounded source ends where the partitions end when it starts.
+        wait_for_end(&broker, &topic, 4_000);
         let dir = test_dir("kafka-partition-watermarks");
         let timestamp = if from_field {
             "{ field = 0 }"

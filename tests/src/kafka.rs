@@ -249,3 +249,37 @@ pub fn committed_offsets(broker: &str, group: &str, topic: &str) -> BTreeMap<i32
         })
         .collect()
 }
+
+/// Waits until `topic`'s partitions end, as a `read_committed` consumer sees them, at
+/// `records` records in all: what a bounded source takes as the end when it starts.
+pub fn wait_for_end(broker: &str, topic: &str, records: i64) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("group.id", unique_topic("ends"))
+        .set("isolation.level", "read_committed")
+        .create()
+        .expect("a consumer");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(30))
+            .expect("topic metadata");
+        let end: i64 = metadata.topics()[0]
+            .partitions()
+            .iter()
+            .map(|p| {
+                consumer
+                    .fetch_watermarks(topic, p.id(), Duration::from_secs(30))
+                    .map_or(0, |(_, high)| high)
+            })
+            .sum();
+        if end >= records {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic} ends at {end} records, not {records}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
