@@ -189,6 +189,12 @@ delay_ms = 10
     let (code, _, stderr) = outcome(&sluice(&["run", "--quiet", job.to_str().unwrap()]));
     assert_eq!(code, Some(1), "{stderr}");
     assert!(!stderr.contains("restarting"), "{stderr}");
+    // Printed once: the final error, not also a log line of the task.
+    assert_eq!(
+        stderr.matches("it declared keyed state").count(),
+        1,
+        "{stderr}"
+    );
     assert!(
         stderr.contains("invalid configuration")
             && stderr.contains("it declared keyed state")

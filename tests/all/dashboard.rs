@@ -257,6 +257,9 @@ fn a_tenant_watches_and_stops_its_job_in_the_dashboard_and_sees_no_other() {
     until("the job list", &|| browser.count("tr.job") == 1);
     assert_eq!(browser.count(&format!("tr.job[data-id='{id}']")), 1);
     assert_eq!(browser.count(&format!("tr.job[data-id='{other}']")), 0);
+    assert!(
+        browser.text("#jobs").contains("killable") && browser.text("#jobs").contains("running")
+    );
     until("records read", &|| {
         browser.text(&format!("tr.job[data-id='{id}'] td:nth-child(5)")) != "0"
     });
@@ -266,6 +269,8 @@ fn a_tenant_watches_and_stops_its_job_in_the_dashboard_and_sees_no_other() {
     // keep coming while the page is open.
     browser.click(&format!("tr.job[data-id='{id}'] a"));
     until("the graph", &|| browser.count("#graph g.task") == 3);
+    // Per operator: tokenize, count and the sink.
+    until("the operators", &|| browser.count("tr.operator") == 3);
     assert!(
         browser.text("#graph").contains("hash"),
         "{}",

@@ -684,6 +684,7 @@ impl Server {
                 o.insert("records_read".into(), json!(read));
                 o.insert("records_written".into(), json!(written));
                 let monitor = lock(&e.monitor).clone();
+                o.insert("tenant".into(), json!(r.tenant));
                 o.insert("restarts".into(), json!(r.restarts + monitor.attempt()));
                 let last = monitor
                     .checkpoints()
