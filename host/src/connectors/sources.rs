@@ -80,7 +80,12 @@ impl Source for FileSource {
         let status = self.read_lines(out, max);
         if let Some(metrics) = &self.metrics {
             let mut counters = metrics.counters.lock().unwrap_or_else(|e| e.into_inner());
-            counters.insert("bytes-read".to_string(), self.offset);
+            match counters.get_mut("bytes-read") {
+                Some(offset) => *offset = self.offset,
+                None => {
+                    counters.insert("bytes-read".to_string(), self.offset);
+                }
+            }
         }
         status
     }

@@ -16,18 +16,23 @@ pub struct Client {
 /// Largest answer read (job output can be large).
 const MAX_ANSWER: u64 = 1 << 30;
 
+/// An agent that hands error statuses back as answers, with `tls`.
+fn agent(tls: ureq::tls::TlsConfig) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(600)))
+        .tls_config(tls)
+        .build()
+        .into()
+}
+
 impl Client {
     /// A client of the server at `base` (e.g. `http://127.0.0.1:8600`).
     pub fn new(base: &str, token: Option<String>) -> Client {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(600)))
-            .build()
-            .into();
         Client {
             base: base.trim_end_matches('/').to_string(),
             token,
-            agent,
+            agent: agent(ureq::tls::TlsConfig::default()),
         }
     }
 
@@ -41,12 +46,7 @@ impl Client {
         let tls = TlsConfig::builder()
             .root_certs(RootCerts::new_with_certs(&[cert]))
             .build();
-        self.agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(600)))
-            .tls_config(tls)
-            .build()
-            .into();
+        self.agent = agent(tls);
         Ok(self)
     }
 

@@ -269,13 +269,16 @@ impl JobEntry {
         (history, counts)
     }
 
-    /// Saves the checkpoint history into the record, for a server that starts next.
+    /// Saves the checkpoint history into the record, for a server that starts next
+    /// (written only when it changed).
     fn save_history(&self) {
         let (history, counts) = self.checkpoint_history();
-        self.update(|r| {
-            r.checkpoints = history;
-            r.checkpoint_counts = counts;
-        });
+        if self.record().checkpoint_counts != counts {
+            self.update(|r| {
+                r.checkpoints = history;
+                r.checkpoint_counts = counts;
+            });
+        }
     }
 
     /// Whether its current run completed a checkpoint or savepoint.
@@ -1134,9 +1137,7 @@ impl Server {
                 entry.update(|r| r.recoveries = 0);
             }
             // A server killed now still shows this run's checkpoints when it comes back.
-            if entry.record().checkpoint_counts != entry.checkpoint_history().1 {
-                entry.save_history();
-            }
+            entry.save_history();
         }
 
         let tenants: BTreeSet<String> = running.iter().map(|e| e.record().tenant).collect();
