@@ -17,7 +17,9 @@ mod effects;
 mod entries;
 mod timers;
 
-pub use batch::{BatchReader, BatchWriter, RecordRef};
+pub use batch::{
+    BatchReader, BatchScan, BatchWriter, Headers, RecordRef, encode_headers, strip_extensions,
+};
 pub use effects::{Effect, EffectReader, EffectWriter};
 pub use entries::{EntryReader, EntryWriter};
 pub use timers::{TimeDomain, TimerReader, TimerRef, TimerWriter};

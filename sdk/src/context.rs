@@ -31,9 +31,13 @@ pub(crate) struct Runtime {
     /// otherwise; allocated on the first such change and kept (out of line: most
     /// operators never need it).
     batch: Option<Box<BatchTimers>>,
-    /// The watermark as read from the host in the current call: it changes only between
-    /// calls, so one host call per call is enough.
-    watermark: Cell<Option<i64>>,
+    /// The watermark in the current call: as read from the host (once: it changes only
+    /// between calls), or as the batch's watermarks advanced it.
+    pub(crate) watermark: Cell<Option<i64>>,
+    /// The earliest event-time timer registered in this call (new to the host).
+    pub(crate) new_event_timer: Option<i64>,
+    /// The side outputs declared in `open`.
+    outputs: Vec<String>,
 }
 
 /// During an `on-timers` call, the timers of its batch that an earlier timer changed.
@@ -112,6 +116,7 @@ impl Runtime {
     /// (the host would discard it) and the state cache forgets the call's writes.
     pub(crate) fn end_call(&mut self, success: bool) -> CallOutput {
         self.watermark.set(None);
+        self.new_event_timer = None;
         self.states.end_call(success, &mut self.effects);
         self.firing_until = None;
         if let Some(batch) = &mut self.batch {
@@ -140,6 +145,10 @@ impl Runtime {
                 return;
             }
             self.registered_timers += 1;
+            if domain == TimeDomain::EventTime {
+                self.new_event_timer =
+                    Some(self.new_event_timer.map_or(timestamp, |t| t.min(timestamp)));
+            }
             if self.firing_until.is_some_and(|until| timestamp <= until) {
                 self.batch
                     .get_or_insert_default()
@@ -228,7 +237,22 @@ pub(crate) struct OpenInfo {
     pub(crate) keyed: bool,
     pub(crate) restored_state: Option<Vec<u8>>,
     pub(crate) attempt: u32,
+    pub(crate) inputs: Vec<Input>,
 }
+
+/// One input of an operator, as the job file names it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Input {
+    /// The source or operator it comes from.
+    pub name: String,
+    /// Every record of it reaches every subtask.
+    pub broadcast: bool,
+}
+
+/// A side output declared with [`OpenContext::side_output`], for
+/// [`Context::emit_to`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SideOutput(u32);
 
 /// A timer that fired, as passed to [`Operator::on_timer`](crate::Operator::on_timer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -447,6 +471,26 @@ impl OpenContext<'_> {
             .map(MapState::new)
     }
 
+    /// The operator's inputs; [`Context::input_index`] says which one a record came from.
+    pub fn inputs(&self) -> &[Input] {
+        &self.info.inputs
+    }
+
+    /// Declares side output `name`: records sent there with [`Context::emit_to`] go where
+    /// the job file connects `OPERATOR:name` (nowhere if it does not, as in Flink).
+    ///
+    /// # Errors
+    ///
+    /// The host's refusal (outside `open`, a bad name, too many outputs).
+    pub fn side_output(&mut self, name: &str) -> Result<SideOutput> {
+        let id = self
+            .host
+            .declare_output(name)
+            .map_err(|e| crate::Error::failed(format!("declaring side output '{name}': {e}")))?;
+        self.rt.outputs.push(name.to_owned());
+        Ok(SideOutput(id))
+    }
+
     fn declare(&mut self, name: &str, kind: StateKind, ttl: Option<Duration>) -> Result<usize> {
         self.rt.states.declare(self.host, name, kind, ttl)
     }
@@ -466,6 +510,8 @@ pub struct Context<'a> {
     /// The input record being processed, with its encoded bytes: emitting it unchanged
     /// copies those bytes instead of encoding it again.
     pub(crate) input: Option<(RecordRef<'a>, &'a [u8])>,
+    /// The input the batch being processed came from.
+    pub(crate) input_index: u32,
 }
 
 impl Context<'_> {
@@ -473,12 +519,65 @@ impl Context<'_> {
     /// timestamp in `process`, an event-time timer's time in `on_timer`, and none
     /// otherwise (see [`timestamp`](Self::timestamp)).
     pub fn emit(&mut self, key: Option<&[u8]>, value: &[u8]) {
-        self.rt.records.push(key, value, self.timestamp);
+        self.emit_at(key, value, self.timestamp);
     }
 
-    /// Emits a record with the given timestamp.
+    /// Emits a record with the given timestamp (with the input record's headers and
+    /// partition, as [`emit`](Self::emit)).
     pub fn emit_at(&mut self, key: Option<&[u8]>, value: &[u8], timestamp: Option<i64>) {
-        self.rt.records.push(key, value, timestamp);
+        match self.input {
+            Some((input, _)) if input.headers.is_some() || input.partition.is_some() => {
+                self.rt.records.push_record(RecordRef {
+                    key,
+                    value,
+                    timestamp,
+                    headers: input.headers,
+                    partition: input.partition,
+                    output: 0,
+                });
+            }
+            _ => self.rt.records.push(key, value, timestamp),
+        }
+    }
+
+    /// Emits a record to side output `output` (timestamp, headers and partition as
+    /// [`emit`](Self::emit)).
+    pub fn emit_to(&mut self, output: SideOutput, key: Option<&[u8]>, value: &[u8]) {
+        let input = self.input.map(|(input, _)| input);
+        self.rt.records.push_record(RecordRef {
+            key,
+            value,
+            timestamp: self.timestamp,
+            headers: input.and_then(|i| i.headers),
+            partition: input.and_then(|i| i.partition),
+            output: output.0,
+        });
+    }
+
+    /// The input (of [`OpenContext::inputs`]) the record being processed came from.
+    pub fn input_index(&self) -> u32 {
+        self.input_index
+    }
+
+    /// The headers of the record being processed (a Kafka record's), in order.
+    pub fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        self.input
+            .and_then(|(input, _)| input.headers)
+            .into_iter()
+            .flat_map(|h| h.iter())
+    }
+
+    /// The value of the first header `name` of the record being processed.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.input
+            .and_then(|(input, _)| input.headers)
+            .and_then(|h| h.get(name.as_bytes()))
+    }
+
+    /// The source partition the record being processed was read from, if its source
+    /// has partitions (a Kafka source).
+    pub fn partition(&self) -> Option<u32> {
+        self.input.and_then(|(input, _)| input.partition)
     }
 
     /// Emits `record` as it is (for example the input record, unchanged).
@@ -495,9 +594,7 @@ impl Context<'_> {
             self.rt.records.extend_encoded(encoded, 1);
             return;
         }
-        self.rt
-            .records
-            .push(record.key, record.value, record.timestamp);
+        self.emit_at(record.key, record.value, record.timestamp);
     }
 
     /// Emits `value` encoded with postcard, readable with [`Record::decode`]; the
@@ -532,6 +629,14 @@ impl From<crate::bindings::sluice::operator::types::OpenContext> for OpenInfo {
             keyed: ctx.keyed,
             restored_state: ctx.restored_state,
             attempt: ctx.attempt,
+            inputs: ctx
+                .inputs
+                .into_iter()
+                .map(|i| Input {
+                    name: i.name,
+                    broadcast: i.broadcast,
+                })
+                .collect(),
         }
     }
 }

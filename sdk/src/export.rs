@@ -33,7 +33,10 @@ macro_rules! export {
             use ::core::result::Result;
             use ::std::vec::Vec;
             use $crate::__rt::Slot;
-            use $crate::__rt::wasm::{self as glue, WitError, WitOpenContext, WitOutput};
+            use $crate::__rt::wasm::{
+                self as glue, WitBatchWatermark, WitError, WitOpenContext, WitOutput,
+                WitProcessed, WitSnapshotOutput,
+            };
 
             struct SluiceExports;
 
@@ -47,8 +50,13 @@ macro_rules! export {
                     SLUICE_OPERATOR.with_borrow_mut(|slot| glue::open(slot, ctx))
                 }
 
-                fn process(records: Vec<u8>) -> Result<WitOutput, WitError> {
-                    SLUICE_OPERATOR.with_borrow_mut(|slot| glue::process(slot, &records))
+                fn process(
+                    input: u32,
+                    records: Vec<u8>,
+                    watermarks: Vec<WitBatchWatermark>,
+                ) -> Result<WitProcessed, WitError> {
+                    SLUICE_OPERATOR
+                        .with_borrow_mut(|slot| glue::process(slot, input, &records, &watermarks))
                 }
 
                 fn process_watermark(watermark: i64) -> Result<WitOutput, WitError> {
@@ -59,7 +67,7 @@ macro_rules! export {
                     SLUICE_OPERATOR.with_borrow_mut(|slot| glue::on_timers(slot, &timers))
                 }
 
-                fn snapshot(checkpoint_id: u64) -> Result<Vec<u8>, WitError> {
+                fn snapshot(checkpoint_id: u64) -> Result<WitSnapshotOutput, WitError> {
                     SLUICE_OPERATOR.with_borrow_mut(|slot| glue::snapshot(slot, checkpoint_id))
                 }
 

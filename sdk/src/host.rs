@@ -43,6 +43,10 @@ pub(crate) trait Host {
     /// All entries of `key` in the `entries` encoding, as of the start of the current call.
     fn state_entries(&self, state: u32, key: &[u8]) -> Vec<u8>;
     fn log(&self, level: Level, message: &str);
+    /// Declares side output `name` (only during `open`); its number for emitted records.
+    fn declare_output(&self, name: &str) -> Result<u32, String> {
+        Err(format!("side output '{name}': this host has none"))
+    }
 }
 
 /// The real host, reached through the component's imports.
@@ -77,6 +81,10 @@ impl Host for WasmHost {
 
     fn state_entries(&self, state: u32, key: &[u8]) -> Vec<u8> {
         runtime::state_entries(state, key)
+    }
+
+    fn declare_output(&self, name: &str) -> Result<u32, String> {
+        runtime::declare_output(name)
     }
 
     fn log(&self, level: Level, message: &str) {

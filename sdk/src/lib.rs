@@ -111,7 +111,7 @@ pub mod state;
 pub mod testing;
 
 pub use config::Config;
-pub use context::{Context, OpenContext, Timer};
+pub use context::{Context, Input, OpenContext, SideOutput, Timer};
 pub use error::{Error, Result};
 pub use host::Level;
 pub use operator::Operator;

@@ -16,7 +16,7 @@ pub enum Slot<T> {
     #[default]
     Unopened,
     /// Between a successful `open` and `dispose`.
-    Open(Instance<T>),
+    Open(Box<Instance<T>>),
     /// After `dispose`.
     Disposed,
 }
@@ -69,7 +69,7 @@ pub(crate) fn open<T: Operator>(
     };
     let operator = T::open(&mut ctx)?;
     let output = rt.end_call(true);
-    *slot = Slot::Open(Instance { operator, rt });
+    *slot = Slot::Open(Box::new(Instance { operator, rt }));
     Ok(output)
 }
 
@@ -86,29 +86,78 @@ fn run<'c, T: Operator>(
         rt: &mut instance.rt,
         timestamp: None,
         input: None,
+        input_index: 0,
     };
     let result = f(&mut instance.operator, &mut ctx);
     let output = ctx.rt.end_call(result.is_ok());
     result.map(|()| output)
 }
 
+/// What `process` produced: the call's output, the watermarks passed on among its
+/// records, and where it stopped (see the WIT's `processed`).
+#[derive(Debug, Default)]
+pub(crate) struct Processed {
+    pub(crate) output: CallOutput,
+    pub(crate) watermarks: Vec<(u32, i64)>,
+    pub(crate) stopped_at: Option<u32>,
+}
+
+/// `process` of a batch of input `input` with `watermarks` among its records (`(before,
+/// watermark)`, ascending): each watermark is handled (`process_watermark`) before the
+/// records after it and passed on at the point of the output it reached. Stops before a
+/// watermark that makes due an event-time timer registered in this call, so that the
+/// host fires it there.
 pub(crate) fn process<'c, T: Operator>(
     slot: &'c mut Slot<T>,
     host: &'c dyn Host,
+    input: u32,
     records: &'c [u8],
-) -> Result<CallOutput> {
-    run(slot, host, "process", |operator, ctx| {
+    watermarks: &[(u32, i64)],
+) -> Result<Processed> {
+    let mut passed: Vec<(u32, i64)> = Vec::new();
+    let mut stopped_at = None;
+    let output = run(slot, host, "process", |operator, ctx| {
         // Most operators emit about as much as they read: one allocation, no regrowth.
         ctx.rt.records.reserve(records.len());
+        ctx.input_index = input;
         let mut reader = BatchReader::new(records);
-        while let Some(item) = reader.next_with_bytes() {
+        let mut next = 0;
+        let mut n = 0u32;
+        loop {
+            while let Some(&(before, watermark)) = watermarks.get(next)
+                && before <= n
+            {
+                if ctx.rt.new_event_timer.is_some_and(|t| t <= watermark) {
+                    stopped_at = Some(next as u32);
+                    return Ok(());
+                }
+                ctx.rt.watermark.set(Some(watermark));
+                ctx.timestamp = None;
+                ctx.input = None;
+                operator.process_watermark(watermark, ctx)?;
+                let at = ctx.rt.records.len() as u32;
+                match passed.last_mut() {
+                    Some(last) if last.0 == at => last.1 = watermark,
+                    _ => passed.push((at, watermark)),
+                }
+                next += 1;
+            }
+            let Some(item) = reader.next_with_bytes() else {
+                break;
+            };
             let (record, encoded) = item.map_err(|e| Error::failed(format!("process: {e}")))?;
             ctx.timestamp = record.timestamp;
             ctx.input = Some((record, encoded));
             operator.process(record.into(), ctx)?;
+            n += 1;
         }
         ctx.input = None;
         Ok(())
+    })?;
+    Ok(Processed {
+        output,
+        watermarks: passed,
+        stopped_at,
     })
 }
 
@@ -157,6 +206,8 @@ pub(crate) fn on_timers<T: Operator>(
     })
 }
 
+/// `snapshot`: the operator's own state (keyed state is written through, nothing to
+/// write back).
 pub(crate) fn snapshot<T: Operator>(slot: &mut Slot<T>, checkpoint_id: u64) -> Result<Vec<u8>> {
     slot.instance("snapshot")?.operator.snapshot(checkpoint_id)
 }
@@ -198,7 +249,10 @@ pub mod wasm {
 
     /// The generated `Guest` trait the exports implement.
     pub use crate::bindings::exports::sluice::operator::stream_operator::Guest;
-    pub use wit::{Error as WitError, OpenContext as WitOpenContext, Output as WitOutput};
+    pub use wit::{
+        BatchWatermark as WitBatchWatermark, Error as WitError, OpenContext as WitOpenContext,
+        Output as WitOutput, Processed as WitProcessed, SnapshotOutput as WitSnapshotOutput,
+    };
 
     fn to_wit_error(err: Error) -> wit::Error {
         match err {
@@ -227,9 +281,23 @@ pub mod wasm {
     /// `process`.
     pub fn process<T: Operator>(
         slot: &mut Slot<T>,
+        input: u32,
         records: &[u8],
-    ) -> Result<wit::Output, wit::Error> {
-        to_wit(super::process(slot, &WasmHost, records))
+        watermarks: &[wit::BatchWatermark],
+    ) -> Result<wit::Processed, wit::Error> {
+        let given: Vec<(u32, i64)> = watermarks.iter().map(|w| (w.before, w.watermark)).collect();
+        super::process(slot, &WasmHost, input, records, &given)
+            .map(|p| wit::Processed {
+                records: p.output.records,
+                effects: p.output.effects,
+                watermarks: p
+                    .watermarks
+                    .into_iter()
+                    .map(|(before, watermark)| wit::BatchWatermark { before, watermark })
+                    .collect(),
+                stopped_at: p.stopped_at,
+            })
+            .map_err(to_wit_error)
     }
 
     /// `process-watermark`.
@@ -252,8 +320,13 @@ pub mod wasm {
     pub fn snapshot<T: Operator>(
         slot: &mut Slot<T>,
         checkpoint_id: u64,
-    ) -> Result<Vec<u8>, wit::Error> {
-        super::snapshot(slot, checkpoint_id).map_err(to_wit_error)
+    ) -> Result<wit::SnapshotOutput, wit::Error> {
+        super::snapshot(slot, checkpoint_id)
+            .map(|state| wit::SnapshotOutput {
+                state,
+                effects: Vec::new(),
+            })
+            .map_err(to_wit_error)
     }
 
     /// `notify-complete`.
@@ -323,7 +396,7 @@ mod tests {
     #[test]
     fn calls_out_of_order_are_errors() {
         let mut slot = Slot::<Echo>::new();
-        let err = process(&mut slot, &TestHost::default(), &[]).unwrap_err();
+        let err = process(&mut slot, &TestHost::default(), 0, &[], &[]).unwrap_err();
         assert_eq!(err, Error::failed("process called before open"));
         assert_eq!(
             snapshot(&mut slot, 1).unwrap_err(),
@@ -400,11 +473,11 @@ mod tests {
                 .map(|r| String::from_utf8(r.unwrap().value.to_vec()).unwrap())
                 .collect()
         };
-        assert_eq!(values(process(&mut slot, &host, &batch).unwrap()), ["5"; 6]);
+        assert_eq!(values(process(&mut slot, &host, 0, &batch, &[]).map(|p| p.output).unwrap()), ["5"; 6]);
         assert_eq!(host.reads.get(), 1);
         // The host moves the watermark between calls: the next call sees the new one.
         host.watermark.set(9);
-        assert_eq!(values(process(&mut slot, &host, &batch).unwrap()), ["9"; 6]);
+        assert_eq!(values(process(&mut slot, &host, 0, &batch, &[]).map(|p| p.output).unwrap()), ["9"; 6]);
         assert_eq!(host.reads.get(), 2);
     }
 
@@ -525,7 +598,7 @@ mod tests {
         // Deleted in `process`: likewise.
         let mut batch = sluice_codec::BatchWriter::new();
         batch.push(Some(b"k"), b"", None);
-        process(&mut slot, &TestHost::default(), &batch.into_bytes()).unwrap();
+        process(&mut slot, &TestHost::default(), 0, &batch.into_bytes(), &[]).unwrap();
         assert_eq!(fire(&mut slot, &[(20, "k")]).0, ["20 k"]);
     }
 
@@ -533,7 +606,7 @@ mod tests {
     fn malformed_input_is_an_error_naming_it() {
         let mut slot = Slot::<Echo>::new();
         open(&mut slot, &TestHost::default(), &OpenInfo::default()).unwrap();
-        let err = process(&mut slot, &TestHost::default(), &[0x80]).unwrap_err();
+        let err = process(&mut slot, &TestHost::default(), 0, &[0x80], &[]).unwrap_err();
         assert_eq!(
             err.message(),
             "process: malformed record batch at byte 0: unknown record flags"

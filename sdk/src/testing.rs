@@ -140,6 +140,8 @@ struct Store {
     event_timers: BTreeSet<(i64, Vec<u8>)>,
     processing_timers: BTreeSet<(i64, Vec<u8>)>,
     counters: BTreeMap<String, u64>,
+    /// Side outputs declared in `open`.
+    outputs: RefCell<Vec<String>>,
 }
 
 impl Store {
@@ -347,6 +349,18 @@ impl Host for HarnessHost<'_> {
         entries.into_bytes()
     }
 
+    fn declare_output(&self, name: &str) -> Result<u32, String> {
+        if !self.0.opening.get() {
+            return Err("side outputs can only be declared during open".to_owned());
+        }
+        let mut outputs = self.0.outputs.borrow_mut();
+        if let Some(i) = outputs.iter().position(|o| o == name) {
+            return Ok(i as u32 + 1);
+        }
+        outputs.push(name.to_owned());
+        Ok(outputs.len() as u32)
+    }
+
     fn log(&self, level: Level, message: &str) {
         self.0.logs.borrow_mut().push(LogLine {
             level,
@@ -467,8 +481,10 @@ impl<T: Operator> HarnessBuilder<T> {
                 event_timers: keyed.event_timers,
                 processing_timers: keyed.processing_timers,
                 counters: BTreeMap::new(),
+                outputs: RefCell::new(Vec::new()),
             },
             output: Vec::new(),
+            side: Vec::new(),
             logs: Vec::new(),
         };
         let opened = harness.call(|slot, host| rt::open(slot, host, &info));
@@ -484,6 +500,8 @@ pub struct Harness<T: Operator> {
     slot: Slot<T>,
     store: Store,
     output: Vec<OwnedRecord>,
+    /// Records sent to side outputs, with the output's number.
+    side: Vec<(u32, OwnedRecord)>,
     logs: Vec<LogLine>,
 }
 
@@ -502,13 +520,91 @@ impl<T: Operator> Harness<T> {
         self.logs.append(&mut self.store.logs.borrow_mut());
         let output = result?;
         let records = BatchReader::new(&output.records)
-            .map(|r| r.map(|r| Record::from(r).to_owned_record()))
+            .map(|r| r.map(|r| (r.output, Record::from(r).to_owned_record())))
             .collect::<Result<Vec<_>, _>>()?;
         let effects = EffectReader::new(&output.effects).collect::<Result<Vec<_>, _>>()?;
         for effect in effects {
             self.store.apply(effect)?;
         }
-        self.output.extend(records);
+        for (output, record) in records {
+            if output == 0 {
+                self.output.push(record);
+            } else {
+                self.side.push((output, record));
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the records sent to side output `name` so far.
+    pub fn take_side_output(&mut self, name: &str) -> Vec<OwnedRecord> {
+        let Some(i) = self.store.outputs.borrow().iter().position(|o| o == name) else {
+            return Vec::new();
+        };
+        let id = i as u32 + 1;
+        let (taken, kept) = std::mem::take(&mut self.side)
+            .into_iter()
+            .partition(|(o, _)| *o == id);
+        self.side = kept;
+        taken.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// Processes `records` as one batch with `watermarks` among them (`(before,
+    /// watermark)`: the watermark arrived before record number `before`), as the host
+    /// gives a batch: event-time timers fire at the watermark that makes them due, before
+    /// the records after it — the same as records and watermarks one at a time.
+    pub fn process_batch<'r>(
+        &mut self,
+        records: impl IntoIterator<Item = Record<'r>>,
+        watermarks: &[(usize, i64)],
+    ) -> Result<()> {
+        let records: Vec<Record<'r>> = records.into_iter().collect();
+        let (mut first, mut k) = (0, 0);
+        // The first watermark from `from` on that makes a registered timer due.
+        let due = |store: &Store, from: usize| {
+            let next = store.event_timers.first()?.0;
+            watermarks[from..]
+                .iter()
+                .position(|&(_, w)| w > store.watermark && w >= next)
+                .map(|j| from + j)
+        };
+        while first < records.len() || k < watermarks.len() {
+            let mut cut = due(&self.store, k);
+            if let Some(j) = cut
+                && watermarks[j].0 <= first
+            {
+                self.store.watermark = watermarks[j].1;
+                self.fire_timers(TimeDomain::EventTime, watermarks[j].1)?;
+                cut = due(&self.store, j + 1);
+            }
+            let (end, wm_end) = cut.map_or((records.len(), watermarks.len()), |j| {
+                (watermarks[j].0.min(records.len()), j)
+            });
+            let mut batch = BatchWriter::new();
+            for record in &records[first..end] {
+                batch.push(record.key, record.value, record.timestamp);
+            }
+            let batch = batch.into_bytes();
+            let given: Vec<(u32, i64)> = watermarks[k..wm_end]
+                .iter()
+                .map(|&(before, w)| (before.saturating_sub(first) as u32, w))
+                .collect();
+            let mut stopped = None;
+            self.call(|slot, host| {
+                let p = rt::process(slot, host, 0, &batch, &given)?;
+                stopped = p.stopped_at.map(|s| s as usize);
+                Ok(p.output)
+            })?;
+            let (handled, handled_wms) = match stopped {
+                Some(s) => (given[s].0 as usize, s),
+                None => (end - first, given.len()),
+            };
+            if let Some(&(_, w)) = given[..handled_wms].last() {
+                self.store.watermark = self.store.watermark.max(w);
+            }
+            first += handled;
+            k += handled_wms;
+        }
         Ok(())
     }
 
@@ -542,7 +638,7 @@ impl<T: Operator> Harness<T> {
             batch.push(record.key, record.value, record.timestamp);
         }
         let batch = batch.into_bytes();
-        self.call(|slot, host| rt::process(slot, host, &batch))
+        self.call(|slot, host| rt::process(slot, host, 0, &batch, &[]).map(|p| p.output))
     }
 
     /// Advances the watermark to `watermark`: fires the due event-time timers through

@@ -86,11 +86,11 @@ fn component_of_another_wit_version() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("built for sluice:operator@0.2.0"),
+        stderr.contains("built for sluice:operator@0.9.0"),
         "{stderr}"
     );
     assert!(
-        stderr.contains("supports sluice:operator@0.1.0"),
+        stderr.contains("supports sluice:operator@0.2.0 and sluice:operator@0.1.0"),
         "{stderr}"
     );
 }

@@ -89,7 +89,7 @@ fn check(
     ))
     .unwrap();
     let output = std::fs::read_to_string(dir.join("out.tsv")).unwrap();
-    let want = expected(events, batch_size, BOUND, kind, aggregate, lateness);
+    let want = expected(events, BOUND, kind, aggregate, lateness);
     assert_eq!(
         sorted_lines(&output),
         want.lines,

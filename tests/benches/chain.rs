@@ -90,7 +90,7 @@ fn main() {
             .collect();
         let run = |chain: &mut OperatorChain| {
             for (bytes, n) in &batches {
-                chain.process(bytes.clone(), *n).expect("processing");
+                chain.process(bytes.clone(), *n, Vec::new()).expect("processing");
             }
         };
         let (mut native, mut keyed, mut wasm) =

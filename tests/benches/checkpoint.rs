@@ -152,7 +152,7 @@ fn stall() {
         let mut stalls = Vec::new();
         let mut last = None;
         for id in 1..=runs as u64 {
-            chain.process(batch.clone(), 256).unwrap();
+            chain.process(batch.clone(), 256, Vec::new()).unwrap();
             let start = Instant::now();
             let snapshot = chain.snapshot(id).unwrap();
             stalls.push(start.elapsed());

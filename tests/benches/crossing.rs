@@ -60,7 +60,7 @@ fn main() {
             .collect();
         let run = |c: &mut OperatorChain| {
             for bytes in &batches {
-                c.process(bytes.clone(), batch).unwrap();
+                c.process(bytes.clone(), batch, Vec::new()).unwrap();
             }
         };
         let (mut native, mut wasm) = (chain(native()), chain(wasm()));

@@ -104,6 +104,10 @@ pub fn open_info(name: &str, config: &[(&str, &str)], keyed: bool) -> OpenInfo {
         keyed,
         restored_state: None,
         attempt: 0,
+        inputs: vec![sluice::chain::InputInfo {
+            name: "bench".into(),
+            broadcast: false,
+        }],
     }
 }
 

@@ -1,5 +1,7 @@
 //! An independent model of event-time windows, written from the rules Sluice follows
-//! (Flink's): watermark = max timestamp − bound − 1 after each source batch; a window is
+//! (Flink's): watermark = max timestamp − bound − 1 after each record (as Flink's
+//! `BoundedOutOfOrdernessWatermarks` with one watermark per record, whatever the batch
+//! size); a window is
 //! late when `max_timestamp + allowed_lateness <= watermark`; a record all of whose windows
 //! are late is dropped, and counted when `timestamp + allowed_lateness <= watermark`;
 //! windows fire when the watermark reaches their `max_timestamp` (late records within the
@@ -251,11 +253,9 @@ impl Model {
     }
 }
 
-/// What a job `source (batches of batch_size, bound) -> window -> sink` outputs for
-/// `events`.
+/// What a job `source (bound) -> window -> sink` outputs for `events`, at any batch size.
 pub fn expected(
     events: &[Event],
-    batch_size: usize,
     bound: i64,
     kind: Kind,
     aggregate: Aggregate,
@@ -272,14 +272,11 @@ pub fn expected(
         dropped: 0,
     };
     let mut max_ts: Option<i64> = None;
-    for batch in events.chunks(batch_size.max(1)) {
-        for e in batch {
-            m.process(e);
-            max_ts = Some(max_ts.map_or(e.ts, |t| t.max(e.ts)));
-        }
-        if let Some(t) = max_ts {
-            m.advance(t - bound - 1);
-        }
+    for e in events {
+        m.process(e);
+        let t = max_ts.map_or(e.ts, |t: i64| t.max(e.ts));
+        max_ts = Some(t);
+        m.advance(t - bound - 1);
     }
     m.advance(i64::MAX);
     m.out.sort();

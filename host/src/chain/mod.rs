@@ -9,8 +9,8 @@
 mod operator;
 
 pub use operator::{
-    Call, CallError, CallOutput, OpenInfo, Operator, OperatorFailure, OperatorIdentity,
-    OperatorState, TrapKind,
+    Call, CallError, CallOutput, InputInfo, OpenInfo, Operator, OperatorFailure, OperatorIdentity,
+    OperatorState, ProcessOutput, TrapKind,
 };
 
 use std::sync::Arc;
@@ -18,11 +18,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
-use sluice_codec::{BatchReader, TimeDomain};
+use sluice_codec::{BatchReader, BatchWriter, TimeDomain};
 
 use crate::checkpoint::OperatorSnapshot;
 use crate::metrics::{OperatorMetrics, TaskMetrics, add_duration};
-use crate::network::{Barrier, RecordWriter, StreamElement};
+use crate::network::{
+    Barrier, BatchWatermark, RecordWriter, StreamElement, push_batch_watermark,
+};
 use crate::timers::{millis_at, now_millis};
 
 /// How many times in a row one watermark or processing-time tick may call an operator's
@@ -30,6 +32,82 @@ use crate::timers::{millis_at, now_millis};
 /// fires such timers in the same advance too; beyond this many rounds the operator is
 /// looping (each round firing what the one before registered) and the task fails.
 pub const MAX_TIMER_ROUNDS: usize = 1000;
+
+/// The counter of records sent to side outputs that nothing reads.
+pub const SIDE_OUTPUT_DROPPED: &str = "side-output-dropped";
+
+/// What a call sent on: its main output's records and the watermarks among them.
+struct Emitted {
+    records: Vec<u8>,
+    count: usize,
+    watermarks: Vec<BatchWatermark>,
+}
+
+impl Emitted {
+    /// Takes out the records sent to side outputs (checking that each was declared) and
+    /// moves the watermarks with the records that stay. Returns how many went.
+    fn keep_main_output(&mut self, declared: usize) -> Result<usize, String> {
+        let mut main = BatchWriter::with_capacity(self.records.len());
+        let mut watermarks = Vec::with_capacity(self.watermarks.len());
+        let mut next = self.watermarks.iter().peekable();
+        for (n, record) in BatchReader::new(&self.records).enumerate() {
+            let record = record.map_err(|e| format!("returned {e}"))?;
+            while let Some(w) = next.next_if(|w| w.before as usize == n) {
+                push_batch_watermark(&mut watermarks, main.len() as u32, w.watermark);
+            }
+            if record.output as usize > declared {
+                return Err(format!(
+                    "emitted a record to side output {} but declared {declared}",
+                    record.output
+                ));
+            }
+            if record.output == 0 {
+                main.push_record(record);
+            }
+        }
+        for w in next {
+            push_batch_watermark(&mut watermarks, main.len() as u32, w.watermark);
+        }
+        let dropped = self.count - main.len();
+        self.count = main.len();
+        self.records = main.into_bytes();
+        self.watermarks = watermarks;
+        Ok(dropped)
+    }
+}
+
+/// Checks that watermarks an operator passed on have ascending positions within its
+/// `count` records and increasing values.
+fn check_watermark_positions(watermarks: &[BatchWatermark], count: usize) -> Result<(), String> {
+    for pair in watermarks.windows(2) {
+        if pair[1].before < pair[0].before || pair[1].watermark <= pair[0].watermark {
+            return Err(format!(
+                "returned watermarks out of order: {} before record {}, then {} before record {}",
+                pair[0].watermark, pair[0].before, pair[1].watermark, pair[1].before
+            ));
+        }
+    }
+    match watermarks.last() {
+        Some(w) if w.before as usize > count => Err(format!(
+            "returned a watermark before record {} of {count}",
+            w.before
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The byte length of the first `n` records of `records`.
+fn skip_records(records: &[u8], n: usize) -> Result<usize> {
+    let mut reader = BatchReader::new(records);
+    let mut len = 0;
+    for _ in 0..n {
+        match reader.next_with_bytes() {
+            Some(item) => len += item?.1.len(),
+            None => bail!("a batch has fewer than {n} records"),
+        }
+    }
+    Ok(len)
+}
 
 /// One operator of a chain with what the chain keeps about it.
 pub struct ChainedOperator {
@@ -56,8 +134,10 @@ pub struct OperatorChain {
     operators: Vec<ChainedOperator>,
     output: ChainOutput,
     task_metrics: Arc<TaskMetrics>,
-    /// The last watermark passed through the chain.
+    /// The last watermark given to the chain.
     watermark: i64,
+    /// The last watermark sent to the output.
+    forwarded: i64,
 }
 
 impl OperatorChain {
@@ -78,6 +158,7 @@ impl OperatorChain {
             output,
             task_metrics,
             watermark,
+            forwarded: watermark,
         }
     }
 
@@ -101,13 +182,15 @@ impl OperatorChain {
         &mut self.operators
     }
 
-    /// Calls operator `i` and handles the result: effects applied, records counted.
+    /// Calls operator `i` and handles the result: effects applied, records counted and
+    /// checked, those sent to side outputs taken out (nothing reads side outputs in a
+    /// straight-line job: dropped and counted, as Flink drops an unread side output).
     fn call(
         &mut self,
         i: usize,
         call: Call,
-        f: impl FnOnce(&mut dyn Operator) -> Result<CallOutput, CallError>,
-    ) -> Result<(Vec<u8>, usize)> {
+        f: impl FnOnce(&mut dyn Operator) -> Result<ProcessOutput, CallError>,
+    ) -> Result<Emitted> {
         let link = &mut self.operators[i];
         let start = Instant::now();
         let result = f(&mut *link.operator);
@@ -124,7 +207,11 @@ impl OperatorChain {
             call,
             error,
         };
-        let output = result.map_err(|e| fail(e, &*link.operator))?;
+        let ProcessOutput {
+            output,
+            watermarks,
+            ..
+        } = result.map_err(|e| fail(e, &*link.operator))?;
         let now = millis_at(end);
         let writes = if output.effects.is_empty() {
             0
@@ -138,21 +225,26 @@ impl OperatorChain {
             .state()
             .settle(now, writes)
             .map_err(|e| fail(e, &*link.operator))?;
-        let count = BatchReader::count(&output.records).map_err(|e| {
-            fail(
-                CallError::Contract(format!("returned {e}")),
-                &*link.operator,
-            )
-        })?;
-        if call == Call::Open && count > 0 {
-            return Err(fail(
-                CallError::Contract("emitted records from `open`, which may not emit".into()),
-                &*link.operator,
-            )
-            .into());
+        let declared = link.operator.state().outputs.len();
+        let contract = |m: String| fail(CallError::Contract(m), &*link.operator);
+        let scan = BatchReader::scan(&output.records).map_err(|e| contract(format!("returned {e}")))?;
+        if call == Call::Open && scan.count > 0 {
+            return Err(contract("emitted records from `open`, which may not emit".into()).into());
         }
-        link.metrics.records_out.fetch_add(count as u64, Relaxed);
-        Ok((output.records, count))
+        check_watermark_positions(&watermarks, scan.count).map_err(&contract)?;
+        link.metrics.records_out.fetch_add(scan.count as u64, Relaxed);
+        let mut emitted = Emitted {
+            records: output.records,
+            count: scan.count,
+            watermarks,
+        };
+        if scan.side_outputs {
+            let dropped = emitted.keep_main_output(declared).map_err(&contract)?;
+            let mut counters = link.operator.state().counters.lock();
+            let counters = counters.as_mut().unwrap_or_else(|e| e.get_mut());
+            *counters.entry(SIDE_OUTPUT_DROPPED.into()).or_default() += dropped as u64;
+        }
+        Ok(emitted)
     }
 
     /// Opens every operator, tail to head (so an operator's successors are ready before
@@ -160,58 +252,233 @@ impl OperatorChain {
     pub fn open_all(&mut self) -> Result<()> {
         for i in (0..self.operators.len()).rev() {
             let info = self.operators[i].open_info.clone();
-            self.call(i, Call::Open, |op| op.open(&info))?;
+            self.call(i, Call::Open, |op| op.open(&info).map(Into::into))?;
         }
         Ok(())
     }
 
-    /// Passes a batch of `count` records to the head and on through the chain.
-    pub fn process(&mut self, records: Vec<u8>, count: usize) -> Result<()> {
-        self.push(0, records, count)
+    /// Passes a batch of `count` records, with the watermarks that arrived among them, to
+    /// the head and on through the chain.
+    pub fn process(
+        &mut self,
+        records: Vec<u8>,
+        count: usize,
+        watermarks: Vec<BatchWatermark>,
+    ) -> Result<()> {
+        if let Some(last) = watermarks.last()
+            && last.watermark > self.watermark
+        {
+            self.watermark = last.watermark;
+            self.task_metrics.watermark.store(last.watermark, Relaxed);
+        }
+        self.push(0, records, count, watermarks)
     }
 
-    /// Passes records into the chain at operator `from` (or to the output when `from`
-    /// is past the tail).
-    fn push(&mut self, from: usize, mut records: Vec<u8>, mut count: usize) -> Result<()> {
-        for i in from..self.operators.len() {
-            if count == 0 {
-                return Ok(());
-            }
-            let m = &self.operators[i].metrics;
-            m.records_in.fetch_add(count as u64, Relaxed);
-            m.batches.fetch_add(1, Relaxed);
-            (records, count) = self.call(i, Call::Process, |op| op.process(&records))?;
+    /// Passes records (and their watermarks) into the chain at operator `i`, or to the
+    /// output when `i` is past the tail.
+    fn push(
+        &mut self,
+        i: usize,
+        records: Vec<u8>,
+        count: usize,
+        watermarks: Vec<BatchWatermark>,
+    ) -> Result<()> {
+        if count == 0 {
+            // Watermarks without records change nothing a later one will not: every
+            // batch's watermarks are followed by one between batches, at least as late.
+            return Ok(());
         }
-        if count > 0 {
-            match &mut self.output {
-                ChainOutput::Network(w) => w.emit(&records, count)?,
-                ChainOutput::None => bail!(
-                    "the last operator of the chain emitted {count} records, but nothing \
-                     follows it (a job must end in a sink)"
-                ),
+        if i == self.operators.len() {
+            return self.emit(records, count, watermarks);
+        }
+        let m = &self.operators[i].metrics;
+        m.records_in.fetch_add(count as u64, Relaxed);
+        m.batches.fetch_add(1, Relaxed);
+        if !self.operators[i].operator.takes_batch_watermarks() {
+            let out = self.call(i, Call::Process, |op| op.process(&records).map(Into::into))?;
+            self.push(i + 1, out.records, out.count, out.watermarks)?;
+            // A 0.1.0 (or native) operator sees a batch's watermarks after it.
+            if let Some(last) = watermarks.last() {
+                self.advance_from(i, last.watermark)?;
             }
+            return Ok(());
+        }
+        if watermarks.is_empty() {
+            let (out, _) = self.call_segment(i, &records, &[])?;
+            return self.push(i + 1, out.records, out.count, out.watermarks);
+        }
+        self.process_with_watermarks(i, &records, count, &watermarks)
+    }
+
+    /// Operator `i` handles a batch with watermarks among its records. Before a watermark
+    /// that makes one of its event-time timers due, the batch is cut: the records before
+    /// it, then the timers, then the rest — so timers fire at the point of the stream
+    /// where they are due, as with batches of one record. The operator itself stops
+    /// (`stopped_at`) at a watermark that makes due a timer it registered in the same call.
+    fn process_with_watermarks(
+        &mut self,
+        i: usize,
+        records: &[u8],
+        count: usize,
+        watermarks: &[BatchWatermark],
+    ) -> Result<()> {
+        // `first` record and `k`th watermark not given yet; `offset`: the record's byte.
+        let (mut first, mut k, mut offset) = (0usize, 0usize, 0usize);
+        while first < count || k < watermarks.len() {
+            let mut op_watermark = self.operators[i].operator.state().watermark;
+            // The first later watermark that makes a known timer due cuts the batch.
+            let mut cut = self.due_watermark(i, &watermarks[k..], op_watermark).map(|j| k + j);
+            if let Some(j) = cut
+                && watermarks[j].before as usize == first
+            {
+                // Due right here: the timers fire before the rest is given (with this
+                // watermark first, so the operator sees it too).
+                let w = watermarks[j].watermark;
+                self.operators[i].operator.state().watermark = w;
+                self.fire_timers(i, TimeDomain::EventTime, w)?;
+                op_watermark = w;
+                cut = self
+                    .due_watermark(i, &watermarks[j + 1..], op_watermark)
+                    .map(|n| j + 1 + n);
+            }
+            let (end, wm_end) = match cut {
+                Some(j) => (watermarks[j].before as usize, j),
+                None => (count, watermarks.len()),
+            };
+            let end_offset = if end == count {
+                records.len()
+            } else {
+                offset + skip_records(&records[offset..], end - first)?
+            };
+            let given: Vec<BatchWatermark> = watermarks[k..wm_end]
+                .iter()
+                .map(|w| BatchWatermark {
+                    before: w.before - first as u32,
+                    watermark: w.watermark,
+                })
+                .collect();
+            let segment = &records[offset..end_offset];
+            let (out, stopped) = self.call_segment(i, segment, &given)?;
+            // What the operator handled: everything, or up to the watermark it stopped at.
+            let (handled_records, handled_wms) = match stopped {
+                None => (end - first, given.len()),
+                Some(s) => (given[s].before as usize, s),
+            };
+            if let Some(w) = given[..handled_wms].last()
+                && w.watermark > op_watermark
+            {
+                self.operators[i].operator.state().watermark = w.watermark;
+            }
+            offset += if handled_records == end - first {
+                segment.len()
+            } else {
+                skip_records(segment, handled_records)?
+            };
+            first += handled_records;
+            k += handled_wms;
+            self.push(i + 1, out.records, out.count, out.watermarks)?;
         }
         Ok(())
+    }
+
+    /// The index in `watermarks` of the first one past `current` that makes an event-time
+    /// timer of operator `i` due.
+    fn due_watermark(
+        &mut self,
+        i: usize,
+        watermarks: &[BatchWatermark],
+        current: i64,
+    ) -> Option<usize> {
+        let next = self.operators[i]
+            .operator
+            .state()
+            .timers
+            .next(TimeDomain::EventTime)?;
+        watermarks
+            .iter()
+            .position(|w| w.watermark > current && w.watermark >= next)
+    }
+
+    /// Calls `process` of operator `i` (which takes watermarks) with a segment of a batch;
+    /// checks where it stopped and that it passed on no watermark it was not given.
+    fn call_segment(
+        &mut self,
+        i: usize,
+        records: &[u8],
+        given: &[BatchWatermark],
+    ) -> Result<(Emitted, Option<usize>)> {
+        let mut stopped = None;
+        let out = self.call(i, Call::Process, |op| {
+            let p = op.process_batch(0, records, given)?;
+            if let Some(s) = p.stopped_at {
+                let s = s as usize;
+                if s >= given.len() || (s == 0 && given[0].before == 0) {
+                    return Err(CallError::Contract(format!(
+                        "stopped at watermark {s} of the {} it was given without handling \
+                         anything before it",
+                        given.len()
+                    )));
+                }
+                stopped = Some(s);
+            }
+            let handled = stopped.map_or(given, |s| &given[..s]);
+            let highest = handled.last().map_or(i64::MIN, |w| w.watermark);
+            if let Some(w) = p.watermarks.iter().find(|w| w.watermark > highest) {
+                return Err(CallError::Contract(format!(
+                    "passed on watermark {} beyond those it handled",
+                    w.watermark
+                )));
+            }
+            Ok(p)
+        })?;
+        Ok((out, stopped))
+    }
+
+    /// Sends what leaves the tail.
+    fn emit(&mut self, records: Vec<u8>, count: usize, watermarks: Vec<BatchWatermark>) -> Result<()> {
+        match &mut self.output {
+            ChainOutput::Network(w) => {
+                if let Some(last) = watermarks.last() {
+                    self.forwarded = self.forwarded.max(last.watermark);
+                }
+                w.emit(&records, count, &watermarks)
+            }
+            ChainOutput::None => bail!(
+                "the last operator of the chain emitted {count} records, but nothing \
+                 follows it (a job must end in a sink)"
+            ),
+        }
     }
 
     /// Advances event time to `watermark`: for each operator head to tail, fires its
     /// due event-time timers and calls `process-watermark`, passing what they emit down
     /// the chain; then forwards the watermark to the output.
     pub fn advance_watermark(&mut self, watermark: i64) -> Result<()> {
-        if watermark <= self.watermark {
-            return Ok(());
+        if watermark > self.watermark {
+            self.watermark = watermark;
+            self.task_metrics.watermark.store(watermark, Relaxed);
         }
-        self.watermark = watermark;
-        self.task_metrics.watermark.store(watermark, Relaxed);
-        for i in 0..self.operators.len() {
+        self.advance_from(0, watermark)
+    }
+
+    /// Advances event time to `watermark` from operator `from` on (each operator that is
+    /// not there yet), then at the output.
+    fn advance_from(&mut self, from: usize, watermark: i64) -> Result<()> {
+        for i in from..self.operators.len() {
+            if watermark <= self.operators[i].operator.state().watermark {
+                continue;
+            }
             self.operators[i].operator.state().watermark = watermark;
             self.fire_timers(i, TimeDomain::EventTime, watermark)?;
-            let (records, count) = self.call(i, Call::ProcessWatermark, |op| {
-                op.process_watermark(watermark)
+            let out = self.call(i, Call::ProcessWatermark, |op| {
+                op.process_watermark(watermark).map(Into::into)
             })?;
-            self.push(i + 1, records, count)?;
+            self.push(i + 1, out.records, out.count, out.watermarks)?;
         }
-        if let ChainOutput::Network(w) = &mut self.output {
+        if watermark > self.forwarded
+            && let ChainOutput::Network(w) = &mut self.output
+        {
+            self.forwarded = watermark;
             w.emit_watermark(watermark)?;
         }
         Ok(())
@@ -239,8 +506,8 @@ impl OperatorChain {
             else {
                 return Ok(());
             };
-            let (records, count) = self.call(i, Call::OnTimers, |op| op.on_timers(&timers))?;
-            self.push(i + 1, records, count)?;
+            let out = self.call(i, Call::OnTimers, |op| op.on_timers(&timers).map(Into::into))?;
+            self.push(i + 1, out.records, out.count, out.watermarks)?;
         }
         let link = &mut self.operators[i];
         if link
@@ -281,8 +548,8 @@ impl OperatorChain {
     /// flushes reaches the ones after it before they finish.
     pub fn finish_all(&mut self) -> Result<()> {
         for i in 0..self.operators.len() {
-            let (records, count) = self.call(i, Call::Finish, |op| op.finish())?;
-            self.push(i + 1, records, count)?;
+            let out = self.call(i, Call::Finish, |op| op.finish().map(Into::into))?;
+            self.push(i + 1, out.records, out.count, out.watermarks)?;
         }
         Ok(())
     }
@@ -290,8 +557,8 @@ impl OperatorChain {
     /// Clean shutdown: `close` on every operator, head to tail.
     pub fn close_all(&mut self) -> Result<()> {
         for i in 0..self.operators.len() {
-            let (records, count) = self.call(i, Call::Close, |op| op.close())?;
-            self.push(i + 1, records, count)?;
+            let out = self.call(i, Call::Close, |op| op.close().map(Into::into))?;
+            self.push(i + 1, out.records, out.count, out.watermarks)?;
         }
         Ok(())
     }

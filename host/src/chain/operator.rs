@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use sluice_codec::{Effect, EffectReader};
 
+use crate::network::BatchWatermark;
 use crate::state::{Account, Holding, KeyedStateBackend, StateError, key_groups::key_group_of};
 use crate::timers::TimerQueues;
 
@@ -109,6 +110,17 @@ pub struct OpenInfo {
     pub restored_state: Option<Vec<u8>>,
     /// Restart attempt (0 on first start).
     pub attempt: u32,
+    /// Its inputs, as the job file names them.
+    pub inputs: Vec<InputInfo>,
+}
+
+/// One input of an operator.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InputInfo {
+    /// The source or operator it comes from.
+    pub name: String,
+    /// Every record reaches every subtask.
+    pub broadcast: bool,
 }
 
 /// What a call produced: records in the batch encoding and effects in the effect
@@ -122,6 +134,27 @@ pub struct CallOutput {
 }
 
 /// Why a trap happened, as far as the host can tell.
+/// What [`Operator::process_batch`] produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessOutput {
+    /// Records and effects.
+    pub output: CallOutput,
+    /// Where the watermarks it passed on fall among its records.
+    pub watermarks: Vec<BatchWatermark>,
+    /// `None`: it handled the whole batch; `Some(n)`: it stopped before the batch's
+    /// watermark number `n` (see the WIT's `processed.stopped-at`).
+    pub stopped_at: Option<u32>,
+}
+
+impl From<CallOutput> for ProcessOutput {
+    fn from(output: CallOutput) -> Self {
+        ProcessOutput {
+            output,
+            ..ProcessOutput::default()
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TrapKind {
     /// The guest panicked or aborted (`unreachable` executed).
@@ -266,6 +299,8 @@ pub struct OperatorState {
     /// The keyed state `open` declared although the input is not keyed (refused), so
     /// that a failed `open` is known not to be one a restart could fix.
     pub unkeyed_state: Option<String>,
+    /// The side outputs it declared in `open` (output `i + 1` is `outputs[i]`).
+    pub outputs: Vec<String>,
     /// What the instance makes the host hold, charged to its tenant.
     pub account: Account,
 }
@@ -280,6 +315,7 @@ impl OperatorState {
             counters: Arc::default(),
             opening: false,
             unkeyed_state: None,
+            outputs: Vec::new(),
             account: Account::default(),
         }
     }
@@ -463,6 +499,28 @@ pub trait Operator: Send {
     fn open(&mut self, info: &OpenInfo) -> Result<CallOutput, CallError>;
     /// `process`.
     fn process(&mut self, records: &[u8]) -> Result<CallOutput, CallError>;
+
+    /// True when the operator takes watermarks inside batches ([`Operator::process_batch`],
+    /// WIT 0.2.0). Others get a batch's watermarks after it, as between batches.
+    fn takes_batch_watermarks(&self) -> bool {
+        false
+    }
+
+    /// A batch of input `input` with the watermarks that arrived among its records, for
+    /// an operator that [takes them](Operator::takes_batch_watermarks).
+    fn process_batch(
+        &mut self,
+        input: u32,
+        records: &[u8],
+        watermarks: &[BatchWatermark],
+    ) -> Result<ProcessOutput, CallError> {
+        let _ = (input, watermarks);
+        Ok(ProcessOutput {
+            output: self.process(records)?,
+            watermarks: Vec::new(),
+            stopped_at: None,
+        })
+    }
     /// `process-watermark`.
     fn process_watermark(&mut self, watermark: i64) -> Result<CallOutput, CallError>;
     /// `on-timers`.

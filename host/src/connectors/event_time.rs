@@ -5,6 +5,8 @@ use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 use sluice_codec::{BatchReader, BatchWriter};
 
+use crate::network::BatchWatermark;
+
 /// Where a source's records carry their event time, and how far out of order they may
 /// arrive.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,11 +23,9 @@ pub struct EventTime {
 /// The watermark generator of one source subtask, Flink's `BoundedOutOfOrderness`:
 /// after the records seen so far, the watermark is `max timestamp − bound − 1`.
 ///
-/// Watermarks are emitted after each batch the source reads, so the records of a batch are
-/// judged against the watermark of the records before them. Sources read deterministic
-/// batches (a file or generator reads `batch_size` records; a throttled generator fixed
-/// chunks), so the watermark sequence does not depend on timing; with `batch_size = 1`
-/// every record sees the watermark of exactly the records before it.
+/// A watermark goes before each record that follows a new maximum (inside the batch, see
+/// [`BatchWatermark`]) and after each batch, so every record is judged against the
+/// watermark of exactly the records before it, at any batch size.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WatermarkGenerator {
     /// Largest timestamp seen.
@@ -34,11 +34,28 @@ pub struct WatermarkGenerator {
 
 impl WatermarkGenerator {
     /// Gives every record of `batch` its timestamp (rewriting the batch), remembering the
-    /// largest.
-    pub fn assign(&mut self, spec: &EventTime, batch: &[u8]) -> Result<Vec<u8>> {
+    /// largest; returns the batch and the watermarks before its records that came after a
+    /// new maximum (above `emitted`, the last watermark sent, which it updates).
+    pub fn assign(
+        &mut self,
+        spec: &EventTime,
+        batch: &[u8],
+        emitted: &mut i64,
+    ) -> Result<(Vec<u8>, Vec<BatchWatermark>)> {
         let mut out = BatchWriter::with_capacity(batch.len() + batch.len() / 4);
-        for record in BatchReader::new(batch) {
+        let mut watermarks = Vec::new();
+        for (n, record) in BatchReader::new(batch).enumerate() {
             let record = record?;
+            if n > 0
+                && let Some(w) = self.watermark(spec)
+                && w > *emitted
+            {
+                watermarks.push(BatchWatermark {
+                    before: n as u32,
+                    watermark: w,
+                });
+                *emitted = w;
+            }
             let ts = match spec.field {
                 Some(field) => timestamp_of(spec, field, record.value)?,
                 None => record.timestamp.ok_or_else(|| {
@@ -49,9 +66,12 @@ impl WatermarkGenerator {
                 })?,
             };
             self.max_timestamp = Some(self.max_timestamp.map_or(ts, |m| m.max(ts)));
-            out.push(record.key, record.value, Some(ts));
+            out.push_record(sluice_codec::RecordRef {
+                timestamp: Some(ts),
+                ..record
+            });
         }
-        Ok(out.into_bytes())
+        Ok((out.into_bytes(), watermarks))
     }
 
     /// The watermark after the records seen so far, if any was seen.
@@ -98,7 +118,25 @@ mod tests {
         }
         let mut generator = WatermarkGenerator::default();
         assert_eq!(generator.watermark(&spec(50)), None);
-        let out = generator.assign(&spec(50), w.as_bytes()).unwrap();
+        let mut emitted = i64::MIN;
+        let (out, watermarks) = generator
+            .assign(&spec(50), w.as_bytes(), &mut emitted)
+            .unwrap();
+        // Before "250,b": 100 − 50 − 1; before "180,c": 250 − 50 − 1.
+        assert_eq!(
+            watermarks,
+            [
+                BatchWatermark {
+                    before: 1,
+                    watermark: 49
+                },
+                BatchWatermark {
+                    before: 2,
+                    watermark: 199
+                }
+            ]
+        );
+        assert_eq!(emitted, 199);
         let ts: Vec<i64> = BatchReader::new(&out)
             .map(|r| r.unwrap().timestamp.unwrap())
             .collect();
@@ -117,7 +155,9 @@ mod tests {
         w.push(None, b"a", Some(500));
         w.push(None, b"b", Some(400));
         let mut generator = WatermarkGenerator::default();
-        let out = generator.assign(&spec, w.as_bytes()).unwrap();
+        let (out, _) = generator
+            .assign(&spec, w.as_bytes(), &mut i64::MIN.clone())
+            .unwrap();
         let ts: Vec<i64> = BatchReader::new(&out)
             .map(|r| r.unwrap().timestamp.unwrap())
             .collect();
@@ -125,7 +165,9 @@ mod tests {
         assert_eq!(generator.watermark(&spec), Some(489));
         let mut w = BatchWriter::new();
         w.push(None, b"late", None);
-        let err = generator.assign(&spec, w.as_bytes()).unwrap_err();
+        let err = generator
+            .assign(&spec, w.as_bytes(), &mut i64::MIN.clone())
+            .unwrap_err();
         assert!(
             err.to_string()
                 .contains("\"late\" came without a timestamp"),
@@ -138,7 +180,7 @@ mod tests {
         let mut w = BatchWriter::new();
         w.push(None, b"soon,a", None);
         let err = WatermarkGenerator::default()
-            .assign(&spec(0), w.as_bytes())
+            .assign(&spec(0), w.as_bytes(), &mut i64::MIN.clone())
             .unwrap_err();
         assert!(
             err.to_string()
@@ -152,7 +194,7 @@ mod tests {
             ..spec(0)
         };
         let err = WatermarkGenerator::default()
-            .assign(&spec2, w.as_bytes())
+            .assign(&spec2, w.as_bytes(), &mut i64::MIN.clone())
             .unwrap_err();
         assert!(
             err.to_string().contains("has no timestamp field 1"),

@@ -388,7 +388,10 @@ impl Job {
     pub fn check_open(&self) -> Result<()> {
         let graph = &self.graph;
         let usage = self.budget.usage(&self.tenant);
-        for o in graph.operators() {
+        for (v, vertex) in graph.vertices.iter().enumerate() {
+            let Vertex::Operator(o) = vertex else {
+                continue;
+            };
             let keyed = o.key_by.is_some();
             let identity = OperatorIdentity {
                 tenant: graph.tenant.clone(),
@@ -414,6 +417,7 @@ impl Job {
                 keyed,
                 restored_state: None,
                 attempt: 0,
+                inputs: graph.inputs_of(v),
             });
             let disposed = instance.dispose();
             opened.map_err(|e| anyhow!("{identity}: `open` with the job's config: {e}"))?;
@@ -454,6 +458,7 @@ impl ChainBuilder {
                 keyed,
                 restored_state: None,
                 attempt: self.attempt,
+                inputs: graph.inputs_of(v),
             };
             let operator: Box<dyn Operator> = match &graph.vertices[v] {
                 Vertex::Operator(o) => {

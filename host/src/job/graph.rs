@@ -365,6 +365,25 @@ pub struct JobGraph {
 }
 
 impl JobGraph {
+    /// The inputs of vertex `v`, as its `open` is told: in a straight line, one — the
+    /// vertex before it, or the union of the sources.
+    pub fn inputs_of(&self, v: usize) -> Vec<crate::chain::InputInfo> {
+        let name = match v.checked_sub(1).map(|p| &self.vertices[p]) {
+            Some(Vertex::Source(_)) | None => self
+                .vertices
+                .iter()
+                .filter(|x| matches!(x, Vertex::Source(_)))
+                .map(Vertex::name)
+                .collect::<Vec<_>>()
+                .join(" + "),
+            Some(before) => before.name().to_string(),
+        };
+        vec![crate::chain::InputInfo {
+            name,
+            broadcast: false,
+        }]
+    }
+
     /// Validates `file` (read from `path`) into a graph.
     pub fn from_file(file: &JobFile, path: &Path) -> Result<JobGraph> {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();

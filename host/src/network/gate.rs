@@ -8,7 +8,7 @@ use anyhow::Result;
 use crossbeam_channel::{Receiver, Select, TryRecvError};
 
 use super::alignment::{AlignAction, BarrierAligner, CheckpointingMode};
-use super::{Barrier, StreamElement, StreamStatus};
+use super::{Barrier, BatchWatermark, StreamElement, StreamStatus, push_batch_watermark};
 
 /// An input channel closed without its end-of-partition marker: the subtask feeding it
 /// failed. A consequence of another task's failure, never the cause of a job's.
@@ -39,6 +39,8 @@ pub enum GateEvent {
         bytes: Vec<u8>,
         /// How many.
         count: u32,
+        /// Where the combined watermark advanced among them.
+        watermarks: Vec<BatchWatermark>,
     },
     /// The combined watermark of all inputs advanced.
     Watermark(i64),
@@ -167,12 +169,32 @@ impl InputGate {
 
     fn handle(&mut self, i: usize, element: StreamElement) -> Option<GateEvent> {
         match element {
-            StreamElement::Records { bytes, count } => {
+            StreamElement::Records {
+                bytes,
+                count,
+                watermarks,
+            } => {
                 if self.channels[i].idle {
                     // Records mean the channel is active, whatever it said before.
                     self.set_idle(i, false);
                 }
-                self.queued.push_back(GateEvent::Records { bytes, count });
+                // The channel's watermarks among its records, as the combined watermark.
+                let mut combined = Vec::new();
+                for w in watermarks {
+                    let c = &mut self.channels[i];
+                    c.watermark = c.watermark.max(w.watermark);
+                    if let Some(min) = self.combined_watermark()
+                        && min > self.watermark
+                    {
+                        self.watermark = min;
+                        push_batch_watermark(&mut combined, w.before, min);
+                    }
+                }
+                self.queued.push_back(GateEvent::Records {
+                    bytes,
+                    count,
+                    watermarks: combined,
+                });
                 None
             }
             StreamElement::Status(status) => {
@@ -239,18 +261,23 @@ impl InputGate {
     /// sends the maximum before it ends, unless it was stopped without draining, when event
     /// time must not jump to the end).
     fn advance_watermark(&mut self) -> Option<GateEvent> {
-        let min = self
-            .channels
-            .iter()
-            .filter(|c| c.data_ended || !c.idle)
-            .map(|c| c.watermark)
-            .min()?;
-        if min > self.watermark && min != i64::MIN {
+        let min = self.combined_watermark()?;
+        if min > self.watermark {
             self.watermark = min;
             Some(GateEvent::Watermark(min))
         } else {
             None
         }
+    }
+
+    /// The minimum over the channels that count, if there is one yet.
+    fn combined_watermark(&self) -> Option<i64> {
+        self.channels
+            .iter()
+            .filter(|c| c.data_ended || !c.idle)
+            .map(|c| c.watermark)
+            .min()
+            .filter(|&min| min != i64::MIN)
     }
 
     fn apply(&mut self, action: AlignAction) {
@@ -313,6 +340,7 @@ mod tests {
         StreamElement::Records {
             bytes: vec![tag],
             count: 1,
+            watermarks: Vec::new(),
         }
     }
 
@@ -501,6 +529,7 @@ mod tests {
         GateEvent::Records {
             bytes: vec![tag],
             count: 1,
+            watermarks: Vec::new(),
         }
     }
 }

@@ -55,6 +55,27 @@ pub enum StreamStatus {
     Idle,
 }
 
+/// Event time advanced to `watermark` before record number `before` of a batch (the
+/// number of records: after the last). A batch's watermarks have ascending positions and
+/// increasing values; an operator judges each record against the watermark before it, so
+/// event time is exact at any batch size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchWatermark {
+    /// The record it comes before.
+    pub before: u32,
+    /// The watermark.
+    pub watermark: i64,
+}
+
+/// Appends `watermark` at position `before` of `list`, replacing one already at that
+/// position (the later watermark of one point holds there).
+pub fn push_batch_watermark(list: &mut Vec<BatchWatermark>, before: u32, watermark: i64) {
+    match list.last_mut() {
+        Some(last) if last.before == before => last.watermark = last.watermark.max(watermark),
+        _ => list.push(BatchWatermark { before, watermark }),
+    }
+}
+
 /// One element of a data stream between two tasks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamElement {
@@ -64,6 +85,8 @@ pub enum StreamElement {
         bytes: Vec<u8>,
         /// How many records `bytes` holds.
         count: u32,
+        /// Watermarks among the records (positions below `count`).
+        watermarks: Vec<BatchWatermark>,
     },
     /// Event time has advanced to this point on this channel.
     Watermark(i64),

@@ -95,11 +95,7 @@ mod tests {
     use super::*;
 
     fn rec<'a>(key: Option<&'a [u8]>, value: &'a [u8]) -> RecordRef<'a> {
-        RecordRef {
-            key,
-            value,
-            timestamp: None,
-        }
+        RecordRef::new(key, value, None)
     }
 
     #[test]

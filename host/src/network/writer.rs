@@ -10,7 +10,7 @@ use crossbeam_channel::{SendTimeoutError, Sender, TrySendError};
 use sluice_codec::{BatchReader, BatchWriter};
 
 use super::partitioner::hash_target;
-use super::{Barrier, Partitioner, StreamElement};
+use super::{Barrier, BatchWatermark, Partitioner, StreamElement, push_batch_watermark};
 use crate::metrics::{TaskMetrics, add_duration};
 
 /// Buffering and channel sizes of a job's data exchange.
@@ -39,6 +39,9 @@ impl Default for NetworkSettings {
 pub struct RecordWriter {
     channels: Vec<Sender<StreamElement>>,
     buffers: Vec<BatchWriter>,
+    /// Each buffer's watermarks among its records; one after the last record of a sent
+    /// buffer waits here for the next records (or goes alone before a control element).
+    watermarks: Vec<Vec<BatchWatermark>>,
     partitioner: Partitioner,
     buffer_bytes: usize,
     next: usize,
@@ -56,9 +59,11 @@ impl RecordWriter {
         metrics: Arc<TaskMetrics>,
     ) -> Self {
         let buffers = channels.iter().map(|_| BatchWriter::new()).collect();
+        let watermarks = channels.iter().map(|_| Vec::new()).collect();
         RecordWriter {
             channels,
             buffers,
+            watermarks,
             partitioner,
             buffer_bytes: settings.buffer_bytes,
             next: 0,
@@ -68,57 +73,81 @@ impl RecordWriter {
     }
 
     /// Partitions a batch of `count` records into the channel buffers, sending the
-    /// buffers that filled up.
-    pub fn emit(&mut self, batch: &[u8], count: usize) -> Result<()> {
+    /// buffers that filled up. Each of the batch's watermarks goes to every channel, at
+    /// the point of its records the watermark arrived.
+    pub fn emit(&mut self, batch: &[u8], count: usize, watermarks: &[BatchWatermark]) -> Result<()> {
         let n = self.channels.len();
-        match &self.partitioner {
-            Partitioner::Forward => self.append_encoded(0, batch, count)?,
-            Partitioner::Broadcast => {
-                for i in 0..n {
-                    self.append_encoded(i, batch, count)?;
-                }
+        if let Partitioner::Forward | Partitioner::Broadcast = self.partitioner
+            && watermarks.is_empty()
+            && batch.len() < self.buffer_bytes
+        {
+            let targets = if n == 1 || matches!(self.partitioner, Partitioner::Forward) {
+                0..1
+            } else {
+                0..n
+            };
+            for i in targets {
+                self.buffers[i].extend_encoded(batch, count);
+                self.send_if_full(i)?;
             }
-            Partitioner::Rebalance => {
-                for record in BatchReader::new(batch) {
+            return Ok(());
+        }
+        let mut next = watermarks.iter().peekable();
+        let mut reader = BatchReader::new(batch);
+        let mut r = 0u32;
+        while let Some(item) = reader.next_with_bytes() {
+            let (record, bytes) = item.map_err(|e| anyhow::anyhow!("an emitted batch: {e}"))?;
+            while let Some(w) = next.next_if(|w| w.before <= r) {
+                self.watermark_everywhere(w.watermark);
+            }
+            match &self.partitioner {
+                Partitioner::Forward => self.append(0, bytes)?,
+                Partitioner::Broadcast => {
+                    for i in 0..n {
+                        self.append(i, bytes)?;
+                    }
+                }
+                Partitioner::Rebalance => {
                     let i = self.next;
                     self.next = (self.next + 1) % n;
-                    self.buffers[i].push_record(record?);
-                    self.send_if_full(i)?;
+                    self.append(i, bytes)?;
                 }
-            }
-            Partitioner::Hash {
-                key,
-                max_parallelism,
-            } => {
-                let (key, max_parallelism) = (key.clone(), *max_parallelism);
-                for record in BatchReader::new(batch) {
-                    let record = record?;
+                Partitioner::Hash {
+                    key,
+                    max_parallelism,
+                } => {
                     let k = key.key(&record)?;
-                    let i = hash_target(k, n as u32, max_parallelism);
-                    self.buffers[i].push(Some(k), record.value, record.timestamp);
-                    self.send_if_full(i)?;
+                    let i = hash_target(k, n as u32, *max_parallelism);
+                    if record.key == Some(k) {
+                        self.append(i, bytes)?;
+                    } else {
+                        self.buffers[i].push_record(sluice_codec::RecordRef {
+                            key: Some(k),
+                            ..record
+                        });
+                        self.send_if_full(i)?;
+                    }
                 }
             }
+            r += 1;
+        }
+        for w in next {
+            self.watermark_everywhere(w.watermark);
         }
         Ok(())
     }
 
-    /// Appends an encoded batch to channel `i`'s buffer. A batch larger than a buffer is
-    /// sent in buffer-sized pieces, record by record, so what a channel holds stays
-    /// bounded by its capacity in buffers (only a single record larger than a buffer goes
-    /// alone).
-    fn append_encoded(&mut self, i: usize, batch: &[u8], count: usize) -> Result<()> {
-        if batch.len() < self.buffer_bytes {
-            self.buffers[i].extend_encoded(batch, count);
-            return self.send_if_full(i);
+    /// Puts a watermark after what every channel's buffer holds.
+    fn watermark_everywhere(&mut self, watermark: i64) {
+        for (buffer, list) in self.buffers.iter().zip(&mut self.watermarks) {
+            push_batch_watermark(list, buffer.len() as u32, watermark);
         }
-        let mut records = BatchReader::new(batch);
-        while let Some(record) = records.next_with_bytes() {
-            let (_, bytes) = record.map_err(|e| anyhow::anyhow!("an emitted batch: {e}"))?;
-            self.buffers[i].extend_encoded(bytes, 1);
-            self.send_if_full(i)?;
-        }
-        Ok(())
+    }
+
+    /// Appends one encoded record to channel `i`'s buffer.
+    fn append(&mut self, i: usize, record: &[u8]) -> Result<()> {
+        self.buffers[i].extend_encoded(record, 1);
+        self.send_if_full(i)
     }
 
     fn send_if_full(&mut self, i: usize) -> Result<()> {
@@ -141,10 +170,17 @@ impl RecordWriter {
         self.buffers.iter().any(|b| !b.is_empty())
     }
 
-    /// Flushes, then sends `element` on every channel.
+    /// Flushes, then sends `element` on every channel. A watermark still waiting for
+    /// records goes first, alone (or not at all when `element` is a later watermark).
     pub fn broadcast(&mut self, element: StreamElement) -> Result<()> {
         self.flush()?;
         for i in 0..self.channels.len() {
+            if let Some(w) = self.watermarks[i].pop() {
+                debug_assert!(self.watermarks[i].is_empty());
+                if !matches!(element, StreamElement::Watermark(_)) {
+                    self.send(i, StreamElement::Watermark(w.watermark))?;
+                }
+            }
             self.send(i, element.clone())?;
         }
         Ok(())
@@ -191,10 +227,28 @@ impl RecordWriter {
         }
         let count = self.buffers[i].len() as u32;
         let bytes = self.buffers[i].take();
+        let mut watermarks = std::mem::take(&mut self.watermarks[i]);
+        if let Some(last) = watermarks.last()
+            && last.before == count
+        {
+            // After the last record: it waits for the next ones.
+            self.watermarks[i].push(BatchWatermark {
+                before: 0,
+                watermark: last.watermark,
+            });
+            watermarks.pop();
+        }
         self.metrics
             .records_out
             .fetch_add(u64::from(count), Ordering::Relaxed);
-        self.send(i, StreamElement::Records { bytes, count })
+        self.send(
+            i,
+            StreamElement::Records {
+                bytes,
+                count,
+                watermarks,
+            },
+        )
     }
 
     /// Sends on channel `i`, blocking while it is full (counted as backpressure) but
@@ -285,7 +339,7 @@ mod tests {
             ("c", "c1"),
             ("b", "b2"),
         ]);
-        w.emit(&b, n).unwrap();
+        w.emit(&b, n, &[]).unwrap();
         w.flush().unwrap();
         let per_channel: Vec<Vec<String>> = rxs.iter().map(received).collect();
         for key in ["a", "b", "c"] {
@@ -304,7 +358,7 @@ mod tests {
         assert_eq!(a, ["a1", "a2"]);
 
         let (mut w, rxs) = writer(2, Partitioner::Rebalance);
-        w.emit(&b, n).unwrap();
+        w.emit(&b, n, &[]).unwrap();
         w.flush().unwrap();
         assert_eq!(received(&rxs[0]), ["a1", "a2", "b2"]);
         assert_eq!(received(&rxs[1]), ["b1", "c1"]);
@@ -328,7 +382,7 @@ mod tests {
         let records: Vec<(&str, &str)> = values.iter().map(|v| ("k", v.as_str())).collect();
         let (b, n) = batch(&records);
         assert!(b.len() > 2000);
-        w.emit(&b, n).unwrap();
+        w.emit(&b, n, &[]).unwrap();
         w.flush().unwrap();
         let elements: Vec<StreamElement> = rx.try_iter().collect();
         assert!(elements.len() > 10, "{} pieces", elements.len());
@@ -355,7 +409,7 @@ mod tests {
     fn broadcast_copies_and_control_elements_follow_buffered_records() {
         let (mut w, rxs) = writer(2, Partitioner::Broadcast);
         let (b, n) = batch(&[("k", "v")]);
-        w.emit(&b, n).unwrap();
+        w.emit(&b, n, &[]).unwrap();
         assert!(w.has_buffered());
         w.emit_watermark(42).unwrap();
         assert!(!w.has_buffered());

@@ -31,6 +31,8 @@ pub struct SourceReader {
     pub last_record: Instant,
     /// Whether it declared itself idle.
     pub idle: bool,
+    /// The last watermark sent (inside a batch or after one).
+    pub emitted: i64,
     /// The source stamps its records with event time itself and keeps a watermark per
     /// split (a Kafka source, per partition); `watermarks` is then unused.
     pub source_stamps: bool,
@@ -86,6 +88,7 @@ impl SourceReader {
             watermarks: WatermarkGenerator::default(),
             last_record: Instant::now(),
             idle: false,
+            emitted: i64::MIN,
         }
     }
 

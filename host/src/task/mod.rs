@@ -446,6 +446,7 @@ impl StreamTask {
             .poll(&mut self.batch, self.settings.batch_size)?;
         let count = self.batch.len();
         let mut watermark = None;
+        let mut watermarks = Vec::new();
         let mut became_active = false;
         let records = if count > 0 {
             reader.last_record = Instant::now();
@@ -459,8 +460,15 @@ impl StreamTask {
                     self.batch.take()
                 }
                 Some(spec) => {
-                    let stamped = reader.watermarks.assign(spec, self.batch.as_bytes())?;
+                    let stamped;
+                    (stamped, watermarks) =
+                        reader
+                            .watermarks
+                            .assign(spec, self.batch.as_bytes(), &mut reader.emitted)?;
                     watermark = reader.watermarks.watermark(spec);
+                    if let Some(w) = watermark {
+                        reader.emitted = reader.emitted.max(w);
+                    }
                     stamped
                 }
                 None => self.batch.take(),
@@ -490,7 +498,7 @@ impl StreamTask {
                 .metrics
                 .records_in
                 .fetch_add(count as u64, Ordering::Relaxed);
-            self.chain().process(records, count)?;
+            self.chain().process(records, count, watermarks)?;
         }
         if let Some(w) = watermark {
             self.chain().advance_watermark(w)?;
@@ -521,12 +529,16 @@ impl StreamTask {
             return Ok(ActionResult::Suspend);
         };
         match event {
-            GateEvent::Records { bytes, count } => {
+            GateEvent::Records {
+                bytes,
+                count,
+                watermarks,
+            } => {
                 self.ctx
                     .metrics
                     .records_in
                     .fetch_add(u64::from(count), Ordering::Relaxed);
-                self.chain().process(bytes, count as usize)?;
+                self.chain().process(bytes, count as usize, watermarks)?;
             }
             GateEvent::Watermark(w) => self.chain().advance_watermark(w)?,
             GateEvent::Checkpoint(barrier) => self.trigger_checkpoint_on_barrier(barrier)?,

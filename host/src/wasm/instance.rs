@@ -2,16 +2,92 @@
 
 use wasmtime::Store;
 
-use super::bindings::Operator as Bindings;
-use super::bindings::exports::sluice::operator::stream_operator::Guest;
-use super::bindings::sluice::operator::types::{Error as GuestError, OpenContext, Output};
+use super::bindings::{v1, v2};
 use super::limits::MemoryLimitExceeded;
 use super::sandbox::{self, Interrupted, guest_text};
 use super::stdio::panic_message;
 use super::store::StoreState;
 use crate::chain::{
-    CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState, TrapKind,
+    CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState, ProcessOutput,
+    TrapKind,
 };
+use crate::network::BatchWatermark;
+
+/// A component's exports, of the WIT version it was built for.
+pub(crate) enum Bindings {
+    /// `sluice:operator@0.2.0`.
+    V2(v2::Operator),
+    /// `sluice:operator@0.1.0`: records without the 0.2.0 extensions, watermarks only
+    /// between batches.
+    V1(v1::Operator),
+}
+
+/// An error the operator returned, of either version.
+enum GuestError {
+    InvalidConfig(String),
+    Failed(String),
+}
+
+impl From<v2::sluice::operator::types::Error> for GuestError {
+    fn from(e: v2::sluice::operator::types::Error) -> Self {
+        use v2::sluice::operator::types::Error as E;
+        match e {
+            E::InvalidConfig(m) => GuestError::InvalidConfig(m),
+            E::Failed(m) => GuestError::Failed(m),
+        }
+    }
+}
+
+impl From<v1::sluice::operator::types::Error> for GuestError {
+    fn from(e: v1::sluice::operator::types::Error) -> Self {
+        use v1::sluice::operator::types::Error as E;
+        match e {
+            E::InvalidConfig(m) => GuestError::InvalidConfig(m),
+            E::Failed(m) => GuestError::Failed(m),
+        }
+    }
+}
+
+impl From<v2::sluice::operator::types::Output> for CallOutput {
+    fn from(o: v2::sluice::operator::types::Output) -> Self {
+        CallOutput {
+            records: o.records,
+            effects: o.effects,
+        }
+    }
+}
+
+impl From<v1::sluice::operator::types::Output> for CallOutput {
+    fn from(o: v1::sluice::operator::types::Output) -> Self {
+        CallOutput {
+            records: o.records,
+            effects: o.effects,
+        }
+    }
+}
+
+/// Calls export `$call` of whichever version the instance is, with the same arguments;
+/// with `output`, the call returns an `output` record, taken as a [`CallOutput`].
+macro_rules! either {
+    ($self:ident, $call:ident ( $($arg:expr),* )) => {
+        either!($self, $call($($arg),*), |o| o)
+    };
+    ($self:ident, $call:ident ( $($arg:expr),* ) output) => {
+        either!($self, $call($($arg),*), |o| CallOutput::from(o))
+    };
+    ($self:ident, $call:ident ( $($arg:expr),* ), |$o:ident| $map:expr) => {
+        $self.call(|b, s| match b {
+            Bindings::V2(b) => b
+                .sluice_operator_stream_operator()
+                .$call(s $(, $arg)*)
+                .map(|r| r.map(|$o| $map).map_err(GuestError::from)),
+            Bindings::V1(b) => b
+                .sluice_operator_stream_operator()
+                .$call(s $(, $arg)*)
+                .map(|r| r.map(|$o| $map).map_err(GuestError::from)),
+        })
+    };
+}
 
 /// An operator component instance. Implements [`Operator`] by calling the component's
 /// exports, with the call deadline armed and traps turned into [`CallError::Trap`].
@@ -42,7 +118,7 @@ impl WasmOperator {
 
     fn call<R>(
         &mut self,
-        f: impl FnOnce(&Guest, &mut Store<StoreState>) -> wasmtime::Result<Result<R, GuestError>>,
+        f: impl FnOnce(&Bindings, &mut Store<StoreState>) -> wasmtime::Result<Result<R, GuestError>>,
     ) -> Result<R, CallError> {
         if let Some(reason) = &self.poisoned {
             return Err(CallError::Trap {
@@ -62,10 +138,7 @@ impl WasmOperator {
         };
         let (_, started) = cpu.start(&tenant);
         sandbox::arm_at(&mut self.store, started);
-        let result = f(
-            self.bindings.sluice_operator_stream_operator(),
-            &mut self.store,
-        );
+        let result = f(&self.bindings, &mut self.store);
         cpu.end(&tenant);
         match result {
             Ok(Ok(value)) => Ok(value),
@@ -86,8 +159,8 @@ impl WasmOperator {
         }
     }
 
-    fn output(&mut self, result: Result<Output, CallError>) -> Result<CallOutput, CallError> {
-        let Output { records, effects } = result?;
+    fn output(&mut self, result: Result<CallOutput, CallError>) -> Result<CallOutput, CallError> {
+        let CallOutput { records, effects } = result?;
         let limit = self.store.data().limits.max_output_bytes;
         let size = records.len() + effects.len();
         if size > limit {
@@ -183,19 +256,58 @@ impl Operator for WasmOperator {
     }
 
     fn open(&mut self, info: &OpenInfo) -> Result<CallOutput, CallError> {
-        let ctx = OpenContext {
-            job: info.job.clone(),
-            operator_name: info.operator.clone(),
-            config: info.config.clone(),
-            subtask_index: info.subtask,
-            parallelism: info.parallelism,
-            max_parallelism: info.max_parallelism,
-            keyed: info.keyed,
-            restored_state: info.restored_state.clone(),
-            attempt: info.attempt,
-        };
         self.store.data_mut().operator.opening = true;
-        let result = self.call(|g, s| g.call_open(s, &ctx));
+        let result = match &self.bindings {
+            Bindings::V2(_) => {
+                use v2::sluice::operator::types::{InputInfo, OpenContext};
+                let ctx = OpenContext {
+                    job: info.job.clone(),
+                    operator_name: info.operator.clone(),
+                    config: info.config.clone(),
+                    subtask_index: info.subtask,
+                    parallelism: info.parallelism,
+                    max_parallelism: info.max_parallelism,
+                    keyed: info.keyed,
+                    restored_state: info.restored_state.clone(),
+                    attempt: info.attempt,
+                    inputs: info
+                        .inputs
+                        .iter()
+                        .map(|i| InputInfo {
+                            name: i.name.clone(),
+                            broadcast: i.broadcast,
+                        })
+                        .collect(),
+                };
+                self.call(|b, s| match b {
+                    Bindings::V2(b) => b
+                        .sluice_operator_stream_operator()
+                        .call_open(s, &ctx)
+                        .map(|r| r.map(CallOutput::from).map_err(GuestError::from)),
+                    Bindings::V1(_) => unreachable!("matched above"),
+                })
+            }
+            Bindings::V1(_) => {
+                let ctx = v1::sluice::operator::types::OpenContext {
+                    job: info.job.clone(),
+                    operator_name: info.operator.clone(),
+                    config: info.config.clone(),
+                    subtask_index: info.subtask,
+                    parallelism: info.parallelism,
+                    max_parallelism: info.max_parallelism,
+                    keyed: info.keyed,
+                    restored_state: info.restored_state.clone(),
+                    attempt: info.attempt,
+                };
+                self.call(|b, s| match b {
+                    Bindings::V1(b) => b
+                        .sluice_operator_stream_operator()
+                        .call_open(s, &ctx)
+                        .map(|r| r.map(CallOutput::from).map_err(GuestError::from)),
+                    Bindings::V2(_) => unreachable!("matched above"),
+                })
+            }
+        };
         let operator = &mut self.store.data_mut().operator;
         operator.opening = false;
         // Keyed state on unkeyed input fails every attempt alike: not worth a restart.
@@ -210,48 +322,137 @@ impl Operator for WasmOperator {
     }
 
     fn process(&mut self, records: &[u8]) -> Result<CallOutput, CallError> {
-        let result = self.call(|g, s| g.call_process(s, records));
-        self.output(result)
+        Ok(self.process_batch(0, records, &[])?.output)
+    }
+
+    fn takes_batch_watermarks(&self) -> bool {
+        matches!(self.bindings, Bindings::V2(_))
+    }
+
+    fn process_batch(
+        &mut self,
+        input: u32,
+        records: &[u8],
+        watermarks: &[BatchWatermark],
+    ) -> Result<ProcessOutput, CallError> {
+        if let Bindings::V1(_) = self.bindings {
+            // A 0.1.0 operator cannot read headers or partitions: it gets the records
+            // without them (and the watermarks after the batch, from the chain).
+            let stripped = sluice_codec::strip_extensions(records)
+                .map_err(|e| CallError::Contract(format!("given {e}")))?;
+            let records = stripped.as_deref().unwrap_or(records);
+            let output = self.call(|b, s| match b {
+                Bindings::V1(b) => b
+                    .sluice_operator_stream_operator()
+                    .call_process(s, records)
+                    .map(|r| r.map(CallOutput::from).map_err(GuestError::from)),
+                Bindings::V2(_) => unreachable!("matched above"),
+            });
+            return Ok(ProcessOutput {
+                output: self.output(output)?,
+                ..ProcessOutput::default()
+            });
+        }
+        use v2::sluice::operator::types::BatchWatermark as Wit;
+        let given: Vec<Wit> = watermarks
+            .iter()
+            .map(|w| Wit {
+                before: w.before,
+                watermark: w.watermark,
+            })
+            .collect();
+        let result = self.call(|b, s| match b {
+            Bindings::V2(b) => b
+                .sluice_operator_stream_operator()
+                .call_process(s, input, records, &given)
+                .map(|r| r.map_err(GuestError::from)),
+            Bindings::V1(_) => unreachable!("matched above"),
+        });
+        let processed = result?;
+        let output = self.output(Ok(CallOutput {
+            records: processed.records,
+            effects: processed.effects,
+        }))?;
+        Ok(ProcessOutput {
+            output,
+            watermarks: processed
+                .watermarks
+                .into_iter()
+                .map(|w| BatchWatermark {
+                    before: w.before,
+                    watermark: w.watermark,
+                })
+                .collect(),
+            stopped_at: processed.stopped_at,
+        })
     }
 
     fn process_watermark(&mut self, watermark: i64) -> Result<CallOutput, CallError> {
-        let result = self.call(|g, s| g.call_process_watermark(s, watermark));
+        let result = either!(self, call_process_watermark(watermark) output);
         self.output(result)
     }
 
     fn on_timers(&mut self, timers: &[u8]) -> Result<CallOutput, CallError> {
-        let result = self.call(|g, s| g.call_on_timers(s, timers));
+        let result = either!(self, call_on_timers(timers) output);
         self.output(result)
     }
 
     fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, CallError> {
-        let state = self.call(|g, s| g.call_snapshot(s, checkpoint_id))?;
+        let (state, effects) = match &self.bindings {
+            Bindings::V2(_) => {
+                let out = self.call(|b, s| match b {
+                    Bindings::V2(b) => b
+                        .sluice_operator_stream_operator()
+                        .call_snapshot(s, checkpoint_id)
+                        .map(|r| r.map_err(GuestError::from)),
+                    Bindings::V1(_) => unreachable!("matched above"),
+                })?;
+                (out.state, out.effects)
+            }
+            Bindings::V1(_) => {
+                let state = self.call(|b, s| match b {
+                    Bindings::V1(b) => b
+                        .sluice_operator_stream_operator()
+                        .call_snapshot(s, checkpoint_id)
+                        .map(|r| r.map_err(GuestError::from)),
+                    Bindings::V2(_) => unreachable!("matched above"),
+                })?;
+                (state, Vec::new())
+            }
+        };
         let limit = self.store.data().limits.max_output_bytes;
-        if state.len() > limit {
+        if state.len() + effects.len() > limit {
             return Err(CallError::Contract(format!(
-                "returned {} bytes of operator state from `snapshot`; the limit is {limit} \
-                 (keep large state in keyed state)",
-                state.len()
+                "returned {} bytes of operator state and effects from `snapshot`; the limit \
+                 is {limit} (keep large state in keyed state)",
+                state.len() + effects.len()
             )));
+        }
+        if !effects.is_empty() {
+            // Written back before the host copies keyed state for the checkpoint.
+            let now = crate::timers::now_millis();
+            let operator = &mut self.store.data_mut().operator;
+            let writes = operator.apply_effects(&effects, now)?;
+            operator.settle(now, writes)?;
         }
         Ok(state)
     }
 
     fn notify_complete(&mut self, checkpoint_id: u64) -> Result<(), CallError> {
-        self.call(|g, s| g.call_notify_complete(s, checkpoint_id))
+        either!(self, call_notify_complete(checkpoint_id))
     }
 
     fn notify_aborted(&mut self, checkpoint_id: u64) -> Result<(), CallError> {
-        self.call(|g, s| g.call_notify_aborted(s, checkpoint_id))
+        either!(self, call_notify_aborted(checkpoint_id))
     }
 
     fn finish(&mut self) -> Result<CallOutput, CallError> {
-        let result = self.call(|g, s| g.call_finish(s));
+        let result = either!(self, call_finish() output);
         self.output(result)
     }
 
     fn close(&mut self) -> Result<CallOutput, CallError> {
-        let result = self.call(|g, s| g.call_close(s));
+        let result = either!(self, call_close() output);
         self.output(result)
     }
 
@@ -260,6 +461,9 @@ impl Operator for WasmOperator {
             // A trapped store cannot run code any more; dropping it releases everything.
             return Ok(());
         }
-        self.call(|g, s| g.call_dispose(s).map(Ok))
+        self.call(|b, s| match b {
+            Bindings::V2(b) => b.sluice_operator_stream_operator().call_dispose(s).map(Ok),
+            Bindings::V1(b) => b.sluice_operator_stream_operator().call_dispose(s).map(Ok),
+        })
     }
 }

@@ -10,11 +10,11 @@ use anyhow::{Context, Result, bail};
 use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
-use super::bindings::{EXPORT_INTERFACE, OperatorPre, WIT_VERSION};
+use super::bindings::{EXPORT_INTERFACE, WIT_VERSION, WIT_VERSIONS, v1, v2};
 use super::cache::{CacheOutcome, content_digest};
 use super::cpu::CpuShares;
 use super::engine::WasmEngine;
-use super::instance::WasmOperator;
+use super::instance::{Bindings, WasmOperator};
 use super::limits::SandboxLimits;
 use super::sandbox;
 use super::store::StoreState;
@@ -36,8 +36,15 @@ pub struct Plugin {
     /// Whether it was compiled for fuel metering.
     pub metered: bool,
     engine: wasmtime::Engine,
-    pre: OperatorPre<StoreState>,
+    pre: Pre,
     cpu: Arc<CpuShares>,
+}
+
+/// A component ready to instantiate, of its WIT version.
+#[derive(Clone)]
+enum Pre {
+    V2(v2::OperatorPre<StoreState>),
+    V1(v1::OperatorPre<StoreState>),
 }
 
 /// What `sluice inspect` shows about a component.
@@ -146,13 +153,17 @@ impl Plugin {
             .with_context(|| {
                 format!(
                     "{} needs imports that Sluice does not provide (operators may import only \
-                     sluice:operator/runtime@{WIT_VERSION} and WASI 0.2)",
+                     sluice:operator/runtime of their version and WASI 0.2)",
                     path.display()
                 )
             })?;
-        let pre = OperatorPre::new(pre)
-            .map_err(anyhow::Error::from)
-            .with_context(|| format!("{} does not match the operator world", path.display()))?;
+        let pre = if info.interface.ends_with("@0.1.0") {
+            v1::OperatorPre::new(pre).map(Pre::V1)
+        } else {
+            v2::OperatorPre::new(pre).map(Pre::V2)
+        }
+        .map_err(anyhow::Error::from)
+        .with_context(|| format!("{} does not match the operator world", path.display()))?;
         Ok(Plugin {
             path: path.to_path_buf(),
             digest: content_digest(&bytes),
@@ -187,7 +198,10 @@ impl Plugin {
         let tenant = store.data().cpu_tenant.clone();
         self.cpu.begin(&tenant);
         sandbox::arm(&mut store);
-        let bindings = self.pre.instantiate(&mut store);
+        let bindings = match &self.pre {
+            Pre::V2(pre) => pre.instantiate(&mut store).map(Bindings::V2),
+            Pre::V1(pre) => pre.instantiate(&mut store).map(Bindings::V1),
+        };
         self.cpu.end(&tenant);
         let bindings = bindings
             .map_err(anyhow::Error::from)
@@ -208,6 +222,9 @@ fn check_interface(engine: &wasmtime::Engine, component: &Component) -> Result<P
         .map(|(name, _)| name.to_string())
         .collect();
     let wanted = format!("{EXPORT_INTERFACE}@{WIT_VERSION}");
+    let supported = WIT_VERSIONS
+        .map(|v| format!("sluice:operator@{v}"))
+        .join(" and ");
     let Some((name, item)) = exports
         .iter()
         .find(|(name, _)| name.starts_with(EXPORT_INTERFACE))
@@ -222,11 +239,13 @@ fn check_interface(engine: &wasmtime::Engine, component: &Component) -> Result<P
             }
         );
     };
-    if *name != wanted {
-        let version = name.rsplit_once('@').map_or("no version", |(_, v)| v);
+    let version = name.rsplit_once('@').map_or("no version", |(_, v)| v);
+    if name.strip_prefix(EXPORT_INTERFACE) != Some(&format!("@{version}"))
+        || !WIT_VERSIONS.contains(&version)
+    {
         bail!(
             "it was built for sluice:operator@{version}, but this host supports \
-             sluice:operator@{WIT_VERSION}; rebuild it against this version of the SDK"
+             {supported}; rebuild it against this version of the SDK"
         );
     }
     let (mut calls, mut types) = (Vec::new(), Vec::new());
@@ -239,7 +258,7 @@ fn check_interface(engine: &wasmtime::Engine, component: &Component) -> Result<P
         }
     }
     Ok(PluginInfo {
-        interface: wanted,
+        interface: name.clone(),
         calls,
         types,
         imports,
@@ -247,9 +266,11 @@ fn check_interface(engine: &wasmtime::Engine, component: &Component) -> Result<P
     })
 }
 
-/// The WIT version string this host supports.
+/// The WIT versions this host supports, newest first.
 pub fn supported_version() -> String {
-    format!("sluice:operator@{WIT_VERSION}")
+    WIT_VERSIONS
+        .map(|v| format!("sluice:operator@{v}"))
+        .join(", ")
 }
 
 #[cfg(test)]

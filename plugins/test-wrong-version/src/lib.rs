@@ -1,4 +1,4 @@
-//! `test-wrong-version`: a pass-through operator built for `sluice:operator@0.2.0`, a
+//! `test-wrong-version`: a pass-through operator built for `sluice:operator@0.9.0`, a
 //! version of the contract the host does not support, for the host's tests (not an
 //! example). It uses wit-bindgen directly instead of the SDK, which only speaks the
 //! current version; `wit/operator.wit` is a copy of the contract with only the package

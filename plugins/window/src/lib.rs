@@ -60,8 +60,9 @@
 //! 3. The window's state is purged when the watermark reaches `end - 1 + lateness`, after
 //!    the window fired if both times are the same.
 //!
-//! A record that joined no window and is itself late (`ts + lateness <= wm`) is dropped and
-//! counted in the counter `late-records-dropped`. A session that would be late after
+//! A record that joined no window and is itself late (`ts + lateness <= wm`) is dropped,
+//! counted in the counter `late-records-dropped` and sent to the side output `late` (as
+//! it came, with its key and timestamp). A session that would be late after
 //! merging drops the record and changes nothing; merging away a session deletes its
 //! timers.
 //!
@@ -77,7 +78,9 @@
 //! state.
 
 use serde::{Deserialize, Serialize};
-use sluice_sdk::{Config, Context, Error, MapState, OpenContext, Operator, Record, Result, Timer};
+use sluice_sdk::{
+    Config, Context, Error, MapState, OpenContext, Operator, Record, Result, SideOutput, Timer,
+};
 use smallvec::SmallVec;
 
 // Every config key the operator knows.
@@ -152,6 +155,8 @@ pub struct Window {
     field: usize,
     separator: String,
     allowed_lateness: i64,
+    /// Where late records go (Flink's `sideOutputLateData`).
+    late: SideOutput,
     /// Per key: window start -> the window's end and aggregate.
     windows: MapState<i64, Accumulator>,
 }
@@ -197,6 +202,7 @@ impl Operator for Window {
             field,
             separator,
             allowed_lateness,
+            late: ctx.side_output("late")?,
             windows: ctx.map_state("windows")?,
         })
     }
@@ -230,6 +236,7 @@ impl Operator for Window {
         // Flink's `isSkippedElement && isElementLate`.
         if !added && ts.saturating_add(self.allowed_lateness) <= watermark {
             ctx.add_counter(LATE_RECORDS_DROPPED, 1);
+            ctx.emit_to(self.late, Some(key), record.value);
         }
         Ok(())
     }
