@@ -178,7 +178,8 @@ impl BatchWriter {
             return self.push(record.key, record.value, record.timestamp);
         }
         let headers = record.headers.map_or(&[][..], |h| h.encoded);
-        self.buf.reserve(1 + 8 + 4 + 4 + 4 + 4 + headers.len() + 4 + record.value.len());
+        self.buf
+            .reserve(1 + 8 + 4 + 4 + 4 + 4 + headers.len() + 4 + record.value.len());
         let mut flags = 0;
         if record.timestamp.is_some() {
             flags |= HAS_TIMESTAMP;

@@ -34,8 +34,8 @@ macro_rules! export {
             use ::std::vec::Vec;
             use $crate::__rt::Slot;
             use $crate::__rt::wasm::{
-                self as glue, WitBatchWatermark, WitError, WitOpenContext, WitOutput,
-                WitProcessed, WitSnapshotOutput,
+                self as glue, WitBatchWatermark, WitError, WitOpenContext, WitOutput, WitProcessed,
+                WitSnapshotOutput,
             };
 
             struct SluiceExports;

@@ -473,11 +473,25 @@ mod tests {
                 .map(|r| String::from_utf8(r.unwrap().value.to_vec()).unwrap())
                 .collect()
         };
-        assert_eq!(values(process(&mut slot, &host, 0, &batch, &[]).map(|p| p.output).unwrap()), ["5"; 6]);
+        assert_eq!(
+            values(
+                process(&mut slot, &host, 0, &batch, &[])
+                    .map(|p| p.output)
+                    .unwrap()
+            ),
+            ["5"; 6]
+        );
         assert_eq!(host.reads.get(), 1);
         // The host moves the watermark between calls: the next call sees the new one.
         host.watermark.set(9);
-        assert_eq!(values(process(&mut slot, &host, 0, &batch, &[]).map(|p| p.output).unwrap()), ["9"; 6]);
+        assert_eq!(
+            values(
+                process(&mut slot, &host, 0, &batch, &[])
+                    .map(|p| p.output)
+                    .unwrap()
+            ),
+            ["9"; 6]
+        );
         assert_eq!(host.reads.get(), 2);
     }
 

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::checkpoints::{Delays, run_with_kills, sorted_lines};
 use sluice::job::JobReport;
-use sluice_tests::plugins::{COUNT, TOKENIZE, WINDOW};
+use sluice_tests::plugins::{COUNT, FILTER, TOKENIZE, WINDOW};
 use sluice_tests::windows::{Aggregate, Event, Expected, Kind, expected, mixed_events};
 use sluice_tests::{expected_word_counts, run_job, sample_text, test_dir, write_job};
 
@@ -36,6 +36,24 @@ fn window_config(kind: Kind, aggregate: Aggregate, lateness: i64) -> String {
 }
 
 fn window_job(config: &str, parallelism: u32, batch_size: usize) -> String {
+    window_job_with(config, parallelism, batch_size, WINDOW, false)
+}
+
+/// The window job with the `window` plugin at `plugin`, and with `filter_first` a filter
+/// that passes everything chained to the source before it (so the watermarks inside
+/// batches go through an operator of the source's task before the exchange).
+pub fn window_job_with(
+    config: &str,
+    parallelism: u32,
+    batch_size: usize,
+    plugin: &str,
+    filter_first: bool,
+) -> String {
+    let filter = if filter_first {
+        format!("[[operator]]\nname = \"pass\"\nplugin = \"{FILTER}\"\n")
+    } else {
+        String::new()
+    };
     format!(
         r#"
 name = "windows"
@@ -44,9 +62,9 @@ type = "file"
 path = "events.csv"
 timestamp = {{ field = 0 }}
 out_of_orderness_ms = {BOUND}
-[[operator]]
+{filter}[[operator]]
 name = "window"
-plugin = "{WINDOW}"
+plugin = "{plugin}"
 parallelism = {parallelism}
 key_by = {{ field = 1 }}
 config = {{ {config} }}
@@ -61,12 +79,17 @@ batch_size = {batch_size}
 }
 
 fn dropped(report: &JobReport) -> u64 {
+    counter(report, "late-records-dropped")
+}
+
+/// The `window` operator's counter `name`, summed over its subtasks.
+fn counter(report: &JobReport, name: &str) -> u64 {
     report
         .tasks
         .iter()
         .flat_map(|t| &t.operators)
         .filter(|o| o.operator == "window")
-        .map(|o| o.counters.get("late-records-dropped").copied().unwrap_or(0))
+        .map(|o| o.counters.get(name).copied().unwrap_or(0))
         .sum()
 }
 
@@ -80,14 +103,25 @@ fn check(
     parallelism: u32,
     batch_size: usize,
 ) -> Expected {
+    let config = window_config(kind, aggregate, lateness);
+    check_job(
+        name,
+        events,
+        &window_job(&config, parallelism, batch_size),
+        (kind, aggregate, lateness),
+    )
+}
+
+/// Runs `job` (a window job) over `events` and compares with the model of the window.
+pub fn check_job(
+    name: &str,
+    events: &[Event],
+    job: &str,
+    (kind, aggregate, lateness): (Kind, Aggregate, i64),
+) -> Expected {
     let dir = test_dir(name);
     write_events(&dir, events);
-    let config = window_config(kind, aggregate, lateness);
-    let report = run_job(&write_job(
-        &dir,
-        &window_job(&config, parallelism, batch_size),
-    ))
-    .unwrap();
+    let report = run_job(&write_job(&dir, job)).unwrap();
     let output = std::fs::read_to_string(dir.join("out.tsv")).unwrap();
     let want = expected(events, BOUND, kind, aggregate, lateness);
     assert_eq!(
@@ -100,6 +134,14 @@ fn check(
         want.dropped,
         "{name}: late records dropped"
     );
+    // Sent to the side output `late`, which nothing reads in a straight-line job.
+    if !job.contains(sluice_tests::COMPAT_DIR) {
+        assert_eq!(
+            counter(&report, "side-output-dropped"),
+            want.dropped,
+            "{name}: late records sent to the side output"
+        );
+    }
     want
 }
 
@@ -137,6 +179,40 @@ fn one_record_per_batch_judges_each_record_against_the_records_before_it() {
         1,
     );
     assert!(want.dropped > 0);
+}
+
+#[test]
+fn every_batch_size_gives_the_windows_of_records_one_by_one() {
+    // Watermarks travel inside batches, so a batch of 1,024 judges each record against
+    // the watermark of the records before it, as batches of one do (and Flink does).
+    let events = mixed_events(3000, 8, 50, BOUND, 19, 21);
+    let kinds = [
+        (Kind::Tumbling { size: 5_000 }, 0),
+        (
+            Kind::Sliding {
+                size: 6_000,
+                slide: 2_000,
+            },
+            2_000,
+        ),
+        (Kind::Session { gap: 1_500 }, 1_000),
+    ];
+    let mut dropped = 0;
+    for (k, (kind, lateness)) in kinds.into_iter().enumerate() {
+        let config = window_config(kind, Aggregate::Sum, lateness);
+        for parallelism in [1, 4] {
+            for batch in [1, 1024] {
+                for filter_first in [false, true] {
+                    let name = format!("batches-{k}-{parallelism}-{batch}-{filter_first}");
+                    let job = window_job_with(&config, parallelism, batch, WINDOW, filter_first);
+                    let want = check_job(&name, &events, &job, (kind, Aggregate::Sum, lateness));
+                    assert!(want.lines.len() > 50, "{name}");
+                    dropped += want.dropped;
+                }
+            }
+        }
+    }
+    assert!(dropped > 50, "too few late records: {dropped}");
 }
 
 #[test]

@@ -79,7 +79,10 @@ fn test_recorder() {
 fn test_wrong_version() {
     let err = format!("{:#}", load(TEST_WRONG_VERSION).unwrap_err());
     assert!(err.contains("built for sluice:operator@0.9.0"), "{err}");
-    assert!(err.contains("supports sluice:operator@0.2.0 and sluice:operator@0.1.0"), "{err}");
+    assert!(
+        err.contains("supports sluice:operator@0.2.0 and sluice:operator@0.1.0"),
+        "{err}"
+    );
 }
 
 #[test]

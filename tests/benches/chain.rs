@@ -90,7 +90,9 @@ fn main() {
             .collect();
         let run = |chain: &mut OperatorChain| {
             for (bytes, n) in &batches {
-                chain.process(bytes.clone(), *n, Vec::new()).expect("processing");
+                chain
+                    .process(bytes.clone(), *n, Vec::new())
+                    .expect("processing");
             }
         };
         let (mut native, mut keyed, mut wasm) =

@@ -22,9 +22,7 @@ use sluice_codec::{BatchReader, BatchWriter, TimeDomain};
 
 use crate::checkpoint::OperatorSnapshot;
 use crate::metrics::{OperatorMetrics, TaskMetrics, add_duration};
-use crate::network::{
-    Barrier, BatchWatermark, RecordWriter, StreamElement, push_batch_watermark,
-};
+use crate::network::{Barrier, BatchWatermark, RecordWriter, StreamElement, push_batch_watermark};
 use crate::timers::{millis_at, now_millis};
 
 /// How many times in a row one watermark or processing-time tick may call an operator's
@@ -208,9 +206,7 @@ impl OperatorChain {
             error,
         };
         let ProcessOutput {
-            output,
-            watermarks,
-            ..
+            output, watermarks, ..
         } = result.map_err(|e| fail(e, &*link.operator))?;
         let now = millis_at(end);
         let writes = if output.effects.is_empty() {
@@ -227,12 +223,15 @@ impl OperatorChain {
             .map_err(|e| fail(e, &*link.operator))?;
         let declared = link.operator.state().outputs.len();
         let contract = |m: String| fail(CallError::Contract(m), &*link.operator);
-        let scan = BatchReader::scan(&output.records).map_err(|e| contract(format!("returned {e}")))?;
+        let scan =
+            BatchReader::scan(&output.records).map_err(|e| contract(format!("returned {e}")))?;
         if call == Call::Open && scan.count > 0 {
             return Err(contract("emitted records from `open`, which may not emit".into()).into());
         }
         check_watermark_positions(&watermarks, scan.count).map_err(&contract)?;
-        link.metrics.records_out.fetch_add(scan.count as u64, Relaxed);
+        link.metrics
+            .records_out
+            .fetch_add(scan.count as u64, Relaxed);
         let mut emitted = Emitted {
             records: output.records,
             count: scan.count,
@@ -327,7 +326,9 @@ impl OperatorChain {
         while first < count || k < watermarks.len() {
             let mut op_watermark = self.operators[i].operator.state().watermark;
             // The first later watermark that makes a known timer due cuts the batch.
-            let mut cut = self.due_watermark(i, &watermarks[k..], op_watermark).map(|j| k + j);
+            let mut cut = self
+                .due_watermark(i, &watermarks[k..], op_watermark)
+                .map(|j| k + j);
             if let Some(j) = cut
                 && watermarks[j].before as usize == first
             {
@@ -435,7 +436,12 @@ impl OperatorChain {
     }
 
     /// Sends what leaves the tail.
-    fn emit(&mut self, records: Vec<u8>, count: usize, watermarks: Vec<BatchWatermark>) -> Result<()> {
+    fn emit(
+        &mut self,
+        records: Vec<u8>,
+        count: usize,
+        watermarks: Vec<BatchWatermark>,
+    ) -> Result<()> {
         match &mut self.output {
             ChainOutput::Network(w) => {
                 if let Some(last) = watermarks.last() {
@@ -506,7 +512,9 @@ impl OperatorChain {
             else {
                 return Ok(());
             };
-            let out = self.call(i, Call::OnTimers, |op| op.on_timers(&timers).map(Into::into))?;
+            let out = self.call(i, Call::OnTimers, |op| {
+                op.on_timers(&timers).map(Into::into)
+            })?;
             self.push(i + 1, out.records, out.count, out.watermarks)?;
         }
         let link = &mut self.operators[i];

@@ -374,6 +374,34 @@ mod tests {
     }
 
     #[test]
+    fn watermarks_inside_batches_become_the_combined_watermark_where_it_advances() {
+        let (t0, r0) = channel(8);
+        let (t1, r1) = channel(8);
+        let mut gate = InputGate::new(vec![r0, r1], CheckpointingMode::ExactlyOnce);
+        let at = |before, watermark| BatchWatermark { before, watermark };
+        t1.send(StreamElement::Watermark(15)).unwrap();
+        assert_eq!(drain(&mut gate), vec![]);
+        t0.send(StreamElement::Records {
+            bytes: vec![7],
+            count: 3,
+            watermarks: vec![at(0, 5), at(1, 12), at(2, 20)],
+        })
+        .unwrap();
+        // Channel 1 holds the minimum at 15 once channel 0 passes it.
+        assert_eq!(
+            drain(&mut gate),
+            vec![GateEvent::Records {
+                bytes: vec![7],
+                count: 3,
+                watermarks: vec![at(0, 5), at(1, 12), at(2, 15)],
+            }]
+        );
+        assert_eq!(gate.watermark(), 15);
+        t1.send(StreamElement::Watermark(30)).unwrap();
+        assert_eq!(drain(&mut gate), vec![GateEvent::Watermark(20)]);
+    }
+
+    #[test]
     fn an_input_ended_without_the_maximum_does_not_advance_event_time() {
         // What a stop-with-savepoint without drain sends: no jump to the end of time.
         let (t0, r0) = channel(8);

@@ -75,7 +75,12 @@ impl RecordWriter {
     /// Partitions a batch of `count` records into the channel buffers, sending the
     /// buffers that filled up. Each of the batch's watermarks goes to every channel, at
     /// the point of its records the watermark arrived.
-    pub fn emit(&mut self, batch: &[u8], count: usize, watermarks: &[BatchWatermark]) -> Result<()> {
+    pub fn emit(
+        &mut self,
+        batch: &[u8],
+        count: usize,
+        watermarks: &[BatchWatermark],
+    ) -> Result<()> {
         let n = self.channels.len();
         if let Partitioner::Forward | Partitioner::Broadcast = self.partitioner
             && watermarks.is_empty()
@@ -416,6 +421,86 @@ mod tests {
         for rx in &rxs {
             assert_eq!(received(rx), ["v", "Watermark(42)"]);
         }
+    }
+
+    /// What channel `rx` received, with each batch's watermarks: `v`, `W5@1` (watermark
+    /// 5 before the batch's record 1) or another element.
+    fn received_with_watermarks(rx: &crossbeam_channel::Receiver<StreamElement>) -> Vec<String> {
+        let mut out = Vec::new();
+        for e in rx.try_iter() {
+            match e {
+                StreamElement::Records {
+                    bytes, watermarks, ..
+                } => {
+                    out.extend(
+                        watermarks
+                            .iter()
+                            .map(|w| format!("W{}@{}", w.watermark, w.before)),
+                    );
+                    out.extend(
+                        BatchReader::new(&bytes)
+                            .map(|r| String::from_utf8(r.unwrap().value.to_vec()).unwrap()),
+                    );
+                }
+                other => out.push(format!("{other:?}")),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn watermarks_inside_a_batch_reach_every_channel_where_they_arrived() {
+        let (mut w, rxs) = writer(
+            2,
+            Partitioner::Hash {
+                key: KeySelector::RecordKey,
+                max_parallelism: 128,
+            },
+        );
+        // Key `a` and key `b` (some key of the other channel) go to different channels.
+        let other = ["b", "c", "d", "e", "f", "g"]
+            .into_iter()
+            .find(|k| hash_target(k.as_bytes(), 2, 128) != hash_target(b"a", 2, 128))
+            .unwrap();
+        let (b, n) = batch(&[("a", "a1"), (other, "b1"), ("a", "a2"), ("a", "a3")]);
+        let at = |before, watermark| BatchWatermark { before, watermark };
+        w.emit(&b, n, &[at(1, 10), at(2, 20), at(3, 30)]).unwrap();
+        w.flush().unwrap();
+        let got: Vec<Vec<String>> = rxs.iter().map(received_with_watermarks).collect();
+        let (ch_a, ch_b) = if got[0].contains(&"a1".to_owned()) {
+            (&got[0], &got[1])
+        } else {
+            (&got[1], &got[0])
+        };
+        // `a`'s channel: 10 and 20 collapse (no record of it between), 30 before a3.
+        assert_eq!(*ch_a, ["W20@1", "W30@2", "a1", "a2", "a3"]);
+        // `b`'s channel: 10 before b1; 20 and 30 after its last record wait for more.
+        assert_eq!(*ch_b, ["W10@0", "b1"]);
+        // ... and go alone before the next control element.
+        w.broadcast_barrier(Barrier {
+            id: 1,
+            timestamp: 0,
+            kind: super::super::CheckpointKind::Checkpoint,
+        })
+        .unwrap();
+        let got: Vec<Vec<String>> = rxs.iter().map(received_with_watermarks).collect();
+        let b_after = if got[0].len() == 2 { &got[0] } else { &got[1] };
+        assert_eq!(b_after[0], "Watermark(30)");
+        // A later watermark between batches makes a waiting one unnecessary.
+        let (b, n) = batch(&[(other, "b2")]);
+        w.emit(&b, n, &[at(1, 40)]).unwrap();
+        w.flush().unwrap();
+        w.emit_watermark(50).unwrap();
+        let got: Vec<Vec<String>> = rxs.iter().map(received_with_watermarks).collect();
+        assert!(
+            got.iter()
+                .all(|ch| !ch.contains(&"Watermark(40)".to_owned())),
+            "{got:?}"
+        );
+        assert!(
+            got.iter().all(|ch| ch.last().unwrap() == "Watermark(50)"),
+            "{got:?}"
+        );
     }
 
     #[test]

@@ -461,10 +461,11 @@ impl StreamTask {
                 }
                 Some(spec) => {
                     let stamped;
-                    (stamped, watermarks) =
-                        reader
-                            .watermarks
-                            .assign(spec, self.batch.as_bytes(), &mut reader.emitted)?;
+                    (stamped, watermarks) = reader.watermarks.assign(
+                        spec,
+                        self.batch.as_bytes(),
+                        &mut reader.emitted,
+                    )?;
                     watermark = reader.watermarks.watermark(spec);
                     if let Some(w) = watermark {
                         reader.emitted = reader.emitted.max(w);

@@ -644,8 +644,90 @@ mod tests {
         send(&mut h, "a", 9, 0)?; // its window has been fired and purged
         send(&mut h, "a", 10, 0)?; // after the watermark: on time
         assert_eq!(h.counter(LATE_RECORDS_DROPPED), 1);
+        // The late record goes to the side output `late` as it came.
+        let late = h.take_side_output("late");
+        assert_eq!(late.len(), 1);
+        assert_eq!(late[0].value, b"9,a,0");
+        assert_eq!(
+            (late[0].key.as_deref(), late[0].timestamp),
+            (Some(&b"a"[..]), Some(9))
+        );
         h.finish()?;
         assert_eq!(take(&mut h), out(&[("a", "10,20,1", 19)]));
+        Ok(())
+    }
+
+    /// Out-of-order events of three keys, with a watermark of max − 3 − 1 after each.
+    fn events_and_watermarks(n: usize) -> (Vec<(String, i64, String)>, Vec<i64>) {
+        let mut seed = 7u64;
+        let mut random = move |m: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % m
+        };
+        let (mut events, mut watermarks, mut max) = (Vec::new(), Vec::new(), i64::MIN);
+        for i in 0..n as i64 {
+            let ts = i - random(8) as i64;
+            let key = ["a", "b", "c"][random(3) as usize].to_owned();
+            events.push((key.clone(), ts, format!("{ts},{key},{}", random(10))));
+            max = max.max(ts);
+            watermarks.push(max - 3 - 1);
+        }
+        (events, watermarks)
+    }
+
+    #[test]
+    fn a_batch_with_watermarks_gives_what_records_one_by_one_give() -> Result<()> {
+        for config in [
+            &[("size-ms", "5"), ("allowed-lateness-ms", "2")][..],
+            &[("kind", "sliding"), ("size-ms", "6"), ("slide-ms", "2")],
+            &[
+                ("kind", "session"),
+                ("gap-ms", "2"),
+                ("allowed-lateness-ms", "1"),
+            ],
+        ] {
+            let (events, watermarks) = events_and_watermarks(400);
+            let records: Vec<Record<'_>> = events
+                .iter()
+                .map(|(k, ts, v)| Record {
+                    key: Some(k.as_bytes()),
+                    value: v.as_bytes(),
+                    timestamp: Some(*ts),
+                })
+                .collect();
+            let mut one_by_one = open(config)?;
+            for (record, &w) in records.iter().zip(&watermarks) {
+                one_by_one.process_records([*record])?;
+                one_by_one.process_watermark(w)?;
+            }
+            let mut batched = open(config)?;
+            for (chunk, marks) in records.chunks(64).zip(watermarks.chunks(64)) {
+                // The watermark after record i comes before record i + 1; the last one
+                // of a chunk after it, between batches.
+                let inside: Vec<(usize, i64)> = marks[..marks.len() - 1]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &w)| (i + 1, w))
+                    .collect::<Vec<_>>()
+                    .chunk_by(|a, b| a.1 == b.1)
+                    .map(|run| run[0])
+                    .collect();
+                batched.process_batch(chunk.iter().copied(), &inside)?;
+                batched.process_watermark(marks[marks.len() - 1])?;
+            }
+            one_by_one.finish()?;
+            batched.finish()?;
+            let expected = take(&mut one_by_one);
+            assert!(expected.len() > 50, "{config:?}: {}", expected.len());
+            assert_eq!(take(&mut batched), expected, "{config:?}");
+            assert_eq!(
+                batched.counter(LATE_RECORDS_DROPPED),
+                one_by_one.counter(LATE_RECORDS_DROPPED),
+                "{config:?}"
+            );
+        }
         Ok(())
     }
 
