@@ -61,6 +61,20 @@ pub struct Headers<'a> {
 }
 
 impl<'a> Headers<'a> {
+    /// Reads headers [`encode_headers`] wrote, checking that they are whole.
+    pub fn decode(encoded: &'a [u8]) -> Result<Headers<'a>, DecodeError> {
+        let mut c = Cursor::new(encoded, "record headers");
+        let count = c.u32()?;
+        for _ in 0..count {
+            c.sized()?;
+            c.sized()?;
+        }
+        if !c.is_empty() {
+            return Err(c.error("bytes after the last header"));
+        }
+        Ok(Headers { encoded })
+    }
+
     /// The encoded form (count and pairs), as [`encode_headers`] writes it.
     pub fn encoded(&self) -> &'a [u8] {
         self.encoded

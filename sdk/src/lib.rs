@@ -116,5 +116,8 @@ pub use error::{Error, Result};
 pub use host::Level;
 pub use operator::Operator;
 pub use record::{OwnedRecord, Record, from_bytes, to_bytes};
+/// The flat encodings of the boundary (records, timers, effects), for tests that look at
+/// what a call produced byte for byte.
+pub use sluice_codec as codec;
 pub use sluice_codec::TimeDomain;
 pub use state::{ListState, MapState, ValueState};

@@ -485,6 +485,7 @@ impl<T: Operator> HarnessBuilder<T> {
             },
             output: Vec::new(),
             side: Vec::new(),
+            raw_output: Vec::new(),
             logs: Vec::new(),
         };
         let opened = harness.call(|slot, host| rt::open(slot, host, &info));
@@ -502,6 +503,8 @@ pub struct Harness<T: Operator> {
     output: Vec<OwnedRecord>,
     /// Records sent to side outputs, with the output's number.
     side: Vec<(u32, OwnedRecord)>,
+    /// Encoded outputs of `process_with_headers`.
+    raw_output: Vec<Vec<u8>>,
     logs: Vec<LogLine>,
 }
 
@@ -621,6 +624,43 @@ impl<T: Operator> Harness<T> {
             timestamp,
         };
         self.process_records([record])
+    }
+
+    /// Processes one record with headers (as a Kafka source gives them) and a source
+    /// partition, as a batch of one.
+    pub fn process_with_headers(
+        &mut self,
+        record: Record<'_>,
+        headers: &[(&str, &str)],
+        partition: Option<u32>,
+    ) -> Result<()> {
+        let headers =
+            sluice_codec::encode_headers(headers.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())));
+        let mut batch = BatchWriter::new();
+        batch.push_record(sluice_codec::RecordRef {
+            key: record.key,
+            value: record.value,
+            timestamp: record.timestamp,
+            headers: Some(sluice_codec::Headers::decode(&headers)?),
+            partition,
+            output: 0,
+        });
+        let batch = batch.into_bytes();
+        let mut output = Vec::new();
+        self.call(|slot, host| {
+            let p = rt::process(slot, host, 0, &batch, &[])?;
+            output.clone_from(&p.output.records);
+            Ok(p.output)
+        })?;
+        self.raw_output.push(output);
+        Ok(())
+    }
+
+    /// The encoded output batches of the calls made with
+    /// [`process_with_headers`](Self::process_with_headers), for checking what records
+    /// carry besides key, value and timestamp.
+    pub fn take_raw_output(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.raw_output)
     }
 
     /// Processes one record without key and timestamp.

@@ -288,6 +288,20 @@ fn kafka_job_file_mistakes_are_named() {
             "a kafka sink needs `topic`",
         ),
         (
+            "kafka-sink-bad-partitioner",
+            format!(
+                "name = \"x\"\n{kafka}{op}[sink]\ntype = \"kafka\"\nbootstrap = \"b:9\"\ntopic = \"out\"\npartitioner = \"hash\"\n"
+            ),
+            "`partitioner` must be \"key\" or \"record\", not \"hash\"",
+        ),
+        (
+            "kafka-sink-partitioner-on-file",
+            format!(
+                "name = \"x\"\n{kafka}{op}[sink]\ntype = \"file\"\npath = \"o\"\npartitioner = \"record\"\n"
+            ),
+            "`partitioner` does not apply to a file sink",
+        ),
+        (
             "kafka-sink-field-on-stdout",
             format!("name = \"x\"\n{kafka}{op}[sink]\ntype = \"stdout\"\ntopic = \"out\"\n"),
             "`topic` does not apply to a stdout sink",

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_tests::kafka::{
     Read, add_partitions, broker, committed_offsets, create_topic, produce, produce_to,
-    read_committed, unique_topic, wait_for_end,
+    produce_with_headers, read_committed, unique_topic, wait_for_end,
 };
-use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE, UPPERCASE, WINDOW};
+use sluice_tests::plugins::{COUNT, FILTER, TEST_MISBEHAVE, TOKENIZE, UPPERCASE, WINDOW};
 use sluice_tests::{
     expected_word_counts, final_counts_any_order, has_complete_checkpoint, read_sink_output,
     run_job, sample_text, sluice_run, test_dir, write_job,
@@ -735,6 +735,129 @@ dir = "checkpoints"
     let mut lines: Vec<String> = output().lines().map(str::to_string).collect();
     lines.sort();
     assert_eq!(lines, ["first", "second"]);
+}
+
+/// Records keep their headers and partition from a Kafka source through operators to a
+/// Kafka sink: an operator filters on a header, another changes the value, and the sink
+/// with `partitioner = "record"` writes each record to the partition it was read from,
+/// with its headers, exactly once.
+#[test]
+fn headers_and_partitions_go_from_topic_to_topic() {
+    let Some(broker) = broker() else { return };
+    let (input, output) = (unique_topic("headers-in"), unique_topic("headers-out"));
+    create_topic(&broker, &input, 3);
+    create_topic(&broker, &output, 3);
+    let mut sent = Vec::new();
+    for partition in 0..3 {
+        let records: Vec<(String, &str)> = (0..40)
+            .map(|i| {
+                let kind = if i % 3 == 0 { "view" } else { "click" };
+                (format!("p{partition}-{i}"), kind)
+            })
+            .collect();
+        let with_headers: Vec<_> = records
+            .iter()
+            .map(|(v, kind)| {
+                let headers: &[(&str, &str)] = if *kind == "view" {
+                    &[("type", "view")]
+                } else {
+                    &[("type", "click"), ("trace", "t1")]
+                };
+                (None, v.as_str(), None, headers)
+            })
+            .collect();
+        produce_with_headers(&broker, &input, Some(partition), &with_headers);
+        sent.extend(
+            records
+                .into_iter()
+                .filter(|(_, kind)| *kind == "click")
+                .map(|(v, _)| (partition, v.to_uppercase())),
+        );
+    }
+    let dir = test_dir("kafka-headers");
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "headers"
+[source]
+type = "kafka"
+bootstrap = "{broker}"
+topics = "{input}"
+bounded = true
+[[operator]]
+name = "clicks"
+plugin = "{FILTER}"
+config = {{ field = "header:type", one-of = "click" }}
+[[operator]]
+name = "upper"
+plugin = "{UPPERCASE}"
+[sink]
+type = "kafka"
+bootstrap = "{broker}"
+topic = "{output}"
+partitioner = "record"
+[checkpoint]
+interval_ms = 50
+dir = "checkpoints"
+"#
+        ),
+    );
+    run_job(&job).expect("the job runs");
+    let read = read_committed(&broker, &output);
+    let mut got: Vec<(i32, String)> = read
+        .iter()
+        .map(|r| (r.partition, r.value.clone()))
+        .collect();
+    got.sort();
+    sent.sort();
+    assert_eq!(got, sent);
+    for r in &read {
+        assert_eq!(
+            r.headers,
+            [
+                ("type".to_owned(), "click".to_owned()),
+                ("trace".into(), "t1".into())
+            ],
+            "{r:?}"
+        );
+    }
+}
+
+/// A sink writing records to the partition they were read from refuses records that were
+/// not read from a partition, naming the sink and the setting.
+#[test]
+fn a_record_without_a_source_partition_fails_a_sink_partitioning_by_record() {
+    let Some(broker) = broker() else { return };
+    let output = unique_topic("no-partition");
+    create_topic(&broker, &output, 2);
+    let dir = test_dir("kafka-no-partition");
+    std::fs::write(dir.join("in.txt"), "a\nb\n").unwrap();
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "no-partition"
+[source]
+type = "file"
+path = "in.txt"
+[[operator]]
+name = "upper"
+plugin = "{UPPERCASE}"
+[sink]
+type = "kafka"
+bootstrap = "{broker}"
+topic = "{output}"
+partitioner = "record"
+[restart]
+strategy = "none"
+"#
+        ),
+    );
+    let err = format!("{:#}", run_job(&job).unwrap_err());
+    assert!(err.contains("without a source partition"), "{err}");
+    assert!(err.contains("partitioner = \"record\""), "{err}");
+    assert!(read_committed(&broker, &output).is_empty());
 }
 
 /// A bounded source reading a topic written with transactions (by the exactly-once sink)

@@ -109,13 +109,38 @@ pub fn produce_to(
     partition: Option<i32>,
     records: &[(Option<&str>, &str, Option<i64>)],
 ) {
+    let records: Vec<_> = records
+        .iter()
+        .map(|&(k, v, t)| (k, v, t, &[][..]))
+        .collect();
+    produce_with_headers(broker, topic, partition, &records);
+}
+
+/// [`produce_to`] with each record's headers.
+#[allow(clippy::type_complexity)]
+pub fn produce_with_headers(
+    broker: &str,
+    topic: &str,
+    partition: Option<i32>,
+    records: &[(Option<&str>, &str, Option<i64>, &[(&str, &str)])],
+) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", broker)
         .set("linger.ms", "5")
         .create()
         .expect("a producer");
-    for (key, value, ts) in records {
+    for (key, value, ts, headers) in records {
         let mut record = BaseRecord::<str, str>::to(topic).payload(*value);
+        if !headers.is_empty() {
+            let mut owned = rdkafka::message::OwnedHeaders::new();
+            for (name, value) in *headers {
+                owned = owned.insert(rdkafka::message::Header {
+                    key: name,
+                    value: Some(*value),
+                });
+            }
+            record = record.headers(owned);
+        }
         if let Some(k) = key {
             record = record.key(*k);
         }
@@ -153,6 +178,10 @@ pub struct Read {
     pub key: Option<String>,
     pub value: String,
     pub timestamp: Option<i64>,
+    /// The partition it was read from.
+    pub partition: i32,
+    /// Its headers, as text.
+    pub headers: Vec<(String, String)>,
 }
 
 /// Reads every committed record of `topic` (`read_committed`), from the beginning of
@@ -209,10 +238,21 @@ pub fn read_committed(broker: &str, topic: &str) -> Vec<Read> {
             Some(Ok(m)) => {
                 last_record = Instant::now();
                 since_check += 1;
+                use rdkafka::message::Headers as _;
+                let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
                 out.push(Read {
-                    key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
-                    value: String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+                    key: m.key().map(text),
+                    value: text(m.payload().unwrap_or_default()),
                     timestamp: m.timestamp().to_millis(),
+                    partition: m.partition(),
+                    headers: m
+                        .headers()
+                        .map(|h| {
+                            h.iter()
+                                .map(|h| (h.key.to_owned(), text(h.value.unwrap_or_default())))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
                 });
             }
             Some(Err(e)) => panic!("reading {topic}: {e}"),

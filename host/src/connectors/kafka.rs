@@ -668,11 +668,24 @@ impl Source for KafkaSource {
             self.last_record.insert(key, Instant::now());
             records += 1;
             bytes += message.payload_len() + message.key().map_or(0, <[u8]>::len);
-            out.push(
-                message.key(),
-                message.payload().unwrap_or_default(),
+            let headers = message.headers().map(|h| {
+                use rdkafka::message::Headers as _;
+                sluice_codec::encode_headers(
+                    h.iter()
+                        .map(|h| (h.key.as_bytes(), h.value.unwrap_or_default())),
+                )
+            });
+            out.push_record(sluice_codec::RecordRef {
+                key: message.key(),
+                value: message.payload().unwrap_or_default(),
                 timestamp,
-            );
+                headers: headers
+                    .as_deref()
+                    .map(sluice_codec::Headers::decode)
+                    .transpose()?,
+                partition: Some(message.partition() as u32),
+                output: 0,
+            });
         }
         self.report(records, bytes);
         if out.is_empty() {
@@ -913,6 +926,9 @@ pub struct KafkaSinkConfig {
     /// Most bytes of records one subtask holds for checkpoints not yet complete (exactly
     /// once).
     pub max_pending_bytes: u64,
+    /// Write each record to the partition it was read from (`partitioner = "record"`),
+    /// not by its key.
+    pub by_record_partition: bool,
     /// Further librdkafka producer properties.
     pub properties: BTreeMap<String, String>,
 }
@@ -1026,20 +1042,49 @@ impl KafkaSink {
             .ok_or_else(|| CallError::Failed("Kafka sink used before open".into()))
     }
 
-    /// Sends one record, waiting while librdkafka's queue is full.
+    /// Sends one record (key, value, timestamp and headers), waiting while librdkafka's
+    /// queue is full.
     fn send(
         producer: &Producer,
-        topic: &str,
+        config: &KafkaSinkConfig,
         record: &sluice_codec::RecordRef<'_>,
-    ) -> Result<(), KafkaError> {
+    ) -> Result<(), String> {
+        let partition = match (config.by_record_partition, record.partition) {
+            (false, _) => None,
+            (true, Some(p)) => Some(i32::try_from(p).unwrap_or(i32::MAX)),
+            (true, None) => {
+                return Err(
+                    "a record without a source partition: this sink writes each record to \
+                     the partition it was read from (`partitioner = \"record\"`), so its \
+                     records must come from a Kafka source"
+                        .to_owned(),
+                );
+            }
+        };
+        let headers = record.headers.map(|h| {
+            let mut owned = rdkafka::message::OwnedHeaders::new_with_capacity(h.len());
+            for (name, value) in h.iter() {
+                owned = owned.insert(rdkafka::message::Header {
+                    key: &String::from_utf8_lossy(name),
+                    value: Some(value),
+                });
+            }
+            owned
+        });
         loop {
-            let mut r =
-                rdkafka::producer::BaseRecord::<[u8], [u8]>::to(topic).payload(record.value);
+            let mut r = rdkafka::producer::BaseRecord::<[u8], [u8]>::to(&config.topic)
+                .payload(record.value);
             if let Some(k) = record.key {
                 r = r.key(k);
             }
             if let Some(ts) = record.timestamp {
                 r = r.timestamp(ts);
+            }
+            if let Some(p) = partition {
+                r = r.partition(p);
+            }
+            if let Some(h) = &headers {
+                r = r.headers(h.clone());
             }
             match producer.send(r) {
                 Ok(()) => return Ok(()),
@@ -1049,7 +1094,12 @@ impl KafkaSink {
                 )) => {
                     producer.poll(Duration::from_millis(10));
                 }
-                Err((e, _)) => return Err(e),
+                Err((e, _)) => {
+                    return Err(match partition {
+                        Some(p) => format!("to partition {p}: {e}"),
+                        None => e.to_string(),
+                    });
+                }
             }
         }
     }
@@ -1193,10 +1243,8 @@ impl KafkaSink {
             let record = record.map_err(|e| self.err("reading pending records", e))?;
             count += 1;
             bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
-            step(
-                "sending a record",
-                Self::send(producer, &self.config.topic, &record),
-            )?;
+            Self::send(producer, &self.config, &record)
+                .map_err(|e| self.err(&format!("checkpoint {checkpoint}: sending a record"), e))?;
         }
         let metadata = self
             .marker()?
@@ -1287,7 +1335,7 @@ impl Operator for KafkaSink {
                 let (mut count, mut bytes) = (0, 0);
                 for record in sluice_codec::BatchReader::new(records) {
                     let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
-                    Self::send(producer, &self.config.topic, &record)
+                    Self::send(producer, &self.config, &record)
                         .map_err(|e| self.err("sending a record", e))?;
                     count += 1;
                     bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);

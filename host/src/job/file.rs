@@ -194,6 +194,10 @@ pub struct SinkSpec {
     /// `kafka`, exactly once: most MiB of records a subtask holds for checkpoints not
     /// yet complete (default 256, 1 to 65536).
     pub max_pending_mb: Option<u64>,
+    /// `kafka`: which partition a record goes to: `key` (the default: the murmur2 hash
+    /// of its key, as Kafka's Java clients; keyless records spread) or `record` (the
+    /// partition it was read from, for topic-to-topic jobs that keep partitioning).
+    pub partitioner: Option<String>,
     /// `kafka`: further librdkafka producer properties, as strings.
     pub properties: Option<BTreeMap<String, String>>,
 }

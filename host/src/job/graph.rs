@@ -1024,6 +1024,7 @@ fn kafka_sink(sink: &SinkSpec, job: &str, checkpoints: bool) -> Result<Option<Ka
             sink.transactional_id_prefix.is_some(),
         ),
         ("max_pending_mb", sink.max_pending_mb.is_some()),
+        ("partitioner", sink.partitioner.is_some()),
         ("properties", sink.properties.is_some()),
     ];
     if sink.kind != SinkKind::Kafka {
@@ -1066,8 +1067,14 @@ fn kafka_sink(sink: &SinkSpec, job: &str, checkpoints: bool) -> Result<Option<Ka
         256,
         &limits::MAX_PENDING_MB,
     )?;
+    let by_record_partition = match sink.partitioner.as_deref() {
+        None | Some("key") => false,
+        Some("record") => true,
+        Some(other) => bail!("`partitioner` must be \"key\" or \"record\", not {other:?}"),
+    };
     let id = sink.id.as_deref().unwrap_or("sink");
     Ok(Some(KafkaSinkConfig {
+        by_record_partition,
         bootstrap,
         topic,
         delivery,

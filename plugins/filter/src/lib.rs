@@ -4,7 +4,8 @@
 //! whose field is not valid UTF-8 (or that has no key, when testing the key) fails the task.
 //!
 //! Config (every condition given must hold; none given passes everything):
-//! - `field`: `value` (default) or `key`.
+//! - `field`: `value` (default), `key`, or `header:NAME` (the record's first header
+//!   `NAME`, e.g. of a Kafka record; a record without it meets no condition).
 //! - `min-length`, `max-length`: bounds on the length in characters, inclusive.
 //! - `contains`, `prefix`, `suffix`: substring tests.
 //! - `one-of`: comma-separated list; the field must equal one of them.
@@ -31,7 +32,7 @@ sluice_sdk::config_keys!(
 
 /// The operator: the parsed predicate.
 pub struct Filter {
-    on_key: bool,
+    field: Field,
     min_length: Option<usize>,
     max_length: Option<usize>,
     contains: Option<String>,
@@ -40,6 +41,13 @@ pub struct Filter {
     one_of: Option<Vec<String>>,
     none_of: Vec<String>,
     negate: bool,
+}
+
+/// The part of a record the conditions test.
+enum Field {
+    Value,
+    Key,
+    Header(String),
 }
 
 fn list(config: &Config, key: &str) -> Option<Vec<String>> {
@@ -67,16 +75,21 @@ impl Operator for Filter {
     fn open(ctx: &mut OpenContext<'_>) -> Result<Self> {
         let config = ctx.config();
         config.check_known(KEYS)?;
-        let on_key = match config.get("field").unwrap_or("value") {
-            "value" => false,
-            "key" => true,
-            other => {
-                let why = format!("config `field` = {other:?}: expected `value` or `key`");
-                return Err(Error::invalid_config(why));
-            }
+        let field = match config.get("field").unwrap_or("value") {
+            "value" => Field::Value,
+            "key" => Field::Key,
+            other => match other.strip_prefix("header:") {
+                Some(name) if !name.is_empty() => Field::Header(name.to_owned()),
+                _ => {
+                    let why = format!(
+                        "config `field` = {other:?}: expected `value`, `key` or `header:NAME`"
+                    );
+                    return Err(Error::invalid_config(why));
+                }
+            },
         };
         Ok(Filter {
-            on_key,
+            field,
             min_length: config.parse("min-length")?,
             max_length: config.parse("max-length")?,
             contains: config.get("contains").map(str::to_owned),
@@ -89,12 +102,17 @@ impl Operator for Filter {
     }
 
     fn process(&mut self, record: Record<'_>, ctx: &mut Context<'_>) -> Result<()> {
-        let text = if self.on_key {
-            record.key_str()?
-        } else {
-            record.value_str()?
+        let matches = match &self.field {
+            Field::Value => self.matches(record.value_str()?),
+            Field::Key => self.matches(record.key_str()?),
+            Field::Header(name) => match ctx.header(name) {
+                Some(value) => self.matches(std::str::from_utf8(value).map_err(|_| {
+                    Error::failed(format!("header `{name}` of a record is not valid UTF-8"))
+                })?),
+                None => false,
+            },
         };
-        if self.matches(text) != self.negate {
+        if matches != self.negate {
             ctx.emit_record(record);
         }
         Ok(())
@@ -122,6 +140,34 @@ mod tests {
     }
 
     const WORDS: &[&str] = &["a", "the", "über", "stream", "streams", "upstream"];
+
+    #[test]
+    fn a_header_can_be_tested_and_passes_on_with_its_record() {
+        let mut h = Harness::<Filter>::builder()
+            .config("field", "header:type")
+            .config("one-of", "click")
+            .open()
+            .unwrap();
+        let record = |v: &'static str| Record::new(v.as_bytes());
+        h.process_with_headers(record("a"), &[("type", "click"), ("x", "1")], Some(3))
+            .unwrap();
+        h.process_with_headers(record("b"), &[("type", "view")], Some(3))
+            .unwrap();
+        h.process_with_headers(record("c"), &[], None).unwrap();
+        h.process_value("d").unwrap();
+        assert_eq!(h.output_values_str(), ["a"]);
+        // The record goes on whole: headers and partition.
+        let raw = h.take_raw_output();
+        let passed: Vec<_> = raw
+            .iter()
+            .flat_map(|b| sluice_sdk::codec::BatchReader::new(b))
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(passed.len(), 1);
+        assert_eq!(passed[0].partition, Some(3));
+        let headers: Vec<_> = passed[0].headers.unwrap().iter().collect();
+        assert_eq!(headers, [(&b"type"[..], &b"click"[..]), (b"x", b"1")]);
+    }
 
     #[test]
     fn each_condition() {
