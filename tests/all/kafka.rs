@@ -530,6 +530,12 @@ buffer_timeout_ms = 5
 /// Crashes the word count from topic to topic at `point` (on its `skip + 1`-th pass),
 /// resumes it from the latest checkpoint, and checks the committed output topic.
 fn crash_topic_to_topic_at(point: &str, skip: u32) {
+    crash_and_resume_at(point, skip, None);
+}
+
+/// [`crash_topic_to_topic_at`], resuming with the sink (and `count`) at `parallelism`
+/// when given.
+fn crash_and_resume_at(point: &str, skip: u32, parallelism: Option<u32>) {
     let Some(broker) = broker() else { return };
     let (input, text) = topic_of_lines(&broker, "in", 4, 24, 1_200);
     let output = unique_topic("out");
@@ -548,6 +554,20 @@ fn crash_topic_to_topic_at(point: &str, skip: u32) {
         "the process did not crash at {point}: {stderr}"
     );
     assert!(has_complete_checkpoint(&dir.join("checkpoints")));
+    if let Some(p) = parallelism {
+        let text = std::fs::read_to_string(&job).unwrap();
+        let rescaled = text
+            .replace(
+                &format!("transactional_id_prefix = \"{output}\"\nparallelism = 4"),
+                &format!("transactional_id_prefix = \"{output}\"\nparallelism = {p}"),
+            )
+            .replace(
+                "key_by = \"key\"\nparallelism = 4",
+                &format!("key_by = \"key\"\nparallelism = {}", p + 1),
+            );
+        assert_ne!(rescaled, text);
+        std::fs::write(&job, rescaled).unwrap();
+    }
     let out = sluice_run(
         env!("CARGO_BIN_EXE_sluice-test-cli"),
         &job,
@@ -577,6 +597,17 @@ fn a_crash_before_the_kafka_transaction_commits() {
 #[test]
 fn a_crash_after_the_kafka_transaction_commits() {
     crash_topic_to_topic_at("kafka-sink::after-commit", 3);
+}
+
+/// An exactly-once sink resumes at another parallelism: each new subtask takes over the
+/// pending checkpoints of old ones (`old % new`), fences their producers and writes what
+/// their markers do not cover — killed with a transaction open, and right after one
+/// committed, from 4 sink subtasks to 2 and to 5: every count exactly once.
+#[test]
+fn an_exactly_once_kafka_sink_resumes_at_another_parallelism() {
+    crash_and_resume_at("kafka-sink::before-commit", 3, Some(2));
+    crash_and_resume_at("kafka-sink::after-commit", 3, Some(2));
+    crash_and_resume_at("kafka-sink::after-commit", 2, Some(5));
 }
 
 /// A Kafka source resumes at another parallelism: its subtasks' offsets are merged and

@@ -1003,6 +1003,9 @@ pub struct KafkaSink {
     interval: BatchWriter,
     sink: SinkState,
     pending_bytes: u64,
+    /// Restored at another parallelism: the checkpointed states of the old subtasks this
+    /// one takes over (`old % new == this`), by old subtask.
+    adopted: Vec<(u32, Vec<u8>)>,
 }
 
 /// How long a flush or a transaction step may take before the sink fails (its job
@@ -1010,8 +1013,20 @@ pub struct KafkaSink {
 const PRODUCE_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl KafkaSink {
-    /// Subtask `subtask` of a Kafka sink.
+    /// Subtask `subtask` of a Kafka sink; `adopted`: see [`KafkaSink::adopting`].
     pub fn new(identity: OperatorIdentity, config: KafkaSinkConfig, subtask: u32) -> Self {
+        Self::adopting(identity, config, subtask, Vec::new())
+    }
+
+    /// Subtask `subtask` of a Kafka sink restored at another parallelism, taking over
+    /// the checkpointed states of old subtasks (`(old subtask, state)`): at `open` it
+    /// fences their producers and writes what their markers say did not reach Kafka.
+    pub fn adopting(
+        identity: OperatorIdentity,
+        config: KafkaSinkConfig,
+        subtask: u32,
+        adopted: Vec<(u32, Vec<u8>)>,
+    ) -> Self {
         KafkaSink {
             identity,
             state: OperatorState::new(None),
@@ -1022,11 +1037,17 @@ impl KafkaSink {
             interval: BatchWriter::new(),
             sink: SinkState::default(),
             pending_bytes: 0,
+            adopted,
         }
     }
 
     fn transactional_id(&self) -> String {
-        format!("{}-{}", self.config.transactional_id_prefix, self.subtask)
+        self.transactional_id_of(self.subtask)
+    }
+
+    /// The transactional id of subtask `subtask` of this sink (its marker group too).
+    fn transactional_id_of(&self, subtask: u32) -> String {
+        format!("{}-{}", self.config.transactional_id_prefix, subtask)
     }
 
     fn err(&self, what: &str, e: impl std::fmt::Display) -> CallError {
@@ -1141,7 +1162,11 @@ impl KafkaSink {
     /// The newest checkpoint whose records this subtask committed (its marker group's
     /// offset), if any.
     fn committed_checkpoint(&self) -> Result<Option<u64>, CallError> {
-        let consumer = self.marker()?;
+        self.committed_in(self.marker()?, self.sink.run)
+    }
+
+    /// The newest checkpoint of run `run` that the marker group of `consumer` holds.
+    fn committed_in(&self, consumer: &BaseConsumer, run: u64) -> Result<Option<u64>, CallError> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(&self.config.topic, 0);
         let committed = consumer
@@ -1149,7 +1174,7 @@ impl KafkaSink {
             .map_err(|e| self.err("reading the last committed checkpoint", e))?;
         // A marker of another run (one started fresh since, with checkpoint ids from 1
         // again) says nothing about this run's checkpoints.
-        let run = marker_metadata(self.sink.run);
+        let run = marker_metadata(run);
         Ok(committed.elements().first().and_then(|e| match e.offset() {
             Offset::Offset(o) if o >= 0 && e.metadata() == run => Some(o as u64),
             _ => None,
@@ -1162,7 +1187,8 @@ impl KafkaSink {
             .ok_or_else(|| CallError::Failed("Kafka sink used before open".into()))
     }
 
-    fn marker_consumer(&self) -> Result<BaseConsumer, CallError> {
+    /// A client of the marker group of subtask `subtask`.
+    fn marker_consumer(&self, subtask: u32) -> Result<BaseConsumer, CallError> {
         let mut client = ClientConfig::new();
         // The sink's properties too: the marker group is reached with the same
         // credentials (SASL, TLS) as the topic.
@@ -1171,10 +1197,40 @@ impl KafkaSink {
         }
         client
             .set("bootstrap.servers", &self.config.bootstrap)
-            .set("group.id", self.transactional_id())
+            .set("group.id", self.transactional_id_of(subtask))
             .set("enable.auto.commit", "false")
             .create()
             .map_err(|e| self.err("creating the marker consumer", e))
+    }
+
+    /// Takes over old subtask `old` (of a parallelism the job no longer has): fences its
+    /// producer, then writes its pending checkpoints that its marker does not cover, each
+    /// in a transaction that moves its marker — so a restore from the same checkpoint
+    /// again writes nothing twice.
+    fn write_adopted(&mut self, old: u32, state: &[u8]) -> Result<(), CallError> {
+        let part: SinkState = postcard::from_bytes(state)
+            .map_err(|e| self.err(&format!("decoding the state of old subtask {old}"), e))?;
+        let mut client = ClientConfig::new();
+        for (k, v) in &self.config.properties {
+            client.set(k, v);
+        }
+        let fencer: Producer = client
+            .set("bootstrap.servers", &self.config.bootstrap)
+            .set("transactional.id", self.transactional_id_of(old))
+            .create_with_context(DeliveryReport::default())
+            .map_err(|e| self.err(&format!("fencing old subtask {old}"), e))?;
+        fencer
+            .init_transactions(PRODUCE_TIMEOUT)
+            .map_err(|e| self.err(&format!("fencing old subtask {old}"), e))?;
+        drop(fencer);
+        let marker = self.marker_consumer(old)?;
+        let committed = self.committed_in(&marker, part.run)?;
+        for (checkpoint, records) in part.pending {
+            if committed.is_none_or(|done| checkpoint > done) {
+                self.write_transaction(&marker, part.run, checkpoint, &records)?;
+            }
+        }
+        Ok(())
     }
 
     /// Writes the records of pending checkpoints up to `id` in one transaction each,
@@ -1183,12 +1239,20 @@ impl KafkaSink {
         while self.sink.pending.first().is_some_and(|(c, _)| *c <= id) {
             let (checkpoint, records) = self.sink.pending.remove(0);
             self.pending_bytes = self.pending_bytes.saturating_sub(records.len() as u64);
-            self.write_transaction(checkpoint, &records)?;
+            self.write_transaction(self.marker()?, self.sink.run, checkpoint, &records)?;
         }
         Ok(())
     }
 
-    fn write_transaction(&self, checkpoint: u64, records: &[u8]) -> Result<(), CallError> {
+    /// Writes `records` of checkpoint `checkpoint` in one transaction that also marks
+    /// the checkpoint (of run `run`) in the marker group of `marker`.
+    fn write_transaction(
+        &self,
+        marker: &BaseConsumer,
+        run: u64,
+        checkpoint: u64,
+        records: &[u8],
+    ) -> Result<(), CallError> {
         let producer = self.producer()?;
         producer.begin_transaction().map_err(|e| {
             self.err(
@@ -1196,7 +1260,7 @@ impl KafkaSink {
                 e,
             )
         })?;
-        match self.fill_and_commit(producer, checkpoint, records) {
+        match self.fill_and_commit(producer, marker, run, checkpoint, records) {
             Ok((count, bytes)) => {
                 self.count(count, bytes, 1, 0);
                 self.check_deliveries()
@@ -1232,6 +1296,8 @@ impl KafkaSink {
     fn fill_and_commit(
         &self,
         producer: &Producer,
+        marker_group: &BaseConsumer,
+        run: u64,
         checkpoint: u64,
         records: &[u8],
     ) -> Result<(usize, usize), CallError> {
@@ -1246,8 +1312,7 @@ impl KafkaSink {
             Self::send(producer, &self.config, &record)
                 .map_err(|e| self.err(&format!("checkpoint {checkpoint}: sending a record"), e))?;
         }
-        let metadata = self
-            .marker()?
+        let metadata = marker_group
             .group_metadata()
             .ok_or_else(|| self.err("marker group", "no group metadata"))?;
         let mut marker = TopicPartitionList::new();
@@ -1256,7 +1321,7 @@ impl KafkaSink {
             marker.add_partition_offset(&self.config.topic, 0, Offset::Offset(checkpoint as i64)),
         )?;
         if let Some(mut e) = marker.find_partition(&self.config.topic, 0) {
-            e.set_metadata(marker_metadata(self.sink.run));
+            e.set_metadata(marker_metadata(run));
         }
         step(
             "marking the checkpoint",
@@ -1304,11 +1369,19 @@ impl Operator for KafkaSink {
             producer
                 .init_transactions(PRODUCE_TIMEOUT)
                 .map_err(|e| self.err("initialising transactions", e))?;
-            self.marker = Some(self.marker_consumer()?);
+            self.marker = Some(self.marker_consumer(self.subtask)?);
         }
         self.producer = Some(producer);
         self.sink.run = new_run_id();
-        if let Some(bytes) = info.restored_state.as_deref().filter(|b| !b.is_empty()) {
+        let mut own = info.restored_state.clone();
+        for (old, bytes) in std::mem::take(&mut self.adopted) {
+            if old == self.subtask {
+                own = Some(bytes);
+            } else {
+                self.write_adopted(old, &bytes)?;
+            }
+        }
+        if let Some(bytes) = own.as_deref().filter(|b| !b.is_empty()) {
             let restored: SinkState = postcard::from_bytes(bytes)
                 .map_err(|e| self.err("decoding the restored sink state", e))?;
             self.sink.run = restored.run;

@@ -427,6 +427,32 @@ impl Job {
     }
 }
 
+/// When operator `id` was checkpointed at another parallelism than `parallelism`: the
+/// states of the old subtasks that subtask `subtask` takes over, `(old, state)` for each
+/// old subtask with `old % parallelism == subtask`.
+fn adopted_states(
+    checkpoint: &LoadedCheckpoint,
+    id: &str,
+    subtask: u32,
+    parallelism: u32,
+) -> Result<Option<Vec<(u32, Vec<u8>)>>> {
+    let Some(op) = checkpoint.operator(id) else {
+        return Ok(None);
+    };
+    if op.parallelism == parallelism {
+        return Ok(None);
+    }
+    let mut parts = Vec::new();
+    for h in op
+        .subtasks
+        .iter()
+        .filter(|h| h.subtask % parallelism == subtask)
+    {
+        parts.push((h.subtask, checkpoint.read_state(h)?.state));
+    }
+    Ok(Some(parts))
+}
+
 impl ChainBuilder {
     fn build(self, ctx: &TaskContext, output: ChainOutput) -> Result<OperatorChain> {
         let graph = &self.graph;
@@ -443,7 +469,17 @@ impl ChainBuilder {
             };
             let keyed = matches!(&graph.vertices[v], Vertex::Operator(o) if o.key_by.is_some());
             let id = graph.vertices[v].id();
+            // An exactly-once Kafka sink at another parallelism takes over old subtasks'
+            // pending checkpoints whole (`old % new == this`); other state is assigned.
+            let kafka_sink =
+                matches!(&graph.vertices[v], Vertex::Sink(s) if s.kind == SinkKind::Kafka);
+            let adopted = match (&self.checkpoint, kafka_sink) {
+                (Some(c), true) => adopted_states(c, id, self.subtask, parallelism)
+                    .with_context(|| format!("restoring {identity}"))?,
+                _ => None,
+            };
             let restore = match &self.checkpoint {
+                Some(_) if adopted.is_some() => None,
                 Some(c) => assign_operator_state(c, id, self.subtask, parallelism, keyed)
                     .with_context(|| format!("restoring {identity}"))?,
                 None => None,
@@ -506,10 +542,11 @@ impl ChainBuilder {
                             self.allow_rewind,
                         )),
                         SinkKind::Stdout => Box::new(StdoutSink::new(identity, sink.format)),
-                        SinkKind::Kafka => Box::new(KafkaSink::new(
+                        SinkKind::Kafka => Box::new(KafkaSink::adopting(
                             identity,
                             sink.kafka.clone().expect("kafka sinks have their config"),
                             self.subtask,
+                            adopted.unwrap_or_default(),
                         )),
                     };
                     // Sinks that count what they write show it with the operators' counters.
