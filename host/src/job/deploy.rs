@@ -427,6 +427,9 @@ impl Job {
     }
 }
 
+/// The checkpointed states of old subtasks, by old subtask index.
+type OldStates = Vec<(u32, Vec<u8>)>;
+
 /// When operator `id` was checkpointed at another parallelism than `parallelism`: the
 /// states of the old subtasks that subtask `subtask` takes over, `(old, state)` for each
 /// old subtask with `old % parallelism == subtask`.
@@ -435,7 +438,7 @@ fn adopted_states(
     id: &str,
     subtask: u32,
     parallelism: u32,
-) -> Result<Option<Vec<(u32, Vec<u8>)>>> {
+) -> Result<Option<OldStates>> {
     let Some(op) = checkpoint.operator(id) else {
         return Ok(None);
     };
