@@ -206,10 +206,28 @@ pub(crate) fn on_timers<T: Operator>(
     })
 }
 
-/// `snapshot`: the operator's own state (keyed state is written through, nothing to
-/// write back).
-pub(crate) fn snapshot<T: Operator>(slot: &mut Slot<T>, checkpoint_id: u64) -> Result<Vec<u8>> {
-    slot.instance("snapshot")?.operator.snapshot(checkpoint_id)
+/// `snapshot`: the operator's own state, and the effects that write back the keyed
+/// values written since the last write-back (the host applies them before it copies
+/// keyed state for the checkpoint).
+pub(crate) fn snapshot<T: Operator>(
+    slot: &mut Slot<T>,
+    checkpoint_id: u64,
+) -> Result<(Vec<u8>, Vec<u8>)> {
+    let instance = slot.instance("snapshot")?;
+    let state = instance.operator.snapshot(checkpoint_id)?;
+    Ok((state, write_back(slot)))
+}
+
+/// The effects that write back the keyed values written since the last write-back.
+pub(crate) fn write_back<T>(slot: &mut Slot<T>) -> Vec<u8> {
+    match slot {
+        Slot::Open(instance) => {
+            let rt = &mut instance.rt;
+            rt.states.write_back(&mut rt.effects);
+            rt.effects.take()
+        }
+        _ => Vec::new(),
+    }
 }
 
 pub(crate) fn notify_complete<T: Operator>(slot: &mut Slot<T>, checkpoint_id: u64) -> Result<()> {
@@ -322,10 +340,7 @@ pub mod wasm {
         checkpoint_id: u64,
     ) -> Result<wit::SnapshotOutput, wit::Error> {
         super::snapshot(slot, checkpoint_id)
-            .map(|state| wit::SnapshotOutput {
-                state,
-                effects: Vec::new(),
-            })
+            .map(|(state, effects)| wit::SnapshotOutput { state, effects })
             .map_err(to_wit_error)
     }
 

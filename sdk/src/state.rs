@@ -14,10 +14,15 @@
 //! and across calls:
 //!
 //! - Value and map entries are cached per `(state, key, map key)`: a read goes to the host
-//!   once and is then answered from memory, and every write updates the cache as well as
-//!   producing an effect. The cache lives as long as the instance. It is dropped when it
-//!   has taken in more than 100 000 entries or 64 MiB since it was last dropped (checked at
-//!   the end of each call) and after a call that fails, whose effects the host discards.
+//!   once and is then answered from memory. A map entry written in a call becomes one
+//!   effect at the end of the call. A value is **written back**: it stays in the cache,
+//!   marked dirty, and goes to the host (one effect however often it was written) when a
+//!   checkpoint's `snapshot` returns, or when the cache is dropped — so a counter updated
+//!   for every record costs the host one write per checkpoint, not one per record. The
+//!   cache lives as long as the instance. It is dropped (after writing back) when it has
+//!   taken in more than 100 000 entries or 64 MiB since it was last dropped (checked at
+//!   the end of each call), and after a call that fails, which fails the task: the host
+//!   discards the instance and restores from the last checkpoint.
 //! - [`MapState::entries`] fetches a key's entries from the host once, merges the cached
 //!   writes into them and keeps the whole map of that key cached.
 //! - List state is not cached across calls: [`ListState::get`] reads the list from the host
@@ -277,7 +282,8 @@ struct StateSlot {
     ttl: bool,
     /// Value state: key -> value.
     values: FxHashMap<CacheKey, CachedValue>,
-    /// Value state: keys written in this call (each once while its entry is dirty).
+    /// Value state: keys written since the last write-back (each once while its entry is
+    /// dirty).
     dirty_values: KeyList,
     /// Map state: key -> cached part of its map.
     maps: MapCaches,
@@ -357,7 +363,7 @@ impl KeyList {
 struct CachedValue {
     /// `None`: known to be absent.
     value: Option<ValueBytes>,
-    /// Written in this call and not yet sent to the host.
+    /// Written and not yet sent to the host.
     dirty: bool,
 }
 
@@ -382,6 +388,61 @@ struct ListOverlay {
 }
 
 impl StateSlot {
+    /// One effect per value written since the last write-back (however often it was
+    /// written): a put, or a delete if it was removed.
+    fn write_back_values(&mut self, effects: &mut EffectWriter) {
+        for key in self.dirty_values.iter() {
+            // A key cleared after its write is no longer dirty; one written again after a
+            // clear is listed twice but sent once.
+            let Some(cached) = self.values.get_mut(key).filter(|c| c.dirty) else {
+                continue;
+            };
+            cached.dirty = false;
+            effects.push(match &cached.value {
+                Some(value) => Effect::Put {
+                    state: self.id,
+                    key,
+                    user_key: &[],
+                    value,
+                },
+                None => Effect::Delete {
+                    state: self.id,
+                    key,
+                    user_key: &[],
+                },
+            });
+        }
+        self.dirty_values.clear();
+    }
+
+    /// One effect per map entry written in this call.
+    fn send_pending_map_entries(&mut self, effects: &mut EffectWriter) {
+        let mut sent = FxHashSet::default();
+        for (key, user_key) in self.pending.iter() {
+            if !sent.insert((key, user_key)) {
+                continue;
+            }
+            let value = self
+                .maps
+                .get(key)
+                .and_then(|m| m.entries.get(user_key))
+                .and_then(|v| v.as_deref());
+            effects.push(match value {
+                Some(value) => Effect::Put {
+                    state: self.id,
+                    key,
+                    user_key,
+                    value,
+                },
+                None => Effect::Delete {
+                    state: self.id,
+                    key,
+                    user_key,
+                },
+            });
+        }
+    }
+
     fn context(&self) -> impl FnOnce(Error) -> Error + '_ {
         move |e| e.context(format_args!("state `{}`", self.name))
     }
@@ -873,63 +934,25 @@ impl StateCache {
     /// with its last value) and forgets what is only valid within one call; after a
     /// failure (whose effects the host drops) or when the cache grew too big, everything.
     pub(crate) fn end_call(&mut self, success: bool, effects: &mut EffectWriter) {
-        if success {
-            for s in &mut self.slots {
-                for key in s.dirty_values.iter() {
-                    // A key cleared after its write is no longer dirty; one written again
-                    // after a clear is listed twice but sent once.
-                    let Some(cached) = s.values.get_mut(key).filter(|c| c.dirty) else {
-                        continue;
-                    };
-                    cached.dirty = false;
-                    effects.push(match &cached.value {
-                        Some(value) => Effect::Put {
-                            state: s.id,
-                            key,
-                            user_key: &[],
-                            value,
-                        },
-                        None => Effect::Delete {
-                            state: s.id,
-                            key,
-                            user_key: &[],
-                        },
-                    });
-                }
-                let mut sent = FxHashSet::default();
-                for (key, user_key) in s.pending.iter() {
-                    if !sent.insert((key, user_key)) {
-                        continue;
-                    }
-                    let value = s
-                        .maps
-                        .get(key)
-                        .and_then(|m| m.entries.get(user_key))
-                        .and_then(|v| v.as_deref());
-                    effects.push(match value {
-                        Some(value) => Effect::Put {
-                            state: s.id,
-                            key,
-                            user_key,
-                            value,
-                        },
-                        None => Effect::Delete {
-                            state: s.id,
-                            key,
-                            user_key,
-                        },
-                    });
-                }
-            }
-        }
         let drop_all = !success
             || self.usage.entries > MAX_CACHED_ENTRIES
             || self.usage.bytes > MAX_CACHED_BYTES;
         for s in &mut self.slots {
+            if success {
+                // Value state is written back at `snapshot` (or when the cache is
+                // dropped); states with a time-to-live at the end of every call, since
+                // the host expires their entries between calls.
+                if s.ttl || drop_all {
+                    s.write_back_values(effects);
+                }
+                s.send_pending_map_entries(effects);
+            }
             s.lists.clear();
-            s.dirty_values.clear();
             s.pending.clear();
             if drop_all {
+                // After a failed call the instance is discarded (its task fails), so
+                // values not yet written back are given up with it.
+                s.dirty_values.clear();
                 s.values = FxHashMap::default();
                 s.maps = MapCaches::default();
             } else if s.ttl {
@@ -939,6 +962,14 @@ impl StateCache {
         }
         if drop_all {
             self.usage = Usage::default();
+        }
+    }
+
+    /// Sends every value written since it was last sent: what `snapshot` returns, so that
+    /// the host's copy for the checkpoint holds it.
+    pub(crate) fn write_back(&mut self, effects: &mut EffectWriter) {
+        for s in &mut self.slots {
+            s.write_back_values(effects);
         }
     }
 
@@ -1071,6 +1102,9 @@ mod tests {
         cache.end_call(true, &mut effects);
         assert_eq!(cache.value_get::<u8>(&host, slot, b"new").unwrap(), Some(5));
         assert_eq!(host.gets.get(), 1);
+        // Written back at the next snapshot, not at the end of the call.
+        assert!(effects.take().is_empty());
+        cache.write_back(&mut effects);
         let effects = effects.take();
         let effects: Vec<_> = sluice_codec::EffectReader::new(&effects)
             .map(Result::unwrap)
@@ -1087,7 +1121,7 @@ mod tests {
     }
 
     #[test]
-    fn writes_of_a_call_become_one_effect_per_entry_in_order_with_clears() {
+    fn written_values_go_back_once_each_after_the_clears() {
         let host = CountingHost::default();
         let (mut cache, slot) = cache(&host, StateKind::Value, None);
         let mut effects = EffectWriter::new();
@@ -1110,6 +1144,7 @@ mod tests {
             }
         }
         cache.end_call(true, &mut effects);
+        cache.write_back(&mut effects);
         let bytes = effects.take();
         let mut got: Vec<_> = sluice_codec::EffectReader::new(&bytes)
             .map(Result::unwrap)
@@ -1152,32 +1187,39 @@ mod tests {
     }
 
     #[test]
-    fn updates_read_the_host_once_and_write_one_effect_per_call() {
+    fn updates_read_the_host_once_and_go_back_once_per_snapshot() {
         let host = CountingHost::default();
         let (mut cache, slot) = cache(&host, StateKind::Value, None);
         let mut effects = EffectWriter::new();
         for round in 0..2u8 {
-            for _ in 0..10 {
-                let new = cache
-                    .value_update::<u8>(&host, slot, b"k", |n| Some(n.unwrap_or(0) + 1))
-                    .unwrap();
-                assert!(new.is_some());
+            for _call in 0..3 {
+                for _ in 0..10 {
+                    let new = cache
+                        .value_update::<u8>(&host, slot, b"k", |n| Some(n.unwrap_or(0) + 1))
+                        .unwrap();
+                    assert!(new.is_some());
+                }
+                cache.end_call(true, &mut effects);
+                assert!(effects.take().is_empty());
             }
-            cache.end_call(true, &mut effects);
+            cache.write_back(&mut effects);
             let bytes = effects.take();
             let got: Vec<_> = sluice_codec::EffectReader::new(&bytes)
                 .map(Result::unwrap)
                 .collect();
-            // The host's value was 0: 10 after the first call, 20 after the second.
+            // The host's value was 0: 30 at the first write-back, 60 at the second.
             assert_eq!(
                 got,
                 [Effect::Put {
                     state: 0,
                     key: b"k",
                     user_key: b"",
-                    value: &[10 * (round + 1)]
+                    value: &[30 * (round + 1)]
                 }]
             );
+            // Nothing written since: nothing to write back.
+            cache.write_back(&mut effects);
+            assert!(effects.take().is_empty());
         }
         assert_eq!(host.gets.get(), 1);
         // `None` leaves the cached value alone (the caller clears) and writes nothing.
@@ -1186,6 +1228,26 @@ mod tests {
             .unwrap();
         assert_eq!(new, None);
         cache.end_call(true, &mut effects);
+        cache.write_back(&mut effects);
+        assert!(effects.take().is_empty());
+    }
+
+    #[test]
+    fn a_full_cache_writes_back_before_it_is_dropped() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Value, None);
+        let mut effects = EffectWriter::new();
+        let n = MAX_CACHED_ENTRIES + 1;
+        for i in 0..n as u32 {
+            cache
+                .value_put(&mut effects, slot, &i.to_le_bytes(), vec![1])
+                .unwrap();
+        }
+        cache.end_call(true, &mut effects);
+        let bytes = effects.take();
+        assert_eq!(sluice_codec::EffectReader::new(&bytes).count(), n);
+        assert_eq!(cache.cached_entries(), 0);
+        cache.write_back(&mut effects);
         assert!(effects.take().is_empty());
     }
 

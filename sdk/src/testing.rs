@@ -522,6 +522,10 @@ impl<T: Operator> Harness<T> {
         let result = f(&mut self.slot, &HarnessHost(&self.store));
         self.logs.append(&mut self.store.logs.borrow_mut());
         let output = result?;
+        // The harness shows keyed state as the host holds it at a checkpoint: written
+        // back after every call.
+        let written_back = rt::write_back(&mut self.slot);
+        self.apply_effects(&written_back)?;
         let records = BatchReader::new(&output.records)
             .map(|r| r.map(|r| (r.output, Record::from(r).to_owned_record())))
             .collect::<Result<Vec<_>, _>>()?;
@@ -535,6 +539,13 @@ impl<T: Operator> Harness<T> {
             } else {
                 self.side.push((output, record));
             }
+        }
+        Ok(())
+    }
+
+    fn apply_effects(&mut self, effects: &[u8]) -> Result<()> {
+        for effect in EffectReader::new(effects) {
+            self.store.apply(effect?)?;
         }
         Ok(())
     }
@@ -737,7 +748,8 @@ impl<T: Operator> Harness<T> {
     /// Takes checkpoint `checkpoint_id`: calls `snapshot` and copies the keyed state and
     /// timers.
     pub fn snapshot(&mut self, checkpoint_id: u64) -> Result<Snapshot> {
-        let operator_state = rt::snapshot(&mut self.slot, checkpoint_id)?;
+        let (operator_state, effects) = rt::snapshot(&mut self.slot, checkpoint_id)?;
+        self.apply_effects(&effects)?;
         Ok(Snapshot {
             checkpoint_id,
             operator_state,
