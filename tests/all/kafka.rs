@@ -889,6 +889,45 @@ strategy = "none"
     assert!(err.contains("without a source partition"), "{err}");
     assert!(err.contains("partitioner = \"record\""), "{err}");
     assert!(read_committed(&broker, &output).is_empty());
+    // From a topic of more partitions than the sink's: refused as the records come, so
+    // no checkpoint holds a record that could never be written.
+    let input = unique_topic("three-partitions");
+    create_topic(&broker, &input, 3);
+    for p in 0..3 {
+        produce_to(&broker, &input, Some(p), &[(None, "x", None)]);
+    }
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "too-few-partitions"
+[source]
+type = "kafka"
+bootstrap = "{broker}"
+topics = "{input}"
+bounded = true
+[[operator]]
+name = "upper"
+plugin = "{UPPERCASE}"
+[sink]
+type = "kafka"
+bootstrap = "{broker}"
+topic = "{output}"
+partitioner = "record"
+[checkpoint]
+interval_ms = 50
+dir = "checkpoints"
+[restart]
+strategy = "none"
+"#
+        ),
+    );
+    let err = format!("{:#}", run_job(&job).unwrap_err());
+    assert!(
+        err.contains("a record of partition 2, but the topic has 2"),
+        "{err}"
+    );
+    assert!(read_committed(&broker, &output).is_empty());
 }
 
 /// A bounded source reading a topic written with transactions (by the exactly-once sink)

@@ -261,6 +261,20 @@ pub fn expected(
     aggregate: Aggregate,
     lateness: i64,
 ) -> Expected {
+    expected_in_batches(events, 1, bound, kind, aggregate, lateness)
+}
+
+/// What the job outputs when its window sees the watermark only after each source batch
+/// of `batch_size` records: a window plugin built for WIT 0.1.0, which gets a batch's
+/// watermarks after it.
+pub fn expected_in_batches(
+    events: &[Event],
+    batch_size: usize,
+    bound: i64,
+    kind: Kind,
+    aggregate: Aggregate,
+    lateness: i64,
+) -> Expected {
     let mut m = Model {
         kind,
         aggregate,
@@ -272,11 +286,14 @@ pub fn expected(
         dropped: 0,
     };
     let mut max_ts: Option<i64> = None;
-    for e in events {
-        m.process(e);
-        let t = max_ts.map_or(e.ts, |t: i64| t.max(e.ts));
-        max_ts = Some(t);
-        m.advance(t - bound - 1);
+    for batch in events.chunks(batch_size.max(1)) {
+        for e in batch {
+            m.process(e);
+            max_ts = Some(max_ts.map_or(e.ts, |t: i64| t.max(e.ts)));
+        }
+        if let Some(t) = max_ts {
+            m.advance(t - bound - 1);
+        }
     }
     m.advance(i64::MAX);
     m.out.sort();

@@ -7,6 +7,8 @@
 //! its records, and turns a failure into an [`OperatorFailure`] naming operator and call.
 
 mod operator;
+#[cfg(test)]
+mod tests;
 
 pub use operator::{
     Call, CallError, CallOutput, InputInfo, OpenInfo, Operator, OperatorFailure, OperatorIdentity,
@@ -72,6 +74,23 @@ impl Emitted {
         self.watermarks = watermarks;
         Ok(dropped)
     }
+}
+
+/// Drops the watermarks not above `seen` or below one before them, and keeps one per
+/// position (the last): what a receiver can use.
+fn normalize_watermarks(watermarks: &mut Vec<BatchWatermark>, seen: i64) {
+    if watermarks.is_empty() {
+        return;
+    }
+    let mut floor = seen;
+    let mut kept = Vec::with_capacity(watermarks.len());
+    for w in watermarks.drain(..) {
+        if w.watermark > floor {
+            floor = w.watermark;
+            push_batch_watermark(&mut kept, w.before, w.watermark);
+        }
+    }
+    *watermarks = kept;
 }
 
 /// Checks that watermarks an operator passed on have ascending positions within its
@@ -229,9 +248,6 @@ impl OperatorChain {
             return Err(contract("emitted records from `open`, which may not emit".into()).into());
         }
         check_watermark_positions(&watermarks, scan.count).map_err(&contract)?;
-        link.metrics
-            .records_out
-            .fetch_add(scan.count as u64, Relaxed);
         let mut emitted = Emitted {
             records: output.records,
             count: scan.count,
@@ -243,6 +259,9 @@ impl OperatorChain {
             let counters = counters.as_mut().unwrap_or_else(|e| e.get_mut());
             *counters.entry(SIDE_OUTPUT_DROPPED.into()).or_default() += dropped as u64;
         }
+        link.metrics
+            .records_out
+            .fetch_add(emitted.count as u64, Relaxed);
         Ok(emitted)
     }
 
@@ -280,11 +299,21 @@ impl OperatorChain {
         i: usize,
         records: Vec<u8>,
         count: usize,
-        watermarks: Vec<BatchWatermark>,
+        mut watermarks: Vec<BatchWatermark>,
     ) -> Result<()> {
+        // What the receiver has seen already is dropped (a guest may pass on anything
+        // up to what it was given), and one watermark per position kept.
+        let seen = match self.operators.get_mut(i) {
+            Some(link) => link.operator.state().watermark,
+            None => self.forwarded,
+        };
+        normalize_watermarks(&mut watermarks, seen);
         if count == 0 {
-            // Watermarks without records change nothing a later one will not: every
-            // batch's watermarks are followed by one between batches, at least as late.
+            // No records to place them among: they advance event time as a watermark
+            // between batches does.
+            if let Some(last) = watermarks.last() {
+                self.advance_from(i, last.watermark)?;
+            }
             return Ok(());
         }
         if i == self.operators.len() {
@@ -293,20 +322,26 @@ impl OperatorChain {
         let m = &self.operators[i].metrics;
         m.records_in.fetch_add(count as u64, Relaxed);
         m.batches.fetch_add(1, Relaxed);
+        let last = watermarks.last().map(|w| w.watermark);
         if !self.operators[i].operator.takes_batch_watermarks() {
             let out = self.call(i, Call::Process, |op| op.process(&records).map(Into::into))?;
             self.push(i + 1, out.records, out.count, out.watermarks)?;
-            // A 0.1.0 (or native) operator sees a batch's watermarks after it.
-            if let Some(last) = watermarks.last() {
-                self.advance_from(i, last.watermark)?;
-            }
-            return Ok(());
-        }
-        if watermarks.is_empty() {
+        } else if watermarks.is_empty() {
             let (out, _) = self.call_segment(i, &records, &[])?;
-            return self.push(i + 1, out.records, out.count, out.watermarks);
+            self.push(i + 1, out.records, out.count, out.watermarks)?;
+        } else {
+            self.process_with_watermarks(i, &records, count, &watermarks)?;
         }
-        self.process_with_watermarks(i, &records, count, &watermarks)
+        match last {
+            // A 0.1.0 (or native) operator sees a batch's watermarks after it.
+            Some(w) if !self.operators[i].operator.takes_batch_watermarks() => {
+                self.advance_from(i, w)
+            }
+            // What the operator did not pass on among its records reaches the operators
+            // after it and the output now, as a watermark between batches would.
+            Some(w) => self.advance_from(i + 1, w),
+            None => Ok(()),
+        }
     }
 
     /// Operator `i` handles a batch with watermarks among its records. Before a watermark
@@ -435,7 +470,9 @@ impl OperatorChain {
         Ok((out, stopped))
     }
 
-    /// Sends what leaves the tail.
+    /// Sends what leaves the tail. (Its watermarks go into the channel buffers; the
+    /// batch's last one also goes alone after the batch, see `push`, so that a channel
+    /// whose buffer holds it back waiting for records still gets it.)
     fn emit(
         &mut self,
         records: Vec<u8>,
@@ -443,12 +480,7 @@ impl OperatorChain {
         watermarks: Vec<BatchWatermark>,
     ) -> Result<()> {
         match &mut self.output {
-            ChainOutput::Network(w) => {
-                if let Some(last) = watermarks.last() {
-                    self.forwarded = self.forwarded.max(last.watermark);
-                }
-                w.emit(&records, count, &watermarks)
-            }
+            ChainOutput::Network(w) => w.emit(&records, count, &watermarks),
             ChainOutput::None => bail!(
                 "the last operator of the chain emitted {count} records, but nothing \
                  follows it (a job must end in a sink)"

@@ -133,7 +133,6 @@ pub struct CallOutput {
     pub effects: Vec<u8>,
 }
 
-/// Why a trap happened, as far as the host can tell.
 /// What [`Operator::process_batch`] produced.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProcessOutput {
@@ -155,6 +154,7 @@ impl From<CallOutput> for ProcessOutput {
     }
 }
 
+/// Why a trap happened, as far as the host can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TrapKind {
     /// The guest panicked or aborted (`unreachable` executed).

@@ -1006,6 +1006,8 @@ pub struct KafkaSink {
     /// Restored at another parallelism: the checkpointed states of the old subtasks this
     /// one takes over (`old % new == this`), by old subtask.
     adopted: Vec<(u32, Vec<u8>)>,
+    /// With `partitioner = "record"`: the topic's partitions when the sink opened.
+    partitions: Option<u32>,
 }
 
 /// How long a flush or a transaction step may take before the sink fails (its job
@@ -1038,6 +1040,7 @@ impl KafkaSink {
             sink: SinkState::default(),
             pending_bytes: 0,
             adopted,
+            partitions: None,
         }
     }
 
@@ -1146,7 +1149,11 @@ impl KafkaSink {
     }
 
     fn check_deliveries(&self) -> Result<(), CallError> {
-        let producer = self.producer()?;
+        self.check_deliveries_of(self.producer()?)
+    }
+
+    /// The first failed delivery `producer` reported, as an error.
+    fn check_deliveries_of(&self, producer: &Producer) -> Result<(), CallError> {
         let failed = producer
             .context()
             .failed
@@ -1208,26 +1215,32 @@ impl KafkaSink {
     /// in a transaction that moves its marker — so a restore from the same checkpoint
     /// again writes nothing twice.
     fn write_adopted(&mut self, old: u32, state: &[u8]) -> Result<(), CallError> {
+        if state.is_empty() {
+            return Ok(());
+        }
         let part: SinkState = postcard::from_bytes(state)
             .map_err(|e| self.err(&format!("decoding the state of old subtask {old}"), e))?;
+        // The old subtask's own transactional id writes its records: initialising it
+        // fences the old subtask and any earlier adopter of it, whatever their ids.
         let mut client = ClientConfig::new();
         for (k, v) in &self.config.properties {
             client.set(k, v);
         }
-        let fencer: Producer = client
+        let producer: Producer = client
             .set("bootstrap.servers", &self.config.bootstrap)
+            .set("enable.idempotence", "true")
             .set("transactional.id", self.transactional_id_of(old))
+            .set("transaction.timeout.ms", "900000")
             .create_with_context(DeliveryReport::default())
-            .map_err(|e| self.err(&format!("fencing old subtask {old}"), e))?;
-        fencer
+            .map_err(|e| self.err(&format!("taking over old subtask {old}"), e))?;
+        producer
             .init_transactions(PRODUCE_TIMEOUT)
             .map_err(|e| self.err(&format!("fencing old subtask {old}"), e))?;
-        drop(fencer);
         let marker = self.marker_consumer(old)?;
         let committed = self.committed_in(&marker, part.run)?;
         for (checkpoint, records) in part.pending {
             if committed.is_none_or(|done| checkpoint > done) {
-                self.write_transaction(&marker, part.run, checkpoint, &records)?;
+                self.write_transaction(&producer, &marker, part.run, checkpoint, &records)?;
             }
         }
         Ok(())
@@ -1239,7 +1252,13 @@ impl KafkaSink {
         while self.sink.pending.first().is_some_and(|(c, _)| *c <= id) {
             let (checkpoint, records) = self.sink.pending.remove(0);
             self.pending_bytes = self.pending_bytes.saturating_sub(records.len() as u64);
-            self.write_transaction(self.marker()?, self.sink.run, checkpoint, &records)?;
+            self.write_transaction(
+                self.producer()?,
+                self.marker()?,
+                self.sink.run,
+                checkpoint,
+                &records,
+            )?;
         }
         Ok(())
     }
@@ -1248,12 +1267,12 @@ impl KafkaSink {
     /// the checkpoint (of run `run`) in the marker group of `marker`.
     fn write_transaction(
         &self,
+        producer: &Producer,
         marker: &BaseConsumer,
         run: u64,
         checkpoint: u64,
         records: &[u8],
     ) -> Result<(), CallError> {
-        let producer = self.producer()?;
         producer.begin_transaction().map_err(|e| {
             self.err(
                 &format!("checkpoint {checkpoint}: beginning the transaction"),
@@ -1263,7 +1282,7 @@ impl KafkaSink {
         match self.fill_and_commit(producer, marker, run, checkpoint, records) {
             Ok((count, bytes)) => {
                 self.count(count, bytes, 1, 0);
-                self.check_deliveries()
+                self.check_deliveries_of(producer)
             }
             Err(e) => {
                 // Aborted at once, the transaction stops holding back `read_committed`
@@ -1371,6 +1390,20 @@ impl Operator for KafkaSink {
                 .map_err(|e| self.err("initialising transactions", e))?;
             self.marker = Some(self.marker_consumer(self.subtask)?);
         }
+        if self.config.by_record_partition {
+            let metadata = producer
+                .client()
+                .fetch_metadata(Some(&self.config.topic), PRODUCE_TIMEOUT)
+                .map_err(|e| self.err("reading the topic's partitions", e))?;
+            let count = metadata
+                .topics()
+                .first()
+                .map_or(0, |t| t.partitions().len() as u32);
+            if count == 0 {
+                return Err(self.err("reading the topic's partitions", "the topic has none"));
+            }
+            self.partitions = Some(count);
+        }
         self.producer = Some(producer);
         self.sink.run = new_run_id();
         let mut own = info.restored_state.clone();
@@ -1402,6 +1435,32 @@ impl Operator for KafkaSink {
     }
 
     fn process(&mut self, records: &[u8]) -> Result<CallOutput, CallError> {
+        if let Some(partitions) = self.partitions {
+            // Checked as records arrive, not when their checkpoint's transaction is
+            // written: a checkpoint holding a record that cannot be written would fail
+            // every restore.
+            for record in sluice_codec::BatchReader::new(records) {
+                let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
+                match record.partition {
+                    Some(p) if p < partitions => {}
+                    Some(p) => {
+                        return Err(self.err(
+                            "writing each record to the partition it was read from \
+                             (`partitioner = \"record\"`)",
+                            format!("a record of partition {p}, but the topic has {partitions}"),
+                        ));
+                    }
+                    None => {
+                        return Err(self.err(
+                            "writing each record to the partition it was read from \
+                             (`partitioner = \"record\"`)",
+                            "a record without a source partition: its records must come \
+                             from a Kafka source",
+                        ));
+                    }
+                }
+            }
+        }
         match self.config.delivery {
             Delivery::AtLeastOnce => {
                 let producer = self.producer()?;

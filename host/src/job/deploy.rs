@@ -23,7 +23,7 @@ use crate::checkpoint::{
     AsyncPool, CheckpointLink, CheckpointStats, CheckpointStorage, Coordinator, CoordinatorSetup,
     LoadedCheckpoint, TaskId,
 };
-use crate::connectors::kafka::{self, KafkaSink, KafkaSource};
+use crate::connectors::kafka::{self, Delivery, KafkaSink, KafkaSource};
 use crate::connectors::{
     FileSink, FileSource, Generated, GeneratorSource, Source, StdinSource, StdoutSink,
 };
@@ -473,9 +473,12 @@ impl ChainBuilder {
             let keyed = matches!(&graph.vertices[v], Vertex::Operator(o) if o.key_by.is_some());
             let id = graph.vertices[v].id();
             // An exactly-once Kafka sink at another parallelism takes over old subtasks'
-            // pending checkpoints whole (`old % new == this`); other state is assigned.
-            let kafka_sink =
-                matches!(&graph.vertices[v], Vertex::Sink(s) if s.kind == SinkKind::Kafka);
+            // pending checkpoints whole (`old % new == this`); other state is assigned
+            // (an at-least-once sink has none).
+            let kafka_sink = matches!(
+                &graph.vertices[v],
+                Vertex::Sink(s) if s.kafka.as_ref().is_some_and(|k| k.delivery == Delivery::ExactlyOnce)
+            );
             let adopted = match (&self.checkpoint, kafka_sink) {
                 (Some(c), true) => adopted_states(c, id, self.subtask, parallelism)
                     .with_context(|| format!("restoring {identity}"))?,

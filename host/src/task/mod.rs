@@ -499,6 +499,16 @@ impl StreamTask {
                 .metrics
                 .records_in
                 .fetch_add(count as u64, Ordering::Relaxed);
+            // The watermark after the batch goes with it (after its last record), so
+            // the operators pass it on with what they emit.
+            if let Some(w) = watermark
+                && watermarks.last().is_none_or(|last| last.watermark < w)
+            {
+                watermarks.push(crate::network::BatchWatermark {
+                    before: count as u32,
+                    watermark: w,
+                });
+            }
             self.chain().process(records, count, watermarks)?;
         }
         if let Some(w) = watermark {

@@ -348,8 +348,19 @@ impl Operator for WasmOperator {
                     .map(|r| r.map(CallOutput::from).map_err(GuestError::from)),
                 Bindings::V2(_) => unreachable!("matched above"),
             });
+            let output = self.output(output)?;
+            // A 0.1.0 operator's records know only the 0.1.0 flags.
+            let scan = sluice_codec::BatchReader::scan(&output.records)
+                .map_err(|e| CallError::Contract(format!("returned {e}")))?;
+            if scan.extended {
+                return Err(CallError::Contract(
+                    "returned records with flags that sluice:operator@0.1.0 does not have \
+                     (headers, partitions or side outputs)"
+                        .into(),
+                ));
+            }
             return Ok(ProcessOutput {
-                output: self.output(output)?,
+                output,
                 ..ProcessOutput::default()
             });
         }
@@ -369,6 +380,14 @@ impl Operator for WasmOperator {
             Bindings::V1(_) => unreachable!("matched above"),
         });
         let processed = result?;
+        // Positions are at most one per record and one after the last.
+        if processed.watermarks.len() > processed.records.len() + 1 {
+            return Err(CallError::Contract(format!(
+                "returned {} watermarks with {} bytes of records",
+                processed.watermarks.len(),
+                processed.records.len()
+            )));
+        }
         let output = self.output(Ok(CallOutput {
             records: processed.records,
             effects: processed.effects,

@@ -1,0 +1,281 @@
+//! The chain's handling of watermarks inside batches, with scripted operators.
+
+use std::sync::{Arc, Mutex};
+
+use sluice_codec::{BatchReader, BatchWriter, TimeDomain, TimerReader};
+
+use super::*;
+use crate::network::BatchWatermark;
+
+type Log = Arc<Mutex<Vec<String>>>;
+
+/// What a scripted operator's `process_batch` returns, given the batch.
+type Script = Box<dyn FnMut(&[u8], &[BatchWatermark]) -> ProcessOutput + Send>;
+
+/// An operator that logs its calls and answers `process_batch` from a script.
+struct Scripted {
+    identity: OperatorIdentity,
+    state: OperatorState,
+    log: Log,
+    takes_watermarks: bool,
+    script: Script,
+}
+
+impl Scripted {
+    fn note(&self, what: String) {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("{} {what}", self.identity.operator));
+    }
+}
+
+fn values(records: &[u8]) -> Vec<String> {
+    BatchReader::new(records)
+        .map(|r| String::from_utf8(r.unwrap().value.to_vec()).unwrap())
+        .collect()
+}
+
+impl Operator for Scripted {
+    fn identity(&self) -> &OperatorIdentity {
+        &self.identity
+    }
+    fn state(&mut self) -> &mut OperatorState {
+        &mut self.state
+    }
+    fn open(&mut self, _: &OpenInfo) -> Result<CallOutput, CallError> {
+        Ok(CallOutput::default())
+    }
+    fn process(&mut self, records: &[u8]) -> Result<CallOutput, CallError> {
+        self.note(format!("process {:?}", values(records)));
+        Ok(CallOutput::default())
+    }
+    fn takes_batch_watermarks(&self) -> bool {
+        self.takes_watermarks
+    }
+    fn process_batch(
+        &mut self,
+        _input: u32,
+        records: &[u8],
+        watermarks: &[BatchWatermark],
+    ) -> Result<ProcessOutput, CallError> {
+        let marks: Vec<String> = watermarks
+            .iter()
+            .map(|w| format!("{}@{}", w.watermark, w.before))
+            .collect();
+        self.note(format!("process {:?} {marks:?}", values(records)));
+        Ok((self.script)(records, watermarks))
+    }
+    fn process_watermark(&mut self, watermark: i64) -> Result<CallOutput, CallError> {
+        self.note(format!("watermark {watermark}"));
+        Ok(CallOutput::default())
+    }
+    fn on_timers(&mut self, timers: &[u8]) -> Result<CallOutput, CallError> {
+        let times: Vec<i64> = TimerReader::new(timers)
+            .map(|t| t.unwrap().timestamp)
+            .collect();
+        self.note(format!("timers {times:?}"));
+        Ok(CallOutput::default())
+    }
+    fn snapshot(&mut self, _: u64) -> Result<Vec<u8>, CallError> {
+        Ok(Vec::new())
+    }
+    fn notify_complete(&mut self, _: u64) -> Result<(), CallError> {
+        Ok(())
+    }
+    fn notify_aborted(&mut self, _: u64) -> Result<(), CallError> {
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<CallOutput, CallError> {
+        Ok(CallOutput::default())
+    }
+    fn close(&mut self) -> Result<CallOutput, CallError> {
+        Ok(CallOutput::default())
+    }
+    fn dispose(&mut self) -> Result<(), CallError> {
+        Ok(())
+    }
+}
+
+fn scripted(name: &str, takes_watermarks: bool, log: &Log, script: Script) -> ChainedOperator {
+    ChainedOperator {
+        operator: Box::new(Scripted {
+            identity: OperatorIdentity {
+                tenant: "t".into(),
+                job: "j".into(),
+                operator: name.into(),
+                subtask: 0,
+                parallelism: 1,
+            },
+            state: OperatorState::new(None),
+            log: log.clone(),
+            takes_watermarks,
+            script,
+        }),
+        state_id: name.into(),
+        open_info: OpenInfo::default(),
+        metrics: Arc::default(),
+    }
+}
+
+/// Emits nothing and passes on nothing.
+fn silent() -> Script {
+    Box::new(|_, _| ProcessOutput::default())
+}
+
+fn batch(values: &[&str]) -> Vec<u8> {
+    let mut w = BatchWriter::new();
+    for v in values {
+        w.push(None, v.as_bytes(), Some(1));
+    }
+    w.into_bytes()
+}
+
+fn at(before: u32, watermark: i64) -> BatchWatermark {
+    BatchWatermark { before, watermark }
+}
+
+fn chain(operators: Vec<ChainedOperator>) -> OperatorChain {
+    OperatorChain::new(operators, ChainOutput::None, Arc::default())
+}
+
+#[test]
+fn a_batch_is_cut_where_a_watermark_makes_a_timer_due() {
+    let log = Log::default();
+    let mut c = chain(vec![scripted("a", true, &log, silent())]);
+    c.operators_mut()[0]
+        .operator
+        .state()
+        .timers
+        .register(TimeDomain::EventTime, 10, b"k");
+    c.process(batch(&["r0", "r1", "r2"]), 3, vec![at(1, 5), at(2, 12)])
+        .unwrap();
+    assert_eq!(
+        *log.lock().unwrap(),
+        [
+            r#"a process ["r0", "r1"] ["5@1"]"#,
+            "a timers [10]",
+            r#"a process ["r2"] ["12@0"]"#,
+        ]
+    );
+    assert_eq!(c.operators_mut()[0].operator.state().watermark, 12);
+}
+
+#[test]
+fn watermarks_reach_the_next_operator_when_one_emits_nothing() {
+    let log = Log::default();
+    // `a` takes the watermarks and passes them on without records; `b` is of 0.1.0.
+    let pass_on: Script = Box::new(|_, given| ProcessOutput {
+        watermarks: given.iter().map(|w| at(0, w.watermark)).collect(),
+        ..ProcessOutput::default()
+    });
+    let mut c = chain(vec![
+        scripted("a", true, &log, pass_on),
+        scripted("b", false, &log, silent()),
+    ]);
+    c.process(batch(&["r0", "r1"]), 2, vec![at(1, 7)]).unwrap();
+    // And when it passes on nothing at all, the host still forwards the watermark.
+    let mut d = chain(vec![
+        scripted("a", true, &log, silent()),
+        scripted("b", false, &log, silent()),
+    ]);
+    d.process(batch(&["r2"]), 1, vec![at(1, 9)]).unwrap();
+    assert_eq!(
+        *log.lock().unwrap(),
+        [
+            r#"a process ["r0", "r1"] ["7@1"]"#,
+            "b watermark 7",
+            r#"a process ["r2"] ["9@1"]"#,
+            "b watermark 9",
+        ]
+    );
+}
+
+#[test]
+fn where_a_guest_stops_and_what_it_passes_on_are_checked() {
+    let log = Log::default();
+    let cases: Vec<(Script, &str)> = vec![
+        (
+            Box::new(|_, _| ProcessOutput {
+                stopped_at: Some(7),
+                ..ProcessOutput::default()
+            }),
+            "stopped at watermark 7 of the 1",
+        ),
+        (
+            Box::new(|_, _| ProcessOutput {
+                stopped_at: Some(0),
+                ..ProcessOutput::default()
+            }),
+            "without handling anything before it",
+        ),
+        (
+            Box::new(|_, _| ProcessOutput {
+                watermarks: vec![at(0, 50)],
+                ..ProcessOutput::default()
+            }),
+            "passed on watermark 50 beyond those it handled",
+        ),
+        (
+            Box::new(|_, _| ProcessOutput {
+                output: CallOutput {
+                    records: batch(&["x"]),
+                    effects: Vec::new(),
+                },
+                watermarks: vec![at(0, 3), at(0, 2)],
+                ..ProcessOutput::default()
+            }),
+            "returned watermarks out of order",
+        ),
+        (
+            Box::new(|_, _| ProcessOutput {
+                watermarks: vec![at(4, 3)],
+                ..ProcessOutput::default()
+            }),
+            "returned a watermark before record 4 of 0",
+        ),
+        (
+            Box::new(|_, _| {
+                let mut w = BatchWriter::new();
+                w.push_record(sluice_codec::RecordRef {
+                    output: 3,
+                    ..sluice_codec::RecordRef::new(None, b"side", None)
+                });
+                ProcessOutput {
+                    output: CallOutput {
+                        records: w.into_bytes(),
+                        effects: Vec::new(),
+                    },
+                    ..ProcessOutput::default()
+                }
+            }),
+            "emitted a record to side output 3 but declared 0",
+        ),
+    ];
+    for (script, expected) in cases {
+        let mut c = chain(vec![
+            scripted("hostile", true, &log, script),
+            scripted("next", true, &log, silent()),
+        ]);
+        let err = c
+            .process(batch(&["r0"]), 1, vec![at(0, 5)])
+            .expect_err(expected);
+        let text = format!("{err:#}");
+        assert!(text.contains(expected), "{expected:?} not in {text}");
+        assert!(text.contains("broke the operator contract"), "{text}");
+    }
+}
+
+#[test]
+fn watermarks_already_seen_or_at_one_position_reach_an_operator_once() {
+    let log = Log::default();
+    let mut c = chain(vec![scripted("a", true, &log, silent())]);
+    c.operators_mut()[0].operator.state().watermark = 4;
+    c.process(
+        batch(&["r0", "r1"]),
+        2,
+        vec![at(0, 3), at(0, 4), at(1, 6), at(1, 8)],
+    )
+    .unwrap();
+    assert_eq!(*log.lock().unwrap(), [r#"a process ["r0", "r1"] ["8@1"]"#]);
+}
