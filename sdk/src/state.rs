@@ -14,11 +14,12 @@
 //! and across calls:
 //!
 //! - Value and map entries are cached per `(state, key, map key)`: a read goes to the host
-//!   once and is then answered from memory. A map entry written in a call becomes one
-//!   effect at the end of the call. A value is **written back**: it stays in the cache,
-//!   marked dirty, and goes to the host (one effect however often it was written) when a
-//!   checkpoint's `snapshot` returns, or when the cache is dropped — so a counter updated
-//!   for every record costs the host one write per checkpoint, not one per record. The
+//!   once and is then answered from memory. Writes are **written back**: a value or map
+//!   entry stays in the cache, marked dirty, and goes to the host (one effect however
+//!   often it was written) when a checkpoint's `snapshot` returns, when the cache is
+//!   dropped, or (map entries) when more than 200 000 map writes wait — so a counter or a
+//!   window updated for every record costs the host one write per checkpoint, not one per
+//!   record. The
 //!   cache lives as long as the instance. It is dropped (after writing back) when it has
 //!   taken in more than 100 000 entries or 64 MiB since it was last dropped (checked at
 //!   the end of each call), and after a call that fails, which fails the task: the host
@@ -49,6 +50,9 @@ use crate::{Context, Error, Result, from_bytes, to_bytes};
 const MAX_CACHED_ENTRIES: usize = 100_000;
 /// ... or more bytes of keys and values than this.
 const MAX_CACHED_BYTES: usize = 64 << 20;
+/// Map writes not yet written back (one per write, however often an entry is written)
+/// are written back at the end of a call once there are more than this.
+const MAX_PENDING_MAP_WRITES: usize = 200_000;
 
 /// One value per key.
 ///
@@ -289,9 +293,9 @@ struct StateSlot {
     maps: MapCaches,
     /// List state: key -> what the current call changed.
     lists: FxHashMap<Vec<u8>, ListOverlay>,
-    /// Map state: entries (key, user key) written in this call and not yet sent to the
-    /// host, in one buffer. Each written entry, value or map, becomes one effect when the
-    /// call ends, however often it was written.
+    /// Map state: entries (key, user key) written since the last write-back, in one
+    /// buffer (once per write). Each becomes one effect at the write-back, however often
+    /// it was written.
     pending: PairList,
 }
 
@@ -415,7 +419,7 @@ impl StateSlot {
         self.dirty_values.clear();
     }
 
-    /// One effect per map entry written in this call.
+    /// One effect per map entry written since the last write-back, with its last value.
     fn send_pending_map_entries(&mut self, effects: &mut EffectWriter) {
         let mut sent = FxHashSet::default();
         for (key, user_key) in self.pending.iter() {
@@ -441,6 +445,7 @@ impl StateSlot {
                 },
             });
         }
+        self.pending.clear();
     }
 
     fn context(&self) -> impl FnOnce(Error) -> Error + '_ {
@@ -939,16 +944,21 @@ impl StateCache {
             || self.usage.bytes > MAX_CACHED_BYTES;
         for s in &mut self.slots {
             if success {
-                // Value state is written back at `snapshot` (or when the cache is
-                // dropped); states with a time-to-live at the end of every call, since
-                // the host expires their entries between calls.
+                // Values and map entries are written back at `snapshot` (or when the
+                // cache is dropped, or its list of map writes is long); states with a
+                // time-to-live at the end of every call, since the host expires their
+                // entries between calls.
+                let map_writes = s.pending.ends.len();
                 if s.ttl || drop_all {
                     s.write_back_values(effects);
                 }
-                s.send_pending_map_entries(effects);
+                if s.ttl || drop_all || map_writes > MAX_PENDING_MAP_WRITES {
+                    s.send_pending_map_entries(effects);
+                }
+            } else {
+                s.pending.clear();
             }
             s.lists.clear();
-            s.pending.clear();
             if drop_all {
                 // After a failed call the instance is discarded (its task fails), so
                 // values not yet written back are given up with it.
@@ -970,6 +980,7 @@ impl StateCache {
     pub(crate) fn write_back(&mut self, effects: &mut EffectWriter) {
         for s in &mut self.slots {
             s.write_back_values(effects);
+            s.send_pending_map_entries(effects);
         }
     }
 
@@ -1233,6 +1244,42 @@ mod tests {
     }
 
     #[test]
+    fn a_long_list_of_map_writes_goes_back_at_the_end_of_the_call() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Map, None);
+        let mut effects = EffectWriter::new();
+        let user_key = to_bytes("w").unwrap();
+        for i in 0..MAX_PENDING_MAP_WRITES / 2 {
+            cache
+                .map_put(&mut effects, slot, b"k", user_key.clone(), vec![i as u8])
+                .unwrap();
+        }
+        cache.end_call(true, &mut effects);
+        assert!(effects.take().is_empty());
+        for i in 0..MAX_PENDING_MAP_WRITES / 2 + 1 {
+            cache
+                .map_put(&mut effects, slot, b"k", user_key.clone(), vec![i as u8])
+                .unwrap();
+        }
+        cache.end_call(true, &mut effects);
+        // One entry, written 200 001 times: one effect, with its last value.
+        let bytes = effects.take();
+        let got: Vec<_> = sluice_codec::EffectReader::new(&bytes)
+            .map(Result::unwrap)
+            .collect();
+        let last = (MAX_PENDING_MAP_WRITES / 2) as u8;
+        assert_eq!(
+            got,
+            [Effect::Put {
+                state: 2,
+                key: b"k",
+                user_key: &user_key,
+                value: &[last]
+            }]
+        );
+    }
+
+    #[test]
     fn a_full_cache_writes_back_before_it_is_dropped() {
         let host = CountingHost::default();
         let (mut cache, slot) = cache(&host, StateKind::Value, None);
@@ -1298,7 +1345,7 @@ mod tests {
     }
 
     #[test]
-    fn map_writes_of_a_call_become_one_effect_per_entry_and_respect_clears() {
+    fn map_writes_go_back_once_per_entry_and_respect_clears() {
         let host = CountingHost::default();
         let (mut cache, slot) = cache(&host, StateKind::Map, None);
         let mut effects = EffectWriter::new();
@@ -1318,6 +1365,7 @@ mod tests {
         cache.clear(&mut effects, slot, b"gone").unwrap();
         put(&mut cache, b"gone", "y", 2);
         cache.end_call(true, &mut effects);
+        cache.write_back(&mut effects);
         // Applied in order, the effects leave exactly the call's final entries.
         let bytes = effects.take();
         let mut model: BTreeMap<(Vec<u8>, Vec<u8>), Vec<u8>> = BTreeMap::new();
@@ -1408,6 +1456,8 @@ mod tests {
         assert_eq!(update(&mut cache, "z", |v| Some(v.unwrap_or(5))), Some(5));
         assert_eq!(update(&mut cache, "y", |v| v), None);
         cache.end_call(true, &mut effects);
+        assert!(effects.take().is_empty(), "written back at the snapshot");
+        cache.write_back(&mut effects);
         let bytes = effects.take();
         let mut model = BTreeMap::from([("a".to_owned(), 1u8), ("b".to_owned(), 2)]);
         for effect in sluice_codec::EffectReader::new(&bytes) {
