@@ -17,7 +17,8 @@
 //!   once and is then answered from memory. Writes are **written back**: a value or map
 //!   entry stays in the cache, marked dirty, and goes to the host (one effect however
 //!   often it was written) when a checkpoint's `snapshot` returns, when the cache is
-//!   dropped, or (map entries) when more than 200 000 map writes wait — so a counter or a
+//!   dropped, when the writes carried more than 4 MiB, or (map entries) when more than
+//!   200 000 map writes wait — so a counter or a
 //!   window updated for every record costs the host one write per checkpoint, not one per
 //!   record. The
 //!   cache lives as long as the instance. It is dropped (after writing back) when it has
@@ -51,8 +52,11 @@ const MAX_CACHED_ENTRIES: usize = 100_000;
 /// ... or more bytes of keys and values than this.
 const MAX_CACHED_BYTES: usize = 64 << 20;
 /// Map writes not yet written back (one per write, however often an entry is written)
-/// are written back at the end of a call once there are more than this.
+/// are written back at the end of a call once there are more than this...
 const MAX_PENDING_MAP_WRITES: usize = 200_000;
+/// ... and all writes once they carried more bytes than this (so large values reach the
+/// host, and its state limits, soon, and the guest's memory stays small).
+const MAX_DIRTY_BYTES: usize = 4 << 20;
 
 /// One value per key.
 ///
@@ -256,6 +260,9 @@ where
 pub(crate) struct StateCache {
     slots: Vec<StateSlot>,
     usage: Usage,
+    /// Bytes written since the last write-back (values counted when they become dirty,
+    /// map entries at every write).
+    dirty_bytes: usize,
     /// Reused for encoding map keys.
     scratch: Vec<u8>,
 }
@@ -505,7 +512,7 @@ impl StateCache {
         host: &dyn Host,
         slot: usize,
         key: &[u8],
-        f: impl FnOnce(&str, &mut CachedValue, &mut KeyList) -> Result<R>,
+        f: impl FnOnce(&str, &mut CachedValue, &mut KeyList, &mut usize) -> Result<R>,
     ) -> Result<R> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
         let cached = match s.values.get_mut(key) {
@@ -521,7 +528,7 @@ impl StateCache {
                 s.values.entry(CacheKey::from_slice(key)).or_insert(cached)
             }
         };
-        f(&s.name, cached, &mut s.dirty_values)
+        f(&s.name, cached, &mut s.dirty_values, &mut self.dirty_bytes)
     }
 
     pub(crate) fn value_get<T: DeserializeOwned>(
@@ -530,7 +537,7 @@ impl StateCache {
         slot: usize,
         key: &[u8],
     ) -> Result<Option<T>> {
-        self.with_value(host, slot, key, |name, cached, _| {
+        self.with_value(host, slot, key, |name, cached, _, _| {
             decode_value(name, cached.value.as_deref())
         })
     }
@@ -545,21 +552,27 @@ impl StateCache {
         key: &[u8],
         f: impl FnOnce(Option<T>) -> Option<T>,
     ) -> Result<Option<T>> {
-        self.with_value(host, slot, key, |name, cached, dirty_values| {
-            let new = f(decode_value(name, cached.value.as_deref())?);
-            if let Some(value) = &new {
-                let mut buf = cached.value.take().unwrap_or_default();
-                buf.clear();
-                let encoded = postcard::to_extend(value, buf)
-                    .map_err(|e| Error::from(e).context(format_args!("state `{name}`")))?;
-                cached.value = Some(encoded);
-                if !cached.dirty {
-                    cached.dirty = true;
-                    dirty_values.push(key);
+        self.with_value(
+            host,
+            slot,
+            key,
+            |name, cached, dirty_values, dirty_bytes| {
+                let new = f(decode_value(name, cached.value.as_deref())?);
+                if let Some(value) = &new {
+                    let mut buf = cached.value.take().unwrap_or_default();
+                    buf.clear();
+                    let encoded = postcard::to_extend(value, buf)
+                        .map_err(|e| Error::from(e).context(format_args!("state `{name}`")))?;
+                    if !cached.dirty {
+                        cached.dirty = true;
+                        dirty_values.push(key);
+                        *dirty_bytes += key.len() + encoded.len();
+                    }
+                    cached.value = Some(encoded);
                 }
-            }
-            Ok(new)
-        })
+                Ok(new)
+            },
+        )
     }
 
     #[cfg(test)]
@@ -590,17 +603,20 @@ impl StateCache {
             Some(cached) => {
                 let mut buf = cached.value.take().unwrap_or_default();
                 buf.clear();
-                cached.value =
-                    Some(encode(buf).map_err(|e| e.context(format_args!("state `{}`", s.name)))?);
+                let value =
+                    encode(buf).map_err(|e| e.context(format_args!("state `{}`", s.name)))?;
                 if !cached.dirty {
                     cached.dirty = true;
                     s.dirty_values.push(key);
+                    self.dirty_bytes += key.len() + value.len();
                 }
+                cached.value = Some(value);
             }
             None => {
                 let value = encode(ValueBytes::new())
                     .map_err(|e| e.context(format_args!("state `{}`", s.name)))?;
                 self.usage.add(s.ttl, key.len() + value.len());
+                self.dirty_bytes += key.len() + value.len();
                 let cached = CachedValue {
                     value: Some(value),
                     dirty: true,
@@ -738,15 +754,19 @@ impl StateCache {
         };
         let was_present = old.is_some();
         let new = f(old);
+        let mut value_len = 0;
         match (&new, entry) {
             (Some(value), Some(entry)) => {
                 let mut buf = entry.take().unwrap_or_default();
                 buf.clear();
-                *entry = Some(postcard::to_extend(value, buf).map_err(|e| context(e.into()))?);
+                let encoded = postcard::to_extend(value, buf).map_err(|e| context(e.into()))?;
+                value_len = encoded.len();
+                *entry = Some(encoded);
             }
             (Some(value), None) => {
                 let value =
                     postcard::to_extend(value, Vec::new()).map_err(|e| context(e.into()))?;
+                value_len = value.len();
                 self.usage
                     .add(s.ttl, key.len() + user_key.len() + value.len());
                 cache.entries.insert(user_key.to_vec(), Some(value));
@@ -760,6 +780,7 @@ impl StateCache {
         }
         if new.is_some() || was_present {
             s.pending.push(key, user_key);
+            self.dirty_bytes += key.len() + user_key.len() + value_len;
         }
         Ok(new)
     }
@@ -806,19 +827,25 @@ impl StateCache {
         let cache = map_cache(&mut s.maps, key);
         let name = &s.name;
         let context = |e: Error| e.context(format_args!("state `{name}`"));
-        match cache.entries.get_mut(user_key) {
+        let value_len = match cache.entries.get_mut(user_key) {
             Some(entry) => {
                 let mut buf = entry.take().unwrap_or_default();
                 buf.clear();
-                *entry = Some(encode(buf).map_err(context)?);
+                let value = encode(buf).map_err(context)?;
+                let len = value.len();
+                *entry = Some(value);
+                len
             }
             None => {
                 let value = encode(Vec::new()).map_err(context)?;
                 self.usage
                     .add(s.ttl, key.len() + user_key.len() + value.len());
+                let len = value.len();
                 cache.entries.insert(user_key.to_vec(), Some(value));
+                len
             }
-        }
+        };
+        self.dirty_bytes += key.len() + user_key.len() + value_len;
         Ok(())
     }
 
@@ -831,6 +858,7 @@ impl StateCache {
     ) -> Result<()> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
         s.pending.push(key, &user_key);
+        self.dirty_bytes += key.len() + user_key.len();
         let cache = map_cache(&mut s.maps, key);
         if cache.complete {
             cache.entries.remove(&user_key);
@@ -942,6 +970,10 @@ impl StateCache {
         let drop_all = !success
             || self.usage.entries > MAX_CACHED_ENTRIES
             || self.usage.bytes > MAX_CACHED_BYTES;
+        let heavy = self.dirty_bytes > MAX_DIRTY_BYTES;
+        if drop_all || heavy {
+            self.dirty_bytes = 0;
+        }
         for s in &mut self.slots {
             if success {
                 // Values and map entries are written back at `snapshot` (or when the
@@ -949,10 +981,10 @@ impl StateCache {
                 // time-to-live at the end of every call, since the host expires their
                 // entries between calls.
                 let map_writes = s.pending.ends.len();
-                if s.ttl || drop_all {
+                if s.ttl || drop_all || heavy {
                     s.write_back_values(effects);
                 }
-                if s.ttl || drop_all || map_writes > MAX_PENDING_MAP_WRITES {
+                if s.ttl || drop_all || heavy || map_writes > MAX_PENDING_MAP_WRITES {
                     s.send_pending_map_entries(effects);
                 }
             } else {
@@ -978,6 +1010,7 @@ impl StateCache {
     /// Sends every value written since it was last sent: what `snapshot` returns, so that
     /// the host's copy for the checkpoint holds it.
     pub(crate) fn write_back(&mut self, effects: &mut EffectWriter) {
+        self.dirty_bytes = 0;
         for s in &mut self.slots {
             s.write_back_values(effects);
             s.send_pending_map_entries(effects);
@@ -1277,6 +1310,26 @@ mod tests {
                 value: &[last]
             }]
         );
+    }
+
+    #[test]
+    fn large_writes_go_back_at_the_end_of_the_call() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Value, None);
+        let mut effects = EffectWriter::new();
+        let big = MAX_DIRTY_BYTES / 16 + 1;
+        for i in 0..16u32 {
+            cache
+                .value_put(&mut effects, slot, &i.to_le_bytes(), vec![1; big])
+                .unwrap();
+        }
+        cache.end_call(true, &mut effects);
+        let bytes = effects.take();
+        assert_eq!(sluice_codec::EffectReader::new(&bytes).count(), 16);
+        // Small writes wait for the snapshot again.
+        cache.value_put(&mut effects, slot, b"k", vec![1]).unwrap();
+        cache.end_call(true, &mut effects);
+        assert!(effects.take().is_empty());
     }
 
     #[test]
