@@ -610,6 +610,53 @@ fn an_exactly_once_kafka_sink_resumes_at_another_parallelism() {
     crash_and_resume_at("kafka-sink::after-commit", 2, Some(5));
 }
 
+/// An at-least-once sink (whose checkpoints hold no records) resumes at another
+/// parallelism too: killed after a checkpoint at 2 sink subtasks, resumed at 1, every word
+/// reaches its count (records since the checkpoint may come twice).
+#[test]
+fn an_at_least_once_kafka_sink_resumes_at_another_parallelism() {
+    let Some(broker) = broker() else { return };
+    let output = unique_topic("al-rescale");
+    create_topic(&broker, &output, 2);
+    let dir = test_dir("kafka-al-rescale");
+    let text = sample_text(31, 3_000);
+    let job = |parallelism: u32| {
+        let more = format!(
+            "delivery = \"at-least-once\"\nparallelism = {parallelism}\n\
+             [checkpoint]\ninterval_ms = 20\ndir = \"checkpoints\""
+        );
+        word_count_to_topic(&dir, &broker, &output, &text, 1, &more)
+    };
+    let mut child = spawn_sluice(&job(2), &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !has_complete_checkpoint(&dir.join("checkpoints")) {
+        assert!(Instant::now() < deadline, "no checkpoint completed");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the job ended before it could be killed"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let out = spawn_sluice(&job(1), &["--from-checkpoint", "latest"])
+        .wait_with_output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the resumed run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // At least once: each word's highest running count is its total.
+    let mut highest = BTreeMap::<String, u64>::new();
+    for r in read_committed(&broker, &output) {
+        let count: u64 = r.value.parse().unwrap();
+        let e = highest.entry(r.key.unwrap_or_default()).or_default();
+        *e = (*e).max(count);
+    }
+    assert_eq!(highest, expected_word_counts(&text, 1));
+}
+
 /// A Kafka source resumes at another parallelism: its subtasks' offsets are merged and
 /// each new subtask takes the partitions it now owns. Killed at parallelism 2 after a
 /// checkpoint, resumed at 3: every word counted exactly once.

@@ -279,3 +279,50 @@ fn watermarks_already_seen_or_at_one_position_reach_an_operator_once() {
     .unwrap();
     assert_eq!(*log.lock().unwrap(), [r#"a process ["r0", "r1"] ["8@1"]"#]);
 }
+
+#[test]
+fn the_last_watermark_of_a_batch_reaches_the_output_alone_when_its_buffer_holds_it() {
+    use crate::network::{NetworkSettings, Partitioner, RecordWriter, StreamElement, channel};
+    let log = Log::default();
+    // Passes its records on, with the watermark after the last of them.
+    let echo: Script = Box::new(|records, given| ProcessOutput {
+        output: CallOutput {
+            records: records.to_vec(),
+            effects: Vec::new(),
+        },
+        watermarks: given.to_vec(),
+        ..ProcessOutput::default()
+    });
+    let (tx, rx) = channel(16);
+    let writer = RecordWriter::new(
+        vec![tx],
+        Partitioner::Forward,
+        &NetworkSettings::default(),
+        Arc::default(),
+        Arc::default(),
+    );
+    let mut c = OperatorChain::new(
+        vec![scripted("a", true, &log, echo)],
+        ChainOutput::Network(writer),
+        Arc::default(),
+    );
+    c.process(batch(&["r0", "r1"]), 2, vec![at(1, 5), at(2, 9)])
+        .unwrap();
+    c.flush_outputs().unwrap();
+    let received: Vec<String> = rx
+        .try_iter()
+        .map(|e| match e {
+            StreamElement::Records { watermarks, .. } => format!("records {watermarks:?}"),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    // 9 came after the last record: the buffer keeps it for the next records, so it
+    // also goes alone once the batch is through.
+    assert_eq!(
+        received,
+        [
+            "records [BatchWatermark { before: 1, watermark: 5 }]".to_owned(),
+            "Watermark(9)".to_owned()
+        ]
+    );
+}
