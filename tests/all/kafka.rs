@@ -22,8 +22,9 @@ use crate::checkpoints::{Delays, spawn_sluice};
 use crate::server::{ServerProcess, error_of, host_config, wait_for};
 
 /// Runs `job` as `sluice run` processes, SIGKILLing `kills` of them at random moments
-/// (150–600 ms in) and resuming each from the latest checkpoint, until a run ends. At
-/// least one run must have been killed.
+/// (150–600 ms in; the last kill after a checkpoint if none was taken yet) and resuming
+/// each from the latest checkpoint, until a run ends. At least one run must have been
+/// killed, and one resumed from a checkpoint.
 fn run_killed(dir: &Path, job: &Path, kills: usize) {
     let seed = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -41,6 +42,17 @@ fn run_killed(dir: &Path, job: &Path, kills: usize) {
         };
         let mut child = spawn_sluice(job, resume);
         if round < kills {
+            if round + 1 == kills && resumed == 0 {
+                // Under load every earlier kill may have come before the first
+                // checkpoint: the last one waits for one, so a run resumes from it.
+                let wait = Instant::now() + Duration::from_secs(60);
+                while !has_complete_checkpoint(&dir.join("checkpoints"))
+                    && Instant::now() < wait
+                    && child.try_wait().unwrap().is_none()
+                {
+                    thread::sleep(Duration::from_millis(5));
+                }
+            }
             let deadline = Instant::now() + Duration::from_millis(delays.next_ms(150, 600));
             while Instant::now() < deadline && child.try_wait().unwrap().is_none() {
                 thread::sleep(Duration::from_millis(10));
