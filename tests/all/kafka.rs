@@ -83,6 +83,36 @@ fn run_killed(dir: &Path, job: &Path, kills: usize) {
     );
 }
 
+/// Runs the job `job(from)` writes until a checkpoint completes, SIGKILLs it, and runs
+/// `job(to)` (the job at another parallelism) from that checkpoint to its end.
+fn kill_after_a_checkpoint_and_resume(
+    dir: &Path,
+    job: impl Fn(u32) -> std::path::PathBuf,
+    from: u32,
+    to: u32,
+) {
+    let mut child = spawn_sluice(&job(from), &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !has_complete_checkpoint(&dir.join("checkpoints")) {
+        assert!(Instant::now() < deadline, "no checkpoint completed");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the job ended before it could be killed"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let out = spawn_sluice(&job(to), &["--from-checkpoint", "latest"])
+        .wait_with_output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the resumed run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Checks `word<TAB>count` lines of running counts against the counts of `text`.
 fn assert_counts(lines: &str, text: &str) {
     let counts = final_counts_any_order(lines).expect("running counts without gaps or repeats");
@@ -639,26 +669,7 @@ fn an_at_least_once_kafka_sink_resumes_at_another_parallelism() {
         );
         word_count_to_topic(&dir, &broker, &output, &text, 1, &more)
     };
-    let mut child = spawn_sluice(&job(2), &[]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !has_complete_checkpoint(&dir.join("checkpoints")) {
-        assert!(Instant::now() < deadline, "no checkpoint completed");
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the job ended before it could be killed"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    let out = spawn_sluice(&job(1), &["--from-checkpoint", "latest"])
-        .wait_with_output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the resumed run failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    kill_after_a_checkpoint_and_resume(&dir, job, 2, 1);
     // At least once: each word's highest running count is its total.
     let mut highest = BTreeMap::<String, u64>::new();
     for r in read_committed(&broker, &output) {
@@ -678,26 +689,7 @@ fn a_kafka_source_resumes_at_another_parallelism() {
     let (topic, text) = topic_of_lines(&broker, "rescale", 6, 25, 4_000);
     let dir = test_dir("kafka-rescale");
     let job = |parallelism| word_count_from_topic(&dir, &broker, &topic, parallelism);
-    let mut child = spawn_sluice(&job(2), &[]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !has_complete_checkpoint(&dir.join("checkpoints")) {
-        assert!(Instant::now() < deadline, "no checkpoint completed");
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the job ended before it could be killed"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    let out = spawn_sluice(&job(3), &["--from-checkpoint", "latest"])
-        .wait_with_output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the resumed run failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    kill_after_a_checkpoint_and_resume(&dir, job, 2, 3);
     assert_counts(&read_sink_output(&dir.join("out/counts.tsv"), 1), &text);
 }
 
