@@ -26,6 +26,8 @@ pub struct OperatorMetrics {
     /// Sources of partitioned logs: records behind the end of each partition read
     /// (`topic/partition`), as last known.
     pub lag: Mutex<BTreeMap<String, u64>>,
+    /// True for a sink: what it takes in, the job has written.
+    pub is_sink: bool,
 }
 
 /// Counters of one task (one thread running a chain).
@@ -92,6 +94,8 @@ pub struct OperatorReport {
     pub log_lines_dropped: u64,
     /// Records behind the end of each partition a source reads.
     pub lag: BTreeMap<String, u64>,
+    /// True for a sink.
+    pub is_sink: bool,
 }
 
 /// A point-in-time copy of a task's metrics.
@@ -188,6 +192,7 @@ impl OperatorMetrics {
             memory_bytes: self.memory_bytes.load(Relaxed),
             log_lines_dropped: self.log_lines_dropped.load(Relaxed),
             lag: lock(&self.lag),
+            is_sink: self.is_sink,
         }
     }
 }

@@ -67,7 +67,7 @@ fn absurd_knobs_are_refused_with_the_file_field_value_and_range_named() {
         ),
         (
             job("", "", "", "parallelism = 2000"),
-            "sink: `parallelism` = 2000 is out of range",
+            "sink 'sink': `parallelism` = 2000 is out of range",
         ),
         (
             job("", "", "", "[runtime]\nbuffer_bytes = 10000000000"),

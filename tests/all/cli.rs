@@ -97,11 +97,11 @@ type = "stdout"
     );
     assert!(stdout.contains("task 0: source -> tokenize x1"), "{stdout}");
     assert!(
-        stdout.contains("task 1: count x3 <- hash from task 0"),
+        stdout.contains("task 1: count x3\n    <- task 0 'tokenize' (hash) into count input 0"),
         "{stdout}"
     );
     assert!(
-        stdout.contains("task 2: sink x1 <- rebalance from task 1"),
+        stdout.contains("task 2: sink x1\n    <- task 1 'count' (rebalance) into sink input 0"),
         "{stdout}"
     );
     assert!(

@@ -134,7 +134,7 @@ pub fn check_job(
         want.dropped,
         "{name}: late records dropped"
     );
-    // Sent to the side output `late`, which nothing reads in a straight-line job.
+    // Sent to the side output `late`, which nothing reads in these jobs.
     if !job.contains(sluice_tests::COMPAT_DIR) {
         assert_eq!(
             counter(&report, "side-output-dropped"),

@@ -1095,7 +1095,7 @@ batch_size = 10
         ),
         (
             job(&good_source, "topic = \"elsewhere\""),
-            "sink: topic \"elsewhere\" may not be written",
+            "sink 'sink': topic \"elsewhere\" may not be written",
         ),
         (
             job(

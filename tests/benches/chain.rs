@@ -91,7 +91,7 @@ fn main() {
         let run = |chain: &mut OperatorChain| {
             for (bytes, n) in &batches {
                 chain
-                    .process(bytes.clone(), *n, Vec::new())
+                    .process(0, bytes.clone(), *n, Vec::new())
                     .expect("processing");
             }
         };

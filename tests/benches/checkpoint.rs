@@ -157,7 +157,7 @@ fn stall() {
         let mut shared_stalls = Vec::new();
         let mut last = None;
         for id in 1..=runs as u64 {
-            chain.process(batch.clone(), 256, Vec::new()).unwrap();
+            chain.process(0, batch.clone(), 256, Vec::new()).unwrap();
             let start = Instant::now();
             let snapshot = chain.snapshot(id).unwrap();
             shared_stalls.push(start.elapsed());
@@ -166,7 +166,7 @@ fn stall() {
         for id in runs as u64 + 1..=2 * runs as u64 {
             // The previous checkpoint's write is done: its snapshot is released.
             drop(last.take());
-            chain.process(batch.clone(), 256, Vec::new()).unwrap();
+            chain.process(0, batch.clone(), 256, Vec::new()).unwrap();
             let start = Instant::now();
             let snapshot = chain.snapshot(id).unwrap();
             stalls.push(start.elapsed());

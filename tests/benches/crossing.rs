@@ -60,7 +60,7 @@ fn main() {
             .collect();
         let run = |c: &mut OperatorChain| {
             for bytes in &batches {
-                c.process(bytes.clone(), batch, Vec::new()).unwrap();
+                c.process(0, bytes.clone(), batch, Vec::new()).unwrap();
             }
         };
         let (mut native, mut wasm) = (chain(native()), chain(wasm()));

@@ -144,7 +144,7 @@ fn main() {
         let direct = median_time(runs, || {
             let mut c = chain(Arc::default());
             for (bytes, n) in batches.iter() {
-                c.process(bytes.clone(), *n, Vec::new()).unwrap();
+                c.process(0, bytes.clone(), *n, Vec::new()).unwrap();
             }
         });
         let task = median_time(runs, || {

@@ -55,7 +55,7 @@ fn main() {
     let runs = runs(5);
     let run = |mut c: OperatorChain| {
         for (bytes, n, watermark) in &batches {
-            c.process(bytes.clone(), *n, Vec::new()).unwrap();
+            c.process(0, bytes.clone(), *n, Vec::new()).unwrap();
             c.advance_watermark(*watermark).unwrap();
         }
         c.advance_watermark(i64::MAX).unwrap();

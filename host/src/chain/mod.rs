@@ -43,36 +43,56 @@ struct Emitted {
     watermarks: Vec<BatchWatermark>,
 }
 
+/// The records of one output of a call, with the call's watermarks placed among them.
+struct OutputPart {
+    records: BatchWriter,
+    watermarks: Vec<BatchWatermark>,
+}
+
 impl Emitted {
-    /// Takes out the records sent to side outputs (checking that each was declared) and
-    /// moves the watermarks with the records that stay. Returns how many went.
-    fn keep_main_output(&mut self, declared: usize) -> Result<usize, String> {
-        let mut main = BatchWriter::with_capacity(self.records.len());
-        let mut watermarks = Vec::with_capacity(self.watermarks.len());
+    /// Takes out the records sent to side outputs (checking that each was declared),
+    /// keeping the main output's, and returns them by side output number (records without
+    /// their `output`, as a reader gets them). Every part gets all the call's watermarks,
+    /// each at the point of its records where it arrived.
+    fn split_side_outputs(&mut self, declared: usize) -> Result<Vec<(u32, Emitted)>, String> {
+        let mut parts: Vec<OutputPart> = (0..=declared)
+            .map(|_| OutputPart {
+                records: BatchWriter::new(),
+                watermarks: Vec::new(),
+            })
+            .collect();
         let mut next = self.watermarks.iter().peekable();
+        let place = |parts: &mut Vec<OutputPart>, watermark: i64| {
+            for p in parts.iter_mut() {
+                push_batch_watermark(&mut p.watermarks, p.records.len() as u32, watermark);
+            }
+        };
         for (n, record) in BatchReader::new(&self.records).enumerate() {
             let record = record.map_err(|e| format!("returned {e}"))?;
             while let Some(w) = next.next_if(|w| w.before as usize == n) {
-                push_batch_watermark(&mut watermarks, main.len() as u32, w.watermark);
+                place(&mut parts, w.watermark);
             }
-            if record.output as usize > declared {
+            let Some(part) = parts.get_mut(record.output as usize) else {
                 return Err(format!(
                     "emitted a record to side output {} but declared {declared}",
                     record.output
                 ));
-            }
-            if record.output == 0 {
-                main.push_record(record);
-            }
+            };
+            part.records.push_record(sluice_codec::RecordRef {
+                output: 0,
+                ..record
+            });
         }
         for w in next {
-            push_batch_watermark(&mut watermarks, main.len() as u32, w.watermark);
+            place(&mut parts, w.watermark);
         }
-        let dropped = self.count - main.len();
-        self.count = main.len();
-        self.records = main.into_bytes();
-        self.watermarks = watermarks;
-        Ok(dropped)
+        let mut parts = parts.into_iter().map(|p| Emitted {
+            count: p.records.len(),
+            records: p.records.into_bytes(),
+            watermarks: p.watermarks,
+        });
+        *self = parts.next().expect("the main output is part 0");
+        Ok((1..).zip(parts).filter(|(_, p)| p.count > 0).collect())
     }
 }
 
@@ -126,6 +146,18 @@ fn skip_records(records: &[u8], n: usize) -> Result<usize> {
     Ok(len)
 }
 
+/// What is wrong when a job reads side output `side` of an operator that declared only
+/// `declared`.
+pub fn undeclared_side_output(side: &str, declared: &[String]) -> String {
+    let declared = if declared.is_empty() {
+        "none".to_string()
+    } else {
+        let names: Vec<String> = declared.iter().map(|d| format!("'{d}'")).collect();
+        names.join(", ")
+    };
+    format!("the job reads its side output '{side}', but it declared {declared} in `open`")
+}
+
 /// One operator of a chain with what the chain keeps about it.
 pub struct ChainedOperator {
     /// The instance.
@@ -138,12 +170,60 @@ pub struct ChainedOperator {
     pub metrics: Arc<OperatorMetrics>,
 }
 
+/// One edge out of a chain's tail: its main output or one of its side outputs, to the
+/// subtasks of one reading task.
+pub struct OutputEdge {
+    /// The side output it carries, by name; `None` for the main output.
+    side: Option<String>,
+    /// Its number, once the tail declared it in `open` (0: the main output).
+    output: u32,
+    writer: RecordWriter,
+}
+
+impl OutputEdge {
+    /// An edge carrying the tail's main output (`side` = `None`) or its side output `side`.
+    pub fn new(side: Option<String>, writer: RecordWriter) -> Self {
+        OutputEdge {
+            side,
+            output: 0,
+            writer,
+        }
+    }
+
+    /// Its channels.
+    pub fn writer(&self) -> &RecordWriter {
+        &self.writer
+    }
+}
+
 /// Where the records leaving the last operator of a chain go.
 pub enum ChainOutput {
-    /// To the next task, through the network.
-    Network(RecordWriter),
+    /// To the tasks that read it, through the network: one edge per reader.
+    Network(Vec<OutputEdge>),
     /// Nowhere: the last operator is a sink.
     None,
+}
+
+impl ChainOutput {
+    /// The main output to one reading task.
+    pub fn single(writer: RecordWriter) -> Self {
+        ChainOutput::Network(vec![OutputEdge::new(None, writer)])
+    }
+
+    fn edges(&mut self) -> &mut [OutputEdge] {
+        match self {
+            ChainOutput::Network(edges) => edges,
+            ChainOutput::None => &mut [],
+        }
+    }
+
+    /// Runs `f` on every edge's writer.
+    fn each(&mut self, mut f: impl FnMut(&mut RecordWriter) -> Result<()>) -> Result<()> {
+        for edge in self.edges() {
+            f(&mut edge.writer)?;
+        }
+        Ok(())
+    }
 }
 
 /// The operators of one task, head first, and the task's output.
@@ -155,6 +235,8 @@ pub struct OperatorChain {
     watermark: i64,
     /// The last watermark sent to the output.
     forwarded: i64,
+    /// The input of the head the batch being processed came from.
+    input: u32,
 }
 
 impl OperatorChain {
@@ -175,7 +257,10 @@ impl OperatorChain {
             output,
             task_metrics,
             watermark,
-            forwarded: watermark,
+            // Nothing was sent in this attempt: the readers' channels start over at the
+            // minimum, so even the watermark the operators were restored at goes out.
+            forwarded: i64::MIN,
+            input: 0,
         }
     }
 
@@ -200,8 +285,9 @@ impl OperatorChain {
     }
 
     /// Calls operator `i` and handles the result: effects applied, records counted and
-    /// checked, those sent to side outputs taken out (nothing reads side outputs in a
-    /// straight-line job: dropped and counted, as Flink drops an unread side output).
+    /// checked, those sent to side outputs taken out — sent to their readers when `i` is
+    /// the tail, else dropped and counted, as Flink drops an unread side output (only a
+    /// task's tail has side outputs that are read).
     fn call(
         &mut self,
         i: usize,
@@ -253,16 +339,66 @@ impl OperatorChain {
             count: scan.count,
             watermarks,
         };
-        if scan.side_outputs {
-            let dropped = emitted.keep_main_output(declared).map_err(&contract)?;
-            let mut counters = link.operator.state().counters.lock();
+        let all = emitted.count;
+        let sides = if scan.side_outputs {
+            emitted.split_side_outputs(declared).map_err(&contract)?
+        } else {
+            Vec::new()
+        };
+        link.metrics.records_out.fetch_add(all as u64, Relaxed);
+        // Side outputs are read only from a chain's tail (a side output read by anyone
+        // ends a chain); the records of those nothing reads are dropped and counted, as
+        // Flink drops an unread side output.
+        let tail = i + 1 == self.operators.len();
+        let mut dropped = 0;
+        for (output, mut part) in sides {
+            let mut read = false;
+            if tail {
+                normalize_watermarks(&mut part.watermarks, self.forwarded);
+                for edge in self.output.edges() {
+                    if edge.side.is_some() && edge.output == output {
+                        edge.writer
+                            .emit(&part.records, part.count, &part.watermarks)?;
+                        read = true;
+                    }
+                }
+            }
+            if !read {
+                dropped += part.count;
+            }
+        }
+        if dropped > 0 {
+            let state = self.operators[i].operator.state();
+            let mut counters = state.counters.lock();
             let counters = counters.as_mut().unwrap_or_else(|e| e.get_mut());
             *counters.entry(SIDE_OUTPUT_DROPPED.into()).or_default() += dropped as u64;
         }
-        link.metrics
-            .records_out
-            .fetch_add(emitted.count as u64, Relaxed);
         Ok(emitted)
+    }
+
+    /// Numbers the side outputs the tail's readers name, as the tail declared them in
+    /// `open`; a side output it did not declare is a mistake of the job file.
+    fn resolve_side_outputs(&mut self) -> Result<()> {
+        let Some(tail) = self.operators.last_mut() else {
+            return Ok(());
+        };
+        let declared = tail.operator.state().outputs.clone();
+        let identity = tail.operator.identity().clone();
+        for edge in self.output.edges() {
+            let Some(side) = &edge.side else { continue };
+            match declared.iter().position(|d| d == side) {
+                Some(n) => edge.output = n as u32 + 1,
+                None => {
+                    return Err(OperatorFailure {
+                        identity,
+                        call: Call::Open,
+                        error: CallError::InvalidConfig(undeclared_side_output(side, &declared)),
+                    }
+                    .into());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Opens every operator, tail to head (so an operator's successors are ready before
@@ -272,17 +408,19 @@ impl OperatorChain {
             let info = self.operators[i].open_info.clone();
             self.call(i, Call::Open, |op| op.open(&info).map(Into::into))?;
         }
-        Ok(())
+        self.resolve_side_outputs()
     }
 
-    /// Passes a batch of `count` records, with the watermarks that arrived among them, to
-    /// the head and on through the chain.
+    /// Passes a batch of `count` records of the head's input `input`, with the
+    /// watermarks that arrived among them, to the head and on through the chain.
     pub fn process(
         &mut self,
+        input: u32,
         records: Vec<u8>,
         count: usize,
         watermarks: Vec<BatchWatermark>,
     ) -> Result<()> {
+        self.input = input;
         if let Some(last) = watermarks.last()
             && last.watermark > self.watermark
         {
@@ -444,8 +582,9 @@ impl OperatorChain {
         given: &[BatchWatermark],
     ) -> Result<(Emitted, Option<usize>)> {
         let mut stopped = None;
+        let input = if i == 0 { self.input } else { 0 };
         let out = self.call(i, Call::Process, |op| {
-            let p = op.process_batch(0, records, given)?;
+            let p = op.process_batch(input, records, given)?;
             if let Some(s) = p.stopped_at {
                 let s = s as usize;
                 if s >= given.len() || (s == 0 && given[0].before == 0) {
@@ -479,13 +618,20 @@ impl OperatorChain {
         count: usize,
         watermarks: Vec<BatchWatermark>,
     ) -> Result<()> {
-        match &mut self.output {
-            ChainOutput::Network(w) => w.emit(&records, count, &watermarks),
-            ChainOutput::None => bail!(
-                "the last operator of the chain emitted {count} records, but nothing \
-                 follows it (a job must end in a sink)"
-            ),
+        let mut read = false;
+        for edge in self.output.edges() {
+            if edge.side.is_none() {
+                edge.writer.emit(&records, count, &watermarks)?;
+                read = true;
+            }
         }
+        if !read {
+            bail!(
+                "the last operator of the chain emitted {count} records, but nothing \
+                 reads its output (a job must end in a sink)"
+            );
+        }
+        Ok(())
     }
 
     /// Advances event time to `watermark`: for each operator head to tail, fires its
@@ -513,11 +659,9 @@ impl OperatorChain {
             })?;
             self.push(i + 1, out.records, out.count, out.watermarks)?;
         }
-        if watermark > self.forwarded
-            && let ChainOutput::Network(w) = &mut self.output
-        {
+        if watermark > self.forwarded && matches!(self.output, ChainOutput::Network(_)) {
             self.forwarded = watermark;
-            w.emit_watermark(watermark)?;
+            self.output.each(|w| w.emit_watermark(watermark))?;
         }
         Ok(())
     }
@@ -685,63 +829,52 @@ impl OperatorChain {
 
     /// Sends a barrier (after all buffered records) to every output channel.
     pub fn broadcast_barrier(&mut self, barrier: Barrier) -> Result<()> {
-        if let ChainOutput::Network(w) = &mut self.output {
-            w.broadcast_barrier(barrier)?;
-        }
-        Ok(())
+        self.output.each(|w| w.broadcast_barrier(barrier))
     }
 
     /// Tells every output channel that the task became idle or active.
     pub fn emit_status(&mut self, status: crate::network::StreamStatus) -> Result<()> {
-        if let ChainOutput::Network(w) = &mut self.output {
-            w.emit_status(status)?;
-        }
-        Ok(())
+        self.output.each(|w| w.emit_status(status))
     }
 
     /// Tells every output channel not to wait for checkpoint `id`.
     pub fn broadcast_cancel_marker(&mut self, id: u64) -> Result<()> {
-        if let ChainOutput::Network(w) = &mut self.output {
-            w.broadcast(StreamElement::CancelMarker(id))?;
-        }
-        Ok(())
+        self.output
+            .each(|w| w.broadcast(StreamElement::CancelMarker(id)))
     }
 
     /// Sends buffered records.
     pub fn flush_outputs(&mut self) -> Result<()> {
-        if let ChainOutput::Network(w) = &mut self.output {
-            w.flush()?;
-        }
-        Ok(())
+        self.output.each(RecordWriter::flush)
     }
 
     /// True when records are buffered and not sent yet.
     pub fn has_buffered_output(&self) -> bool {
-        matches!(&self.output, ChainOutput::Network(w) if w.has_buffered())
+        self.network_outputs().any(RecordWriter::has_buffered)
     }
 
-    /// The network output, if the chain has one.
-    pub fn network_output(&self) -> Option<&RecordWriter> {
-        match &self.output {
-            ChainOutput::Network(w) => Some(w),
-            ChainOutput::None => None,
-        }
+    /// The writers of the network outputs (none for a chain ending in a sink).
+    pub fn network_outputs(&self) -> impl Iterator<Item = &RecordWriter> {
+        let edges: &[OutputEdge] = match &self.output {
+            ChainOutput::Network(edges) => edges,
+            ChainOutput::None => &[],
+        };
+        edges.iter().map(OutputEdge::writer)
+    }
+
+    /// True when some output channel is full: emitting now would block.
+    pub fn is_backpressured(&self) -> bool {
+        self.network_outputs().any(RecordWriter::is_backpressured)
     }
 
     /// Tells every output channel that no more data comes from this task.
     pub fn end_data(&mut self) -> Result<()> {
-        if let ChainOutput::Network(w) = &mut self.output {
-            w.end_data()?;
-        }
-        Ok(())
+        self.output.each(RecordWriter::end_data)
     }
 
     /// Tells every output channel that this task has ended.
     pub fn finish_outputs(&mut self) -> Result<()> {
-        if let ChainOutput::Network(w) = &mut self.output {
-            w.finish()?;
-        }
-        Ok(())
+        self.output.each(RecordWriter::finish)
     }
 
     /// The task's metrics.

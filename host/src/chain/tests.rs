@@ -148,7 +148,7 @@ fn a_batch_is_cut_where_a_watermark_makes_a_timer_due() {
         .state()
         .timers
         .register(TimeDomain::EventTime, 10, b"k");
-    c.process(batch(&["r0", "r1", "r2"]), 3, vec![at(1, 5), at(2, 12)])
+    c.process(0, batch(&["r0", "r1", "r2"]), 3, vec![at(1, 5), at(2, 12)])
         .unwrap();
     assert_eq!(
         *log.lock().unwrap(),
@@ -173,13 +173,14 @@ fn watermarks_reach_the_next_operator_when_one_emits_nothing() {
         scripted("a", true, &log, pass_on),
         scripted("b", false, &log, silent()),
     ]);
-    c.process(batch(&["r0", "r1"]), 2, vec![at(1, 7)]).unwrap();
+    c.process(0, batch(&["r0", "r1"]), 2, vec![at(1, 7)])
+        .unwrap();
     // And when it passes on nothing at all, the host still forwards the watermark.
     let mut d = chain(vec![
         scripted("a", true, &log, silent()),
         scripted("b", false, &log, silent()),
     ]);
-    d.process(batch(&["r2"]), 1, vec![at(1, 9)]).unwrap();
+    d.process(0, batch(&["r2"]), 1, vec![at(1, 9)]).unwrap();
     assert_eq!(
         *log.lock().unwrap(),
         [
@@ -258,7 +259,7 @@ fn where_a_guest_stops_and_what_it_passes_on_are_checked() {
             scripted("next", true, &log, silent()),
         ]);
         let err = c
-            .process(batch(&["r0"]), 1, vec![at(0, 5)])
+            .process(0, batch(&["r0"]), 1, vec![at(0, 5)])
             .expect_err(expected);
         let text = format!("{err:#}");
         assert!(text.contains(expected), "{expected:?} not in {text}");
@@ -272,6 +273,7 @@ fn watermarks_already_seen_or_at_one_position_reach_an_operator_once() {
     let mut c = chain(vec![scripted("a", true, &log, silent())]);
     c.operators_mut()[0].operator.state().watermark = 4;
     c.process(
+        0,
         batch(&["r0", "r1"]),
         2,
         vec![at(0, 3), at(0, 4), at(1, 6), at(1, 8)],
@@ -303,10 +305,10 @@ fn the_last_watermark_of_a_batch_reaches_the_output_alone_when_its_buffer_holds_
     );
     let mut c = OperatorChain::new(
         vec![scripted("a", true, &log, echo)],
-        ChainOutput::Network(writer),
+        ChainOutput::single(writer),
         Arc::default(),
     );
-    c.process(batch(&["r0", "r1"]), 2, vec![at(1, 5), at(2, 9)])
+    c.process(0, batch(&["r0", "r1"]), 2, vec![at(1, 5), at(2, 9)])
         .unwrap();
     c.flush_outputs().unwrap();
     let received: Vec<String> = rx

@@ -565,7 +565,8 @@ mod tests {
     }
 
     fn value_of(c: &LoadedCheckpoint, subtask: u32, parallelism: u32, key: &str) -> Option<u64> {
-        let restore = assign_operator_state(c, "count", subtask, parallelism, true).unwrap()?;
+        let restore =
+            assign_operator_state(c, "count", subtask, parallelism, true, false).unwrap()?;
         let mut backend =
             KeyedStateBackend::new(128, key_groups_of_subtask(subtask, parallelism, 128));
         for k in &restore.keyed {
@@ -693,7 +694,7 @@ mod tests {
         );
         // An operator the checkpoint does not know starts empty.
         assert!(
-            assign_operator_state(&c, "other", 0, 1, true)
+            assign_operator_state(&c, "other", 0, 1, true, false)
                 .unwrap()
                 .is_none()
         );

@@ -641,7 +641,7 @@ impl TenantTotals {
             }
             self.busy += task.busy;
             for op in &task.operators {
-                if op.operator == "sink" {
+                if op.is_sink {
                     self.records_written += op.records_in;
                 }
                 self.peak_memory = self.peak_memory.max(op.memory_bytes);
@@ -926,8 +926,7 @@ fn print_summary(job: &Job, report: &JobReport, path: &Path) {
             report.checkpoints.aborted.len()
         );
     }
-    let sink = graph.sink();
-    if sink.kind == SinkKind::File {
+    for sink in graph.sinks().filter(|s| s.kind == SinkKind::File) {
         let path = sink.path.as_ref().expect("file sinks have a path");
         if sink.parallelism > 1 {
             eprintln!(
@@ -952,16 +951,24 @@ fn validate(cli: &Cli, path: &Path, host_config: Option<&Path>) -> Result<ExitCo
     let graph = job.graph();
     out!("job '{}' (tenant '{}') is valid", graph.name, graph.tenant);
     for (i, chain) in graph.chains.iter().enumerate() {
-        let input: String = chain
-            .inputs
-            .iter()
-            .map(|(u, p)| format!(" <- {} from task {u}", p.name()))
-            .collect();
-        out!(
-            "  task {i}: {} x{}{input}",
-            chain.name(graph),
-            chain.parallelism
-        );
+        out!("  task {i}: {} x{}", chain.name(graph), chain.parallelism);
+        for edge in &chain.inputs {
+            let tail = *graph.chains[edge.from]
+                .vertices
+                .last()
+                .expect("a chain has vertices");
+            let from = match &edge.side {
+                Some(side) => format!("{}.side:{side}", graph.vertices[tail].name()),
+                None => graph.vertices[tail].name().to_string(),
+            };
+            let head = graph.vertices[chain.vertices[0]].name();
+            out!(
+                "    <- task {} '{from}' ({}) into {head} input {}",
+                edge.from,
+                edge.partitioner.name(),
+                edge.input
+            );
+        }
     }
     for v in &graph.vertices {
         if let Vertex::Operator(o) = v {

@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
 use super::graph::{GeneratorShape, JobGraph, SourceInput, SourceVertex, Vertex};
@@ -17,7 +17,7 @@ use super::runner::{Job, RunOptions};
 use super::supervisor::RunningAttempt;
 use crate::chain::{
     ChainOutput, ChainedOperator, OpenInfo, Operator, OperatorChain, OperatorIdentity,
-    OperatorState,
+    OperatorState, OutputEdge, undeclared_side_output,
 };
 use crate::checkpoint::{
     AsyncPool, CheckpointLink, CheckpointStats, CheckpointStorage, Coordinator, CoordinatorSetup,
@@ -57,30 +57,30 @@ impl Job {
             .map(|c| c.mode)
             .unwrap_or_default();
 
-        // Channels: for every edge into chain `c`, one channel per pair of connected
-        // subtasks (forward edges connect subtask i to subtask i only). `senders[u][s]`
-        // are the channels of subtask `s` of chain `u` (every chain has at most one
-        // downstream chain); `receivers[c][d]` those into subtask `d` of chain `c`.
-        let mut senders: Vec<Vec<Vec<Sender<_>>>> = chains
-            .iter()
-            .map(|c| vec![Vec::new(); c.parallelism as usize])
-            .collect();
-        let mut receivers: Vec<Vec<Vec<Receiver<_>>>> = chains
+        // Channels: for every edge into chain `c` (its `j`th input), one channel per pair
+        // of connected subtasks (forward edges connect subtask i to subtask i only).
+        // `senders[(c, j)][s]` are the channels of upstream subtask `s` on that edge,
+        // indexed by downstream subtask; `receivers[c][d]` those into subtask `d` of
+        // chain `c`, with the input of its head each feeds.
+        let mut senders: BTreeMap<(usize, usize), Vec<Vec<Sender<_>>>> = BTreeMap::new();
+        let mut receivers: Vec<Vec<Vec<(u32, Receiver<_>)>>> = chains
             .iter()
             .map(|c| vec![Vec::new(); c.parallelism as usize])
             .collect();
         for (c, chain) in chains.iter().enumerate() {
-            for (u, partitioner) in &chain.inputs {
-                for (from, outbox) in senders[*u].iter_mut().enumerate() {
+            for (j, edge) in chain.inputs.iter().enumerate() {
+                let mut outboxes = vec![Vec::new(); chains[edge.from].parallelism as usize];
+                for (from, outbox) in outboxes.iter_mut().enumerate() {
                     for (to, inbox) in receivers[c].iter_mut().enumerate() {
-                        if *partitioner == Partitioner::Forward && from != to {
+                        if edge.partitioner == Partitioner::Forward && from != to {
                             continue;
                         }
                         let (tx, rx) = channel(graph.network.channel_capacity);
                         outbox.push(tx);
-                        inbox.push(rx);
+                        inbox.push((edge.input, rx));
                     }
                 }
+                senders.insert((c, j), outboxes);
             }
         }
 
@@ -119,20 +119,35 @@ impl Job {
                             source.idle_timeout,
                         ))
                     }
-                    _ => TaskInput::Network(InputGate::new(
+                    _ => TaskInput::Network(InputGate::with_inputs(
                         std::mem::take(&mut receivers[c][s as usize]),
                         mode,
                     )),
                 };
-                let output = match graph.downstream_of(c) {
-                    Some((_, partitioner)) => ChainOutput::Network(RecordWriter::new(
-                        std::mem::take(&mut senders[c][s as usize]),
-                        partitioner.clone(),
-                        &graph.network,
-                        ctx.cancel.clone(),
-                        ctx.metrics.clone(),
-                    )),
-                    None => ChainOutput::None,
+                let edges: Vec<OutputEdge> = graph
+                    .outputs_of(c)
+                    .into_iter()
+                    .map(|(d, j)| {
+                        let edge = &chains[d].inputs[j];
+                        let channels = std::mem::take(
+                            &mut senders.get_mut(&(d, j)).expect("wired above")[s as usize],
+                        );
+                        OutputEdge::new(
+                            edge.side.clone(),
+                            RecordWriter::new(
+                                channels,
+                                edge.partitioner.clone(),
+                                &graph.network,
+                                ctx.cancel.clone(),
+                                ctx.metrics.clone(),
+                            ),
+                        )
+                    })
+                    .collect();
+                let output = if edges.is_empty() {
+                    ChainOutput::None
+                } else {
+                    ChainOutput::Network(edges)
                 };
                 let members: Vec<usize> = chain
                     .vertices
@@ -140,8 +155,15 @@ impl Job {
                     .copied()
                     .filter(|&v| !matches!(graph.vertices[v], Vertex::Source(_)))
                     .collect();
-                let op_metrics: Vec<Arc<OperatorMetrics>> =
-                    members.iter().map(|_| Arc::default()).collect();
+                let op_metrics: Vec<Arc<OperatorMetrics>> = members
+                    .iter()
+                    .map(|&v| {
+                        Arc::new(OperatorMetrics {
+                            is_sink: matches!(graph.vertices[v], Vertex::Sink(_)),
+                            ..OperatorMetrics::default()
+                        })
+                    })
+                    .collect();
                 metrics.push(TaskMetricsHandle {
                     task: ctx.name.clone(),
                     is_source: source.is_some(),
@@ -419,9 +441,15 @@ impl Job {
                 attempt: 0,
                 inputs: graph.inputs_of(v),
             });
+            let declared = instance.state().outputs.clone();
             let disposed = instance.dispose();
             opened.map_err(|e| anyhow!("{identity}: `open` with the job's config: {e}"))?;
             disposed.map_err(|e| anyhow!("{identity}: `dispose`: {e}"))?;
+            for side in graph.read_side_outputs(v) {
+                if !declared.iter().any(|d| d == side) {
+                    bail!("{identity}: {}", undeclared_side_output(side, &declared));
+                }
+            }
         }
         Ok(())
     }
@@ -486,8 +514,15 @@ impl ChainBuilder {
             };
             let restore = match &self.checkpoint {
                 Some(_) if adopted.is_some() => None,
-                Some(c) => assign_operator_state(c, id, self.subtask, parallelism, keyed)
-                    .with_context(|| format!("restoring {identity}"))?,
+                Some(c) => assign_operator_state(
+                    c,
+                    id,
+                    self.subtask,
+                    parallelism,
+                    keyed,
+                    graph.has_broadcast_input(v),
+                )
+                .with_context(|| format!("restoring {identity}"))?,
                 None => None,
             };
             let mut open_info = OpenInfo {

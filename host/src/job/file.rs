@@ -25,8 +25,9 @@ pub struct JobFile {
     /// The operators, in order.
     #[serde(default, rename = "operator")]
     pub operators: Vec<OperatorSpec>,
-    /// Where records go.
-    pub sink: SinkSpec,
+    /// Where records go: `[sink]`, or several `[[sink]]`.
+    #[serde(deserialize_with = "one_or_many")]
+    pub sink: Vec<SinkSpec>,
     /// Checkpointing; absent means no checkpoints.
     pub checkpoint: Option<CheckpointSpec>,
     /// What to do when the job fails.
@@ -44,8 +45,8 @@ fn one() -> u32 {
     1
 }
 
-/// A source of a job: `[source]`, or one `[[source]]` table per source (their records
-/// are united at the first operator).
+/// A source of a job: `[source]`, or one `[[source]]` table per source (read by the
+/// operators that name them in `inputs`; without any, united at the first operator).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceSpec {
@@ -127,12 +128,16 @@ pub enum SourceKind {
 }
 
 /// Accepts one table or an array of tables.
-fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<SourceSpec>, D::Error> {
+fn one_or_many<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
     match toml::Value::deserialize(d)? {
         value @ toml::Value::Array(_) => {
-            Vec::<SourceSpec>::deserialize(value).map_err(serde::de::Error::custom)
+            Vec::<T>::deserialize(value).map_err(serde::de::Error::custom)
         }
-        value => SourceSpec::deserialize(value)
+        value => T::deserialize(value)
             .map(|s| vec![s])
             .map_err(serde::de::Error::custom),
     }
@@ -160,6 +165,13 @@ pub struct OperatorSpec {
     pub key_by: Option<toml::Value>,
     /// How the input is spread when not keyed: `forward`, `rebalance` or `broadcast`.
     pub partition: Option<String>,
+    /// What the operator reads, each entry one input (numbered from 0 in this order): the
+    /// name of a source or operator (its main output), `NAME.side:OUTPUT` (a side output
+    /// operator NAME declared), or a table `{ from = "NAME", key_by = ..., partition =
+    /// ..., broadcast = true }` that partitions this input its own way. Default: the
+    /// operator before it in the file; the first operator reads all sources (their union,
+    /// one input).
+    pub inputs: Option<Vec<toml::Value>>,
 }
 
 /// The sink of a job.
@@ -169,8 +181,12 @@ pub struct SinkSpec {
     /// `file`, `stdout` or `kafka`.
     #[serde(rename = "type")]
     pub kind: SinkKind,
-    /// Stable id under which checkpoints keep the sink's state (default `sink`).
+    /// Name, unique in the job (default `sink`, or `sink-N` with several).
+    pub name: Option<String>,
+    /// Stable id under which checkpoints keep the sink's state (default: the name).
     pub id: Option<String>,
+    /// What the sink writes, as an operator's `inputs` (default: the last operator).
+    pub inputs: Option<Vec<toml::Value>>,
     /// Output file for `file` sinks, relative to the job file.
     pub path: Option<PathBuf>,
     /// `value` (default) or `key-value` (key, tab, value).

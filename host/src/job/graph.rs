@@ -251,10 +251,12 @@ pub struct OperatorVertex {
     pub key_by: Option<KeySelector>,
 }
 
-/// The sink of the job.
+/// A sink of the job.
 #[derive(Debug, Clone)]
 pub struct SinkVertex {
-    /// Stable id of its checkpointed state (`sink` unless set).
+    /// Name, unique in the job.
+    pub name: String,
+    /// Stable id of its checkpointed state (the name unless set).
     pub id: String,
     /// File or stdout.
     pub kind: SinkKind,
@@ -285,8 +287,18 @@ impl Vertex {
         match self {
             Vertex::Source(s) => &s.name,
             Vertex::Operator(o) => &o.name,
-            Vertex::Sink(_) => "sink",
+            Vertex::Sink(s) => &s.name,
         }
+    }
+
+    /// What validation errors call it: `source 'a'`, `operator 'b'`, `sink 'c'`.
+    pub fn describe(&self) -> String {
+        let kind = match self {
+            Vertex::Source(_) => "source",
+            Vertex::Operator(_) => "operator",
+            Vertex::Sink(_) => "sink",
+        };
+        format!("{kind} '{}'", self.name())
     }
 
     /// Stable id under which checkpoints keep the vertex's state (Flink's `uid`).
@@ -308,6 +320,47 @@ impl Vertex {
     }
 }
 
+/// An edge of the job: records of vertex `from` (its main output, or the side output
+/// it declared as `side`) go to input number `input` of vertex `to`, spread over its
+/// subtasks by `partitioner`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Edge {
+    /// The vertex the records come from.
+    pub from: usize,
+    /// The side output they come from; `None` for the main output.
+    pub side: Option<String>,
+    /// The vertex they go to.
+    pub to: usize,
+    /// Which of its inputs (several edges of one input are a union).
+    pub input: u32,
+    /// How records are spread over its subtasks.
+    pub partitioner: Partitioner,
+}
+
+impl Edge {
+    /// `window.side:late`, or the vertex name for a main output.
+    pub fn source_name(&self, graph: &JobGraph) -> String {
+        let from = graph.vertices[self.from].name();
+        match &self.side {
+            Some(side) => format!("{from}.side:{side}"),
+            None => from.to_string(),
+        }
+    }
+}
+
+/// An edge into a chain from another chain's tail.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChainInput {
+    /// The chain whose tail sends the records.
+    pub from: usize,
+    /// The side output of the tail they come from; `None` for its main output.
+    pub side: Option<String>,
+    /// Which input of the chain's head they reach.
+    pub input: u32,
+    /// How they are spread over this chain's subtasks.
+    pub partitioner: Partitioner,
+}
+
 /// Vertices run together in one task.
 #[derive(Debug, Clone)]
 pub struct ChainSpec {
@@ -315,9 +368,8 @@ pub struct ChainSpec {
     pub vertices: Vec<usize>,
     /// Parallelism of all of them.
     pub parallelism: u32,
-    /// The chains this one reads, and how records are spread over its subtasks (empty
-    /// for a source chain; several for the union of several sources).
-    pub inputs: Vec<(usize, Partitioner)>,
+    /// The edges this chain reads (empty for a source chain).
+    pub inputs: Vec<ChainInput>,
 }
 
 impl ChainSpec {
@@ -348,9 +400,11 @@ pub struct JobGraph {
     pub tenant: String,
     /// Number of key groups.
     pub max_parallelism: u32,
-    /// Sources, operators, sink, in order.
+    /// Sources, operators, sinks, each in the order of the job file.
     pub vertices: Vec<Vertex>,
-    /// The tasks to run.
+    /// Where records flow between vertices.
+    pub edges: Vec<Edge>,
+    /// The tasks to run, each after the tasks it reads.
     pub chains: Vec<ChainSpec>,
     /// Checkpointing, if enabled.
     pub checkpoint: Option<CheckpointSettings>,
@@ -365,23 +419,47 @@ pub struct JobGraph {
 }
 
 impl JobGraph {
-    /// The inputs of vertex `v`, as its `open` is told: in a straight line, one — the
-    /// vertex before it, or the union of the sources.
+    /// The inputs of vertex `v`, as its `open` is told, by input number: what each
+    /// reads (`a + b` for a union) and whether it is broadcast.
     pub fn inputs_of(&self, v: usize) -> Vec<crate::chain::InputInfo> {
-        let name = match v.checked_sub(1).map(|p| &self.vertices[p]) {
-            Some(Vertex::Source(_)) | None => self
-                .vertices
-                .iter()
-                .filter(|x| matches!(x, Vertex::Source(_)))
-                .map(Vertex::name)
-                .collect::<Vec<_>>()
-                .join(" + "),
-            Some(before) => before.name().to_string(),
-        };
-        vec![crate::chain::InputInfo {
-            name,
-            broadcast: false,
-        }]
+        let mut inputs: Vec<crate::chain::InputInfo> = Vec::new();
+        for e in self.edges.iter().filter(|e| e.to == v) {
+            let i = e.input as usize;
+            if inputs.len() <= i {
+                inputs.resize_with(i + 1, || crate::chain::InputInfo {
+                    name: String::new(),
+                    broadcast: false,
+                });
+            }
+            let info = &mut inputs[i];
+            if !info.name.is_empty() {
+                info.name.push_str(" + ");
+            }
+            info.name.push_str(&e.source_name(self));
+            info.broadcast = e.partitioner == Partitioner::Broadcast;
+        }
+        inputs
+    }
+
+    /// True when some input of vertex `v` is broadcast: its own state (what `snapshot`
+    /// returns) is then the same on every subtask and restores at any parallelism.
+    pub fn has_broadcast_input(&self, v: usize) -> bool {
+        self.edges
+            .iter()
+            .any(|e| e.to == v && e.partitioner == Partitioner::Broadcast)
+    }
+
+    /// The side outputs of vertex `v` that some edge reads.
+    pub fn read_side_outputs(&self, v: usize) -> Vec<&str> {
+        let mut sides: Vec<&str> = self
+            .edges
+            .iter()
+            .filter(|e| e.from == v)
+            .filter_map(|e| e.side.as_deref())
+            .collect();
+        sides.sort_unstable();
+        sides.dedup();
+        sides
     }
 
     /// Validates `file` (read from `path`) into a graph.
@@ -435,21 +513,18 @@ impl JobGraph {
         }
         let sources = vertices.len();
 
-        let mut inputs: Vec<(Option<KeySelector>, Option<String>)> = Vec::new();
         if file.operators.is_empty() {
             bail!("{job}: the job has no `[[operator]]`; at least one is needed");
         }
+        let mut reads: Vec<Reads> = Vec::new();
         for (i, op) in file.operators.iter().enumerate() {
             let what = format!("operator #{} '{}'", i + 1, op.name);
             if op.name.trim().is_empty() {
                 bail!("{job}: operator #{}: `name` must not be empty", i + 1);
             }
-            if op.name == "sink" {
-                bail!("{job}: {what}: the name `sink` is reserved");
-            }
             if !names.insert(op.name.clone()) {
                 bail!(
-                    "{job}: {what}: another operator or source has the same name; names must be unique"
+                    "{job}: {what}: another source, operator or sink has the same name; names must be unique"
                 );
             }
             check_parallelism(&what, op.parallelism)?;
@@ -469,7 +544,22 @@ impl JobGraph {
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;
-            inputs.push((key_by.clone(), op.partition.clone()));
+            let inputs = match &op.inputs {
+                Some(list) => parse_inputs(list).map_err(|e| anyhow!("{job}: {what}: {e}"))?,
+                // The first operator reads the union of all sources, the others the
+                // operator before them.
+                None if i == 0 => vertices[..sources]
+                    .iter()
+                    .map(|v| InputSpec::main(v.name(), 0))
+                    .collect(),
+                None => vec![InputSpec::main(&file.operators[i - 1].name, 0)],
+            };
+            reads.push(Reads {
+                vertex: vertices.len(),
+                inputs,
+                key_by: key_by.clone(),
+                partition: op.partition.clone(),
+            });
             vertices.push(Vertex::Operator(OperatorVertex {
                 name: op.name.clone(),
                 id: op.id.clone().unwrap_or_else(|| op.name.clone()),
@@ -480,43 +570,90 @@ impl JobGraph {
             }));
         }
 
-        let sink = &file.sink;
-        check_parallelism("sink", sink.parallelism)?;
-        let format = match sink.format.as_deref() {
-            None | Some("value") => LineFormat::Value,
-            Some("key-value") => LineFormat::KeyValue,
-            Some(other) => {
-                bail!("{job}: sink: `format` must be \"value\" or \"key-value\", not {other:?}")
+        if file.sink.is_empty() {
+            bail!("{job}: the job has no `[sink]`");
+        }
+        let last_operator = &file.operators[file.operators.len() - 1].name;
+        for (i, sink) in file.sink.iter().enumerate() {
+            let name = match &sink.name {
+                Some(name) => name.clone(),
+                None if file.sink.len() == 1 => "sink".to_string(),
+                None => format!("sink-{}", i + 1),
+            };
+            let what = format!("sink '{name}'");
+            if name.trim().is_empty() {
+                bail!("{job}: sink #{}: `name` must not be empty", i + 1);
             }
-        };
-        let sink_path = match (sink.kind, &sink.path) {
-            (SinkKind::File, Some(p)) => Some(resolve(p)),
-            (SinkKind::File, None) => bail!("{job}: sink: a `file` sink needs a `path`"),
-            (SinkKind::Stdout | SinkKind::Kafka, Some(_)) => {
+            if !names.insert(name.clone()) {
                 bail!(
-                    "{job}: sink: a `{}` sink takes no `path`",
-                    sink_kind_name(sink.kind)
-                )
+                    "{job}: {what}: another source, operator or sink has the same name; names must be unique"
+                );
             }
-            (SinkKind::Stdout | SinkKind::Kafka, None) => None,
-        };
-        let kafka = kafka_sink(sink, &file.name, file.checkpoint.is_some())
-            .map_err(|e| anyhow!("{job}: sink: {e}"))?;
-        inputs.push((None, sink.partition.clone()));
-        vertices.push(Vertex::Sink(SinkVertex {
-            id: sink.id.clone().unwrap_or_else(|| "sink".into()),
-            kind: sink.kind,
-            path: sink_path,
-            format,
-            parallelism: sink.parallelism,
-            kafka,
-        }));
+            check_parallelism(&what, sink.parallelism)?;
+            let format = match sink.format.as_deref() {
+                None | Some("value") => LineFormat::Value,
+                Some("key-value") => LineFormat::KeyValue,
+                Some(other) => bail!(
+                    "{job}: {what}: `format` must be \"value\" or \"key-value\", not {other:?}"
+                ),
+            };
+            let sink_path = match (sink.kind, &sink.path) {
+                (SinkKind::File, Some(p)) => Some(resolve(p)),
+                (SinkKind::File, None) => bail!("{job}: {what}: a `file` sink needs a `path`"),
+                (SinkKind::Stdout | SinkKind::Kafka, Some(_)) => {
+                    bail!(
+                        "{job}: {what}: a `{}` sink takes no `path`",
+                        sink_kind_name(sink.kind)
+                    )
+                }
+                (SinkKind::Stdout | SinkKind::Kafka, None) => None,
+            };
+            let id = sink.id.clone().unwrap_or_else(|| name.clone());
+            let kafka = kafka_sink(sink, &file.name, &id, file.checkpoint.is_some())
+                .map_err(|e| anyhow!("{job}: {what}: {e}"))?;
+            let inputs = match &sink.inputs {
+                Some(list) => parse_inputs(list).map_err(|e| anyhow!("{job}: {what}: {e}"))?,
+                None => vec![InputSpec::main(last_operator, 0)],
+            };
+            if inputs.iter().any(|i| i.key_by.is_some()) {
+                bail!("{job}: {what}: a sink's input takes no `key_by`");
+            }
+            reads.push(Reads {
+                vertex: vertices.len(),
+                inputs,
+                key_by: None,
+                partition: sink.partition.clone(),
+            });
+            vertices.push(Vertex::Sink(SinkVertex {
+                name,
+                id,
+                kind: sink.kind,
+                path: sink_path,
+                format,
+                parallelism: sink.parallelism,
+                kafka,
+            }));
+        }
+        let mut paths = BTreeSet::new();
+        for v in &vertices {
+            if let Vertex::Sink(SinkVertex {
+                path: Some(path), ..
+            }) = v
+                && !paths.insert(path.clone())
+            {
+                bail!(
+                    "{job}: {}: another sink writes {} too; each file sink needs its own path",
+                    v.describe(),
+                    path.display()
+                );
+            }
+        }
 
         let mut ids = BTreeSet::new();
         for v in &vertices {
             let id = v.id();
             if id.trim().is_empty() {
-                bail!("{job}: '{}': `id` must not be empty", v.name());
+                bail!("{job}: {}: `id` must not be empty", v.describe());
             }
             if !ids.insert(id) {
                 bail!(
@@ -526,72 +663,29 @@ impl JobGraph {
             }
         }
 
-        // Chains: vertices joined by forward edges run in one task; every other edge
-        // crosses channels. Several sources each run alone and meet (a union) at the
-        // first operator.
-        let edge = |v: usize, up: u32| -> Result<Partitioner> {
-            let (key_by, partition) = inputs[v - sources].clone();
-            let down = vertices[v].parallelism();
-            let what = match &vertices[v] {
-                Vertex::Sink(_) => "sink".to_string(),
-                other => format!("operator '{}'", other.name()),
-            };
-            Ok(match (key_by, partition.as_deref()) {
-                (Some(_), Some(p)) => bail!(
-                    "{job}: {what}: `key_by` already partitions by key; remove `partition = {p:?}`"
-                ),
-                (Some(key), None) => Partitioner::Hash {
-                    key,
-                    max_parallelism,
-                },
-                (None, Some("forward")) if up != down => bail!(
-                    "{job}: {what}: `partition = \"forward\"` needs equal parallelism, but the input has {up} and this has {down}"
-                ),
-                (None, Some("forward")) => Partitioner::Forward,
-                (None, Some("rebalance")) => Partitioner::Rebalance,
-                (None, Some("broadcast")) => Partitioner::Broadcast,
-                (None, Some("hash")) => bail!("{job}: {what}: use `key_by` to partition by key"),
-                (None, Some(other)) => bail!(
-                    "{job}: {what}: `partition` must be \"forward\", \"rebalance\" or \"broadcast\", not {other:?}"
-                ),
-                (None, None) if up == down => Partitioner::Forward,
-                (None, None) => Partitioner::Rebalance,
-            })
-        };
-        let mut chains: Vec<ChainSpec> = (0..sources)
-            .map(|s| ChainSpec {
-                vertices: vec![s],
-                parallelism: vertices[s].parallelism(),
-                inputs: Vec::new(),
-            })
-            .collect();
-        let mut first = sources;
-        if sources > 1 {
-            let union = (0..sources)
-                .map(|s| Ok((s, edge(sources, vertices[s].parallelism())?)))
-                .collect::<Result<Vec<_>>>()?;
-            chains.push(ChainSpec {
-                vertices: vec![sources],
-                parallelism: vertices[sources].parallelism(),
-                inputs: union,
-            });
-            first += 1;
+        let edges =
+            resolve_edges(&vertices, &reads, max_parallelism).map_err(|e| anyhow!("{job}: {e}"))?;
+        for (u, vertex) in vertices.iter().enumerate() {
+            if !matches!(vertex, Vertex::Sink(_))
+                && !edges.iter().any(|e| e.from == u && e.side.is_none())
+            {
+                bail!(
+                    "{job}: {}: nothing reads its output; name it in the `inputs` of an operator or sink",
+                    vertex.describe()
+                );
+            }
         }
-        for v in first..vertices.len() {
-            let up = vertices[v - 1].parallelism();
-            let partitioner = edge(v, up)?;
-            if partitioner == Partitioner::Forward {
-                chains.last_mut().expect("a chain exists").vertices.push(v);
-            } else {
-                let upstream = chains.len() - 1;
-                chains.push(ChainSpec {
-                    vertices: vec![v],
-                    parallelism: vertices[v].parallelism(),
-                    inputs: vec![(upstream, partitioner)],
+        let order = topological_order(&vertices, &edges).map_err(|e| anyhow!("{job}: {e}"))?;
+        // An operator is keyed when its inputs are (all that are not broadcast).
+        for (v, vertex) in vertices.iter_mut().enumerate() {
+            if let Vertex::Operator(o) = vertex {
+                o.key_by = edges.iter().find_map(|e| match &e.partitioner {
+                    Partitioner::Hash { key, .. } if e.to == v => Some(key.clone()),
+                    _ => None,
                 });
             }
         }
-
+        let chains = chain(&vertices, &edges, &order);
         let checkpoint = file
             .checkpoint
             .as_ref()
@@ -636,6 +730,7 @@ impl JobGraph {
             tenant: file.tenant.clone(),
             max_parallelism,
             vertices,
+            edges,
             chains,
             checkpoint,
             restart,
@@ -702,10 +797,10 @@ impl JobGraph {
         let channels: u64 = self
             .chains
             .iter()
-            .flat_map(|c| c.inputs.iter().map(move |(u, p)| (c, *u, p)))
-            .map(|(c, u, p)| match p {
+            .flat_map(|c| c.inputs.iter().map(move |i| (c, i)))
+            .map(|(c, i)| match i.partitioner {
                 Partitioner::Forward => u64::from(c.parallelism),
-                _ => u64::from(self.chains[u].parallelism) * u64::from(c.parallelism),
+                _ => u64::from(self.chains[i.from].parallelism) * u64::from(c.parallelism),
             })
             .sum();
         let batch = self.task.batch_size as u64;
@@ -753,23 +848,28 @@ impl JobGraph {
         })
     }
 
-    /// The sink.
-    pub fn sink(&self) -> &SinkVertex {
-        match self.vertices.last() {
-            Some(Vertex::Sink(s)) => s,
-            _ => unreachable!("a job graph ends in its sink"),
-        }
+    /// The sinks.
+    pub fn sinks(&self) -> impl Iterator<Item = &SinkVertex> {
+        self.vertices.iter().filter_map(|v| match v {
+            Vertex::Sink(s) => Some(s),
+            _ => None,
+        })
     }
 
-    /// The chain that reads chain `c`'s output, if any.
-    pub fn downstream_of(&self, c: usize) -> Option<(usize, &Partitioner)> {
-        self.chains.iter().enumerate().find_map(|(d, chain)| {
-            chain
-                .inputs
-                .iter()
-                .find(|(u, _)| *u == c)
-                .map(|(_, p)| (d, p))
-        })
+    /// The edges that read chain `c`'s tail: `(reading chain, index in its inputs)`.
+    pub fn outputs_of(&self, c: usize) -> Vec<(usize, usize)> {
+        self.chains
+            .iter()
+            .enumerate()
+            .flat_map(|(d, chain)| {
+                chain
+                    .inputs
+                    .iter()
+                    .enumerate()
+                    .filter(move |(_, i)| i.from == c)
+                    .map(move |(j, _)| (d, j))
+            })
+            .collect()
     }
 }
 
@@ -803,6 +903,312 @@ fn checkpoint_settings(
         mode,
         dir,
     })
+}
+
+/// What an operator or sink reads, as its table says.
+struct Reads {
+    /// The operator or sink.
+    vertex: usize,
+    /// Its inputs.
+    inputs: Vec<InputSpec>,
+    /// Its own `key_by`, for the inputs that set no `key_by`, `partition` or `broadcast`.
+    key_by: Option<KeySelector>,
+    /// Its own `partition`, likewise.
+    partition: Option<String>,
+}
+
+/// One input of an operator or sink, as its `inputs` says.
+#[derive(Debug, Clone, PartialEq)]
+struct InputSpec {
+    /// The source or operator read.
+    from: String,
+    /// Its side output read, if not its main output.
+    side: Option<String>,
+    /// The input number (entries of a union share one).
+    input: u32,
+    /// This input's own `key_by`.
+    key_by: Option<KeySelector>,
+    /// This input's own `partition`.
+    partition: Option<String>,
+    /// Every record to every subtask.
+    broadcast: bool,
+}
+
+impl InputSpec {
+    fn main(from: &str, input: u32) -> Self {
+        InputSpec {
+            from: from.to_string(),
+            side: None,
+            input,
+            key_by: None,
+            partition: None,
+            broadcast: false,
+        }
+    }
+}
+
+/// Parses an `inputs` list: names (`op`, `op.side:late`) or tables `{ from, key_by,
+/// partition, broadcast }`, numbered in order.
+fn parse_inputs(list: &[toml::Value]) -> Result<Vec<InputSpec>> {
+    if list.is_empty() {
+        bail!("`inputs` is empty; name at least one source or operator");
+    }
+    let mut inputs = Vec::with_capacity(list.len());
+    for (n, value) in list.iter().enumerate() {
+        let input = n as u32;
+        let (name, table) = match value {
+            toml::Value::String(name) => (name.as_str(), None),
+            toml::Value::Table(t) => match t.get("from") {
+                Some(toml::Value::String(name)) => (name.as_str(), Some(t)),
+                _ => bail!("`inputs` entry {n}: a table needs `from = \"NAME\"`"),
+            },
+            other => bail!(
+                "`inputs` entry {n} must be a name or {{ from = \"NAME\", ... }}, not {other}"
+            ),
+        };
+        let (from, side) = match name.split_once(".side:") {
+            Some((from, side)) if !side.is_empty() => (from, Some(side.to_string())),
+            Some(_) => bail!("`inputs` entry {name:?}: name the side output after `.side:`"),
+            None => (name, None),
+        };
+        if from.is_empty() {
+            bail!("`inputs` entry {n} names no source or operator");
+        }
+        let mut spec = InputSpec::main(from, input);
+        spec.side = side;
+        if let Some(t) = table {
+            for (k, v) in t {
+                match k.as_str() {
+                    "from" => {}
+                    "key_by" => {
+                        spec.key_by =
+                            Some(parse_key_by(v).map_err(|e| anyhow!("input '{name}': {e}"))?)
+                    }
+                    "partition" => match v {
+                        toml::Value::String(p) => spec.partition = Some(p.clone()),
+                        _ => bail!("input '{name}': `partition` must be a string"),
+                    },
+                    "broadcast" => match v {
+                        toml::Value::Boolean(b) => spec.broadcast = *b,
+                        _ => bail!("input '{name}': `broadcast` must be true or false"),
+                    },
+                    other => bail!(
+                        "input '{name}': unknown field `{other}` (expected `from`, `key_by`, \
+                         `partition` or `broadcast`)"
+                    ),
+                }
+            }
+        }
+        if inputs
+            .iter()
+            .any(|i: &InputSpec| i.from == spec.from && i.side == spec.side)
+        {
+            bail!("`inputs` names '{name}' twice");
+        }
+        inputs.push(spec);
+    }
+    Ok(inputs)
+}
+
+/// How records reach a vertex of parallelism `down` from one of parallelism `up`.
+fn partitioner(
+    key_by: Option<KeySelector>,
+    partition: Option<&str>,
+    up: u32,
+    down: u32,
+    max_parallelism: u32,
+) -> Result<Partitioner> {
+    Ok(match (key_by, partition) {
+        (Some(_), Some(p)) => {
+            bail!("`key_by` already partitions by key; remove `partition = {p:?}`")
+        }
+        (Some(key), None) => Partitioner::Hash {
+            key,
+            max_parallelism,
+        },
+        (None, Some("forward")) if up != down => bail!(
+            "`partition = \"forward\"` needs equal parallelism, but the input has {up} and this has {down}"
+        ),
+        (None, Some("forward")) => Partitioner::Forward,
+        (None, Some("rebalance")) => Partitioner::Rebalance,
+        (None, Some("broadcast")) => Partitioner::Broadcast,
+        (None, Some("hash")) => bail!("use `key_by` to partition by key"),
+        (None, Some(other)) => {
+            bail!("`partition` must be \"forward\", \"rebalance\" or \"broadcast\", not {other:?}")
+        }
+        (None, None) if up == down => Partitioner::Forward,
+        (None, None) => Partitioner::Rebalance,
+    })
+}
+
+/// The edges of the job from what each operator and sink reads: every name known,
+/// every input partitioned one way, and the inputs of one vertex all keyed or none
+/// (broadcast inputs aside).
+fn resolve_edges(vertices: &[Vertex], reads: &[Reads], max_parallelism: u32) -> Result<Vec<Edge>> {
+    let index = |name: &str| vertices.iter().position(|v| v.name() == name);
+    let mut edges = Vec::new();
+    for Reads {
+        vertex: to,
+        inputs: specs,
+        key_by: own_key,
+        partition: own_partition,
+    } in reads
+    {
+        let to = *to;
+        let me = vertices[to].describe();
+        let first = edges.len();
+        for spec in specs {
+            let name = match &spec.side {
+                Some(side) => format!("{}.side:{side}", spec.from),
+                None => spec.from.clone(),
+            };
+            let Some(from) = index(&spec.from) else {
+                let known: Vec<&str> = vertices
+                    .iter()
+                    .filter(|v| !matches!(v, Vertex::Sink(_)))
+                    .map(Vertex::name)
+                    .collect();
+                bail!(
+                    "{me}: input '{name}' names no source or operator (there are: {})",
+                    known.join(", ")
+                );
+            };
+            match &vertices[from] {
+                Vertex::Sink(_) => {
+                    bail!("{me}: input '{name}' is a sink, and sinks have no output")
+                }
+                Vertex::Source(_) if spec.side.is_some() => {
+                    bail!("{me}: input '{name}': sources have no side outputs")
+                }
+                _ if from == to => bail!("{me} reads its own output"),
+                _ => {}
+            }
+            let up = vertices[from].parallelism();
+            let down = vertices[to].parallelism();
+            let partitioner = if spec.broadcast {
+                if spec.key_by.is_some() || spec.partition.is_some() {
+                    bail!("{me}: input '{name}' is broadcast; it takes no `key_by` or `partition`");
+                }
+                Ok(Partitioner::Broadcast)
+            } else if spec.key_by.is_some() || spec.partition.is_some() {
+                partitioner(
+                    spec.key_by.clone(),
+                    spec.partition.as_deref(),
+                    up,
+                    down,
+                    max_parallelism,
+                )
+            } else {
+                partitioner(
+                    own_key.clone(),
+                    own_partition.as_deref(),
+                    up,
+                    down,
+                    max_parallelism,
+                )
+            }
+            .map_err(|e| anyhow!("{me}: input '{name}': {e}"))?;
+            edges.push(Edge {
+                from,
+                side: spec.side.clone(),
+                to,
+                input: spec.input,
+                partitioner,
+            });
+        }
+        // Keyed state and timers need every record keyed: a keyed input beside one that
+        // is spread some other way is a mistake (a broadcast input is the exception).
+        let mine = &edges[first..];
+        let keyed = mine
+            .iter()
+            .find(|e| matches!(e.partitioner, Partitioner::Hash { .. }));
+        let unkeyed = mine.iter().find(|e| {
+            !matches!(
+                e.partitioner,
+                Partitioner::Hash { .. } | Partitioner::Broadcast
+            )
+        });
+        if let (Some(k), Some(u)) = (keyed, unkeyed) {
+            bail!(
+                "{me}: input '{}' is keyed (`key_by`) but input '{}' is {}; a keyed operator \
+                 needs all its inputs keyed, or broadcast",
+                vertices[k.from].name(),
+                vertices[u.from].name(),
+                u.partitioner.name()
+            );
+        }
+    }
+    Ok(edges)
+}
+
+/// The vertices in an order where each comes after everything it reads, sources first;
+/// or an error naming the vertices on a cycle.
+fn topological_order(vertices: &[Vertex], edges: &[Edge]) -> Result<Vec<usize>> {
+    let mut pending: Vec<usize> = vec![0; vertices.len()];
+    for e in edges {
+        pending[e.to] += 1;
+    }
+    let mut ready: std::collections::VecDeque<usize> =
+        (0..vertices.len()).filter(|&v| pending[v] == 0).collect();
+    let mut order = Vec::with_capacity(vertices.len());
+    while let Some(v) = ready.pop_front() {
+        order.push(v);
+        for e in edges.iter().filter(|e| e.from == v) {
+            pending[e.to] -= 1;
+            if pending[e.to] == 0 {
+                ready.push_back(e.to);
+            }
+        }
+    }
+    if order.len() < vertices.len() {
+        let cycle: Vec<String> = (0..vertices.len())
+            .filter(|&v| pending[v] > 0)
+            .map(|v| vertices[v].describe())
+            .collect();
+        bail!(
+            "the job's graph has a cycle: {} read each other's output",
+            cycle.join(", ")
+        );
+    }
+    Ok(order)
+}
+
+/// The tasks: a vertex joins the chain of the vertex it reads when that is its only
+/// input, a forward edge from a main output, and that vertex's only reader (Flink chains
+/// the same way, and also an operator with several forward readers: here a fan-out or a
+/// side output read by anyone ends a chain, so that a chain is a line and only its tail
+/// has several outputs). Every other edge crosses channels between tasks.
+fn chain(vertices: &[Vertex], edges: &[Edge], order: &[usize]) -> Vec<ChainSpec> {
+    let mut chains: Vec<ChainSpec> = Vec::new();
+    let mut chain_of = vec![usize::MAX; vertices.len()];
+    for &v in order {
+        let inputs: Vec<&Edge> = edges.iter().filter(|e| e.to == v).collect();
+        if let [e] = inputs[..]
+            && e.side.is_none()
+            && e.partitioner == Partitioner::Forward
+            && edges.iter().filter(|x| x.from == e.from).count() == 1
+        {
+            let c = chain_of[e.from];
+            chains[c].vertices.push(v);
+            chain_of[v] = c;
+            continue;
+        }
+        chain_of[v] = chains.len();
+        chains.push(ChainSpec {
+            vertices: vec![v],
+            parallelism: vertices[v].parallelism(),
+            inputs: inputs
+                .iter()
+                .map(|e| ChainInput {
+                    from: chain_of[e.from],
+                    side: e.side.clone(),
+                    input: e.input,
+                    partitioner: e.partitioner.clone(),
+                })
+                .collect(),
+        });
+    }
+    chains
 }
 
 /// Checks the numbers of a `[restart]` table against their ranges (see [`limits`]).
@@ -1014,7 +1420,12 @@ fn sink_kind_name(kind: SinkKind) -> &'static str {
 
 /// The `kafka` fields of the `[sink]` table (`None` for other sinks, which may not set
 /// them).
-fn kafka_sink(sink: &SinkSpec, job: &str, checkpoints: bool) -> Result<Option<KafkaSinkConfig>> {
+fn kafka_sink(
+    sink: &SinkSpec,
+    job: &str,
+    id: &str,
+    checkpoints: bool,
+) -> Result<Option<KafkaSinkConfig>> {
     let fields = [
         ("bootstrap", sink.bootstrap.is_some()),
         ("topic", sink.topic.is_some()),
@@ -1072,7 +1483,6 @@ fn kafka_sink(sink: &SinkSpec, job: &str, checkpoints: bool) -> Result<Option<Ka
         Some("record") => true,
         Some(other) => bail!("`partitioner` must be \"key\" or \"record\", not {other:?}"),
     };
-    let id = sink.id.as_deref().unwrap_or("sink");
     Ok(Some(KafkaSinkConfig {
         by_record_partition,
         bootstrap,

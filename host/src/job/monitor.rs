@@ -41,7 +41,7 @@ impl JobMonitor {
         let written = tasks
             .iter()
             .flat_map(|t| &t.operators)
-            .filter(|o| o.operator == "sink")
+            .filter(|o| o.is_sink)
             .map(|o| o.records_in)
             .sum();
         (read, written)

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
 
-use super::graph::{JobGraph, Vertex};
+use super::graph::{JobGraph, SinkVertex, Vertex};
 use super::runner::{RestorePoint, RunOptions, RunStart};
 use crate::checkpoint::{CheckpointStorage, LoadedCheckpoint, load};
 use crate::connectors::file_sink::{
@@ -112,9 +112,11 @@ fn earlier_run(graph: &JobGraph, storage: Option<&CheckpointStorage>) -> Result<
     {
         found.push(s.dir().to_path_buf());
     }
-    let sink = graph.sink();
     let mut staging = Vec::new();
-    if let (SinkKind::File, Some(path)) = (sink.kind, &sink.path) {
+    for sink in graph.sinks() {
+        let (SinkKind::File, Some(path)) = (sink.kind, &sink.path) else {
+            continue;
+        };
         for subtask in 0..sink.parallelism {
             let output = output_path(path, subtask, sink.parallelism);
             staging.push(staging_path(&output));
@@ -227,22 +229,37 @@ pub(super) fn check_restorable(
 /// Refuses a restore that would take back committed output of a file sink, or that
 /// finds less output than the checkpoint says was committed.
 fn check_sink_restore(graph: &JobGraph, c: &LoadedCheckpoint, allow_rewind: bool) -> Result<()> {
-    let sink = graph.sink();
-    let (SinkKind::File, Some(path), Some(_)) = (sink.kind, &sink.path, &graph.checkpoint) else {
+    if graph.checkpoint.is_none() {
+        return Ok(());
+    }
+    for sink in graph.sinks() {
+        check_file_sink_restore(sink, c, allow_rewind)?;
+    }
+    Ok(())
+}
+
+/// [`check_sink_restore`] for one sink.
+fn check_file_sink_restore(
+    sink: &SinkVertex,
+    c: &LoadedCheckpoint,
+    allow_rewind: bool,
+) -> Result<()> {
+    let (SinkKind::File, Some(path)) = (sink.kind, &sink.path) else {
         return Ok(());
     };
     for subtask in 0..sink.parallelism {
         let output = output_path(path, subtask, sink.parallelism);
         let current = fs::metadata(&output).map(|m| m.len()).ok();
-        let state = assign_operator_state(c, &sink.id, subtask, sink.parallelism, false)?
+        let state = assign_operator_state(c, &sink.id, subtask, sink.parallelism, false, false)?
             .and_then(|r| r.state)
             .filter(|s| !s.is_empty());
         let Some(bytes) = state else {
             if current.is_some() {
                 bail!(
-                    "{} has no state for the sink, but {} exists; it is left as it is (move it \
+                    "{} has no state for sink '{}', but {} exists; it is left as it is (move it \
                      away, or restore a checkpoint of this job)",
                     c.path.display(),
+                    sink.name,
                     output.display()
                 );
             }

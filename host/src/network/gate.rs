@@ -35,6 +35,8 @@ impl std::error::Error for UpstreamFailed {}
 pub enum GateEvent {
     /// Process these records.
     Records {
+        /// The input of the task's head they belong to.
+        input: u32,
         /// Encoded records.
         bytes: Vec<u8>,
         /// How many.
@@ -56,6 +58,8 @@ pub enum GateEvent {
 
 struct InputChannel {
     rx: Receiver<StreamElement>,
+    /// The input of the task's head it feeds.
+    input: u32,
     watermark: i64,
     blocked: bool,
     /// End of data: no records or watermarks come any more (barriers may).
@@ -65,8 +69,11 @@ struct InputChannel {
     idle: bool,
 }
 
-/// The inputs of a task: one channel per upstream subtask (of one or several upstream
-/// operators — a union).
+/// The inputs of a task: one channel per upstream subtask of every edge it reads, each
+/// labelled with the input of the task's head it feeds. Barriers align across all of
+/// them (Flink's several input gates of a two- or multiple-input task), and the
+/// watermark is their minimum: per input the minimum of its channels, and the operator's
+/// the minimum of its inputs', idle ones left out.
 pub struct InputGate {
     channels: Vec<InputChannel>,
     next: usize,
@@ -79,14 +86,23 @@ pub struct InputGate {
 }
 
 impl InputGate {
-    /// A gate over `inputs`, aligning barriers as `mode` says.
+    /// A gate over `inputs`, all of input 0, aligning barriers as `mode` says.
     pub fn new(inputs: Vec<Receiver<StreamElement>>, mode: CheckpointingMode) -> Self {
-        let n = inputs.len();
+        Self::with_inputs(inputs.into_iter().map(|rx| (0, rx)).collect(), mode)
+    }
+
+    /// A gate over `channels`, each with the input it feeds.
+    pub fn with_inputs(
+        channels: Vec<(u32, Receiver<StreamElement>)>,
+        mode: CheckpointingMode,
+    ) -> Self {
+        let n = channels.len();
         InputGate {
-            channels: inputs
+            channels: channels
                 .into_iter()
-                .map(|rx| InputChannel {
+                .map(|(input, rx)| InputChannel {
                     rx,
+                    input,
                     watermark: i64::MIN,
                     blocked: false,
                     data_ended: false,
@@ -191,6 +207,7 @@ impl InputGate {
                     }
                 }
                 self.queued.push_back(GateEvent::Records {
+                    input: self.channels[i].input,
                     bytes,
                     count,
                     watermarks: combined,
@@ -391,6 +408,7 @@ mod tests {
         assert_eq!(
             drain(&mut gate),
             vec![GateEvent::Records {
+                input: 0,
                 bytes: vec![7],
                 count: 3,
                 watermarks: vec![at(0, 5), at(1, 12), at(2, 15)],
@@ -555,6 +573,7 @@ mod tests {
 
     fn records_event(tag: u8) -> GateEvent {
         GateEvent::Records {
+            input: 0,
             bytes: vec![tag],
             count: 1,
             watermarks: Vec::new(),

@@ -145,9 +145,26 @@ fn graph_summary(graph: &JobGraph) -> Vec<ChainSummary> {
             inputs: c
                 .inputs
                 .iter()
-                .map(|(u, p)| (*u, p.name().to_string()))
+                .map(|i| (i.from, i.partitioner.name().to_string()))
                 .collect(),
         })
+        .collect()
+}
+
+/// The files, under the job's directory, a file sink writing `file_name` with
+/// `parallelism` subtasks commits its output to.
+fn output_files(file_name: &str, parallelism: u32) -> Vec<String> {
+    if parallelism <= 1 {
+        return vec![format!("output/{file_name}")];
+    }
+    let path = Path::new(file_name);
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let ext = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    (0..parallelism)
+        .map(|i| format!("output/{stem}-{i}{ext}"))
         .collect()
 }
 
@@ -338,33 +355,36 @@ impl Server {
                 }
             }
         }
-        let sink_name = match (file.sink.kind, grant) {
-            (SinkKind::File, _) => {
-                let sink_name = file
-                    .sink
-                    .path
-                    .as_deref()
-                    .and_then(Path::file_name)
-                    .filter(|n| !n.to_string_lossy().starts_with('.'))
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .ok_or_else(|| ApiError::bad("job.toml: sink: `path` must name a file"))?;
-                file.sink.path = Some(job_dir.join("output").join(&sink_name));
-                Some(sink_name)
+        let mut output = Vec::new();
+        for (i, sink) in file.sink.iter_mut().enumerate() {
+            let name = sink.name.clone().unwrap_or_else(|| format!("#{}", i + 1));
+            match (sink.kind, grant) {
+                (SinkKind::File, _) => {
+                    let file_name = sink
+                        .path
+                        .as_deref()
+                        .and_then(Path::file_name)
+                        .filter(|n| !n.to_string_lossy().starts_with('.'))
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .ok_or_else(|| {
+                            ApiError::bad(format!("job.toml: sink {name}: `path` must name a file"))
+                        })?;
+                    sink.path = Some(job_dir.join("output").join(&file_name));
+                    output.extend(output_files(&file_name, sink.parallelism));
+                }
+                (SinkKind::Kafka, Some(grant)) => {
+                    sink.bootstrap
+                        .get_or_insert_with(|| grant.bootstrap.join(","));
+                }
+                (SinkKind::Kafka, None) => return Err(no_kafka_grant(tenant, "sink", &name)),
+                (SinkKind::Stdout, _) => {
+                    return Err(ApiError::bad(format!(
+                        "job.toml: sink {name}: a server job writes to a file sink (type = \"file\"), whose \
+                         output is read back with GET /jobs/ID/output, or to a kafka sink",
+                    )));
+                }
             }
-            (SinkKind::Kafka, Some(grant)) => {
-                file.sink
-                    .bootstrap
-                    .get_or_insert_with(|| grant.bootstrap.join(","));
-                None
-            }
-            (SinkKind::Kafka, None) => return Err(no_kafka_grant(tenant, "sink", "")),
-            (SinkKind::Stdout, _) => {
-                return Err(ApiError::bad(
-                    "job.toml: sink: a server job writes to a file sink (type = \"file\"), whose \
-                     output is read back with GET /jobs/ID/output, or to a kafka sink",
-                ));
-            }
-        };
+        }
         if let Some(checkpoint) = &mut file.checkpoint {
             checkpoint.dir = Some(job_dir.join("checkpoints"));
         }
@@ -394,19 +414,6 @@ impl Server {
                 ))
             })?;
         }
-        let output = match (sink_name, file.sink.parallelism) {
-            (None, _) => Vec::new(),
-            (Some(sink_name), 0 | 1) => vec![format!("output/{sink_name}")],
-            (Some(sink_name), n) => {
-                let path = Path::new(&sink_name);
-                let stem = path.file_stem().unwrap_or_default().to_string_lossy();
-                let ext = path
-                    .extension()
-                    .map(|e| format!(".{}", e.to_string_lossy()))
-                    .unwrap_or_default();
-                (0..n).map(|i| format!("output/{stem}-{i}{ext}")).collect()
-            }
-        };
         let mut graph =
             JobGraph::from_file(&file, shown).map_err(|e| ApiError::bad(format!("{e:#}")))?;
         if let Some(grant) = grant {
@@ -1525,10 +1532,11 @@ fn within_kafka_grant(
                 let Some(config) = &mut sink.kafka else {
                     continue;
                 };
-                check_common("sink", &config.bootstrap, &mut config.properties)?;
+                let what = format!("sink '{}'", sink.name);
+                check_common(&what, &config.bootstrap, &mut config.properties)?;
                 if !grant.may_write(&config.topic) {
                     return Err(forbidden(format!(
-                        "sink: topic {:?} may not be written (writable: {:?})",
+                        "{what}: topic {:?} may not be written (writable: {:?})",
                         config.topic, grant.write
                     )));
                 }

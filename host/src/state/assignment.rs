@@ -26,12 +26,16 @@ pub struct OperatorRestore {
 /// The state of vertex `id`, subtask `subtask` of `parallelism`; `None` when the
 /// checkpoint has no state for that operator. Keyed state is gathered from every old
 /// subtask whose key groups overlap the new subtask's, so the parallelism may differ.
+/// The own state of an operator with a broadcast input (`broadcast`) is its broadcast
+/// state, the same on every subtask: after a rescale each new subtask gets a copy (of
+/// old subtask `subtask % old parallelism`, as Flink assigns broadcast state).
 pub fn assign_operator_state(
     checkpoint: &LoadedCheckpoint,
     id: &str,
     subtask: u32,
     parallelism: u32,
     keyed: bool,
+    broadcast: bool,
 ) -> Result<Option<OperatorRestore>> {
     let Some(op) = checkpoint.operator(id) else {
         return Ok(None);
@@ -49,14 +53,17 @@ pub fn assign_operator_state(
     for h in &op.subtasks {
         let theirs = key_groups_of_subtask(h.subtask, op.parallelism, max);
         let same = !rescaled && h.subtask == subtask;
+        let copy = rescaled && broadcast && h.subtask == subtask % op.parallelism;
         let overlaps = keyed && mine.start < theirs.end && theirs.start < mine.end;
         // Unkeyed state cannot move between subtasks: after a rescale it must be empty.
-        let must_be_empty = rescaled && !keyed;
-        if !same && !overlaps && !must_be_empty {
+        let must_be_empty = rescaled && !keyed && !broadcast;
+        if !same && !copy && !overlaps && !must_be_empty {
             continue;
         }
         let snapshot = checkpoint.read_state(h)?;
-        if rescaled && !snapshot.state.is_empty() {
+        if copy {
+            restore.state = Some(snapshot.state.clone());
+        } else if rescaled && !broadcast && !snapshot.state.is_empty() {
             bail!(
                 "operator '{id}' has operator state (not keyed) from parallelism {}; it \
                  cannot be redistributed to parallelism {parallelism}",
@@ -68,6 +75,9 @@ pub fn assign_operator_state(
             restore.state = Some(snapshot.state);
         }
         if keyed && rescaled {
+            if !overlaps {
+                continue;
+            }
             for (domain, ts, key) in timers_of(&snapshot.timers) {
                 let kg = key_group_of(&key, max);
                 if mine.contains(&kg) {

@@ -153,11 +153,14 @@ pub(super) fn wait_for_source(
 /// once when no channel is full any more: the receiver may have taken from it since the
 /// caller looked, and waiting for the doorbell alone would stall the task until its next
 /// mail (the buffer timeout's flush, if any).
-pub(super) fn wait_for_output(doorbell: &Receiver<()>, writer: &RecordWriter) {
+pub(super) fn wait_for_output<'w>(
+    doorbell: &Receiver<()>,
+    writers: impl Iterator<Item = &'w RecordWriter>,
+) {
     let mut sel = Select::new();
     sel.recv(doorbell);
     let mut full = 0;
-    for ch in writer.channels() {
+    for ch in writers.flat_map(RecordWriter::channels) {
         if ch.is_full() {
             sel.send(ch);
             full += 1;

@@ -402,11 +402,7 @@ impl StreamTask {
         if self.done {
             return Ok(ActionResult::Done);
         }
-        if self
-            .chain()
-            .network_output()
-            .is_some_and(|w| w.is_backpressured())
-        {
+        if self.chain().is_backpressured() {
             self.blocked_on_output = true;
             return Ok(ActionResult::Suspend);
         }
@@ -509,7 +505,7 @@ impl StreamTask {
                     watermark: w,
                 });
             }
-            self.chain().process(records, count, watermarks)?;
+            self.chain().process(0, records, count, watermarks)?;
         }
         if let Some(w) = watermark {
             self.chain().advance_watermark(w)?;
@@ -541,6 +537,7 @@ impl StreamTask {
         };
         match event {
             GateEvent::Records {
+                input,
                 bytes,
                 count,
                 watermarks,
@@ -549,7 +546,8 @@ impl StreamTask {
                     .metrics
                     .records_in
                     .fetch_add(u64::from(count), Ordering::Relaxed);
-                self.chain().process(bytes, count as usize, watermarks)?;
+                self.chain()
+                    .process(input, bytes, count as usize, watermarks)?;
             }
             GateEvent::Watermark(w) => self.chain().advance_watermark(w)?,
             GateEvent::Checkpoint(barrier) => self.trigger_checkpoint_on_barrier(barrier)?,
@@ -569,11 +567,17 @@ impl StreamTask {
         if self.finished {
             return Ok(ActionResult::Suspend);
         }
-        if !self.stopped_without_drain && !self.finished_on_restore {
+        if !self.stopped_without_drain {
+            // A source restored finished had reached the end of event time before the
+            // checkpoint: it says so again, or the tasks reading it would wait for its
+            // watermark for ever (their channels start over at the minimum). Its
+            // operators, restored at the maximum, fire nothing again.
             if self.is_source() {
                 self.chain().advance_watermark(i64::MAX)?;
             }
-            self.chain().finish_all()?;
+            if !self.finished_on_restore {
+                self.chain().finish_all()?;
+            }
         }
         self.finished = true;
         let Some(link) = self.checkpoints.clone().filter(|_| !self.stopping) else {
@@ -597,8 +601,8 @@ impl StreamTask {
         let backpressured = std::mem::take(&mut self.blocked_on_output);
         let deadline = self.wake_at.take();
         if backpressured {
-            let writer = self.chain.as_ref().and_then(|c| c.network_output());
-            input::wait_for_output(doorbell, writer.expect("backpressured implies an output"));
+            let chain = self.chain.as_ref().expect("backpressured implies a chain");
+            input::wait_for_output(doorbell, chain.network_outputs());
             add_duration(&self.ctx.metrics.backpressured_ns, start.elapsed());
             return Ok(());
         }
@@ -663,8 +667,7 @@ impl StreamTask {
             || self
                 .chain
                 .as_ref()
-                .and_then(|c| c.network_output())
-                .is_none()
+                .is_none_or(|c| c.network_outputs().next().is_none())
         {
             return;
         }

@@ -515,7 +515,7 @@ fn network_task(
         ctx.metrics.clone(),
     );
     let factory: ChainFactory = Box::new(move |ctx: &TaskContext| {
-        Ok(recording_chain(&log, ctx, ChainOutput::Network(writer)))
+        Ok(recording_chain(&log, ctx, ChainOutput::single(writer)))
     });
     let input = TaskInput::Network(InputGate::new(inputs, CheckpointingMode::ExactlyOnce));
     StreamTask::new(
@@ -756,7 +756,7 @@ fn linked_source(
             Ok(recording_chain_with(
                 &log,
                 ctx,
-                ChainOutput::Network(writer),
+                ChainOutput::single(writer),
                 behavior,
             ))
         }),
@@ -958,7 +958,7 @@ fn a_source_blocked_on_output_goes_on_when_room_appears_before_it_waits() {
             Ok(recording_chain_with(
                 &chain_log,
                 ctx,
-                ChainOutput::Network(writer),
+                ChainOutput::single(writer),
                 Behavior::default(),
             ))
         }),
