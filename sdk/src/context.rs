@@ -477,7 +477,8 @@ impl OpenContext<'_> {
     }
 
     /// Declares side output `name`: records sent there with [`Context::emit_to`] go where
-    /// the job file connects `OPERATOR:name` (nowhere if it does not, as in Flink).
+    /// the job file connects `OPERATOR.side:NAME` in the `inputs` of an operator or sink
+    /// (nowhere if it does not: dropped and counted, as in Flink).
     ///
     /// # Errors
     ///

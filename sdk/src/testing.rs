@@ -446,6 +446,17 @@ impl<T: Operator> HarnessBuilder<T> {
         self
     }
 
+    /// Adds an input (numbered from 0 in the order added), as a job file's `inputs`
+    /// gives them; without any the operator has one input, `input`. Feed input `n` with
+    /// [`Harness::process_on`] or [`Harness::process_batch_on`].
+    pub fn input(mut self, name: impl Into<String>, broadcast: bool) -> Self {
+        self.info.inputs.push(crate::context::Input {
+            name: name.into(),
+            broadcast,
+        });
+        self
+    }
+
     /// Sets the processing time (milliseconds) the harness starts at.
     pub fn processing_time(mut self, start: i64) -> Self {
         self.processing_time = start;
@@ -460,6 +471,13 @@ impl<T: Operator> HarnessBuilder<T> {
     pub fn open(self) -> Result<Harness<T>> {
         let mut info = self.info;
         info.config = Config::from_pairs(self.config);
+        if info.inputs.is_empty() {
+            info.inputs.push(crate::context::Input {
+                name: "input".to_owned(),
+                broadcast: false,
+            });
+        }
+        let inputs = info.inputs.len() as u32;
         let keyed = match self.restore {
             Some(snapshot) => {
                 info.restored_state = Some(snapshot.operator_state);
@@ -487,6 +505,7 @@ impl<T: Operator> HarnessBuilder<T> {
             side: Vec::new(),
             raw_output: Vec::new(),
             logs: Vec::new(),
+            inputs,
         };
         let opened = harness.call(|slot, host| rt::open(slot, host, &info));
         harness.store.opening.set(false);
@@ -506,6 +525,8 @@ pub struct Harness<T: Operator> {
     /// Encoded outputs of `process_with_headers`.
     raw_output: Vec<Vec<u8>>,
     logs: Vec<LogLine>,
+    /// How many inputs the operator has.
+    inputs: u32,
 }
 
 impl<T: Operator> Harness<T> {
@@ -572,6 +593,26 @@ impl<T: Operator> Harness<T> {
         records: impl IntoIterator<Item = Record<'r>>,
         watermarks: &[(usize, i64)],
     ) -> Result<()> {
+        self.process_batch_on(0, records, watermarks)
+    }
+
+    /// [`process_batch`](Self::process_batch) for input number `input` (see
+    /// [`HarnessBuilder::input`]).
+    ///
+    /// # Panics
+    ///
+    /// If the operator has no input `input`: a mistake of the test.
+    pub fn process_batch_on<'r>(
+        &mut self,
+        input: u32,
+        records: impl IntoIterator<Item = Record<'r>>,
+        watermarks: &[(usize, i64)],
+    ) -> Result<()> {
+        assert!(
+            input < self.inputs,
+            "the operator has {} inputs; there is no input {input}",
+            self.inputs
+        );
         let records: Vec<Record<'r>> = records.into_iter().collect();
         let (mut first, mut k) = (0, 0);
         // The first watermark from `from` on that makes a registered timer due.
@@ -605,7 +646,7 @@ impl<T: Operator> Harness<T> {
                 .collect();
             let mut stopped = None;
             self.call(|slot, host| {
-                let p = rt::process(slot, host, 0, &batch, &given)?;
+                let p = rt::process(slot, host, input, &batch, &given)?;
                 stopped = p.stopped_at.map(|s| s as usize);
                 Ok(p.output)
             })?;
@@ -629,12 +670,28 @@ impl<T: Operator> Harness<T> {
         value: impl AsRef<[u8]>,
         timestamp: Option<i64>,
     ) -> Result<()> {
+        self.process_on(0, key, value, timestamp)
+    }
+
+    /// Processes one record of input number `input` (see [`HarnessBuilder::input`]), as
+    /// a batch of one.
+    ///
+    /// # Panics
+    ///
+    /// If the operator has no input `input`: a mistake of the test.
+    pub fn process_on<K: AsRef<[u8]>>(
+        &mut self,
+        input: u32,
+        key: Option<K>,
+        value: impl AsRef<[u8]>,
+        timestamp: Option<i64>,
+    ) -> Result<()> {
         let record = Record {
             key: key.as_ref().map(AsRef::as_ref),
             value: value.as_ref(),
             timestamp,
         };
-        self.process_records([record])
+        self.process_batch_on(input, [record], &[])
     }
 
     /// Processes one record with headers (as a Kafka source gives them) and a source
