@@ -31,6 +31,16 @@ fn assert_operator(path: &str) {
 }
 
 #[test]
+fn join() {
+    assert_operator(JOIN);
+}
+
+#[test]
+fn enrich() {
+    assert_operator(ENRICH);
+}
+
+#[test]
 fn tokenize() {
     assert_operator(TOKENIZE);
 }
