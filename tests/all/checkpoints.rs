@@ -47,6 +47,21 @@ pub(crate) fn run_with_kills(
     kills: usize,
     delays: &mut Delays,
 ) -> (String, usize, usize) {
+    let (mut outputs, killed, restored) =
+        run_with_kills_writing(dir, job, kills, delays, &["out/counts.tsv"]);
+    (outputs.remove(0), killed, restored)
+}
+
+/// [`run_with_kills`] for a job writing the files `outputs` (relative to `dir`): returns
+/// each one's committed content, in order.
+pub(crate) fn run_with_kills_writing(
+    dir: &Path,
+    job: &Path,
+    kills: usize,
+    delays: &mut Delays,
+    outputs: &[&str],
+) -> (Vec<String>, usize, usize) {
+    let read = |file: &str| std::fs::read_to_string(dir.join(file)).unwrap_or_default();
     let (mut killed, mut restored) = (0, 0);
     let mut seen = Vec::new();
     for round in 0..=kills {
@@ -80,18 +95,20 @@ pub(crate) fn run_with_kills(
         child.wait().unwrap();
         killed += 1;
         // What was committed when the process died: it must never be taken back.
-        seen.push(std::fs::read_to_string(dir.join("out/counts.tsv")).unwrap_or_default());
+        seen.push(outputs.iter().map(|f| read(f)).collect::<Vec<_>>());
     }
-    let output = std::fs::read_to_string(dir.join("out/counts.tsv")).unwrap();
+    let finals: Vec<String> = outputs.iter().map(|f| read(f)).collect();
     for (i, committed) in seen.iter().enumerate() {
-        assert!(
-            output.starts_with(committed.as_str()),
-            "output committed before kill {} ({} bytes) was taken back",
-            i + 1,
-            committed.len()
-        );
+        for ((file, output), committed) in outputs.iter().zip(&finals).zip(committed) {
+            assert!(
+                output.starts_with(committed.as_str()),
+                "{file}: output committed before kill {} ({} bytes) was taken back",
+                i + 1,
+                committed.len()
+            );
+        }
     }
-    (output, killed, restored)
+    (finals, killed, restored)
 }
 
 pub(crate) fn sorted_lines(s: &str) -> Vec<&str> {

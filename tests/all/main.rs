@@ -10,6 +10,7 @@ mod dashboard;
 mod event_time;
 mod exactly_once;
 mod failpoints;
+mod graphs;
 mod guest_time;
 mod host_memory;
 mod kafka;

@@ -10,7 +10,12 @@
 //!   windows with a watermark 2 s behind the largest timestamp, at batch sizes 1, 16 and
 //!   1024 (the native program: the independent window model, record by record). Batch 1
 //!   must not stall (it once waited for the buffer timeout), so its rate is printed as a
-//!   ratio of batch 1024's too.
+//!   ratio of batch 1024's too;
+//! * join: two streams of `JOIN_EVENTS` out-of-order events each (default 500,000) over
+//!   200 keys, interval-joined by key within ±250 ms (the `join` plugin, two inputs
+//!   aligned at every checkpoint, checkpoints every second), at parallelism 1 and 2; the
+//!   native program reads both files, indexes the right stream by key and time, and
+//!   writes the same pairs.
 //!
 //! Prints seconds, records/s and the ratio Sluice / native (time). Inputs are written
 //! before timing; the compile cache is warm (one untimed run first).
@@ -23,7 +28,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use sluice_tests::bench::{median_time, runs};
-use sluice_tests::plugins::{COUNT, TOKENIZE, WINDOW};
+use sluice_tests::plugins::{COUNT, JOIN, TOKENIZE, WINDOW};
 use sluice_tests::windows::{Aggregate, Kind, expected, mixed_events};
 use sluice_tests::{expected_word_counts, run_job, test_dir, write_job};
 
@@ -216,7 +221,134 @@ batch_size = {batch}
     }
 }
 
+/// The time and key of an event line `ts,key,value`.
+fn time_and_key(line: &str) -> (i64, &str) {
+    let mut fields = line.split(',');
+    let ts = fields.next().unwrap().parse().unwrap();
+    (ts, fields.next().unwrap())
+}
+
+/// The interval join as one plain program: both files read, the right stream indexed by
+/// key and time, the pairs written (`key\tLEFT|RIGHT`).
+fn native_join(dir: &Path, lower: i64, upper: i64) {
+    let left = std::fs::read_to_string(dir.join("left.csv")).unwrap();
+    let right = std::fs::read_to_string(dir.join("right.csv")).unwrap();
+    let mut by_key: std::collections::HashMap<&str, Vec<(i64, &str)>> = Default::default();
+    for line in right.lines() {
+        let (ts, key) = time_and_key(line);
+        by_key.entry(key).or_default().push((ts, line));
+    }
+    for list in by_key.values_mut() {
+        list.sort_by_key(|&(ts, _)| ts);
+    }
+    let mut out = String::new();
+    for line in left.lines() {
+        let (ts, key) = time_and_key(line);
+        let Some(list) = by_key.get(key) else {
+            continue;
+        };
+        let from = list.partition_point(|&(t, _)| t < ts + lower);
+        for &(t, r) in &list[from..] {
+            if t > ts + upper {
+                break;
+            }
+            let _ = writeln!(out, "{key}\t{line}|{r}");
+        }
+    }
+    std::fs::write(dir.join("native.tsv"), out).unwrap();
+}
+
+fn join() {
+    const BOUND: i64 = 1000;
+    let n = env_or("JOIN_EVENTS", 500_000);
+    let dir = test_dir("bench-e2e-join");
+    for (file, seed) in [("left.csv", 3), ("right.csv", 4)] {
+        let events = mixed_events(n, 200, 2, BOUND, 0, seed);
+        let text: String = events.iter().map(|e| e.line() + "\n").collect();
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+    let job = |parallelism: u32| {
+        write_job(
+            &dir,
+            &format!(
+                r#"
+name = "join"
+[[source]]
+name = "left"
+type = "file"
+path = "left.csv"
+timestamp = {{ field = 0 }}
+out_of_orderness_ms = {BOUND}
+[[source]]
+name = "right"
+type = "file"
+path = "right.csv"
+timestamp = {{ field = 0 }}
+out_of_orderness_ms = {BOUND}
+[[operator]]
+name = "join"
+plugin = "{JOIN}"
+inputs = ["left", "right"]
+key_by = {{ field = 1 }}
+parallelism = {parallelism}
+config = {{ lower_ms = -250, upper_ms = 250 }}
+[sink]
+type = "file"
+path = "out.tsv"
+format = "key-value"
+[checkpoint]
+interval_ms = 1000
+"#
+            ),
+        )
+    };
+    let runs = runs(3);
+    let plain = median_time(runs, || native_join(&dir, -250, 250));
+    let want = std::fs::read_to_string(dir.join("native.tsv")).unwrap();
+    let mut want: Vec<&str> = want.lines().collect();
+    want.sort_unstable();
+    let records = 2 * n;
+    println!(
+        "join, 2 x {n} events over 200 keys within ±250 ms ({} pairs), median of {runs}",
+        want.len()
+    );
+    println!(
+        "  native program                    {:>7.2} s ({:>9.0} records/s)",
+        plain.as_secs_f64(),
+        records as f64 / plain.as_secs_f64()
+    );
+    for parallelism in [1, 2] {
+        let path = job(parallelism);
+        sluice(&dir, &path, "out.tsv");
+        let got = std::fs::read_to_string(dir.join("out.tsv")).unwrap();
+        let mut got: Vec<&str> = got.lines().collect();
+        got.sort_unstable();
+        assert!(
+            got == want,
+            "parallelism {parallelism}: the join differs from the native one"
+        );
+        let t = median_time(runs, || {
+            sluice(&dir, &path, "out.tsv");
+        });
+        println!(
+            "  sluice, parallelism {parallelism}             {:>7.2} s ({:>9.0} records/s)   ratio to native {:.2}",
+            t.as_secs_f64(),
+            records as f64 / t.as_secs_f64(),
+            t.as_secs_f64() / plain.as_secs_f64()
+        );
+    }
+}
+
 fn main() {
-    word_count();
-    events();
+    let all = std::env::args().skip(1).all(|a| a.starts_with('-'));
+    let only = |name: &str| all || std::env::args().any(|a| a == name);
+    if only("wordcount") {
+        word_count();
+    }
+    if only("events") {
+        events();
+    }
+    if only("join") {
+        join();
+    }
 }
