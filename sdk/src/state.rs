@@ -237,11 +237,39 @@ where
 
     /// All entries of the map of `key`, in the order of the encoded map keys.
     pub fn entries(&self, ctx: &mut Context<'_>, key: &[u8]) -> Result<Vec<(K, V)>> {
+        self.entries_where(ctx, key, |_| true)
+    }
+
+    /// The map keys of the map of `key`, in the order of their encodings: no value is
+    /// decoded.
+    pub fn keys(&self, ctx: &mut Context<'_>, key: &[u8]) -> Result<Vec<K>> {
+        let mut keys = Vec::new();
+        ctx.rt
+            .states
+            .map_for_each(ctx.host, self.slot, key, |user_key, _| {
+                keys.push(from_bytes(user_key)?);
+                Ok(())
+            })?;
+        Ok(keys)
+    }
+
+    /// The entries of the map of `key` whose map key `keep` accepts, in the order of the
+    /// encoded map keys: only their values are decoded (a range of times out of many,
+    /// say).
+    pub fn entries_where(
+        &self,
+        ctx: &mut Context<'_>,
+        key: &[u8],
+        mut keep: impl FnMut(&K) -> bool,
+    ) -> Result<Vec<(K, V)>> {
         let mut entries = Vec::new();
         ctx.rt
             .states
             .map_for_each(ctx.host, self.slot, key, |user_key, value| {
-                entries.push((from_bytes(user_key)?, from_bytes(value)?));
+                let map_key = from_bytes(user_key)?;
+                if keep(&map_key) {
+                    entries.push((map_key, from_bytes(value)?));
+                }
                 Ok(())
             })?;
         Ok(entries)

@@ -489,7 +489,7 @@ fn validation_names_cycles_unknown_inputs_unread_outputs_and_key_mismatches() {
                 op("z", r#"["x", "b"]"#, ""),
                 op("y", r#"["z"]"#, "")
             ),
-            "cycle: operator 'x', operator 'z'",
+            "cycle: operator 'z' -> operator 'x' -> operator 'z'",
         ),
         (
             "unknown",
@@ -539,13 +539,93 @@ fn validation_names_cycles_unknown_inputs_unread_outputs_and_key_mismatches() {
         let error = graph_error(&format!("graph-{name}"), &toml);
         assert!(error.contains(want), "{name}: {error}");
     }
-    // Two sinks writing one file.
-    let two_sinks = format!(
-        "{TWO_SOURCES}{}[[sink]]\nname = \"s1\"\ntype = \"file\"\npath = \"o.txt\"\n[[sink]]\nname = \"s2\"\ntype = \"file\"\npath = \"o.txt\"\n",
-        op("y", r#"["a", "b"]"#, "")
+    // Two sinks writing one file: as written, through `..`, or as one subtask's file.
+    let sinks = |one: &str, two: &str| {
+        format!(
+            "{TWO_SOURCES}{}[[sink]]\nname = \"s1\"\ntype = \"file\"\n{one}\n[[sink]]\nname = \"s2\"\ntype = \"file\"\n{two}\n",
+            op("y", r#"["a", "b"]"#, "")
+        )
+    };
+    for (name, one, two, want) in [
+        (
+            "same",
+            "path = \"o.txt\"",
+            "path = \"o.txt\"",
+            "o.txt as sink 's1' does (o.txt)",
+        ),
+        (
+            "dots",
+            "path = \"o.txt\"",
+            "path = \"x/../o.txt\"",
+            "o.txt as sink 's1' does",
+        ),
+        (
+            "subtask",
+            "path = \"o.txt\"\nparallelism = 2",
+            "path = \"o-1.txt\"",
+            "o-1.txt as sink 's1' does (o-1.txt)",
+        ),
+    ] {
+        let error = graph_error(&format!("graph-sink-{name}"), &sinks(one, two));
+        assert!(
+            error.contains(&format!("sink 's2' would write {want}")),
+            "{name}: {error}"
+        );
+    }
+    // Two exactly-once Kafka sinks with one transactional id prefix.
+    let kafka_sink = |name: &str| {
+        format!(
+            "[[sink]]\nname = \"{name}\"\ntype = \"kafka\"\nbootstrap = \"127.0.0.1:9\"\n\
+             topic = \"t\"\ntransactional_id_prefix = \"p\"\n"
+        )
+    };
+    let two_kafka = format!(
+        "{TWO_SOURCES}{}{}{}[checkpoint]\ninterval_ms = 100\n",
+        op("y", r#"["a", "b"]"#, ""),
+        kafka_sink("k1"),
+        kafka_sink("k2")
     );
-    let error = graph_error("graph-same-path", &two_sinks);
-    assert!(error.contains("sink 's2': another sink writes"), "{error}");
+    let error = graph_error("graph-sink-prefix", &two_kafka);
+    assert!(
+        error.contains("sink 'k2': sink 'k1' has the same `transactional_id_prefix`"),
+        "{error}"
+    );
+    // A first operator without `inputs` reads the sources nobody names.
+    let first = format!(
+        "{TWO_SOURCES}[[operator]]\nname = \"x\"\nplugin = \"{TOKENIZE}\"\n{}{sink}",
+        op("y", r#"["x", "b"]"#, "")
+    );
+    let dir = test_dir("graph-first-default");
+    let path = write_job(&dir, &first);
+    let graph = JobGraph::from_file(&JobFile::load(&path).unwrap(), &path).unwrap();
+    let x_reads: Vec<&str> = graph
+        .edges
+        .iter()
+        .filter(|e| graph.vertices[e.to].name() == "x")
+        .map(|e| graph.vertices[e.from].name())
+        .collect();
+    assert_eq!(x_reads, ["a"], "`b` is named by y: x reads only `a`");
+
+    // Own state is broadcast state (copied on rescale) beside keyed inputs only.
+    let broadcast_beside = |other: &str| {
+        let toml = format!(
+            "{TWO_SOURCES}{}{sink}",
+            op(
+                "y",
+                &format!(r#"[{other}, {{ from = "b", broadcast = true }}]"#),
+                ""
+            )
+        );
+        let dir = test_dir("graph-broadcast-state");
+        let path = write_job(&dir, &toml);
+        let graph = JobGraph::from_file(&JobFile::load(&path).unwrap(), &path).unwrap();
+        let y = graph.vertices.iter().position(|v| v.name() == "y").unwrap();
+        graph.has_broadcast_state(y)
+    };
+    assert!(broadcast_beside(r#"{ from = "a", key_by = "value" }"#));
+    assert!(!broadcast_beside(
+        r#"{ from = "a", partition = "rebalance" }"#
+    ));
 }
 
 #[test]

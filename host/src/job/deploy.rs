@@ -520,7 +520,7 @@ impl ChainBuilder {
                     self.subtask,
                     parallelism,
                     keyed,
-                    graph.has_broadcast_input(v),
+                    graph.has_broadcast_state(v),
                 )
                 .with_context(|| format!("restoring {identity}"))?,
                 None => None,

@@ -441,12 +441,22 @@ impl JobGraph {
         inputs
     }
 
-    /// True when some input of vertex `v` is broadcast: its own state (what `snapshot`
-    /// returns) is then the same on every subtask and restores at any parallelism.
-    pub fn has_broadcast_input(&self, v: usize) -> bool {
-        self.edges
-            .iter()
-            .any(|e| e.to == v && e.partitioner == Partitioner::Broadcast)
+    /// True when the own state of vertex `v` (what `snapshot` returns) is broadcast
+    /// state, the same on every subtask, which restores at any parallelism: it has a
+    /// broadcast input, and its other inputs (if any) are keyed — per-subtask data then
+    /// lives in keyed state. (An unkeyed operator reading a broadcast input beside a
+    /// rebalanced one may keep per-subtask data in its own state: that cannot be copied.)
+    pub fn has_broadcast_state(&self, v: usize) -> bool {
+        let mut inputs = self.edges.iter().filter(|e| e.to == v);
+        inputs
+            .clone()
+            .any(|e| e.partitioner == Partitioner::Broadcast)
+            && inputs.all(|e| {
+                matches!(
+                    e.partitioner,
+                    Partitioner::Broadcast | Partitioner::Hash { .. }
+                )
+            })
     }
 
     /// The side outputs of vertex `v` that some edge reads.
@@ -546,12 +556,26 @@ impl JobGraph {
                 .collect::<Result<Vec<_>>>()?;
             let inputs = match &op.inputs {
                 Some(list) => parse_inputs(list).map_err(|e| anyhow!("{job}: {what}: {e}"))?,
-                // The first operator reads the union of all sources, the others the
-                // operator before them.
-                None if i == 0 => vertices[..sources]
-                    .iter()
-                    .map(|v| InputSpec::main(v.name(), 0))
-                    .collect(),
+                // The first operator reads the union of the sources no other operator
+                // names, the others the operator before them.
+                None if i == 0 => {
+                    let named = |source: &str| {
+                        let entries = file.operators.iter().filter_map(|o| o.inputs.as_ref());
+                        entries.flatten().any(|entry| input_names(entry, source))
+                    };
+                    let unnamed: Vec<InputSpec> = vertices[..sources]
+                        .iter()
+                        .filter(|v| !named(v.name()))
+                        .map(|v| InputSpec::main(v.name(), 0))
+                        .collect();
+                    if unnamed.is_empty() {
+                        bail!(
+                            "{job}: {what} has no `inputs`, and every source is read by \
+                             another operator; name what it reads"
+                        );
+                    }
+                    unnamed
+                }
                 None => vec![InputSpec::main(&file.operators[i - 1].name, 0)],
             };
             reads.push(Reads {
@@ -634,17 +658,25 @@ impl JobGraph {
                 kafka,
             }));
         }
-        let mut paths = BTreeSet::new();
-        for v in &vertices {
-            if let Vertex::Sink(SinkVertex {
-                path: Some(path), ..
-            }) = v
-                && !paths.insert(path.clone())
-            {
+        check_sink_files(&vertices).map_err(|e| anyhow!("{job}: {e}"))?;
+        let mut prefixes = std::collections::BTreeMap::new();
+        for sink in vertices.iter().filter_map(|v| match v {
+            Vertex::Sink(s) => Some(s),
+            _ => None,
+        }) {
+            let Some(kafka) = sink
+                .kafka
+                .as_ref()
+                .filter(|k| k.delivery == Delivery::ExactlyOnce)
+            else {
+                continue;
+            };
+            if let Some(other) = prefixes.insert(&kafka.transactional_id_prefix, &sink.name) {
                 bail!(
-                    "{job}: {}: another sink writes {} too; each file sink needs its own path",
-                    v.describe(),
-                    path.display()
+                    "{job}: sink '{}': sink '{other}' has the same `transactional_id_prefix` \
+                     {:?}; their transactions would fence each other",
+                    sink.name,
+                    kafka.transactional_id_prefix
                 );
             }
         }
@@ -669,8 +701,14 @@ impl JobGraph {
             if !matches!(vertex, Vertex::Sink(_))
                 && !edges.iter().any(|e| e.from == u && e.side.is_none())
             {
+                let only_side = if edges.iter().any(|e| e.from == u) {
+                    " (only side outputs of it are read)"
+                } else {
+                    ""
+                };
                 bail!(
-                    "{job}: {}: nothing reads its output; name it in the `inputs` of an operator or sink",
+                    "{job}: {}: nothing reads its output{only_side}; name it in the `inputs` \
+                     of an operator or sink",
                     vertex.describe()
                 );
             }
@@ -905,6 +943,61 @@ fn checkpoint_settings(
     })
 }
 
+/// Refuses file sinks that would write one file (or its staging folder), as each
+/// subtask of each sink names it: `out.txt` at parallelism 2 writes `out-0.txt`, which
+/// another sink may name too. Folders that exist are compared as the file system resolves
+/// them; the rest as written, without `.` and `..`.
+fn check_sink_files(vertices: &[Vertex]) -> Result<()> {
+    let mut seen: std::collections::BTreeMap<PathBuf, (&str, PathBuf)> = Default::default();
+    for v in vertices {
+        let Vertex::Sink(SinkVertex {
+            name,
+            path: Some(path),
+            parallelism,
+            ..
+        }) = v
+        else {
+            continue;
+        };
+        for subtask in 0..*parallelism {
+            let output = crate::connectors::file_sink::output_path(path, subtask, *parallelism);
+            if let Some((other, file)) = seen.get(&resolved(&output)) {
+                let shown = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+                bail!(
+                    "sink '{name}' would write {} as sink '{other}' does ({}); each file sink \
+                     needs files of its own",
+                    shown(&output).unwrap_or_default(),
+                    shown(file).unwrap_or_default()
+                );
+            }
+            seen.insert(resolved(&output), (name, output));
+        }
+    }
+    Ok(())
+}
+
+/// `path` with its folder resolved by the file system when it exists, else without `.`
+/// and `..` components.
+fn resolved(path: &Path) -> PathBuf {
+    let lexical = || {
+        let mut out = PathBuf::new();
+        for c in path.components() {
+            match c {
+                std::path::Component::CurDir => {}
+                std::path::Component::ParentDir => {
+                    out.pop();
+                }
+                other => out.push(other),
+            }
+        }
+        out
+    };
+    match (path.parent().map(Path::canonicalize), path.file_name()) {
+        (Some(Ok(dir)), Some(name)) => dir.join(name),
+        _ => lexical(),
+    }
+}
+
 /// What an operator or sink reads, as its table says.
 struct Reads {
     /// The operator or sink.
@@ -945,6 +1038,16 @@ impl InputSpec {
             broadcast: false,
         }
     }
+}
+
+/// True when an `inputs` entry (a name or a table with `from`) reads `vertex`.
+fn input_names(entry: &toml::Value, vertex: &str) -> bool {
+    let name = match entry {
+        toml::Value::String(name) => name.as_str(),
+        toml::Value::Table(t) => t.get("from").and_then(toml::Value::as_str).unwrap_or(""),
+        _ => "",
+    };
+    name.split_once(".side:").map_or(name, |(from, _)| from) == vertex
 }
 
 /// Parses an `inputs` list: names (`op`, `op.side:late`) or tables `{ from, key_by,
@@ -1161,14 +1264,29 @@ fn topological_order(vertices: &[Vertex], edges: &[Edge]) -> Result<Vec<usize>> 
         }
     }
     if order.len() < vertices.len() {
-        let cycle: Vec<String> = (0..vertices.len())
-            .filter(|&v| pending[v] > 0)
-            .map(|v| vertices[v].describe())
+        // Every vertex left waits for an input from another one left: walking back
+        // along such inputs must come round to a vertex seen before.
+        let left = |v: usize| pending[v] > 0;
+        let mut path = vec![(0..vertices.len()).find(|&v| left(v)).expect("one is left")];
+        let start = loop {
+            let v = *path.last().expect("not empty");
+            let from = edges
+                .iter()
+                .find(|e| e.to == v && left(e.from))
+                .expect("a vertex left waits for another")
+                .from;
+            if let Some(i) = path.iter().position(|&p| p == from) {
+                break i;
+            }
+            path.push(from);
+        };
+        let mut cycle: Vec<String> = path[start..]
+            .iter()
+            .rev()
+            .map(|&v| vertices[v].describe())
             .collect();
-        bail!(
-            "the job's graph has a cycle: {} read each other's output",
-            cycle.join(", ")
-        );
+        cycle.push(cycle[0].clone());
+        bail!("the job's graph has a cycle: {}", cycle.join(" -> "));
     }
     Ok(order)
 }

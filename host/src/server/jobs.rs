@@ -355,7 +355,6 @@ impl Server {
                 }
             }
         }
-        let mut output = Vec::new();
         for (i, sink) in file.sink.iter_mut().enumerate() {
             let name = sink.name.clone().unwrap_or_else(|| format!("#{}", i + 1));
             match (sink.kind, grant) {
@@ -370,7 +369,6 @@ impl Server {
                             ApiError::bad(format!("job.toml: sink {name}: `path` must name a file"))
                         })?;
                     sink.path = Some(job_dir.join("output").join(&file_name));
-                    output.extend(output_files(&file_name, sink.parallelism));
                 }
                 (SinkKind::Kafka, Some(grant)) => {
                     sink.bootstrap
@@ -416,6 +414,12 @@ impl Server {
         }
         let mut graph =
             JobGraph::from_file(&file, shown).map_err(|e| ApiError::bad(format!("{e:#}")))?;
+        // From the validated graph: its parallelism is within bounds.
+        let output = graph
+            .sinks()
+            .filter_map(|s| Some((s.path.as_deref()?.file_name()?, s.parallelism)))
+            .flat_map(|(name, parallelism)| output_files(&name.to_string_lossy(), parallelism))
+            .collect();
         if let Some(grant) = grant {
             within_kafka_grant(&mut graph, grant, &tenant.name)?;
         }

@@ -12,8 +12,9 @@
 //! watermark passes the last time a partner could arrive: `l + max(upper_ms, 0)` for a
 //! left record, `r + max(-lower_ms, 0)` for a right one; an event-time timer then drops
 //! them. A record older than the watermark when it arrives can no longer find all its
-//! partners: it joins nothing and goes to side output `late` (Flink drops it), counted
-//! as `late-records`.
+//! partners: it joins nothing and goes to side output `late-left` or `late-right` (as
+//! Flink's `sideOutputLeftLateData` and `sideOutputRightLateData`), counted as
+//! `late-records`.
 //!
 //! Config:
 //! - `lower_ms`, `upper_ms` (required): the bounds, `lower_ms <= upper_ms`.
@@ -35,7 +36,8 @@ pub struct Join {
     lower: i64,
     upper: i64,
     separator: Vec<u8>,
-    late: SideOutput,
+    late_left: SideOutput,
+    late_right: SideOutput,
 }
 
 /// Which input a record came from.
@@ -81,7 +83,8 @@ impl Operator for Join {
                 .unwrap_or("|")
                 .as_bytes()
                 .to_vec(),
-            late: ctx.side_output("late")?,
+            late_left: ctx.side_output("late-left")?,
+            late_right: ctx.side_output("late-right")?,
         })
     }
 
@@ -92,16 +95,20 @@ impl Operator for Join {
                 "join needs event time: give both sources a `timestamp`",
             ));
         };
-        if time < ctx.current_watermark() {
-            ctx.add_counter("late-records", 1);
-            ctx.emit_to(self.late, Some(key), record.value);
-            return Ok(());
-        }
         let side = if ctx.input_index() == 0 {
             Side::Left
         } else {
             Side::Right
         };
+        if time < ctx.current_watermark() {
+            ctx.add_counter("late-records", 1);
+            let late = match side {
+                Side::Left => self.late_left,
+                Side::Right => self.late_right,
+            };
+            ctx.emit_to(late, Some(key), record.value);
+            return Ok(());
+        }
         // The partners' times: right records in [l + lower, l + upper] for a left record,
         // left records in [r - upper, r - lower] for a right one.
         let (ours, theirs, from, to) = match side {
@@ -124,10 +131,7 @@ impl Operator for Join {
             Some(values)
         })?;
         let mut pair = Vec::new();
-        for (t, values) in theirs.entries(ctx, key)? {
-            if t < from || t > to {
-                continue;
-            }
+        for (t, values) in theirs.entries_where(ctx, key, |&t| from <= t && t <= to)? {
             for value in &values {
                 pair.clear();
                 let (l, r) = match side {
@@ -146,7 +150,7 @@ impl Operator for Join {
 
     fn on_timer(&mut self, timer: Timer<'_>, ctx: &mut Context<'_>) -> Result<()> {
         for (side, buffer) in [(Side::Left, &self.left), (Side::Right, &self.right)] {
-            for (t, _) in buffer.entries(ctx, timer.key)? {
+            for t in buffer.keys(ctx, timer.key)? {
                 if self.cleanup_time(side, t) <= timer.timestamp {
                     buffer.remove(ctx, timer.key, &t)?;
                 }
@@ -230,11 +234,16 @@ mod tests {
         assert_eq!(h.state_entries("left", b"k").len(), 1);
         h.process_watermark(110).unwrap();
         assert_eq!(h.state_entries("left", b"k").len(), 0);
-        // Older than the watermark: joins nothing, goes to `late`.
+        // Older than the watermark: joins nothing, goes to its side's late output.
         h.process_on(1, Some("k"), "r105", Some(105)).unwrap();
+        h.process_on(0, Some("k"), "l1", Some(1)).unwrap();
         assert!(h.take_output().is_empty());
-        assert_eq!(h.take_side_output("late").len(), 1);
-        assert_eq!(h.counter("late-records"), 1);
+        let values = |records: Vec<sluice_sdk::OwnedRecord>| -> Vec<Vec<u8>> {
+            records.into_iter().map(|r| r.value).collect()
+        };
+        assert_eq!(values(h.take_side_output("late-right")), [b"r105".to_vec()]);
+        assert_eq!(values(h.take_side_output("late-left")), [b"l1".to_vec()]);
+        assert_eq!(h.counter("late-records"), 2);
     }
 
     #[test]
