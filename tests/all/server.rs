@@ -168,7 +168,7 @@ fn a_tenant_submits_watches_stops_resumes_and_cancels_jobs() {
     wait_for("the job to finish", Duration::from_secs(60), || {
         state(&a, &id) == "finished"
     });
-    let output = String::from_utf8(a.output(&id).unwrap()).unwrap();
+    let output = String::from_utf8(a.output(&id, None).unwrap()).unwrap();
     assert_eq!(output, failure_free_output(&job_text));
     // The job's own log lines, across both runs.
     let logs = String::from_utf8(a.logs(&id).unwrap()).unwrap();
@@ -336,7 +336,7 @@ fn requests_without_a_valid_token_or_for_another_tenant_leak_nothing() {
         let e = error_of(result);
         assert!(e.contains(": 404: no job"), "{e}");
     }
-    assert!(b.output(&id).unwrap_err().to_string().contains("404"));
+    assert!(b.output(&id, None).unwrap_err().to_string().contains("404"));
     assert!(b.logs(&id).unwrap_err().to_string().contains("404"));
     assert_eq!(b.request("GET", "/plugins", None).unwrap().0, 200);
     let plugins: Value =
@@ -493,7 +493,7 @@ fn a_killed_server_resumes_every_tenants_jobs_without_loss_or_duplicates() {
         wait_for("the resumed job to finish", Duration::from_secs(60), || {
             state(&client, id) == "finished"
         });
-        let output = String::from_utf8(client.output(id).unwrap()).unwrap();
+        let output = String::from_utf8(client.output(id, None).unwrap()).unwrap();
         assert_eq!(output, failure_free_output(text), "job {id} of {token}");
     }
 }
@@ -542,7 +542,7 @@ fn a_savepoint_without_stopping_leaves_the_job_running_and_can_be_rewound_to() {
     wait_for("the rewound job to finish", Duration::from_secs(60), || {
         state(&a, &id) == "finished"
     });
-    let output = String::from_utf8(a.output(&id).unwrap()).unwrap();
+    let output = String::from_utf8(a.output(&id, None).unwrap()).unwrap();
     assert_eq!(output, failure_free_output(&job_text));
     server.terminate();
 }
@@ -651,7 +651,7 @@ fn a_large_output_is_streamed_byte_for_byte_without_being_held_in_memory() {
     let a = server.client(Some("token-a"));
     assert_eq!(state(&a, id), "finished");
     let before = peak_rss(server.child.id());
-    let output = a.output(id).unwrap();
+    let output = a.output(id, None).unwrap();
     let after = peak_rss(server.child.id());
     assert!(
         output == expected,
@@ -664,6 +664,22 @@ fn a_large_output_is_streamed_byte_for_byte_without_being_held_in_memory() {
         "serving {} bytes raised the server's peak memory from {before} to {after}",
         expected.len()
     );
+    // One file of several (one sink's of a job with several sinks), or none that exists.
+    let second = a.output(id, Some("output/out-1.txt")).unwrap();
+    assert!(
+        second == expected[expected.len() / 2..],
+        "output/out-1.txt differs ({} bytes)",
+        second.len()
+    );
+    let missing = error_of_bytes(a.output(id, Some("record.json")));
+    assert!(
+        missing.contains("404") && missing.contains("has no output file"),
+        "{missing}"
+    );
+}
+
+fn error_of_bytes(result: anyhow::Result<Vec<u8>>) -> String {
+    format!("{:#}", result.unwrap_err())
 }
 
 #[test]

@@ -217,6 +217,10 @@ enum Command {
     Output {
         /// The job id.
         id: String,
+        /// Only this output file (as `sluice status` lists them, e.g. `output/late.tsv`):
+        /// one sink's output of a job with several.
+        #[arg(long)]
+        file: Option<String>,
         #[command(flatten)]
         remote: Remote,
     },
@@ -465,8 +469,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             std::io::stdout().write_all(&remote.client()?.metrics()?)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Output { id, remote } => {
-            std::io::stdout().write_all(&remote.client()?.output(id)?)?;
+        Command::Output { id, file, remote } => {
+            let output = remote.client()?.output(id, file.as_deref())?;
+            std::io::stdout().write_all(&output)?;
             Ok(ExitCode::SUCCESS)
         }
     }

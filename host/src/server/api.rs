@@ -231,12 +231,19 @@ async fn job_detail(
 
 /// Streams the output files: the server holds a chunk or so of them at a time, however
 /// large they are.
+/// `?file=`: one of a job's output files.
+#[derive(Deserialize)]
+struct OutputQuery {
+    file: Option<String>,
+}
+
 async fn job_output(
     State(server): State<Arc<Server>>,
     Tenant(t): Tenant,
     Path(id): Path<String>,
+    Query(q): Query<OutputQuery>,
 ) -> Result<Response, ApiError> {
-    let files = blocking(move || server.job_output(&t, &id)).await?;
+    let files = blocking(move || server.job_output(&t, &id, q.file.as_deref())).await?;
     let body = Body::from_stream(FileChunks::new(files));
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }

@@ -202,9 +202,10 @@ impl Client {
         )
     }
 
-    /// A job's committed output.
-    pub fn output(&self, id: &str) -> Result<Vec<u8>> {
-        self.text(&format!("/jobs/{}/output", query_escape(id)))
+    /// A job's committed output: all its files, or only `file` (one the job lists).
+    pub fn output(&self, id: &str, file: Option<&str>) -> Result<Vec<u8>> {
+        let query = file.map_or(String::new(), |f| format!("?file={}", query_escape(f)));
+        self.text(&format!("/jobs/{}/output{query}", query_escape(id)))
     }
 
     /// Deletes a job that is not running, with its files; returns what it was.

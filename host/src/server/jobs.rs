@@ -801,14 +801,29 @@ impl Server {
         Ok(o)
     }
 
-    /// The committed output files of one of `tenant`'s jobs, in subtask order: its sink's
-    /// files that exist, for the API to stream one after the other.
-    pub fn job_output(&self, tenant: &TenantConfig, id: &str) -> Result<Vec<PathBuf>, ApiError> {
+    /// The committed output files of one of `tenant`'s jobs that exist, for the API to
+    /// stream one after the other: every file sink's, in the job file's order and each
+    /// in subtask order, or only `file` (one of them, as the job's status lists them).
+    pub fn job_output(
+        &self,
+        tenant: &TenantConfig,
+        id: &str,
+        file: Option<&str>,
+    ) -> Result<Vec<PathBuf>, ApiError> {
         let entry = self.entry(tenant, id)?;
         let files = entry.record().output;
+        if let Some(file) = file
+            && !files.iter().any(|f| f == file)
+        {
+            return Err(ApiError::new(
+                ErrorKind::NotFound,
+                format!("job {id} has no output file {file:?} (it has: {files:?})"),
+            ));
+        }
         Ok(files
             .iter()
-            .map(|file| entry.dir.join(file))
+            .filter(|f| file.is_none_or(|file| file == f.as_str()))
+            .map(|f| entry.dir.join(f))
             .filter(|path| path.is_file())
             .collect())
     }
