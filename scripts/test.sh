@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, self-sufficient: adds the wasm target, installs Chromium for the
 # dashboard's browser test (Debian packages), starts a real Kafka broker
-# for the Kafka tests (scripts/kafka/broker.sh: Java and Maven fetch it once), runs every
-# test, and stops the broker, however the tests end. Extra arguments go to `cargo test`.
+# for the Kafka tests (scripts/kafka/broker.sh: Java and Maven fetch it once), builds the
+# Python example operators (componentize-py from PyPI), runs every test, and stops the
+# broker, however the tests end. Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +29,16 @@ trap stop_broker EXIT
 eval "$(scripts/kafka/broker.sh start "$state")"
 # Tests that need the broker fail, rather than skip, when it is missing.
 export SLUICE_KAFKA SLUICE_KAFKA_REQUIRED=1
+
+# Python operators: the SDK's own tests in plain CPython, then the example plugins built
+# into components (scripts/build-python-plugin.sh installs the pinned componentize-py)
+# for the tests that run them in jobs, which fail rather than skip without them.
+python3 -m pytest --version >/dev/null 2>&1 || python3 -m pip install --quiet pytest
+python3 -m pytest -q sdk-python/tests
+for plugin in plugins-python/*.py; do
+  scripts/build-python-plugin.sh "$plugin" "target/python-plugins/$(basename "$plugin" .py).wasm" >/dev/null
+done
+export SLUICE_PYTHON_PLUGINS=$PWD/target/python-plugins SLUICE_PYTHON_REQUIRED=1
 
 cargo test --workspace --release "$@"
 

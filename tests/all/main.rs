@@ -15,6 +15,7 @@ mod guest_time;
 mod host_memory;
 mod kafka;
 mod plugins;
+mod python;
 mod runtime;
 mod sandbox;
 mod server;

@@ -25,6 +25,30 @@ pub mod plugins {
 /// Where the plugins built for WIT 0.1.0 are kept (`tests/fixtures/wit-0.1.0/`).
 pub const COMPAT_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wit-0.1.0");
 
+/// The component built from `plugins-python/NAME.py`, or `None` (after saying how to
+/// build them) when `SLUICE_PYTHON_PLUGINS` names no folder of them. Under
+/// `scripts/test.sh` (`SLUICE_PYTHON_REQUIRED=1`) that is a failure, never a skip.
+pub fn python_plugin(name: &str) -> Option<String> {
+    match std::env::var("SLUICE_PYTHON_PLUGINS") {
+        Ok(dir) if !dir.is_empty() => {
+            let path = Path::new(&dir).join(format!("{name}.wasm"));
+            assert!(path.is_file(), "{} was not built", path.display());
+            Some(path.display().to_string())
+        }
+        _ if std::env::var_os("SLUICE_PYTHON_REQUIRED").is_some() => {
+            panic!("SLUICE_PYTHON_REQUIRED is set but SLUICE_PYTHON_PLUGINS names no folder")
+        }
+        _ => {
+            eprintln!(
+                "skipped: no Python plugins. Run the whole suite with scripts/test.sh, or \
+                 build them with scripts/build-python-plugin.sh into a folder and set \
+                 SLUICE_PYTHON_PLUGINS to it"
+            );
+            None
+        }
+    }
+}
+
 /// The path of plugin `name` as built for WIT 0.1.0.
 pub fn compat_plugin(name: &str) -> String {
     format!("{COMPAT_DIR}/{name}.wasm")

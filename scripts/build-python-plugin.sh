@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds a Python operator — a module that registers its class with sluice_sdk.export —
+# into a component, with the pinned componentize-py (installed on first use into
+# target/tools).
+#
+#   scripts/build-python-plugin.sh plugins-python/count.py target/python-plugins/count.wasm
+set -euo pipefail
+if [ $# -ne 2 ]; then
+  echo "usage: $0 MODULE.py OUT.wasm" >&2
+  exit 2
+fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+module=$1
+out=$2
+version=0.25.0
+venv=$root/target/tools/componentize-py-$version
+if [ ! -x "$venv/bin/componentize-py" ]; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet "componentize-py==$version"
+fi
+name=$(basename "$module" .py)
+case $name in
+  app | sluice_sdk | sluice_wit | *[!A-Za-z0-9_]*)
+    echo "$module: name the module otherwise (a Python identifier, not app, sluice_sdk or sluice_wit)" >&2
+    exit 2 ;;
+esac
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cp "$module" "$work/$name.py"
+cat > "$work/app.py" <<APP
+import $name  # registers its operator with sluice_sdk.export
+from sluice_sdk._wasm import StreamOperator  # the export componentize-py looks for
+APP
+mkdir -p "$(dirname "$out")"
+"$venv/bin/componentize-py" -d "$root/wit/operator.wit" -w operator \
+  --world-module sluice_wit componentize app -p "$work" -p "$root/sdk-python" -o "$out"

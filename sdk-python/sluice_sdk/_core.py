@@ -1,0 +1,658 @@
+"""What an operator sees — records, contexts, keyed state, timers — and the rules of each
+call, independent of where it runs (inside a Wasm component, or the native harness).
+
+The host of a call is an object with the runtime's functions (`processing_time`,
+`current_watermark`, `declare_state`, `state_get`, `state_entries`, `declare_output`,
+`log`); everything an operator writes leaves the call as effects, applied by the host
+when the call returns. Within a call, reads see the call's own writes (an overlay over
+the host's state as of the call's start).
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Type
+
+from . import codec
+from .codec import EVENT_TIME, PROCESSING_TIME, EffectWriter, Record
+from .postcard import Codec
+
+I64_MIN = -(1 << 63)
+
+_ABSENT = object()
+
+
+class SluiceError(Exception):
+    """An error the operator reports on purpose."""
+
+
+class InvalidConfig(SluiceError):
+    """The configuration given to `open` cannot be used: the job fails without restarts."""
+
+
+class Failed(SluiceError):
+    """Anything else: the task fails and the job restarts from its last checkpoint."""
+
+
+class Timer:
+    """A timer that is due: its clock (`EVENT_TIME` or `PROCESSING_TIME`), the time it
+    was registered for, and its key."""
+
+    __slots__ = ("domain", "timestamp", "key")
+
+    def __init__(self, domain: int, timestamp: int, key: bytes):
+        self.domain, self.timestamp, self.key = domain, timestamp, key
+
+    def __repr__(self) -> str:
+        clock = "event" if self.domain == EVENT_TIME else "processing"
+        return f"Timer({clock}, {self.timestamp}, {self.key!r})"
+
+
+class Input:
+    """One input of the operator, as the job file names it."""
+
+    __slots__ = ("name", "broadcast")
+
+    def __init__(self, name: str, broadcast: bool):
+        self.name, self.broadcast = name, broadcast
+
+
+class Config(dict):
+    """The operator's `config` table, as strings."""
+
+    def require(self, key: str) -> str:
+        if key not in self:
+            raise InvalidConfig(f"config `{key}` is required")
+        return self[key]
+
+    def parse(self, key: str, kind: Callable[[str], Any], default: Any = None) -> Any:
+        """`kind(value)` (e.g. `int`), or `default` when the key is not set."""
+        if key not in self:
+            return default
+        try:
+            return kind(self[key])
+        except ValueError:
+            raise InvalidConfig(
+                f"config `{key}` = {self[key]!r} is not a {getattr(kind, '__name__', kind)}"
+            ) from None
+
+    def check_known(self, known: List[str]) -> None:
+        """Refuses keys the operator does not know (a typo would otherwise be ignored)."""
+        unknown = sorted(set(self) - set(known))
+        if unknown:
+            raise InvalidConfig(
+                f"unknown config key{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(f'`{k}`' for k in unknown)} (known: {', '.join(known)})"
+            )
+
+
+#: Values kept in an instance's read cache at most; beyond, it starts over.
+CACHE_ENTRIES = 100_000
+
+
+class _Cache:
+    """What the host's keyed state holds, as far as this instance has read or written it:
+    nothing else changes the host's state of its keys while it lives (a restore makes a
+    new instance), so a value read once is answered here afterwards, which saves a host
+    call per record. States with a time-to-live are not cached (the host expires them)."""
+
+    def __init__(self) -> None:
+        # (state, key) -> user key -> value bytes, or _ABSENT when known absent.
+        self.maps: Dict[Tuple[int, bytes], Dict[bytes, Any]] = {}
+        self.entries = 0
+        self.uncached: set = set()
+
+    def get(self, state: int, key: bytes, user_key: bytes) -> Any:
+        """The cached value, `_ABSENT`, or None when not known."""
+        values = self.maps.get((state, key))
+        return None if values is None else values.get(user_key)
+
+    def put(self, state: int, key: bytes, user_key: bytes, value: Any) -> None:
+        if state in self.uncached:
+            return
+        if self.entries >= CACHE_ENTRIES:
+            self.maps.clear()
+            self.entries = 0
+        values = self.maps.setdefault((state, key), {})
+        if user_key not in values:
+            self.entries += 1
+        values[user_key] = value
+
+    def merge(self, call: "_Call") -> None:
+        """What a call that succeeded wrote (the host applies the same effects)."""
+        for state_key in call.cleared:
+            dropped = self.maps.pop(state_key, None)
+            if dropped:
+                self.entries -= len(dropped)
+        for (state, key, user_key), value in call.writes.items():
+            self.put(state, key, user_key, value)
+
+
+class _Call:
+    """What one call builds up: its output records, effects and state overlay."""
+
+    def __init__(self, host: Any, watermark: int, cache: Optional[_Cache] = None):
+        self.host = host
+        self.cache = cache if cache is not None else _Cache()
+        self.records = bytearray()
+        self.count = 0
+        self.effects = EffectWriter()
+        self.watermark = watermark
+        # (state, key, user key) -> value bytes or _ABSENT, written in this call.
+        self.writes: Dict[Tuple[int, bytes, bytes], Any] = {}
+        # (state, key) whose map or list this call cleared.
+        self.cleared: set = set()
+        # (state, key) -> elements this call appended to a list.
+        self.appended: Dict[Tuple[int, bytes], List[bytes]] = {}
+        # The smallest event-time timer registered in this call.
+        self.new_event_timer: Optional[int] = None
+        # During `on-timers`: the list's timers not fired yet, and what this call did to
+        # them (deleted, or registered again).
+        self.ahead: set = set()
+        self.deleted: set = set()
+        self.reregistered: set = set()
+
+
+class SideOutput:
+    """A side output declared in `open` (`ctx.side_output(name)`)."""
+
+    __slots__ = ("name", "number")
+
+    def __init__(self, name: str, number: int):
+        self.name, self.number = name, number
+
+
+class _State:
+    def __init__(self, name: str, state_id: int, value: Codec):
+        self.name, self.id, self.codec = name, state_id, value
+
+    def _decode(self, raw: bytes) -> Any:
+        try:
+            return self.codec.decode(raw)
+        except ValueError as e:
+            raise Failed(f"state `{self.name}`: cannot decode a value: {e}") from None
+
+
+class ValueState(_State):
+    """One value per key."""
+
+    def get(self, ctx: "Context", key: bytes) -> Any:
+        raw = ctx._get(self.id, key, b"")
+        return None if raw is None else self._decode(raw)
+
+    def put(self, ctx: "Context", key: bytes, value: Any) -> None:
+        ctx._put(self.id, key, b"", self.codec.encode(value))
+
+    def update(self, ctx: "Context", key: bytes, f: Callable[[Any], Any]) -> Any:
+        """Replaces the value with `f(current)` (`None` clears it); returns the new one."""
+        new = f(self.get(ctx, key))
+        if new is None:
+            self.clear(ctx, key)
+        else:
+            self.put(ctx, key, new)
+        return new
+
+    def clear(self, ctx: "Context", key: bytes) -> None:
+        ctx._delete(self.id, key, b"")
+
+
+class ListState(_State):
+    """An ordered list per key, appended to."""
+
+    def get(self, ctx: "Context", key: bytes) -> List[Any]:
+        call = ctx._call
+        raw: List[bytes] = []
+        if (self.id, key) not in call.cleared:
+            raw = [v for _, v in codec.decode_entries(call.host.state_entries(self.id, key))]
+        raw += call.appended.get((self.id, key), [])
+        return [self._decode(v) for v in raw]
+
+    def add(self, ctx: "Context", key: bytes, value: Any) -> None:
+        encoded = self.codec.encode(value)
+        ctx._call.appended.setdefault((self.id, key), []).append(encoded)
+        ctx._call.effects.append(self.id, key, encoded)
+
+    def clear(self, ctx: "Context", key: bytes) -> None:
+        ctx._call.cleared.add((self.id, key))
+        ctx._call.appended.pop((self.id, key), None)
+        ctx._call.effects.clear(self.id, key)
+
+
+class MapState(_State):
+    """A map per key from map keys (encoded with `key_codec`) to values."""
+
+    def __init__(self, name: str, state_id: int, key_codec: Codec, value: Codec):
+        super().__init__(name, state_id, value)
+        self.key_codec = key_codec
+
+    def get(self, ctx: "Context", key: bytes, map_key: Any) -> Any:
+        raw = ctx._get(self.id, key, self.key_codec.encode(map_key))
+        return None if raw is None else self._decode(raw)
+
+    def put(self, ctx: "Context", key: bytes, map_key: Any, value: Any) -> None:
+        ctx._put(self.id, key, self.key_codec.encode(map_key), self.codec.encode(value))
+
+    def remove(self, ctx: "Context", key: bytes, map_key: Any) -> None:
+        ctx._delete(self.id, key, self.key_codec.encode(map_key))
+
+    def entries(self, ctx: "Context", key: bytes) -> List[Tuple[Any, Any]]:
+        """Every entry of the map of `key`, in the order of the encoded map keys."""
+        call = ctx._call
+        merged: Dict[bytes, bytes] = {}
+        if (self.id, key) not in call.cleared:
+            merged = dict(codec.decode_entries(call.host.state_entries(self.id, key)))
+        for (state, k, user_key), value in call.writes.items():
+            if state == self.id and k == key:
+                if value is _ABSENT:
+                    merged.pop(user_key, None)
+                else:
+                    merged[user_key] = value
+        return [
+            (self.key_codec.decode(uk), self._decode(v)) for uk, v in sorted(merged.items())
+        ]
+
+    def clear(self, ctx: "Context", key: bytes) -> None:
+        call = ctx._call
+        call.cleared.add((self.id, key))
+        for write in [w for w in call.writes if w[0] == self.id and w[1] == key]:
+            del call.writes[write]
+        call.effects.clear(self.id, key)
+
+
+class _Shared:
+    """The methods both contexts have: time, timers, counters, logging."""
+
+    _call: _Call
+
+    def processing_time(self) -> int:
+        """The host's wall clock, in milliseconds since the Unix epoch."""
+        return self._call.host.processing_time()
+
+    def current_watermark(self) -> int:
+        """The watermark: no record with an event time at or below it is expected."""
+        return self._call.watermark
+
+    def register_event_timer(self, key: bytes, timestamp: int) -> None:
+        self._timer(True, EVENT_TIME, timestamp, key)
+        call = self._call
+        if call.new_event_timer is None or timestamp < call.new_event_timer:
+            call.new_event_timer = timestamp
+
+    def register_processing_timer(self, key: bytes, timestamp: int) -> None:
+        self._timer(True, PROCESSING_TIME, timestamp, key)
+
+    def delete_event_timer(self, key: bytes, timestamp: int) -> None:
+        self._timer(False, EVENT_TIME, timestamp, key)
+
+    def delete_processing_timer(self, key: bytes, timestamp: int) -> None:
+        self._timer(False, PROCESSING_TIME, timestamp, key)
+
+    def _timer(self, register: bool, domain: int, timestamp: int, key: bytes) -> None:
+        call = self._call
+        timer = (domain, timestamp, bytes(key))
+        if timer in call.ahead:
+            if register:
+                call.deleted.discard(timer)
+                call.reregistered.add(timer)
+            else:
+                call.reregistered.discard(timer)
+                call.deleted.add(timer)
+        call.effects.timer(register, domain, timestamp, key)
+
+    def add_counter(self, name: str, delta: int = 1) -> None:
+        self._call.effects.counter(name, delta)
+
+    def log(self, level: str, message: str) -> None:
+        """`level`: `trace`, `debug`, `info`, `warn` or `error`."""
+        self._call.host.log(level, message)
+
+    def debug(self, message: str) -> None:
+        self.log("debug", message)
+
+    def info(self, message: str) -> None:
+        self.log("info", message)
+
+    def warn(self, message: str) -> None:
+        self.log("warn", message)
+
+    def error(self, message: str) -> None:
+        self.log("error", message)
+
+    # State access through the call's overlay.
+    def _get(self, state: int, key: bytes, user_key: bytes) -> Optional[bytes]:
+        call = self._call
+        written = call.writes.get((state, key, user_key))
+        if written is None:
+            if (state, key) in call.cleared:
+                return None
+            written = call.cache.get(state, key, user_key)
+        if written is _ABSENT:
+            return None
+        if written is not None:
+            return written
+        value = call.host.state_get(state, key, user_key)
+        call.cache.put(state, key, user_key, _ABSENT if value is None else value)
+        return value
+
+    def _put(self, state: int, key: bytes, user_key: bytes, value: bytes) -> None:
+        self._call.writes[(state, bytes(key), user_key)] = value
+        self._call.effects.put(state, key, user_key, value)
+
+    def _delete(self, state: int, key: bytes, user_key: bytes) -> None:
+        self._call.writes[(state, bytes(key), user_key)] = _ABSENT
+        self._call.effects.delete(state, key, user_key)
+
+
+class Context(_Shared):
+    """What an operator may do in every call after `open`: emit records, use keyed state
+    and timers, count, log. In `process`, also what the record being processed carries."""
+
+    def __init__(self, call: _Call, outputs: List[str]):
+        self._call = call
+        self._outputs = outputs
+        self._timestamp: Optional[int] = None
+        self._record: Optional[Record] = None
+        self._input = 0
+
+    def emit(self, key: Optional[bytes], value: bytes, timestamp: Any = _ABSENT) -> None:
+        """Emits a record. Its timestamp is, unless given: the record's being processed,
+        an event-time timer's time, or none."""
+        ts = self._timestamp if timestamp is _ABSENT else timestamp
+        codec.encode_simple(self._call.records, bytes(value), None if key is None else bytes(key), ts)
+        self._call.count += 1
+
+    def emit_to(self, output: SideOutput, key: Optional[bytes], value: bytes) -> None:
+        """Emits a record to a side output declared in `open`."""
+        record = Record(bytes(value), None if key is None else bytes(key), self._timestamp)
+        self._emit(Record(record.value, record.key, record.timestamp, output=output.number))
+
+    def emit_record(self, record: Record) -> None:
+        """Emits `record` as it is (headers and partition included)."""
+        self._emit(record)
+
+    def _emit(self, record: Record) -> None:
+        codec.encode_record(self._call.records, record)
+        self._call.count += 1
+
+    def input_index(self) -> int:
+        """The input (of `OpenContext.inputs`) the record being processed came from."""
+        return self._input
+
+    def record(self) -> Optional[Record]:
+        """The record being processed, with its headers and partition."""
+        return self._record
+
+
+class OpenContext(_Shared):
+    """What an operator learns in `open`, and where it declares keyed state and side
+    outputs."""
+
+    def __init__(self, call: _Call, info: Dict[str, Any], outputs: List[str]):
+        self._call = call
+        self.job: str = info["job"]
+        self.operator_name: str = info["operator_name"]
+        self.config = Config(info["config"])
+        self.subtask_index: int = info["subtask_index"]
+        self.parallelism: int = info["parallelism"]
+        self.max_parallelism: int = info["max_parallelism"]
+        self.keyed: bool = info["keyed"]
+        self.restored_state: Optional[bytes] = info["restored_state"]
+        self.attempt: int = info["attempt"]
+        self.inputs: List[Input] = [Input(n, b) for n, b in info["inputs"]]
+        self._outputs = outputs
+
+    def _declare(self, name: str, kind: str, ttl_ms: Optional[int]) -> int:
+        try:
+            state = self._call.host.declare_state(name, kind, ttl_ms)
+        except SluiceError:
+            raise
+        except Exception as e:  # the host's refusal
+            raise InvalidConfig(f"declaring state `{name}`: {e}") from None
+        if ttl_ms is not None or kind == "list":
+            self._call.cache.uncached.add(state)
+        return state
+
+    def value_state(self, name: str, value: Codec, ttl_ms: Optional[int] = None) -> ValueState:
+        return ValueState(name, self._declare(name, "value", ttl_ms), value)
+
+    def list_state(self, name: str, value: Codec, ttl_ms: Optional[int] = None) -> ListState:
+        return ListState(name, self._declare(name, "list", ttl_ms), value)
+
+    def map_state(
+        self, name: str, key: Codec, value: Codec, ttl_ms: Optional[int] = None
+    ) -> MapState:
+        return MapState(name, self._declare(name, "map", ttl_ms), key, value)
+
+    def side_output(self, name: str) -> SideOutput:
+        """Declares side output `name`: the job file reads it as `OPERATOR.side:NAME`."""
+        try:
+            number = self._call.host.declare_output(name)
+        except Exception as e:
+            raise InvalidConfig(f"declaring side output `{name}`: {e}") from None
+        self._outputs.append(name)
+        return SideOutput(name, number)
+
+
+class Operator:
+    """Base class of an operator: override what it needs (`open` is a classmethod that
+    returns the instance). Every hook may raise `InvalidConfig` or `Failed`; any other
+    exception fails the call with its traceback."""
+
+    @classmethod
+    def open(cls, ctx: OpenContext) -> "Operator":
+        return cls()
+
+    def process(self, record: Record, ctx: Context) -> None:
+        pass
+
+    def process_watermark(self, watermark: int, ctx: Context) -> None:
+        pass
+
+    def on_timer(self, timer: Timer, ctx: Context) -> None:
+        pass
+
+    def snapshot(self, checkpoint_id: int) -> bytes:
+        """This subtask's own state (small; keyed state belongs to the host)."""
+        return b""
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        pass
+
+    def notify_aborted(self, checkpoint_id: int) -> None:
+        pass
+
+    def finish(self, ctx: Context) -> None:
+        pass
+
+    def close(self, ctx: Context) -> None:
+        pass
+
+    def dispose(self) -> None:
+        pass
+
+
+class CallError(Exception):
+    """A call failed: `invalid` says whether it was the configuration; `message` has the
+    operator's words and, for an unexpected exception, its traceback."""
+
+    def __init__(self, invalid: bool, message: str):
+        super().__init__(message)
+        self.invalid, self.message = invalid, message
+
+
+def _failure(call: str, error: BaseException) -> CallError:
+    if isinstance(error, InvalidConfig):
+        return CallError(True, str(error))
+    if isinstance(error, Failed):
+        return CallError(False, str(error))
+    trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return CallError(False, f"`{call}` raised {type(error).__name__}: {error}\n{trace}")
+
+
+class Instance:
+    """One operator instance and the rules of every call. The glue (Wasm or harness)
+    calls these with its host; each returns `(records, effects)` and more."""
+
+    def __init__(self, cls: Type[Operator]):
+        self.cls = cls
+        self.operator: Optional[Operator] = None
+        self.outputs: List[str] = []
+        self.cache = _Cache()
+
+    def _run(self, name: str, host: Any, f: Callable[[_Call], None]) -> _Call:
+        call = _Call(host, host.current_watermark(), self.cache)
+        try:
+            f(call)
+        except BaseException as e:  # noqa: BLE001 - every failure becomes the call's error
+            raise _failure(name, e) from None
+        self.cache.merge(call)
+        return call
+
+    def _operator(self, name: str) -> Operator:
+        if self.operator is None:
+            raise CallError(False, f"`{name}` before a successful `open`")
+        return self.operator
+
+    def open(self, host: Any, info: Dict[str, Any]) -> _Call:
+        def run(call: _Call) -> None:
+            operator = self.cls.open(OpenContext(call, info, self.outputs))
+            if not isinstance(operator, Operator):
+                raise Failed(f"{self.cls.__name__}.open returned {operator!r}, not the operator")
+            if call.count:
+                raise Failed("`open` emitted records, which it may not")
+            self.operator = operator
+
+        return self._run("open", host, run)
+
+    def process(
+        self, host: Any, input: int, records: bytes, watermarks: List[Tuple[int, int]]
+    ) -> Tuple[_Call, List[Tuple[int, int]], Optional[int]]:
+        """Each record against the watermark before it; each watermark handled
+        (`process_watermark`) before the records after it, and passed on where the output
+        reached it; stops before a watermark that makes due an event-time timer this call
+        registered (the host fires it there and calls again with the rest)."""
+        operator = self._operator("process")
+        passed: List[Tuple[int, int]] = []
+        stopped: List[Optional[int]] = [None]
+
+        def run(call: _Call) -> None:
+            ctx = Context(call, self.outputs)
+            ctx._input = input
+            handled = 0
+            n = 0
+            for record in _records(records):
+                handled = _watermarks_before(operator, ctx, watermarks, handled, n, passed)
+                if handled < 0:
+                    stopped[0] = -handled - 1
+                    return
+                ctx._timestamp, ctx._record = record.timestamp, record
+                operator.process(record, ctx)
+                n += 1
+            handled = _watermarks_before(operator, ctx, watermarks, handled, n, passed)
+            if handled < 0:
+                stopped[0] = -handled - 1
+
+        call = self._run("process", host, run)
+        return call, passed, stopped[0]
+
+    def process_watermark(self, host: Any, watermark: int) -> _Call:
+        operator = self._operator("process-watermark")
+        return self._run(
+            "process-watermark",
+            host,
+            lambda call: operator.process_watermark(watermark, Context(call, self.outputs)),
+        )
+
+    def on_timers(self, host: Any, timers: bytes) -> _Call:
+        operator = self._operator("on-timers")
+
+        def run(call: _Call) -> None:
+            due = list(codec.decode_timers(timers))
+            call.ahead = {(d, ts, bytes(k)) for d, ts, k in due}
+            ctx = Context(call, self.outputs)
+            for domain, ts, key in due:
+                timer = (domain, ts, bytes(key))
+                call.ahead.discard(timer)
+                # A timer an earlier one of the list deleted does not fire (as in Flink).
+                if timer in call.deleted:
+                    call.deleted.discard(timer)
+                    continue
+                ctx._timestamp = ts if domain == EVENT_TIME else None
+                operator.on_timer(Timer(domain, ts, bytes(key)), ctx)
+                if timer in call.reregistered:
+                    # Registered again by an earlier one and fired now: not once more.
+                    call.reregistered.discard(timer)
+                    call.effects.timer(False, domain, ts, key)
+
+        return self._run("on-timers", host, run)
+
+    def snapshot(self, checkpoint_id: int) -> bytes:
+        operator = self._operator("snapshot")
+        try:
+            state = operator.snapshot(checkpoint_id)
+        except BaseException as e:  # noqa: BLE001
+            raise _failure("snapshot", e) from None
+        if not isinstance(state, (bytes, bytearray)):
+            raise CallError(False, f"`snapshot` returned {type(state).__name__}, not bytes")
+        return bytes(state)
+
+    def notify(self, complete: bool, checkpoint_id: int) -> None:
+        operator = self._operator("notify")
+        try:
+            if complete:
+                operator.notify_complete(checkpoint_id)
+            else:
+                operator.notify_aborted(checkpoint_id)
+        except BaseException as e:  # noqa: BLE001
+            raise _failure("notify-complete" if complete else "notify-aborted", e) from None
+
+    def finish(self, host: Any) -> _Call:
+        operator = self._operator("finish")
+        return self._run("finish", host, lambda call: operator.finish(Context(call, self.outputs)))
+
+    def close(self, host: Any) -> _Call:
+        operator = self._operator("close")
+        return self._run("close", host, lambda call: operator.close(Context(call, self.outputs)))
+
+    def dispose(self) -> None:
+        if self.operator is not None:
+            try:
+                self.operator.dispose()
+            except BaseException:  # noqa: BLE001 - dispose cannot fail
+                pass
+        self.operator = None
+
+
+def _records(data: bytes) -> Iterator[Record]:
+    try:
+        yield from codec.decode_records(data)
+    except codec.CodecError as e:
+        raise Failed(f"process: {e}") from None
+
+
+def _watermarks_before(
+    operator: Operator,
+    ctx: Context,
+    watermarks: List[Tuple[int, int]],
+    handled: int,
+    n: int,
+    passed: List[Tuple[int, int]],
+) -> int:
+    """Handles the watermarks from number `handled` on that come before record `n`;
+    returns how many are handled then, or `-(i + 1)` to stop before watermark `i`: it
+    makes due an event-time timer this call registered."""
+    call = ctx._call
+    while handled < len(watermarks) and watermarks[handled][0] <= n:
+        watermark = watermarks[handled][1]
+        if call.new_event_timer is not None and call.new_event_timer <= watermark:
+            return -(handled + 1)
+        call.watermark = watermark
+        ctx._timestamp, ctx._record = None, None
+        operator.process_watermark(watermark, ctx)
+        at = call.count
+        if passed and passed[-1][0] == at:
+            passed[-1] = (at, watermark)
+        else:
+            passed.append((at, watermark))
+        handled += 1
+    return handled

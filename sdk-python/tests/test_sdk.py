@@ -1,0 +1,245 @@
+"""The SDK's encodings and call rules, natively (no Wasm)."""
+
+import os
+import sys
+
+import pytest
+
+from sluice_sdk import (
+    EVENT_TIME,
+    InvalidConfig,
+    Operator,
+    Record,
+    codec,
+    postcard,
+)
+from sluice_sdk.testing import Harness, HarnessError
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "plugins-python"))
+
+
+def test_records_round_trip_with_every_field():
+    records = [
+        Record(b"v", b"k", 42, ((b"h", b"1"),), 3, 2),
+        Record(b"", None, None),
+        Record("é".encode(), b"", -(1 << 63)),
+    ]
+    out = bytearray()
+    for r in records:
+        codec.encode_record(out, r)
+    assert list(codec.decode_records(bytes(out))) == records
+    # The layout of the WIT: flags, timestamp, key, value.
+    one = bytearray()
+    codec.encode_record(one, Record(b"v", b"k", 1))
+    assert bytes(one) == b"\x03" + (1).to_bytes(8, "little") + b"\x01\x00\x00\x00k\x01\x00\x00\x00v"
+
+
+def test_malformed_records_are_an_error_naming_where():
+    with pytest.raises(codec.CodecError, match="truncated"):
+        list(codec.decode_records(b"\x02\x05\x00\x00\x00ab"))
+
+
+def test_postcard_matches_the_rust_encodings():
+    # Bytes the Rust SDK writes (serde + postcard): u64 300, i64 -1, f64 1.5, a string,
+    # a tuple (i64, u64), an option, a vec.
+    assert postcard.U64.encode(300) == b"\xac\x02"
+    assert postcard.I64.encode(-1) == b"\x01"
+    assert postcard.I64.encode(-65) == b"\x81\x01"
+    assert postcard.F64.encode(1.5) == b"\x00\x00\x00\x00\x00\x00\xf8\x3f"
+    assert postcard.STR.encode("ab") == b"\x02ab"
+    assert postcard.Tuple(postcard.I64, postcard.U64).encode((1, 2)) == b"\x02\x02"
+    assert postcard.Option(postcard.U8).encode(None) == b"\x00"
+    assert postcard.Seq(postcard.U8).encode([1, 2]) == b"\x02\x01\x02"
+    for codec_, value in [
+        (postcard.I64, -(1 << 63)),
+        (postcard.I64, (1 << 63) - 1),
+        (postcard.U64, (1 << 64) - 1),
+        (postcard.F64, -0.25),
+        (postcard.Seq(postcard.Tuple(postcard.STR, postcard.BYTES)), [("a", b"\x00")]),
+    ]:
+        assert codec_.decode(codec_.encode(value)) == value
+    with pytest.raises(ValueError):
+        postcard.U64.encode(-1)
+    with pytest.raises(ValueError):
+        postcard.U64.decode(b"\x80")
+
+
+class Keyed(Operator):
+    """Counts per key, remembers the last value per key in a map, and fires a timer."""
+
+    @classmethod
+    def open(cls, ctx):
+        op = cls()
+        op.n = ctx.value_state("n", postcard.U64)
+        op.seen = ctx.map_state("seen", postcard.STR, postcard.U64)
+        op.log = ctx.list_state("log", postcard.BYTES)
+        return op
+
+    def process(self, record, ctx):
+        n = self.n.update(ctx, record.key, lambda n: (n or 0) + 1)
+        # Reads see this call's writes.
+        assert self.n.get(ctx, record.key) == n
+        self.seen.put(ctx, record.key, record.value.decode(), n)
+        self.log.add(ctx, record.key, record.value)
+        ctx.register_event_timer(record.key, record.timestamp + 10)
+
+    def on_timer(self, timer, ctx):
+        entries = self.seen.entries(ctx, timer.key)
+        ctx.emit(timer.key, repr((entries, self.log.get(ctx, timer.key))).encode())
+
+
+def test_keyed_state_and_timers_survive_a_snapshot():
+    h = Harness(Keyed, keyed=True)
+    h.process(b"k", b"a", 100)
+    h.process(b"k", b"b", 105)
+    assert h.timers() == [(110, b"k"), (115, b"k")]
+    snapshot = h.snapshot()
+    h2 = Harness(Keyed, keyed=True, restore=snapshot)
+    h2.process_watermark(112)
+    assert h2.take_values() == [repr(([("a", 1), ("b", 2)], [b"a", b"b"])).encode()]
+    assert h2.timers() == [(115, b"k")]
+    assert postcard.U64.decode(h2.state_value("n", b"k")) == 2
+
+
+def test_keyed_state_needs_keyed_input_and_says_so():
+    with pytest.raises(HarnessError) as e:
+        Harness(Keyed, keyed=False)
+    assert e.value.invalid_config and "keyed" in e.value.message
+
+
+class Raises(Operator):
+    def process(self, record, ctx):
+        {}["missing"]
+
+
+def test_an_exception_fails_the_call_with_its_traceback():
+    h = Harness(Raises)
+    with pytest.raises(HarnessError) as e:
+        h.process(None, b"x")
+    assert not e.value.invalid_config
+    assert "`process` raised KeyError: 'missing'" in e.value.message
+    assert "Traceback" in e.value.message and "test_sdk.py" in e.value.message
+
+
+class BadConfig(Operator):
+    @classmethod
+    def open(cls, ctx):
+        ctx.config.check_known(["size"])
+        ctx.config.parse("size", int)
+        return cls()
+
+
+def test_config_errors_are_invalid_config():
+    with pytest.raises(HarnessError, match="unknown config key `sise`") as e:
+        Harness(BadConfig, config={"sise": "1"})
+    assert e.value.invalid_config
+    with pytest.raises(HarnessError, match="`size` = 'x' is not a int"):
+        Harness(BadConfig, config={"size": "x"})
+
+
+class Timed(Operator):
+    """Registers a timer at each record's time + 1 and emits what it sees."""
+
+    @classmethod
+    def open(cls, ctx):
+        return cls()
+
+    def process(self, record, ctx):
+        ctx.register_event_timer(record.key, record.timestamp + 1)
+        ctx.emit(record.key, b"r" + record.value)
+
+    def on_timer(self, timer, ctx):
+        ctx.emit(timer.key, b"t%d" % timer.timestamp)
+
+
+def test_a_batch_with_watermarks_inside_fires_timers_where_they_are_due():
+    h = Harness(Timed)
+    records = [Record(b"%d" % i, b"k", i * 10) for i in range(4)]
+    # The watermark 15 arrives before record 2: the timers of records 0 and 1 (1, 11)
+    # fire there; the one of record 2 (21) at 25, before record 3.
+    h.process_batch(records, [(2, 15), (3, 25)])
+    assert h.take_values() == [b"r0", b"r1", b"t1", b"t11", b"r2", b"t21", b"r3"]
+    assert h.watermark == 25
+
+
+class TwoInputs(Operator):
+    def process(self, record, ctx):
+        ctx.emit(None, b"%d:" % ctx.input_index() + record.value)
+
+
+def test_records_say_which_input_they_came_from():
+    h = Harness(TwoInputs, inputs=[("left", False), ("right", True)])
+    h.process(None, b"a", input=1)
+    h.process(None, b"b")
+    assert h.take_values() == [b"1:a", b"0:b"]
+    with pytest.raises(ValueError):
+        h.process(None, b"c", input=2)
+
+
+def test_the_example_plugins():
+    import count
+    import filter as filter_
+    import tumbling
+    import upper
+
+    h = Harness(upper.Upper)
+    h.process(b"k", "straße".encode())
+    assert h.take_values() == ["STRASSE".encode()]
+
+    h = Harness(filter_.Filter, config={"prefix": "a", "min-length": "2"})
+    for v in [b"ab", b"a", b"ba"]:
+        h.process(None, v)
+    assert h.take_values() == [b"ab"]
+
+    h = Harness(count.Count, keyed=True)
+    for k in [b"x", b"y", b"x"]:
+        h.process(k, b"")
+    assert h.take_values() == [b"1", b"1", b"2"]
+    h = Harness(count.Count, keyed=True, config={"emit": "final"})
+    for k in [b"x", b"y", b"x"]:
+        h.process(k, b"")
+    h.finish()
+    assert sorted(h.take_values()) == [b"1", b"2"]
+
+    h = Harness(tumbling.Tumbling, keyed=True, config={"size-ms": "10"})
+    for ts, v in [(1, 2), (5, 3), (12, 4)]:
+        h.process(b"k", b"%d,k,%d" % (ts, v), ts)
+    h.process_watermark(10)
+    assert h.take_values() == [b"0,10,5"]
+    h.process(b"k", b"3,k,1", 3)
+    assert h.counter("late-records-dropped") == 1
+    assert [r.value for r in h.take_side_output("late")] == [b"3,k,1"]
+    h.finish()
+    assert h.take_values() == [b"10,20,4"]
+
+
+class Cached(Operator):
+    """Value `v` set, read or cleared per record: `set:N`, `get`, `clear`."""
+
+    @classmethod
+    def open(cls, ctx):
+        op = cls()
+        op.v = ctx.value_state("v", postcard.U64)
+        op.m = ctx.map_state("m", postcard.STR, postcard.U64)
+        return op
+
+    def process(self, record, ctx):
+        op, _, arg = record.value.decode().partition(":")
+        if op == "set":
+            self.v.put(ctx, record.key, int(arg))
+            self.m.put(ctx, record.key, "x", int(arg))
+        elif op == "clear":
+            self.v.clear(ctx, record.key)
+            self.m.clear(ctx, record.key)
+        else:
+            ctx.emit(record.key, repr((self.v.get(ctx, record.key), self.m.get(ctx, record.key, "x"))).encode())
+
+
+def test_values_read_in_earlier_calls_follow_later_writes_and_clears():
+    h = Harness(Cached, keyed=True)
+    for value in [b"get", b"set:1", b"get", b"set:2", b"get", b"clear", b"get", b"set:3"]:
+        h.process(b"k", value)
+    h.process(b"k", b"get")
+    assert h.take_values() == [b"(None, None)", b"(1, 1)", b"(2, 2)", b"(None, None)", b"(3, 3)"]
+    # What the host holds agrees.
+    assert postcard.U64.decode(h.state_value("v", b"k")) == 3

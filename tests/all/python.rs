@@ -1,0 +1,224 @@
+//! Operators written in Python (`plugins-python/`, built with the Python SDK into
+//! components): in jobs, against independent computations and the Rust plugins; a
+//! Rust `count`'s checkpoint restored by the Python `count` and the other way round; a
+//! Python exception reaching the job's error with its traceback.
+
+use std::time::{Duration, Instant};
+
+use crate::checkpoints::{sorted_lines, spawn_sluice};
+use sluice_tests::plugins::{COUNT, TOKENIZE, WINDOW};
+use sluice_tests::windows::{Event, mixed_events};
+use sluice_tests::{
+    expected_word_counts, final_counts, has_complete_checkpoint, python_plugin, run_job,
+    sample_text, test_dir, throttled_wordcount, write_job,
+};
+
+#[test]
+fn python_upper_filter_and_count_give_what_an_independent_count_gives() {
+    let (Some(upper), Some(filter), Some(count)) = (
+        python_plugin("upper"),
+        python_plugin("filter"),
+        python_plugin("count"),
+    ) else {
+        return;
+    };
+    let dir = test_dir("python-wordcount");
+    let text = sample_text(11, 400);
+    std::fs::write(dir.join("input.txt"), &text).unwrap();
+    // Upper-cased lines, the words of at least 3 characters, counted by a Python count
+    // at parallelism 2 with checkpoints.
+    let job = format!(
+        r#"
+name = "python-wordcount"
+[source]
+type = "file"
+path = "input.txt"
+[[operator]]
+name = "upper"
+plugin = "{upper}"
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+config = {{ min-length = 3 }}
+[[operator]]
+name = "keep"
+plugin = "{filter}"
+config = {{ min-length = 3 }}
+[[operator]]
+name = "count"
+plugin = "{count}"
+key_by = "key"
+parallelism = 2
+[sink]
+type = "file"
+path = "out.tsv"
+format = "key-value"
+[checkpoint]
+interval_ms = 50
+"#
+    );
+    run_job(&write_job(&dir, &job)).unwrap();
+    let output = std::fs::read_to_string(dir.join("out.tsv")).unwrap();
+    let counts = sluice_tests::final_counts_any_order(&output).unwrap();
+    // Upper-casing is Unicode's (ß becomes SS, as in Rust's `to_uppercase`); tokenize
+    // then lowercases.
+    assert_eq!(counts, expected_word_counts(&text.to_uppercase(), 3));
+}
+
+/// Runs the throttled word count with `first` as its count plugin, kills it after a
+/// checkpoint, and resumes it with `second`: the counts go on from the checkpoint.
+fn swap_count_plugin(name: &str, first: &str, second: &str) {
+    let reference_dir = test_dir(&format!("{name}-reference"));
+    run_job(&write_job(
+        &reference_dir,
+        &throttled_wordcount(2, 6000, 3000.0),
+    ))
+    .unwrap();
+    let reference = std::fs::read_to_string(reference_dir.join("out/counts.tsv")).unwrap();
+
+    let dir = test_dir(name);
+    let toml = throttled_wordcount(2, 6000, 3000.0);
+    let job = write_job(&dir, &toml.replace(COUNT, first));
+    let mut child = spawn_sluice(&job, &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !has_complete_checkpoint(&dir.join("checkpoints")) {
+        assert!(Instant::now() < deadline, "no checkpoint within a minute");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the job ended before its first checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let job = write_job(&dir, &toml.replace(COUNT, second));
+    let out = spawn_sluice(&job, &["--from-checkpoint", "latest"])
+        .wait_with_output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "resuming with the other count failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let output = std::fs::read_to_string(dir.join("out/counts.tsv")).unwrap();
+    // Every word's counts go up by one from line to line, across the swap: the second
+    // plugin read the first one's counts (a fresh count would start again at 1).
+    assert_eq!(
+        final_counts(&output).unwrap(),
+        final_counts(&reference).unwrap(),
+        "{name}"
+    );
+}
+
+#[test]
+fn a_python_count_restores_a_rust_counts_checkpoint_and_the_other_way_round() {
+    let Some(python) = python_plugin("count") else {
+        return;
+    };
+    swap_count_plugin("rust-to-python-count", COUNT, &python);
+    swap_count_plugin("python-to-rust-count", &python, COUNT);
+}
+
+#[test]
+fn python_tumbling_windows_give_the_rust_windows_and_send_late_records_aside() {
+    let Some(tumbling) = python_plugin("tumbling") else {
+        return;
+    };
+    let events = mixed_events(3000, 8, 50, 1000, 37, 7);
+    let run = |name: &str, plugin: &str, config: &str| {
+        let dir = test_dir(name);
+        let text: String = events.iter().map(|e| Event::line(e) + "\n").collect();
+        std::fs::write(dir.join("events.csv"), text).unwrap();
+        let job = format!(
+            r#"
+name = "{name}"
+[source]
+type = "file"
+path = "events.csv"
+timestamp = {{ field = 0 }}
+out_of_orderness_ms = 1000
+[[operator]]
+name = "window"
+plugin = "{plugin}"
+parallelism = 2
+key_by = {{ field = 1 }}
+config = {{ {config} }}
+[[sink]]
+name = "sums"
+type = "file"
+path = "out.tsv"
+format = "key-value"
+[[sink]]
+name = "late"
+inputs = ["window.side:late"]
+type = "file"
+path = "late.tsv"
+format = "key-value"
+[runtime]
+batch_size = 64
+"#
+        );
+        run_job(&write_job(&dir, &job)).unwrap();
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+        (read("out.tsv"), read("late.tsv"))
+    };
+    let (py_sums, py_late) = run("python-tumbling", &tumbling, "size-ms = 500");
+    let (rust_sums, rust_late) = run(
+        "rust-tumbling",
+        WINDOW,
+        r#"kind = "tumbling", size-ms = 500, aggregate = "sum""#,
+    );
+    assert!(sorted_lines(&rust_sums).len() > 100);
+    assert_eq!(
+        sorted_lines(&py_sums),
+        sorted_lines(&rust_sums),
+        "window sums"
+    );
+    assert!(!rust_late.is_empty(), "the input has late records");
+    assert_eq!(
+        sorted_lines(&py_late),
+        sorted_lines(&rust_late),
+        "late records"
+    );
+}
+
+#[test]
+fn a_python_exception_reaches_the_jobs_error_with_its_traceback() {
+    let Some(tumbling) = python_plugin("tumbling") else {
+        return;
+    };
+    let dir = test_dir("python-traceback");
+    std::fs::write(dir.join("events.csv"), "1,k,1\n").unwrap();
+    // No `timestamp` on the source: the operator raises.
+    let job = format!(
+        r#"
+name = "traceback"
+[source]
+type = "file"
+path = "events.csv"
+[[operator]]
+name = "window"
+plugin = "{tumbling}"
+key_by = {{ field = 1 }}
+[sink]
+type = "stdout"
+"#
+    );
+    let error = format!("{:#}", run_job(&write_job(&dir, &job)).unwrap_err());
+    assert!(
+        error.contains("window")
+            && error.contains("raised ValueError: the record has no event time")
+            && error.contains("Traceback (most recent call last)")
+            && error.contains("tumbling.py"),
+        "{error}"
+    );
+    // A configuration it refuses: the job fails at once, naming the key.
+    let bad = job
+        .replace(
+            "key_by = { field = 1 }",
+            "key_by = { field = 1 }\nconfig = { size = 5 }",
+        )
+        .replace("[source]\n", "[source]\ntimestamp = { field = 0 }\n");
+    let error = format!("{:#}", run_job(&write_job(&dir, &bad)).unwrap_err());
+    assert!(error.contains("unknown config key `size`"), "{error}");
+}
