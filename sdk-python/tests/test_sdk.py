@@ -1,8 +1,5 @@
 """The SDK's encodings and call rules, natively (no Wasm)."""
 
-import os
-import sys
-
 import pytest
 
 from sluice_sdk import (
@@ -14,8 +11,6 @@ from sluice_sdk import (
     postcard,
 )
 from sluice_sdk.testing import Harness, HarnessError
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "plugins-python"))
 
 
 def test_records_round_trip_with_every_field():

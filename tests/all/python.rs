@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crate::checkpoints::{sorted_lines, spawn_sluice};
+use crate::cli::{outcome, sluice_with_cache};
 use sluice_tests::plugins::{COUNT, TOKENIZE, WINDOW};
 use sluice_tests::windows::{Event, mixed_events};
 use sluice_tests::{
@@ -221,4 +222,24 @@ type = "stdout"
         .replace("[source]\n", "[source]\ntimestamp = { field = 0 }\n");
     let error = format!("{:#}", run_job(&write_job(&dir, &bad)).unwrap_err());
     assert!(error.contains("unknown config key `size`"), "{error}");
+}
+
+#[test]
+fn the_first_compile_of_a_large_component_says_so_and_the_next_load_does_not() {
+    let Some(upper) = python_plugin("upper") else {
+        return;
+    };
+    let dir = test_dir("python-compile-notice");
+    let cache = dir.join("cache");
+    let (code, _, first) = outcome(&sluice_with_cache(&["inspect", &upper], &cache));
+    assert_eq!(code, Some(0), "{first}");
+    assert!(
+        first.contains("for the first time; later runs load it from the cache")
+            && first.contains("compiled ")
+            && first.contains("upper.wasm"),
+        "{first}"
+    );
+    let (code, _, second) = outcome(&sluice_with_cache(&["inspect", &upper], &cache));
+    assert_eq!(code, Some(0), "{second}");
+    assert!(!second.contains("compiling"), "{second}");
 }

@@ -206,7 +206,11 @@ path = "startup.tsv"
 /// From a new engine and loading the job to the first record the first operator processed.
 fn time_to_first_record(cache: Option<PathBuf>, job: &Path) -> Duration {
     let start = Instant::now();
-    let engine = WasmEngine::new(EngineSettings { cache_dir: cache }).unwrap();
+    let engine = WasmEngine::new(EngineSettings {
+        cache_dir: cache,
+        announce_compiles: false,
+    })
+    .unwrap();
     let job = Job::load_with(job, &engine, &HostConfig::default()).unwrap();
     let (control, rx) = unbounded();
     let monitor = Arc::new(JobMonitor::default());

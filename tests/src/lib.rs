@@ -67,6 +67,7 @@ pub fn engine() -> Arc<WasmEngine> {
             Arc::new(
                 WasmEngine::new(EngineSettings {
                     cache_dir: Some(scratch_root().join("cache")),
+                    announce_compiles: false,
                 })
                 .expect("creating the engine"),
             )

@@ -352,7 +352,12 @@ fn engine(cli: &Cli) -> Result<Arc<WasmEngine>> {
     } else {
         cli.cache_dir.clone().or_else(ComponentCache::default_dir)
     };
-    Ok(Arc::new(WasmEngine::new(EngineSettings { cache_dir })?))
+    // People watch these commands; a server (which logs) has its own engine.
+    let announce_compiles = !matches!(cli.command, Command::Serve { .. });
+    Ok(Arc::new(WasmEngine::new(EngineSettings {
+        cache_dir,
+        announce_compiles,
+    })?))
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {

@@ -38,6 +38,8 @@ pub enum CacheOutcome {
 #[derive(Debug)]
 pub struct ComponentCache {
     dir: Option<PathBuf>,
+    /// Say on standard error when a large component is compiled.
+    announce: bool,
     memory: Mutex<HashMap<[u8; 32], (Component, u64)>>,
     /// Increases with every use, to find the least recently used entry.
     uses: std::sync::atomic::AtomicU64,
@@ -47,15 +49,27 @@ pub struct ComponentCache {
 pub const MEMORY_ENTRIES: usize = 256;
 /// Bytes of compiled artifacts kept on disk.
 pub const DISK_BYTES: u64 = 2 << 30;
+/// Components larger than this are announced when compiled (a Rust operator is well
+/// below; an interpreter with its program, as Python and JavaScript components are, is
+/// well above).
+pub const ANNOUNCED_BYTES: usize = 4 << 20;
 
 impl ComponentCache {
     /// A cache keeping artifacts in `dir` (created when needed), or only in memory.
     pub fn new(dir: Option<PathBuf>) -> Self {
         ComponentCache {
             dir,
+            announce: false,
             memory: Mutex::new(HashMap::new()),
             uses: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Says on standard error when a component of more than [`ANNOUNCED_BYTES`] is
+    /// compiled, and how long it took.
+    pub fn announcing(mut self, announce: bool) -> Self {
+        self.announce = announce;
+        self
     }
 
     /// `$SLUICE_CACHE_DIR`, else `$XDG_CACHE_HOME/sluice`, else `~/.cache/sluice`.
@@ -79,6 +93,7 @@ impl ComponentCache {
         &self,
         engine: &Engine,
         bytes: &[u8],
+        what: &Path,
     ) -> Result<(Component, CacheOutcome)> {
         let key = cache_key(engine, bytes);
         let tick = self.uses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -112,7 +127,24 @@ impl ComponentCache {
                 ),
             }
         }
+        let start = std::time::Instant::now();
+        let announce = self.announce && bytes.len() > ANNOUNCED_BYTES;
+        if announce {
+            eprintln!(
+                "compiling {} ({:.1} MB) for the first time; later runs load it from the cache",
+                what.display(),
+                bytes.len() as f64 / 1e6
+            );
+        }
+        tracing::info!(plugin = %what.display(), bytes = bytes.len(), "compiling a component");
         let component = Component::new(engine, bytes)?;
+        if announce {
+            eprintln!(
+                "compiled {} in {:.1} s",
+                what.display(),
+                start.elapsed().as_secs_f64()
+            );
+        }
         if let Some(file) = &file {
             match store(file, &component) {
                 Ok(()) => trim_dir(file.parent().expect("in the cache directory"), DISK_BYTES),

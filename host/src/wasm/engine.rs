@@ -25,6 +25,10 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 pub struct EngineSettings {
     /// Where compiled components are cached; `None` keeps them in memory only.
     pub cache_dir: Option<PathBuf>,
+    /// Say on standard error when a large component is compiled (not found in the
+    /// cache), and how long it took: the first run of a Python or JavaScript operator
+    /// compiles for tens of seconds. For commands people watch; a server logs instead.
+    pub announce_compiles: bool,
 }
 
 /// One wasmtime engine with its linker.
@@ -88,7 +92,7 @@ impl WasmEngine {
         Ok(WasmEngine {
             plain,
             metered: OnceLock::new(),
-            cache: ComponentCache::new(settings.cache_dir),
+            cache: ComponentCache::new(settings.cache_dir).announcing(settings.announce_compiles),
             ticking,
             ticker_stop,
             cpu: Arc::new(CpuShares::default()),

@@ -141,7 +141,7 @@ impl Plugin {
         let wasmtime_engine = engine.engine_for(fuel)?;
         let (component, compiled) = engine
             .cache()
-            .get_or_compile(wasmtime_engine, &bytes)
+            .get_or_compile(wasmtime_engine, &bytes, path)
             .with_context(|| format!("{} is not a valid component", path.display()))?;
         let mut info = check_interface(wasmtime_engine, &component)
             .with_context(|| format!("{} cannot be used as an operator", path.display()))?;
