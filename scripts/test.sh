@@ -2,8 +2,9 @@
 # The whole test suite, self-sufficient: adds the wasm target, installs Chromium for the
 # dashboard's browser test (Debian packages), starts a real Kafka broker
 # for the Kafka tests (scripts/kafka/broker.sh: Java and Maven fetch it once), builds the
-# Python example operators (componentize-py from PyPI), runs every test, and stops the
-# broker, however the tests end. Extra arguments go to `cargo test`.
+# Python and JavaScript example operators (componentize-py from PyPI, componentize-js
+# from npm), runs every test, and stops the broker, however the tests end. Extra
+# arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,6 +40,15 @@ for plugin in plugins-python/*.py; do
   scripts/build-python-plugin.sh "$plugin" "target/python-plugins/$(basename "$plugin" .py).wasm" >/dev/null
 done
 export SLUICE_PYTHON_PLUGINS=$PWD/target/python-plugins SLUICE_PYTHON_REQUIRED=1
+# JavaScript likewise: the SDK's and the examples' tests in Node, then the examples built
+# (scripts/build-js-plugin.sh installs the pinned componentize-js and esbuild).
+mkdir -p plugins-js/node_modules
+ln -sfn ../../sdk-js plugins-js/node_modules/sluice-sdk
+node --test --test-reporter=dot sdk-js/test/ plugins-js/test/
+for plugin in plugins-js/*.js; do
+  scripts/build-js-plugin.sh "$plugin" "target/js-plugins/$(basename "$plugin" .js).wasm" >/dev/null
+done
+export SLUICE_JS_PLUGINS=$PWD/target/js-plugins SLUICE_JS_REQUIRED=1
 
 cargo test --workspace --release "$@"
 

@@ -24,7 +24,7 @@ fn write_events(dir: &Path, file: &str, events: &[Event]) {
 
 /// Asserts that `actual` has the lines of `expected` (sorted), showing the counts and a
 /// few lines each has that the other lacks when not.
-fn assert_same_lines<S: AsRef<str>>(actual: &str, expected: &[S], what: &str) {
+pub(crate) fn assert_same_lines<S: AsRef<str>>(actual: &str, expected: &[S], what: &str) {
     let actual = sorted_lines(actual);
     let expected: Vec<&str> = expected.iter().map(AsRef::as_ref).collect();
     if actual == expected {

@@ -1,7 +1,8 @@
-//! The same operator written in Rust and in Python: per-record cost of `count` (keyed
-//! state, one value per key, a running count emitted per record) through the same chain
-//! code, as a ratio Python / Rust in one run. The Python plugin is built first with
-//! `scripts/build-python-plugin.sh` unless `SLUICE_PYTHON_PLUGINS` names a folder of them.
+//! The same operator written in Rust, Python and JavaScript: per-record cost of `count`
+//! (keyed state, one value per key, a running count emitted per record) through the
+//! same chain code, as ratios to Rust in one run. The Python and JavaScript plugins are
+//! built first with `scripts/build-{python,js}-plugin.sh` unless `SLUICE_PYTHON_PLUGINS`
+//! and `SLUICE_JS_PLUGINS` name folders of them.
 //!
 //! `cargo bench -p sluice-tests --bench languages`
 
@@ -19,18 +20,19 @@ const RECORDS: usize = 100_000;
 const KEYS: usize = 1000;
 const BATCH: usize = 1024;
 
-fn python_count() -> String {
-    if let Ok(dir) = std::env::var("SLUICE_PYTHON_PLUGINS") {
+/// The `count` plugin of `language` (`python` or `js`), built if need be.
+fn guest_count(language: &str, variable: &str, extension: &str) -> String {
+    if let Ok(dir) = std::env::var(variable) {
         return Path::new(&dir).join("count.wasm").display().to_string();
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = root.join("target/python-plugins/count.wasm");
-    let status = Command::new(root.join("scripts/build-python-plugin.sh"))
-        .arg(root.join("plugins-python/count.py"))
+    let out = root.join(format!("target/{language}-plugins/count.wasm"));
+    let status = Command::new(root.join(format!("scripts/build-{language}-plugin.sh")))
+        .arg(root.join(format!("plugins-{language}/count.{extension}")))
         .arg(&out)
         .status()
-        .expect("running scripts/build-python-plugin.sh");
-    assert!(status.success(), "building the Python count failed");
+        .expect("running the build script");
+    assert!(status.success(), "building the {language} count failed");
     out.display().to_string()
 }
 
@@ -54,7 +56,8 @@ fn main() {
             (w.into_bytes(), chunk.len())
         })
         .collect();
-    let python = python_count();
+    let python = guest_count("python", "SLUICE_PYTHON_PLUGINS", "py");
+    let js = guest_count("js", "SLUICE_JS_PLUGINS", "js");
     let runs = runs(3);
     let time = |path: &str| -> Duration {
         median_time(runs, || {
@@ -64,17 +67,16 @@ fn main() {
             }
         })
     };
-    // Instantiating (and a first compile, cached after) is part of neither: warm up.
-    time(COUNT);
-    time(&python);
-    let rust = time(COUNT);
-    let py = time(&python);
+    // Instantiating (and a first compile, cached after) is part of none: warm up.
+    for path in [COUNT, python.as_str(), js.as_str()] {
+        time(path);
+    }
     let per = |d: Duration| d.as_secs_f64() * 1e9 / RECORDS as f64;
+    let rust = per(time(COUNT));
     println!("count, {RECORDS} records over {KEYS} keys, batch {BATCH}, median of {runs}");
-    println!("  rust     {:>9.0} ns/record", per(rust));
-    println!(
-        "  python   {:>9.0} ns/record   python / rust {:.1}",
-        per(py),
-        per(py) / per(rust)
-    );
+    println!("  rust         {rust:>9.0} ns/record");
+    for (name, path) in [("python", &python), ("javascript", &js)] {
+        let t = per(time(path));
+        println!("  {name:<12} {t:>9.0} ns/record   / rust {:.1}", t / rust);
+    }
 }

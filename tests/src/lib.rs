@@ -25,26 +25,60 @@ pub mod plugins {
 /// Where the plugins built for WIT 0.1.0 are kept (`tests/fixtures/wit-0.1.0/`).
 pub const COMPAT_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wit-0.1.0");
 
-/// The component built from `plugins-python/NAME.py`, or `None` (after saying how to
-/// build them) when `SLUICE_PYTHON_PLUGINS` names no folder of them. Under
-/// `scripts/test.sh` (`SLUICE_PYTHON_REQUIRED=1`) that is a failure, never a skip.
-pub fn python_plugin(name: &str) -> Option<String> {
-    match std::env::var("SLUICE_PYTHON_PLUGINS") {
-        Ok(dir) if !dir.is_empty() => {
-            let path = Path::new(&dir).join(format!("{name}.wasm"));
-            assert!(path.is_file(), "{} was not built", path.display());
-            Some(path.display().to_string())
+/// A language with an SDK besides Rust, whose example operators `scripts/test.sh`
+/// builds into components before the tests run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Language {
+    /// `plugins-python/NAME.py`, in `SLUICE_PYTHON_PLUGINS`.
+    Python,
+    /// `plugins-js/NAME.js`, in `SLUICE_JS_PLUGINS`.
+    JavaScript,
+}
+
+impl Language {
+    /// Both.
+    pub const ALL: [Language; 2] = [Language::Python, Language::JavaScript];
+
+    fn variable(self) -> &'static str {
+        match self {
+            Language::Python => "PYTHON",
+            Language::JavaScript => "JS",
         }
-        _ if std::env::var_os("SLUICE_PYTHON_REQUIRED").is_some() => {
-            panic!("SLUICE_PYTHON_REQUIRED is set but SLUICE_PYTHON_PLUGINS names no folder")
+    }
+
+    /// `python` or `js`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Language::Python => "python",
+            Language::JavaScript => "js",
         }
-        _ => {
-            eprintln!(
-                "skipped: no Python plugins. Run the whole suite with scripts/test.sh, or \
-                 build them with scripts/build-python-plugin.sh into a folder and set \
-                 SLUICE_PYTHON_PLUGINS to it"
-            );
-            None
+    }
+
+    /// The component built from the example operator `name` in this language, or
+    /// `None` (after saying how to build them) when `SLUICE_<LANG>_PLUGINS` names no
+    /// folder of them. Under `scripts/test.sh` (`SLUICE_<LANG>_REQUIRED=1`) that is a
+    /// failure, never a skip.
+    pub fn plugin(self, name: &str) -> Option<String> {
+        let var = self.variable();
+        match std::env::var(format!("SLUICE_{var}_PLUGINS")) {
+            Ok(dir) if !dir.is_empty() => {
+                let path = Path::new(&dir).join(format!("{name}.wasm"));
+                assert!(path.is_file(), "{} was not built", path.display());
+                Some(path.display().to_string())
+            }
+            _ if std::env::var_os(format!("SLUICE_{var}_REQUIRED")).is_some() => {
+                panic!("SLUICE_{var}_REQUIRED is set but SLUICE_{var}_PLUGINS names no folder")
+            }
+            _ => {
+                eprintln!(
+                    "skipped: no {} plugins. Run the whole suite with scripts/test.sh, or \
+                     build them with scripts/build-{}-plugin.sh into a folder and set \
+                     SLUICE_{var}_PLUGINS to it",
+                    self.name(),
+                    self.name()
+                );
+                None
+            }
         }
     }
 }

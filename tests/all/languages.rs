@@ -1,36 +1,44 @@
-//! Operators written in Python (`plugins-python/`, built with the Python SDK into
-//! components): in jobs, against independent computations and the Rust plugins; a
-//! Rust `count`'s checkpoint restored by the Python `count` and the other way round; a
-//! Python exception reaching the job's error with its traceback.
+//! Operators written in Python and JavaScript (`plugins-python/`, `plugins-js/`, built
+//! with their SDKs into components): in jobs, against independent computations and the
+//! Rust plugins; a Rust `count`'s checkpoint restored by the Python and JavaScript
+//! `count`s and the other way round; an exception reaching the job's error with its
+//! traceback or stack; the first compile of a large component announced.
 
 use std::time::{Duration, Instant};
 
 use crate::checkpoints::{sorted_lines, spawn_sluice};
 use crate::cli::{outcome, sluice_with_cache};
+use crate::graphs::assert_same_lines;
 use sluice_tests::plugins::{COUNT, TOKENIZE, WINDOW};
 use sluice_tests::windows::{Event, mixed_events};
 use sluice_tests::{
-    expected_word_counts, final_counts, has_complete_checkpoint, python_plugin, run_job,
-    sample_text, test_dir, throttled_wordcount, write_job,
+    Language, expected_word_counts, final_counts, has_complete_checkpoint, run_job, sample_text,
+    test_dir, throttled_wordcount, write_job,
 };
 
 #[test]
-fn python_upper_filter_and_count_give_what_an_independent_count_gives() {
+fn upper_filter_and_count_give_what_an_independent_count_gives() {
+    for language in Language::ALL {
+        guest_wordcount(language);
+    }
+}
+
+fn guest_wordcount(language: Language) {
     let (Some(upper), Some(filter), Some(count)) = (
-        python_plugin("upper"),
-        python_plugin("filter"),
-        python_plugin("count"),
+        language.plugin("upper"),
+        language.plugin("filter"),
+        language.plugin("count"),
     ) else {
         return;
     };
-    let dir = test_dir("python-wordcount");
+    let dir = test_dir(&format!("{}-wordcount", language.name()));
     let text = sample_text(11, 400);
     std::fs::write(dir.join("input.txt"), &text).unwrap();
     // Upper-cased lines, the words of at least 3 characters, counted by a Python count
     // at parallelism 2 with checkpoints.
     let job = format!(
         r#"
-name = "python-wordcount"
+name = "guest-wordcount"
 [source]
 type = "file"
 path = "input.txt"
@@ -63,7 +71,11 @@ interval_ms = 50
     let counts = sluice_tests::final_counts_any_order(&output).unwrap();
     // Upper-casing is Unicode's (ß becomes SS, as in Rust's `to_uppercase`); tokenize
     // then lowercases.
-    assert_eq!(counts, expected_word_counts(&text.to_uppercase(), 3));
+    assert_eq!(
+        counts,
+        expected_word_counts(&text.to_uppercase(), 3),
+        "{language:?}"
+    );
 }
 
 /// Runs the throttled word count with `first` as its count plugin, kills it after a
@@ -112,17 +124,24 @@ fn swap_count_plugin(name: &str, first: &str, second: &str) {
 }
 
 #[test]
-fn a_python_count_restores_a_rust_counts_checkpoint_and_the_other_way_round() {
-    let Some(python) = python_plugin("count") else {
+fn python_and_javascript_counts_restore_a_rust_counts_checkpoint_and_the_other_way_round() {
+    let (Some(python), Some(js)) = (
+        Language::Python.plugin("count"),
+        Language::JavaScript.plugin("count"),
+    ) else {
         return;
     };
     swap_count_plugin("rust-to-python-count", COUNT, &python);
-    swap_count_plugin("python-to-rust-count", &python, COUNT);
+    swap_count_plugin("python-to-js-count", &python, &js);
+    swap_count_plugin("js-to-rust-count", &js, COUNT);
 }
 
 #[test]
-fn python_tumbling_windows_give_the_rust_windows_and_send_late_records_aside() {
-    let Some(tumbling) = python_plugin("tumbling") else {
+fn tumbling_windows_give_the_rust_windows_and_send_late_records_aside() {
+    let (Some(python), Some(js)) = (
+        Language::Python.plugin("tumbling"),
+        Language::JavaScript.plugin("tumbling"),
+    ) else {
         return;
     };
     let events = mixed_events(3000, 8, 50, 1000, 37, 7);
@@ -163,32 +182,32 @@ batch_size = 64
         let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
         (read("out.tsv"), read("late.tsv"))
     };
-    let (py_sums, py_late) = run("python-tumbling", &tumbling, "size-ms = 500");
     let (rust_sums, rust_late) = run(
         "rust-tumbling",
         WINDOW,
         r#"kind = "tumbling", size-ms = 500, aggregate = "sum""#,
     );
     assert!(sorted_lines(&rust_sums).len() > 100);
-    assert_eq!(
-        sorted_lines(&py_sums),
-        sorted_lines(&rust_sums),
-        "window sums"
-    );
     assert!(!rust_late.is_empty(), "the input has late records");
-    assert_eq!(
-        sorted_lines(&py_late),
-        sorted_lines(&rust_late),
-        "late records"
-    );
+    for (name, plugin) in [("python-tumbling", python), ("js-tumbling", js)] {
+        let (sums, late) = run(name, &plugin, "size-ms = 500");
+        assert_same_lines(&sums, &sorted_lines(&rust_sums), &format!("{name}: sums"));
+        assert_same_lines(&late, &sorted_lines(&rust_late), &format!("{name}: late"));
+    }
 }
 
 #[test]
-fn a_python_exception_reaches_the_jobs_error_with_its_traceback() {
-    let Some(tumbling) = python_plugin("tumbling") else {
+fn an_exception_reaches_the_jobs_error_with_its_traceback_or_stack() {
+    for language in Language::ALL {
+        guest_exception(language);
+    }
+}
+
+fn guest_exception(language: Language) {
+    let Some(tumbling) = language.plugin("tumbling") else {
         return;
     };
-    let dir = test_dir("python-traceback");
+    let dir = test_dir(&format!("{}-traceback", language.name()));
     std::fs::write(dir.join("events.csv"), "1,k,1\n").unwrap();
     // No `timestamp` on the source: the operator raises.
     let job = format!(
@@ -206,12 +225,16 @@ type = "stdout"
 "#
     );
     let error = format!("{:#}", run_job(&write_job(&dir, &job)).unwrap_err());
+    let (raised, trace) = match language {
+        Language::Python => (
+            "raised ValueError: the record has no event time",
+            "Traceback (most recent call last)",
+        ),
+        Language::JavaScript => ("threw Error: the record has no event time", "process@"),
+    };
     assert!(
-        error.contains("window")
-            && error.contains("raised ValueError: the record has no event time")
-            && error.contains("Traceback (most recent call last)")
-            && error.contains("tumbling.py"),
-        "{error}"
+        error.contains("window") && error.contains(raised) && error.contains(trace),
+        "{language:?}: {error}"
     );
     // A configuration it refuses: the job fails at once, naming the key.
     let bad = job
@@ -221,12 +244,15 @@ type = "stdout"
         )
         .replace("[source]\n", "[source]\ntimestamp = { field = 0 }\n");
     let error = format!("{:#}", run_job(&write_job(&dir, &bad)).unwrap_err());
-    assert!(error.contains("unknown config key `size`"), "{error}");
+    assert!(
+        error.contains("unknown config key `size`"),
+        "{language:?}: {error}"
+    );
 }
 
 #[test]
 fn the_first_compile_of_a_large_component_says_so_and_the_next_load_does_not() {
-    let Some(upper) = python_plugin("upper") else {
+    let Some(upper) = Language::Python.plugin("upper") else {
         return;
     };
     let dir = test_dir("python-compile-notice");

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds a JavaScript operator — an ES module that registers its class with
+# exportOperator from 'sluice-sdk' — into a component: bundled with esbuild, then
+# componentize-js (both pinned, installed on first use into target/tools), with the WASI
+# features the host does not offer (http) disabled.
+#
+#   scripts/build-js-plugin.sh plugins-js/count.js target/js-plugins/count.wasm
+set -euo pipefail
+if [ $# -ne 2 ]; then
+  echo "usage: $0 MODULE.js OUT.wasm" >&2
+  exit 2
+fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+module=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+out=$2
+version=0.23.0
+esbuild_version=0.25.12
+tools=$root/target/tools/componentize-js-$version
+if [ ! -x "$tools/node_modules/.bin/componentize-js" ] || [ ! -x "$tools/node_modules/.bin/esbuild" ]; then
+  mkdir -p "$tools"
+  (cd "$tools" && echo '{"private": true}' > package.json &&
+    npm install --silent --no-audit --no-fund \
+      "@bytecodealliance/componentize-js@$version" "esbuild@$esbuild_version")
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/node_modules"
+ln -s "$root/sdk-js" "$work/node_modules/sluice-sdk"
+cp "$module" "$work/plugin.js"
+cat > "$work/app.js" <<'APP'
+import './plugin.js'; // registers its operator with exportOperator
+export { streamOperator } from 'sluice-sdk/wasm';
+APP
+"$tools/node_modules/.bin/esbuild" "$work/app.js" --bundle --format=esm --platform=neutral \
+  --external:'sluice:operator/*' --log-level=warning --outfile="$work/bundle.js"
+mkdir -p "$(dirname "$out")"
+"$tools/node_modules/.bin/componentize-js" "$work/bundle.js" --wit "$root/wit/operator.wit" \
+  --world-name operator --disable http fetch-event -o "$out"

@@ -1,0 +1,527 @@
+// What an operator sees — records, contexts, keyed state, timers — and the rules of each
+// call, independent of where it runs (inside a component, or the native harness). A
+// call's host has the runtime's functions; everything an operator writes leaves the
+// call as effects. Within a call, reads see the call's own writes.
+
+import {
+  EVENT_TIME,
+  PROCESSING_TIME,
+  TEXT_ENCODER,
+  Writer,
+  bytesId,
+  decodeEntries,
+  decodeTimers,
+  forEachRecord,
+  idBytes,
+  timeToI64,
+  writeRecord,
+  PUT,
+  DELETE,
+  CLEAR,
+  APPEND,
+  REGISTER_TIMER,
+  DELETE_TIMER,
+  COUNTER,
+} from './codec.js';
+
+const ABSENT = Symbol('absent');
+
+/** An error the operator reports on purpose. */
+export class SluiceError extends Error {}
+/** The configuration cannot be used: the job fails without restarts. */
+export class InvalidConfig extends SluiceError {}
+/** Anything else: the job restarts from its last checkpoint. */
+export class Failed extends SluiceError {}
+
+/** A call failed: `invalid` tells whether it was the configuration. */
+export class CallError extends Error {
+  constructor(invalid, message) {
+    super(message);
+    this.invalid = invalid;
+  }
+}
+
+const asBytes = (b) => (typeof b === 'string' ? TEXT_ENCODER.encode(b) : b);
+const wkey = (state, key, userKey) => `${state}|${key.length}|${bytesId(key)}${bytesId(userKey)}`;
+const skey = (state, key) => `${state}|${bytesId(key)}`;
+
+class Effects {
+  constructor() {
+    this.w = new Writer();
+  }
+  put(state, key, userKey, value) {
+    this.w.u8(PUT);
+    this.w.u32(state);
+    this.w.blob(key);
+    this.w.blob(userKey);
+    this.w.blob(value);
+  }
+  delete(state, key, userKey) {
+    this.w.u8(DELETE);
+    this.w.u32(state);
+    this.w.blob(key);
+    this.w.blob(userKey);
+  }
+  clear(state, key) {
+    this.w.u8(CLEAR);
+    this.w.u32(state);
+    this.w.blob(key);
+  }
+  append(state, key, value) {
+    this.w.u8(APPEND);
+    this.w.u32(state);
+    this.w.blob(key);
+    this.w.blob(value);
+  }
+  timer(register, domain, time, key) {
+    this.w.u8(register ? REGISTER_TIMER : DELETE_TIMER);
+    this.w.u8(domain);
+    this.w.i64(timeToI64(time));
+    this.w.blob(key);
+  }
+  counter(name, delta) {
+    this.w.u8(COUNTER);
+    this.w.blob(TEXT_ENCODER.encode(name));
+    this.w.u64(BigInt(delta));
+  }
+}
+
+/** What one call builds up. */
+class Call {
+  constructor(host, watermark) {
+    this.host = host;
+    this.records = new Writer(1024);
+    this.count = 0;
+    this.effects = new Effects();
+    this.watermark = watermark;
+    this.writes = new Map(); // wkey -> [state, key, userKey, value | ABSENT]
+    this.cleared = new Set(); // skey
+    this.appended = new Map(); // skey -> [values]
+    this.newEventTimer = null;
+    this.ahead = new Set();
+    this.deleted = new Set();
+    this.reregistered = new Set();
+  }
+}
+
+class State {
+  constructor(name, id, codec) {
+    this.name = name;
+    this.id = id;
+    this.codec = codec;
+  }
+  _decode(raw) {
+    try {
+      return this.codec.decode(raw);
+    } catch (e) {
+      throw new Failed(`state \`${this.name}\`: cannot decode a value: ${e.message}`);
+    }
+  }
+}
+
+export class ValueState extends State {
+  get(ctx, key) {
+    const raw = ctx._get(this.id, asBytes(key), EMPTY);
+    return raw === null ? null : this._decode(raw);
+  }
+  put(ctx, key, value) {
+    ctx._put(this.id, asBytes(key), EMPTY, this.codec.encode(value));
+  }
+  /** Replaces the value with `f(current)` (null clears it); returns the new value. */
+  update(ctx, key, f) {
+    const next = f(this.get(ctx, key));
+    if (next === null || next === undefined) this.clear(ctx, key);
+    else this.put(ctx, key, next);
+    return next ?? null;
+  }
+  clear(ctx, key) {
+    ctx._delete(this.id, asBytes(key), EMPTY);
+  }
+}
+
+export class ListState extends State {
+  get(ctx, key) {
+    key = asBytes(key);
+    const call = ctx._call;
+    const s = skey(this.id, key);
+    const raw = call.cleared.has(s) ? [] : decodeEntries(call.host.stateEntries(this.id, key)).map(([, v]) => v);
+    return raw.concat(call.appended.get(s) ?? []).map((v) => this._decode(v));
+  }
+  add(ctx, key, value) {
+    key = asBytes(key);
+    const encoded = this.codec.encode(value);
+    const s = skey(this.id, key);
+    const call = ctx._call;
+    if (!call.appended.has(s)) call.appended.set(s, []);
+    call.appended.get(s).push(encoded);
+    call.effects.append(this.id, key, encoded);
+  }
+  clear(ctx, key) {
+    key = asBytes(key);
+    const call = ctx._call;
+    call.cleared.add(skey(this.id, key));
+    call.appended.delete(skey(this.id, key));
+    call.effects.clear(this.id, key);
+  }
+}
+
+export class MapState extends State {
+  constructor(name, id, keyCodec, codec) {
+    super(name, id, codec);
+    this.keyCodec = keyCodec;
+  }
+  get(ctx, key, mapKey) {
+    const raw = ctx._get(this.id, asBytes(key), this.keyCodec.encode(mapKey));
+    return raw === null ? null : this._decode(raw);
+  }
+  put(ctx, key, mapKey, value) {
+    ctx._put(this.id, asBytes(key), this.keyCodec.encode(mapKey), this.codec.encode(value));
+  }
+  remove(ctx, key, mapKey) {
+    ctx._delete(this.id, asBytes(key), this.keyCodec.encode(mapKey));
+  }
+  /** Every `[mapKey, value]` of the map of `key`, in the order of the encoded map keys. */
+  entries(ctx, key) {
+    key = asBytes(key);
+    const call = ctx._call;
+    const merged = new Map();
+    if (!call.cleared.has(skey(this.id, key))) {
+      for (const [uk, v] of decodeEntries(call.host.stateEntries(this.id, key))) merged.set(bytesId(uk), v);
+    }
+    const kid = bytesId(key);
+    for (const [state, k, uk, v] of call.writes.values()) {
+      if (state !== this.id || bytesId(k) !== kid) continue;
+      if (v === ABSENT) merged.delete(bytesId(uk));
+      else merged.set(bytesId(uk), v);
+    }
+    return [...merged.keys()].sort().map((uk) => [this.keyCodec.decode(idBytes(uk)), this._decode(merged.get(uk))]);
+  }
+  clear(ctx, key) {
+    key = asBytes(key);
+    const call = ctx._call;
+    call.cleared.add(skey(this.id, key));
+    const kid = bytesId(key);
+    for (const [w, [state, k]] of [...call.writes.entries()]) {
+      if (state === this.id && bytesId(k) === kid) call.writes.delete(w);
+    }
+    call.effects.clear(this.id, key);
+  }
+}
+
+const EMPTY = new Uint8Array(0);
+
+class Shared {
+  /** The host's wall clock, in milliseconds since the Unix epoch. */
+  processingTime() {
+    return this._call.host.processingTime();
+  }
+  /** No record with an event time at or below it is expected (-Infinity: none yet). */
+  currentWatermark() {
+    return this._call.watermark;
+  }
+  registerEventTimer(key, time) {
+    this._timer(true, EVENT_TIME, time, asBytes(key));
+    const call = this._call;
+    if (call.newEventTimer === null || time < call.newEventTimer) call.newEventTimer = time;
+  }
+  registerProcessingTimer(key, time) {
+    this._timer(true, PROCESSING_TIME, time, asBytes(key));
+  }
+  deleteEventTimer(key, time) {
+    this._timer(false, EVENT_TIME, time, asBytes(key));
+  }
+  deleteProcessingTimer(key, time) {
+    this._timer(false, PROCESSING_TIME, time, asBytes(key));
+  }
+  _timer(register, domain, time, key) {
+    const call = this._call;
+    const id = `${domain}|${time}|${bytesId(key)}`;
+    if (call.ahead.has(id)) {
+      if (register) {
+        call.deleted.delete(id);
+        call.reregistered.add(id);
+      } else {
+        call.reregistered.delete(id);
+        call.deleted.add(id);
+      }
+    }
+    call.effects.timer(register, domain, time, key);
+  }
+  addCounter(name, delta = 1) {
+    this._call.effects.counter(name, delta);
+  }
+  /** `level`: trace, debug, info, warn or error. */
+  log(level, message) {
+    this._call.host.log(level, String(message));
+  }
+  _get(state, key, userKey) {
+    const call = this._call;
+    const written = call.writes.get(wkey(state, key, userKey));
+    if (written) return written[3] === ABSENT ? null : written[3];
+    if (call.cleared.has(skey(state, key))) return null;
+    return call.host.stateGet(state, key, userKey) ?? null;
+  }
+  _put(state, key, userKey, value) {
+    this._call.writes.set(wkey(state, key, userKey), [state, key, userKey, value]);
+    this._call.effects.put(state, key, userKey, value);
+  }
+  _delete(state, key, userKey) {
+    this._call.writes.set(wkey(state, key, userKey), [state, key, userKey, ABSENT]);
+    this._call.effects.delete(state, key, userKey);
+  }
+}
+
+/** What an operator may do in every call after `open`. */
+export class Context extends Shared {
+  constructor(call) {
+    super();
+    this._call = call;
+    this._timestamp = null;
+    this._record = null;
+    this._input = 0;
+  }
+  /** Emits a record; its timestamp is, unless given, the record's being processed, an
+   * event-time timer's time, or none. Keys and values are Uint8Arrays or strings. */
+  emit(key, value, timestamp = undefined) {
+    const ts = timestamp === undefined ? this._timestamp : timestamp;
+    writeRecord(this._call.records, asBytes(value), key === null || key === undefined ? null : asBytes(key), ts);
+    this._call.count++;
+  }
+  /** Emits a record to a side output declared in `open`. */
+  emitTo(output, key, value) {
+    writeRecord(this._call.records, asBytes(value), key === null || key === undefined ? null : asBytes(key), this._timestamp, null, null, output.number);
+    this._call.count++;
+  }
+  /** Emits `record` as it is (headers and partition included). */
+  emitRecord(r) {
+    writeRecord(this._call.records, r.value, r.key, r.timestamp, r.headers, r.partition, 0);
+    this._call.count++;
+  }
+  /** The input (of `ctx.inputs` in `open`) the record being processed came from. */
+  inputIndex() {
+    return this._input;
+  }
+}
+
+/** What an operator learns in `open`, where it declares keyed state and side outputs. */
+export class OpenContext extends Shared {
+  constructor(call, info) {
+    super();
+    this._call = call;
+    Object.assign(this, info);
+    this.config = new Config(info.config);
+  }
+  _declare(name, kind, ttlMs) {
+    try {
+      return this._call.host.declareState(name, kind, ttlMs ?? null);
+    } catch (e) {
+      throw new InvalidConfig(`declaring state \`${name}\`: ${e?.message ?? e}`);
+    }
+  }
+  valueState(name, codec, ttlMs) {
+    return new ValueState(name, this._declare(name, 'value', ttlMs), codec);
+  }
+  listState(name, codec, ttlMs) {
+    return new ListState(name, this._declare(name, 'list', ttlMs), codec);
+  }
+  mapState(name, keyCodec, codec, ttlMs) {
+    return new MapState(name, this._declare(name, 'map', ttlMs), keyCodec, codec);
+  }
+  /** Declares side output `name`: the job file reads it as `OPERATOR.side:NAME`. */
+  sideOutput(name) {
+    try {
+      return { name, number: this._call.host.declareOutput(name) };
+    } catch (e) {
+      throw new InvalidConfig(`declaring side output \`${name}\`: ${e?.message ?? e}`);
+    }
+  }
+}
+
+/** The operator's `config` table, as strings. */
+export class Config {
+  constructor(pairs) {
+    this.map = new Map(pairs);
+  }
+  get(key, fallback = null) {
+    return this.map.has(key) ? this.map.get(key) : fallback;
+  }
+  require(key) {
+    if (!this.map.has(key)) throw new InvalidConfig(`config \`${key}\` is required`);
+    return this.map.get(key);
+  }
+  /** An integer, or `fallback` when not set. */
+  int(key, fallback = null) {
+    if (!this.map.has(key)) return fallback;
+    const v = this.map.get(key);
+    if (!/^-?\d+$/.test(v)) throw new InvalidConfig(`config \`${key}\` = ${JSON.stringify(v)} is not an integer`);
+    return Number(v);
+  }
+  checkKnown(known) {
+    const unknown = [...this.map.keys()].filter((k) => !known.includes(k)).sort();
+    if (unknown.length) {
+      throw new InvalidConfig(`unknown config key${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => `\`${k}\``).join(', ')} (known: ${known.join(', ')})`);
+    }
+  }
+}
+
+/** Base class of an operator; override what it needs (`static open(ctx)` returns the
+ * instance). Throw `InvalidConfig` or `Failed`; anything else fails the call with its
+ * stack. */
+export class Operator {
+  static open(_ctx) {
+    return new this();
+  }
+  process(_record, _ctx) {}
+  processWatermark(_watermark, _ctx) {}
+  onTimer(_timer, _ctx) {}
+  snapshot(_checkpointId) {
+    return new Uint8Array(0);
+  }
+  notifyComplete(_checkpointId) {}
+  notifyAborted(_checkpointId) {}
+  finish(_ctx) {}
+  close(_ctx) {}
+  dispose() {}
+}
+
+function failure(name, e) {
+  if (e instanceof InvalidConfig) return new CallError(true, e.message);
+  if (e instanceof Failed) return new CallError(false, e.message);
+  const what = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+  const stack = e instanceof Error && e.stack ? `\n${e.stack}` : '';
+  return new CallError(false, `\`${name}\` threw ${what}${stack}`);
+}
+
+/** One operator instance and the rules of every call. */
+export class Instance {
+  constructor(cls) {
+    this.cls = cls;
+    this.operator = null;
+  }
+  _run(name, host, f) {
+    const call = new Call(host, host.currentWatermark());
+    try {
+      f(call);
+    } catch (e) {
+      throw failure(name, e);
+    }
+    return call;
+  }
+  _op(name) {
+    if (!this.operator) throw new CallError(false, `\`${name}\` before a successful \`open\``);
+    return this.operator;
+  }
+  open(host, info) {
+    return this._run('open', host, (call) => {
+      const op = this.cls.open(new OpenContext(call, info));
+      if (!(op instanceof Operator)) throw new Failed(`${this.cls.name}.open returned ${op}, not the operator`);
+      if (call.count) throw new Failed('`open` emitted records, which it may not');
+      this.operator = op;
+    });
+  }
+  /** Returns `[call, passed watermarks, stoppedAt]`; see the WIT's `processed`. */
+  process(host, input, records, watermarks) {
+    const op = this._op('process');
+    const passed = [];
+    let stopped = null;
+    const call = this._run('process', host, (call) => {
+      const ctx = new Context(call);
+      ctx._input = input;
+      let handled = 0;
+      let n = 0;
+      const before = (n) => {
+        while (handled < watermarks.length && watermarks[handled][0] <= n) {
+          const wm = watermarks[handled][1];
+          if (call.newEventTimer !== null && call.newEventTimer <= wm) {
+            stopped = handled;
+            return false;
+          }
+          call.watermark = wm;
+          ctx._timestamp = null;
+          op.processWatermark(wm, ctx);
+          const at = call.count;
+          if (passed.length && passed[passed.length - 1][0] === at) passed[passed.length - 1] = [at, wm];
+          else passed.push([at, wm]);
+          handled++;
+        }
+        return true;
+      };
+      const STOP = {};
+      try {
+        forEachRecord(records, (record) => {
+          if (!before(n)) throw STOP;
+          ctx._timestamp = record.timestamp;
+          ctx._record = record;
+          op.process(record, ctx);
+          n++;
+        });
+        before(n);
+      } catch (e) {
+        if (e !== STOP) throw e;
+      }
+    });
+    return [call, passed, stopped];
+  }
+  processWatermark(host, wm) {
+    const op = this._op('process-watermark');
+    return this._run('process-watermark', host, (call) => op.processWatermark(wm, new Context(call)));
+  }
+  onTimers(host, timers) {
+    const op = this._op('on-timers');
+    return this._run('on-timers', host, (call) => {
+      const due = decodeTimers(timers);
+      for (const [d, t, k] of due) call.ahead.add(`${d}|${t}|${bytesId(k)}`);
+      const ctx = new Context(call);
+      for (const [domain, time, key] of due) {
+        const id = `${domain}|${time}|${bytesId(key)}`;
+        call.ahead.delete(id);
+        if (call.deleted.has(id)) {
+          call.deleted.delete(id);
+          continue;
+        }
+        ctx._timestamp = domain === EVENT_TIME ? time : null;
+        op.onTimer({ domain, timestamp: time, key }, ctx);
+        if (call.reregistered.has(id)) {
+          call.reregistered.delete(id);
+          call.effects.timer(false, domain, time, key);
+        }
+      }
+    });
+  }
+  snapshot(id) {
+    const op = this._op('snapshot');
+    let state;
+    try {
+      state = op.snapshot(id);
+    } catch (e) {
+      throw failure('snapshot', e);
+    }
+    if (!(state instanceof Uint8Array)) throw new CallError(false, '`snapshot` returned no Uint8Array');
+    return state;
+  }
+  notify(complete, id) {
+    const op = this._op('notify');
+    try {
+      if (complete) op.notifyComplete(id);
+      else op.notifyAborted(id);
+    } catch (e) {
+      throw failure(complete ? 'notify-complete' : 'notify-aborted', e);
+    }
+  }
+  finish(host) {
+    const op = this._op('finish');
+    return this._run('finish', host, (call) => op.finish(new Context(call)));
+  }
+  close(host) {
+    const op = this._op('close');
+    return this._run('close', host, (call) => op.close(new Context(call)));
+  }
+  dispose() {
+    try {
+      this.operator?.dispose();
+    } catch {
+      // dispose cannot fail
+    }
+    this.operator = null;
+  }
+}

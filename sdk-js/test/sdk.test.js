@@ -1,0 +1,123 @@
+// The SDK's encodings and call rules, natively in Node.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { Record, Writer, forEachRecord, writeRecord, CodecError } from '../src/codec.js';
+import * as postcard from '../src/postcard.js';
+import { Operator } from '../src/core.js';
+import { Harness, HarnessError } from '../src/testing.js';
+
+const bytes = (s) => new TextEncoder().encode(s);
+const hex = (b) => Buffer.from(b).toString('hex');
+
+test('records round-trip with every field, in the layout of the WIT', () => {
+  const w = new Writer();
+  writeRecord(w, bytes('v'), bytes('k'), 42, [[bytes('h'), bytes('1')]], 3, 2);
+  writeRecord(w, bytes(''), null, null);
+  writeRecord(w, bytes('x'), bytes(''), -Infinity);
+  const got = [];
+  forEachRecord(w.finish(), (r) => got.push([r.valueText(), r.keyText(), r.timestamp, r.headers?.length ?? 0, r.partition, r.output]));
+  assert.deepEqual(got, [
+    ['v', 'k', 42, 1, 3, 2],
+    ['', null, null, 0, null, 0],
+    ['x', '', -Infinity, 0, null, 0],
+  ]);
+  const one = new Writer();
+  writeRecord(one, bytes('v'), bytes('k'), 1);
+  assert.equal(hex(one.finish()), '03' + '0100000000000000' + '010000006b' + '0100000076');
+  assert.throws(() => forEachRecord(Uint8Array.of(2, 5, 0, 0, 0, 97), () => {}), CodecError);
+});
+
+test('postcard matches the Rust encodings', () => {
+  assert.equal(hex(postcard.U64.encode(300)), 'ac02');
+  assert.equal(hex(postcard.I64.encode(-1)), '01');
+  assert.equal(hex(postcard.I64.encode(-65)), '8101');
+  assert.equal(hex(postcard.F64.encode(1.5)), '000000000000f83f');
+  assert.equal(hex(postcard.STR.encode('ab')), '026162');
+  assert.equal(hex(new postcard.Tuple(postcard.I64, postcard.U64).encode([1, 2])), '0202');
+  assert.equal(postcard.U64.decode(postcard.U64.encode(2n ** 64n - 1n)), 2n ** 64n - 1n);
+  assert.equal(postcard.I64.decode(postcard.I64.encode(-(2n ** 63n))), -(2n ** 63n));
+  assert.equal(postcard.I64.decode(postcard.I64.encode(-123456)), -123456);
+  assert.throws(() => postcard.U64.encode(-1));
+  assert.throws(() => postcard.U64.decode(Uint8Array.of(0x80)));
+});
+
+class Keyed extends Operator {
+  static open(ctx) {
+    const op = new Keyed();
+    op.n = ctx.valueState('n', postcard.U64);
+    op.seen = ctx.mapState('seen', postcard.STR, postcard.U64);
+    op.log = ctx.listState('log', postcard.BYTES);
+    return op;
+  }
+  process(record, ctx) {
+    const n = this.n.update(ctx, record.key, (n) => (n ?? 0) + 1);
+    assert.equal(this.n.get(ctx, record.key), n); // reads see this call's writes
+    this.seen.put(ctx, record.key, record.valueText(), n);
+    this.log.add(ctx, record.key, record.value);
+    ctx.registerEventTimer(record.key, record.timestamp + 10);
+  }
+  onTimer(timer, ctx) {
+    const entries = this.seen.entries(ctx, timer.key);
+    const log = this.log.get(ctx, timer.key).map((b) => new TextDecoder().decode(b));
+    ctx.emit(timer.key, JSON.stringify([entries, log]));
+  }
+}
+
+test('keyed state and timers survive a snapshot', () => {
+  const h = new Harness(Keyed, { keyed: true });
+  h.process('k', 'a', 100);
+  h.process('k', 'b', 105);
+  assert.deepEqual(h.timers(), [[110, 'k'], [115, 'k']]);
+  const h2 = new Harness(Keyed, { keyed: true, restore: h.snapshot() });
+  h2.processWatermark(112);
+  assert.deepEqual(h2.takeValues(), [JSON.stringify([[['a', 1], ['b', 2]], ['a', 'b']])]);
+  assert.equal(postcard.U64.decode(h2.stateValue('n', 'k')), 2);
+});
+
+test('keyed state needs keyed input and says so', () => {
+  assert.throws(() => new Harness(Keyed), (e) => e instanceof HarnessError && e.invalidConfig && /keyed/.test(e.message));
+});
+
+class Throws extends Operator {
+  process() {
+    null.field;
+  }
+}
+
+test('an exception fails the call with its stack', () => {
+  const h = new Harness(Throws);
+  assert.throws(() => h.process(null, 'x'), (e) => !e.invalidConfig && /`process` threw TypeError/.test(e.message) && /sdk\.test\.js/.test(e.message));
+});
+
+class Timed extends Operator {
+  process(record, ctx) {
+    ctx.registerEventTimer(record.key, record.timestamp + 1);
+    ctx.emit(record.key, 'r' + record.valueText());
+  }
+  onTimer(timer, ctx) {
+    ctx.emit(timer.key, `t${timer.timestamp}`);
+  }
+}
+
+test('a batch with watermarks inside fires timers where they are due', () => {
+  const h = new Harness(Timed);
+  const records = [0, 1, 2, 3].map((i) => new Record(bytes(String(i)), bytes('k'), i * 10));
+  h.processBatch(records, [[2, 15], [3, 25]]);
+  assert.deepEqual(h.takeValues(), ['r0', 'r1', 't1', 't11', 'r2', 't21', 'r3']);
+  assert.equal(h.watermark, 25);
+});
+
+class TwoInputs extends Operator {
+  process(record, ctx) {
+    ctx.emit(null, `${ctx.inputIndex()}:${record.valueText()}`);
+  }
+}
+
+test('records say which input they came from', () => {
+  const h = new Harness(TwoInputs, { inputs: [['left', false], ['right', true]] });
+  h.process(null, 'a', null, 1);
+  h.process(null, 'b');
+  assert.deepEqual(h.takeValues(), ['1:a', '0:b']);
+  assert.throws(() => h.process(null, 'c', null, 2), RangeError);
+});
