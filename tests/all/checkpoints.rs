@@ -24,6 +24,23 @@ pub(crate) fn spawn_sluice(job: &Path, args: &[&str]) -> Child {
         .expect("spawning sluice")
 }
 
+/// Runs `sluice run JOB` and SIGKILLs it once `dir/checkpoints` holds a complete
+/// checkpoint (failing the test when the job ends before, or none comes in a minute).
+pub(crate) fn kill_after_a_checkpoint(dir: &Path, job: &Path) {
+    let mut child = spawn_sluice(job, &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !has_complete_checkpoint(&dir.join("checkpoints")) {
+        assert!(Instant::now() < deadline, "no checkpoint within a minute");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the job ended before its first checkpoint"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 /// A small deterministic generator of kill delays (seeded from the clock and printed, so
 /// a failure can be reproduced).
 pub(crate) struct Delays(pub(crate) u64);

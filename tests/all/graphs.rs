@@ -4,14 +4,16 @@
 //! sink, and the graph mistakes validation names.
 
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::checkpoints::{Delays, run_with_kills_writing, sorted_lines, spawn_sluice};
+use crate::checkpoints::{
+    Delays, kill_after_a_checkpoint, run_with_kills_writing, sorted_lines, spawn_sluice,
+};
 use sluice::job::{JobFile, JobGraph};
 use sluice_tests::graphs::{enrich, interval_join};
 use sluice_tests::plugins::{COUNT, ENRICH, JOIN, TOKENIZE, WINDOW};
 use sluice_tests::windows::{Aggregate, Event, Kind, expected, mixed_events};
-use sluice_tests::{TestJob, has_complete_checkpoint, run_job, test_dir, write_job};
+use sluice_tests::{TestJob, run_job, test_dir, write_job};
 
 /// Watermark bound of every file source here: above the events' jitter, so no event is
 /// late (the models assume none is).
@@ -319,18 +321,7 @@ fn broadcast_state_restores_at_another_parallelism() {
     // broadcast state: the finished rules source does not send them again), resumed at 3.
     let dir = test_dir("enrich-rescale");
     let job = write_job(&dir, &generated_enrich(2));
-    let mut child = spawn_sluice(&job, &[]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !has_complete_checkpoint(&dir.join("checkpoints")) {
-        assert!(Instant::now() < deadline, "no checkpoint within a minute");
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the job ended before its first checkpoint"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    kill_after_a_checkpoint(&dir, &job);
     let job = write_job(&dir, &generated_enrich(3));
     let out = spawn_sluice(&job, &["--from-checkpoint", "latest"])
         .wait_with_output()

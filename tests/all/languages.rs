@@ -4,16 +4,14 @@
 //! `count`s and the other way round; an exception reaching the job's error with its
 //! traceback or stack; the first compile of a large component announced.
 
-use std::time::{Duration, Instant};
-
-use crate::checkpoints::{sorted_lines, spawn_sluice};
+use crate::checkpoints::{kill_after_a_checkpoint, sorted_lines, spawn_sluice};
 use crate::cli::{outcome, sluice_with_cache};
 use crate::graphs::assert_same_lines;
 use sluice_tests::plugins::{COUNT, TOKENIZE, WINDOW};
 use sluice_tests::windows::{Event, mixed_events};
 use sluice_tests::{
-    Language, expected_word_counts, final_counts, has_complete_checkpoint, run_job, sample_text,
-    test_dir, throttled_wordcount, write_job,
+    Language, expected_word_counts, final_counts, run_job, sample_text, test_dir,
+    throttled_wordcount, write_job,
 };
 
 #[test]
@@ -92,18 +90,7 @@ fn swap_count_plugin(name: &str, first: &str, second: &str) {
     let dir = test_dir(name);
     let toml = throttled_wordcount(2, 6000, 3000.0);
     let job = write_job(&dir, &toml.replace(COUNT, first));
-    let mut child = spawn_sluice(&job, &[]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !has_complete_checkpoint(&dir.join("checkpoints")) {
-        assert!(Instant::now() < deadline, "no checkpoint within a minute");
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the job ended before its first checkpoint"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    kill_after_a_checkpoint(&dir, &job);
     let job = write_job(&dir, &toml.replace(COUNT, second));
     let out = spawn_sluice(&job, &["--from-checkpoint", "latest"])
         .wait_with_output()
