@@ -203,6 +203,80 @@ delay_ms = 10
     );
 }
 
+/// `sluice new --lang python|js`: each template makes an operator whose native tests
+/// pass (pytest, `node --test`); a Python one builds with the checkout's script and runs
+/// its job file.
+#[test]
+fn new_python_and_javascript_plugins_from_every_template_test_and_run() {
+    if sluice_tests::Language::Python.plugin("count").is_none() {
+        return; // without the Python tools (scripts/test.sh installs them)
+    }
+    let dir = test_dir("cli-new-guest");
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let run = |program: &str, args: &[&str], root: &Path, env: &[(&str, String)]| {
+        let out = Command::new(program)
+            .args(args)
+            .current_dir(root)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {program} {args:?}: {}{}",
+            root.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let sdk_path = [(
+        "PYTHONPATH",
+        checkout.join("sdk-python").display().to_string(),
+    )];
+    for template in ["map", "filter", "keyed", "window"] {
+        for lang in ["python", "js"] {
+            let name = format!("{lang}-{template}");
+            let args = [
+                "new",
+                &name,
+                "--lang",
+                lang,
+                "--template",
+                template,
+                "--dir",
+            ];
+            let (code, stdout, stderr) =
+                outcome(&sluice(&[&args[..], &[dir.to_str().unwrap()]].concat()));
+            assert_eq!(code, Some(0), "{stdout}{stderr}");
+            let root = dir.join(&name);
+            match lang {
+                "python" => run("python3", &["-m", "pytest", "-q"], &root, &sdk_path),
+                _ => {
+                    run(
+                        "npm",
+                        &["install", "--silent", "--no-audit", "--no-fund"],
+                        &root,
+                        &[],
+                    );
+                    run("npm", &["test", "--silent"], &root, &[]);
+                }
+            }
+        }
+    }
+    let root = dir.join("python-keyed");
+    let script = checkout.join("scripts/build-python-plugin.sh");
+    run(
+        script.to_str().unwrap(),
+        &["python_keyed.py", "python_keyed.wasm"],
+        &root,
+        &[],
+    );
+    let job = root.join("job.toml");
+    let (code, _, stderr) = outcome(&sluice(&["run", "--quiet", job.to_str().unwrap()]));
+    assert_eq!(code, Some(0), "{stderr}");
+    let output = std::fs::read_to_string(root.join("out/python-keyed.txt")).unwrap();
+    assert_eq!(output.lines().count(), 1000, "a count per generated word");
+}
+
 /// `sluice new`: each template makes a crate whose harness tests pass, which builds as
 /// a component, passes `validate` and runs its job file.
 #[test]

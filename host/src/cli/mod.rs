@@ -108,11 +108,15 @@ enum Command {
         /// What the operator starts as.
         #[arg(long, value_enum, default_value = "map")]
         template: new::Template,
+        /// The language it is written in.
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: new::Language,
         /// Where to create the folder.
         #[arg(long, default_value = ".")]
         dir: PathBuf,
         /// The sluice-sdk crate to depend on by path (default: the SDK of this Sluice
-        /// checkout if there is one, else the published version).
+        /// checkout if there is one, else the published version); for `--lang python`
+        /// and `js`, the Sluice checkout whose SDK and build script to use.
         #[arg(long)]
         sdk: Option<PathBuf>,
     },
@@ -409,9 +413,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::New {
             name,
             template,
+            lang,
             dir,
             sdk,
         } => {
+            if *lang != new::Language::Rust {
+                let root = new::create_guest(dir, name, *template, *lang, sdk.as_deref())?;
+                out!(
+                    "created {} (its README says how to test, build and run it)",
+                    root.display()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
             let root = new::create(dir, name, *template, sdk.as_deref())?;
             out!("created {}", root.display());
             out!(

@@ -60,6 +60,177 @@ impl Template {
     }
 }
 
+/// The language of a new plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum Language {
+    /// A Rust crate (`cargo test`, `cargo build --target wasm32-wasip2`).
+    Rust,
+    /// A Python module (pytest; built with componentize-py).
+    Python,
+    /// A JavaScript module (`node --test`; built with componentize-js).
+    Js,
+}
+
+impl Template {
+    /// The example operator of `language` this template starts from, and its tests.
+    fn guest_files(self, language: Language) -> (&'static str, &'static str) {
+        match (language, self) {
+            (Language::Python, Template::Map) => (
+                include_str!("../../../plugins-python/upper.py"),
+                include_str!("../../templates/guest/test_map.py"),
+            ),
+            (Language::Python, Template::Filter) => (
+                include_str!("../../../plugins-python/filter.py"),
+                include_str!("../../templates/guest/test_filter.py"),
+            ),
+            (Language::Python, Template::Keyed) => (
+                include_str!("../../../plugins-python/count.py"),
+                include_str!("../../templates/guest/test_keyed.py"),
+            ),
+            (Language::Python, Template::Window) => (
+                include_str!("../../../plugins-python/tumbling.py"),
+                include_str!("../../templates/guest/test_window.py"),
+            ),
+            (Language::Js, Template::Map) => (
+                include_str!("../../../plugins-js/upper.js"),
+                include_str!("../../templates/guest/map.test.js"),
+            ),
+            (Language::Js, Template::Filter) => (
+                include_str!("../../../plugins-js/filter.js"),
+                include_str!("../../templates/guest/filter.test.js"),
+            ),
+            (Language::Js, Template::Keyed) => (
+                include_str!("../../../plugins-js/count.js"),
+                include_str!("../../templates/guest/keyed.test.js"),
+            ),
+            (Language::Js, Template::Window) => (
+                include_str!("../../../plugins-js/tumbling.js"),
+                include_str!("../../templates/guest/window.test.js"),
+            ),
+            (Language::Rust, _) => unreachable!("Rust plugins are crates"),
+        }
+    }
+}
+
+/// Creates a Python or JavaScript plugin `name` in `dir/name` from `template`: the
+/// operator, its tests, a job file and a README, using the SDK and build script of the
+/// Sluice checkout at `checkout` (this build's, unless given). Returns the folder.
+pub(super) fn create_guest(
+    dir: &Path,
+    name: &str,
+    template: Template,
+    language: Language,
+    checkout: Option<&Path>,
+) -> Result<PathBuf> {
+    check_name(name)?;
+    let root = dir.join(name);
+    if root.exists() {
+        bail!(
+            "{} exists already: choose another name or folder (nothing was written)",
+            root.display()
+        );
+    }
+    let own = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let checkout = checkout.unwrap_or(&own);
+    let (sdk, script) = match language {
+        Language::Python => ("sdk-python", "scripts/build-python-plugin.sh"),
+        Language::Js => ("sdk-js", "scripts/build-js-plugin.sh"),
+        Language::Rust => unreachable!("Rust plugins are crates"),
+    };
+    if !checkout.join(sdk).is_dir() || !checkout.join(script).is_file() {
+        bail!(
+            "{} is not a Sluice checkout with {sdk}/ and {script}: {} plugins are built \
+             with them (pass --sdk CHECKOUT)",
+            checkout.display(),
+            match language {
+                Language::Python => "Python",
+                _ => "JavaScript",
+            }
+        );
+    }
+    let checkout = checkout
+        .canonicalize()
+        .with_context(|| format!("the checkout at {}", checkout.display()))?;
+    let lib = name.replace('-', "_");
+    let (source, operator) = template.job();
+    // The examples take no `prefix` (the Rust map template's config).
+    let operator = if template == Template::Map {
+        ""
+    } else {
+        operator
+    };
+    let (module, tests) = template.guest_files(language);
+    let c = checkout.display();
+    let (file, test_file, language_name, test, build) = match language {
+        Language::Python => (
+            format!("{lib}.py"),
+            format!("test_{lib}.py"),
+            "Python",
+            format!("PYTHONPATH={c}/sdk-python python3 -m pytest -q"),
+            format!("{c}/scripts/build-python-plugin.sh {lib}.py {lib}.wasm"),
+        ),
+        _ => (
+            format!("{lib}.js"),
+            format!("{lib}.test.js"),
+            "JavaScript",
+            "npm install && npm test".to_string(),
+            format!("{c}/scripts/build-js-plugin.sh {lib}.js {lib}.wasm"),
+        ),
+    };
+    let fill = |text: &str| {
+        text.replace("{{name}}", name)
+            .replace("{{lib}}", &lib)
+            .replace("{{template}}", template.name())
+            .replace("{{source}}", source)
+            .replace("{{operator}}", operator)
+            .replace("{{language}}", language_name)
+            .replace("{{checkout}}", &c.to_string())
+            .replace("{{test}}", &test)
+            .replace("{{build}}", &build)
+    };
+    let mut files = vec![
+        (file, module.to_string()),
+        (test_file, fill(tests)),
+        (
+            "job.toml".to_string(),
+            fill(include_str!("../../templates/guest/job.toml.in")),
+        ),
+        (
+            "README.md".to_string(),
+            fill(include_str!("../../templates/guest/README.md.in")),
+        ),
+        (
+            ".gitignore".to_string(),
+            "*.wasm
+/out
+/checkpoints
+__pycache__/
+node_modules/
+"
+            .to_string(),
+        ),
+    ];
+    if language == Language::Js {
+        let package = serde_json::json!({
+            "name": name,
+            "private": true,
+            "type": "module",
+            "scripts": { "test": "node --test" },
+            "dependencies": { "sluice-sdk": format!("file:{c}/sdk-js") },
+        });
+        files.push((
+            "package.json".to_string(),
+            serde_json::to_string_pretty(&package)? + "\n",
+        ));
+    }
+    std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+    for (file, text) in files {
+        let path = root.join(file);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(root)
+}
+
 /// Creates the crate `name` in `dir/name` from `template`, depending on the SDK at
 /// `sdk` (a path) or, without one, on the SDK found beside this build of Sluice, or else
 /// on the published `sluice-sdk`. Returns the crate's folder.
