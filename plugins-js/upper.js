@@ -1,9 +1,16 @@
-// `upper`: uppercases each record's value (UTF-8), keeping key and timestamp.
+// `upper`: uppercases each record's value (UTF-8; a value that is not UTF-8 gets its
+// ASCII letters uppercased, as the Rust `uppercase` does), keeping key and timestamp.
 import { Operator, exportOperator } from 'sluice-sdk';
 
 export class Upper extends Operator {
   process(record, ctx) {
-    ctx.emit(record.key, record.valueText().toUpperCase());
+    let upper;
+    try {
+      upper = record.valueText().toUpperCase();
+    } catch {
+      upper = record.value.map((b) => (b >= 0x61 && b <= 0x7a ? b - 32 : b));
+    }
+    ctx.emit(record.key, upper);
   }
 }
 

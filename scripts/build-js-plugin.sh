@@ -26,13 +26,15 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/node_modules"
 ln -s "$root/sdk-js" "$work/node_modules/sluice-sdk"
-cp "$module" "$work/plugin.js"
-cat > "$work/app.js" <<'APP'
-import './plugin.js'; // registers its operator with exportOperator
+# The module stays where it is, so that what it imports beside it (and its own
+# node_modules) resolve; `sluice-sdk` resolves to this checkout's through NODE_PATH.
+cat > "$work/app.js" <<APP
+import '$module'; // registers its operator with exportOperator
 export { streamOperator } from 'sluice-sdk/wasm';
 APP
-"$tools/node_modules/.bin/esbuild" "$work/app.js" --bundle --format=esm --platform=neutral \
-  --external:'sluice:operator/*' --log-level=warning --outfile="$work/bundle.js"
+NODE_PATH="$work/node_modules" "$tools/node_modules/.bin/esbuild" "$work/app.js" --bundle \
+  --format=esm --platform=neutral --external:'sluice:operator/*' --log-level=warning \
+  --outfile="$work/bundle.js"
 mkdir -p "$(dirname "$out")"
 "$tools/node_modules/.bin/componentize-js" "$work/bundle.js" --wit "$root/wit/operator.wit" \
   --world-name operator --disable http fetch-event -o "$out"

@@ -19,11 +19,10 @@ if [ ! -x "$venv/bin/componentize-py" ]; then
   "$venv/bin/pip" install --quiet "componentize-py==$version"
 fi
 name=$(basename "$module" .py)
-case $name in
-  app | sluice_sdk | sluice_wit | *[!A-Za-z0-9_]*)
-    echo "$module: name the module otherwise (a Python identifier, not app, sluice_sdk or sluice_wit)" >&2
-    exit 2 ;;
-esac
+if ! python3 -c 'import keyword, sys; n = sys.argv[1]; sys.exit(not n.isidentifier() or keyword.iskeyword(n) or n in ("app", "sluice_sdk", "sluice_wit"))' "$name"; then
+  echo "$module: name the module otherwise (a Python identifier, not a keyword, app, sluice_sdk or sluice_wit)" >&2
+  exit 2
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp "$module" "$work/$name.py"
@@ -32,5 +31,7 @@ import $name  # registers its operator with sluice_sdk.export
 from sluice_sdk._wasm import StreamOperator  # the export componentize-py looks for
 APP
 mkdir -p "$(dirname "$out")"
+# The module's own folder too, for the modules beside it that it imports.
 "$venv/bin/componentize-py" -d "$root/wit/operator.wit" -w operator \
-  --world-module sluice_wit componentize app -p "$work" -p "$root/sdk-python" -o "$out"
+  --world-module sluice_wit componentize app -p "$work" -p "$(dirname "$module")" \
+  -p "$root/sdk-python" -o "$out"

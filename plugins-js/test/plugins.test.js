@@ -12,6 +12,8 @@ test('upper', () => {
   const h = new Harness(Upper);
   h.process('k', 'straße');
   assert.deepEqual(h.takeValues(), ['STRASSE']);
+  h.process('k', Uint8Array.of(0xff, 0x61)); // not UTF-8: ASCII letters only
+  assert.deepEqual([...h.takeOutput()[0].value], [0xff, 0x41]);
 });
 
 test('filter', () => {
@@ -25,6 +27,9 @@ test('count, every record and final', () => {
   let h = new Harness(Count, { keyed: true });
   for (const k of ['x', 'y', 'x']) h.process(k, '');
   assert.deepEqual(h.takeValues(), ['1', '1', '2']);
+  h = new Harness(Count, { keyed: true, config: { format: 'postcard' } });
+  h.process('x', '');
+  assert.deepEqual([...h.takeOutput()[0].value], [1]);
   h = new Harness(Count, { keyed: true, config: { emit: 'final' } });
   for (const k of ['x', 'y', 'x']) h.process(k, '');
   h.finish();

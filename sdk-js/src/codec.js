@@ -20,11 +20,13 @@ export function timeFromI64(t) {
   return Number(t);
 }
 
-/** A Number time as the host's i64. */
+/** A Number time as the host's i64. Times are exact up to 2^53 ms (285,000 years);
+ * beyond, a Number is the i64 nearest, and those past the i64 range are its ends. */
 export function timeToI64(t) {
-  if (t === -Infinity) return I64_MIN;
-  if (t === Infinity) return I64_MAX;
-  if (!Number.isInteger(t)) throw new TypeError(`time ${t} is not an integer of milliseconds`);
+  if (!Number.isInteger(t) && Math.abs(t) !== Infinity) throw new TypeError(`time ${t} is not an integer of milliseconds`);
+  if (t >= 2 ** 63) return I64_MAX;
+  if (t < -(2 ** 63)) return I64_MIN;
+  if (t === -(2 ** 63)) return I64_MIN;
   return BigInt(t);
 }
 
@@ -161,6 +163,10 @@ export class Writer {
   }
 
   raw(b) {
+    if (typeof b === 'string') b = TEXT_ENCODER.encode(b);
+    else if (b === null || typeof b !== 'object' || typeof b.length !== 'number') {
+      throw new TypeError(`expected bytes (a Uint8Array or a string), not ${b === null ? 'null' : typeof b}`);
+    }
     this.reserve(b.length);
     this.bytes.set(b, this.length);
     this.length += b.length;

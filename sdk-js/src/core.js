@@ -80,9 +80,11 @@ class Effects {
     this.w.blob(key);
   }
   counter(name, delta) {
+    const d = BigInt(delta);
+    if (d < 0n || d >= 2n ** 64n) throw new Failed(`counter \`${name}\`: a delta of ${delta} (counters only grow, by less than 2^64)`);
     this.w.u8(COUNTER);
     this.w.blob(TEXT_ENCODER.encode(name));
-    this.w.u64(BigInt(delta));
+    this.w.u64(d);
   }
 }
 
@@ -252,7 +254,8 @@ class Shared {
   }
   /** `level`: trace, debug, info, warn or error. */
   log(level, message) {
-    this._call.host.log(level, String(message));
+    const known = ['trace', 'debug', 'info', 'warn', 'error'];
+    this._call.host.log(known.includes(level) ? level : 'info', String(message));
   }
   _get(state, key, userKey) {
     const call = this._call;
@@ -284,12 +287,15 @@ export class Context extends Shared {
    * event-time timer's time, or none. Keys and values are Uint8Arrays or strings. */
   emit(key, value, timestamp = undefined) {
     const ts = timestamp === undefined ? this._timestamp : timestamp;
-    writeRecord(this._call.records, asBytes(value), key === null || key === undefined ? null : asBytes(key), ts);
+    const r = this._record;
+    // Headers and the source partition go on with what a record leads to.
+    writeRecord(this._call.records, asBytes(value), key === null || key === undefined ? null : asBytes(key), ts, r?.headers ?? null, r?.partition ?? null);
     this._call.count++;
   }
   /** Emits a record to a side output declared in `open`. */
   emitTo(output, key, value) {
-    writeRecord(this._call.records, asBytes(value), key === null || key === undefined ? null : asBytes(key), this._timestamp, null, null, output.number);
+    const r = this._record;
+    writeRecord(this._call.records, asBytes(value), key === null || key === undefined ? null : asBytes(key), this._timestamp, r?.headers ?? null, r?.partition ?? null, output.number);
     this._call.count++;
   }
   /** Emits `record` as it is (headers and partition included). */
@@ -479,12 +485,14 @@ export class Instance {
           call.deleted.delete(id);
           continue;
         }
-        ctx._timestamp = domain === EVENT_TIME ? time : null;
-        op.onTimer({ domain, timestamp: time, key }, ctx);
         if (call.reregistered.has(id)) {
+          // Registered again by an earlier one and firing now: not once more (deleted
+          // before it runs, so it may register itself again).
           call.reregistered.delete(id);
           call.effects.timer(false, domain, time, key);
         }
+        ctx._timestamp = domain === EVENT_TIME ? time : null;
+        op.onTimer({ domain, timestamp: time, key }, ctx);
       }
     });
   }

@@ -141,6 +141,7 @@ class Bool extends Codec {
 
 class Bytes extends Codec {
   write(out, value) {
+    if (typeof value === 'string') value = TEXT_ENCODER.encode(value);
     out.push(varint(value.length));
     out.push(value);
   }
@@ -232,8 +233,26 @@ class Raw extends Codec {
   }
 }
 
-export const U8 = new Unsigned(8), U16 = new Unsigned(16), U32 = new Unsigned(32), U64 = new Unsigned(64);
-export const I8 = new Signed(8), I16 = new Signed(16), I32 = new Signed(32), I64 = new Signed(64);
+/** `u8` or `i8`: postcard writes them as one raw byte (only wider integers are varints). */
+class Byte extends Codec {
+  constructor(signed) {
+    super();
+    this.signed = signed;
+  }
+  write(out, value) {
+    const [low, high] = this.signed ? [-128, 127] : [0, 255];
+    if (!Number.isInteger(Number(value)) || value < low || value > high) throw new PostcardError(`${value} is not a${this.signed ? 'n i' : ' u'}8`);
+    out.push(Uint8Array.of(Number(value) & 0xff));
+  }
+  read(data, pos) {
+    if (pos >= data.length) throw new PostcardError('truncated byte');
+    const b = data[pos];
+    return [this.signed && b > 127 ? b - 256 : b, pos + 1];
+  }
+}
+
+export const U8 = new Byte(false), U16 = new Unsigned(16), U32 = new Unsigned(32), U64 = new Unsigned(64);
+export const I8 = new Byte(true), I16 = new Signed(16), I32 = new Signed(32), I64 = new Signed(64);
 export const F64 = new Float();
 export const BOOL = new Bool();
 export const BYTES = new Bytes();

@@ -33,7 +33,7 @@ export class HarnessError extends Error {
 
 const enc = (b) => (typeof b === 'string' ? new TextEncoder().encode(b) : b);
 const vkey = (s, k, uk) => `${s}|${k.length}|${bytesId(k)}${bytesId(uk)}`;
-const timerId = (d, t, k) => JSON.stringify([d, t, bytesId(k)]);
+const timerId = (d, t, k) => `${d}|${t}|${bytesId(k)}`;
 
 class Store {
   constructor(keyed) {
@@ -169,9 +169,9 @@ export class Harness {
     let first = 0;
     let k = 0;
     const due = (start) => {
-      const event = [...s.timers.values()].filter(([d]) => d === EVENT_TIME).map(([, t]) => t);
-      if (!event.length) return null;
-      const next = Math.min(...event);
+      let next = null;
+      for (const [d, t] of s.timers.values()) if (d === EVENT_TIME && (next === null || t < next)) next = t;
+      if (next === null) return null;
       for (let j = start; j < watermarks.length; j++) {
         const w = watermarks[j][1];
         if (w > s.watermark && w >= next) return j;

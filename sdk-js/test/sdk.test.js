@@ -38,6 +38,10 @@ test('postcard matches the Rust encodings', () => {
   assert.equal(postcard.U64.decode(postcard.U64.encode(2n ** 64n - 1n)), 2n ** 64n - 1n);
   assert.equal(postcard.I64.decode(postcard.I64.encode(-(2n ** 63n))), -(2n ** 63n));
   assert.equal(postcard.I64.decode(postcard.I64.encode(-123456)), -123456);
+  assert.equal(hex(postcard.U8.encode(200)), 'c8'); // u8 and i8: one raw byte
+  assert.equal(hex(postcard.I8.encode(-1)), 'ff');
+  assert.equal(hex(new postcard.Seq(postcard.U8).encode([200])), '01c8');
+  assert.equal(postcard.I8.decode(Uint8Array.of(0x80)), -128);
   assert.throws(() => postcard.U64.encode(-1));
   assert.throws(() => postcard.U64.decode(Uint8Array.of(0x80)));
 });
@@ -120,4 +124,58 @@ test('records say which input they came from', () => {
   h.process(null, 'b');
   assert.deepEqual(h.takeValues(), ['1:a', '0:b']);
   assert.throws(() => h.process(null, 'c', null, 2), RangeError);
+});
+
+class Juggler extends Operator {
+  static open(ctx) {
+    const op = new Juggler();
+    op.plans = ctx.mapState('plans', postcard.I64, postcard.STR);
+    return op;
+  }
+  process(record, ctx) {
+    this.plans.put(ctx, record.key, record.timestamp, record.valueText());
+    ctx.registerEventTimer(record.key, record.timestamp);
+  }
+  onTimer(timer, ctx) {
+    ctx.emit(timer.key, `t${timer.timestamp}`);
+    const [action, at] = (this.plans.get(ctx, timer.key, timer.timestamp) ?? '').split(':');
+    if (action === 'delete') ctx.deleteEventTimer(timer.key, Number(at));
+    if (action === 'again') ctx.registerEventTimer(timer.key, Number(at));
+  }
+}
+
+test('a timer deleted by an earlier one of the list does not fire', () => {
+  const h = new Harness(Juggler, { keyed: true });
+  h.process('k', 'delete:20', 10);
+  h.process('k', '', 20);
+  h.processWatermark(30);
+  assert.deepEqual(h.takeValues(), ['t10']);
+  assert.deepEqual(h.timers(), []);
+});
+
+test('a timer registered again while due fires once, deleted before it runs', async () => {
+  let h = new Harness(Juggler, { keyed: true });
+  h.process('k', 'again:20', 10);
+  h.process('k', '', 20);
+  h.processWatermark(30);
+  assert.deepEqual(h.takeValues(), ['t10', 't20']);
+  h = new Harness(Juggler, { keyed: true });
+  h.process('k', 'again:20', 10);
+  h.process('k', 'again:20', 20);
+  const { encodeTimers, decodeEffects } = await import('../src/codec.js');
+  const call = h.instance.onTimers(h.host, encodeTimers([[0, 10, bytes('k')], [0, 20, bytes('k')]]));
+  assert.deepEqual(decodeEffects(call.effects.w.finish()).map((e) => e[0]), [5, 6, 5]);
+});
+
+test('records emitted keep the headers and partition of the record processed', () => {
+  class Echo extends Operator {
+    process(record, ctx) {
+      ctx.emit(null, record.value);
+    }
+  }
+  const h = new Harness(Echo);
+  h.processBatch([new Record(bytes('a'), null, null, [[bytes('h'), bytes('1')]], 3)]);
+  const [out] = h.takeOutput();
+  assert.equal(out.partition, 3);
+  assert.equal(out.headers.length, 1);
 });

@@ -320,6 +320,7 @@ class _Shared:
 
     # State access through the call's overlay.
     def _get(self, state: int, key: bytes, user_key: bytes) -> Optional[bytes]:
+        key = bytes(key)
         call = self._call
         written = call.writes.get((state, key, user_key))
         if written is None:
@@ -339,7 +340,8 @@ class _Shared:
         self._call.effects.put(state, key, user_key, value)
 
     def _delete(self, state: int, key: bytes, user_key: bytes) -> None:
-        self._call.writes[(state, bytes(key), user_key)] = _ABSENT
+        key = bytes(key)
+        self._call.writes[(state, key, user_key)] = _ABSENT
         self._call.effects.delete(state, key, user_key)
 
 
@@ -358,13 +360,33 @@ class Context(_Shared):
         """Emits a record. Its timestamp is, unless given: the record's being processed,
         an event-time timer's time, or none."""
         ts = self._timestamp if timestamp is _ABSENT else timestamp
-        codec.encode_simple(self._call.records, bytes(value), None if key is None else bytes(key), ts)
+        key = None if key is None else bytes(key)
+        record = self._record
+        if record is not None and (record.headers or record.partition is not None):
+            # Headers and the source partition go on with what a record leads to.
+            codec.encode_record(
+                self._call.records,
+                Record(bytes(value), key, ts, record.headers, record.partition),
+            )
+        else:
+            codec.encode_simple(self._call.records, bytes(value), key, ts)
         self._call.count += 1
 
     def emit_to(self, output: SideOutput, key: Optional[bytes], value: bytes) -> None:
         """Emits a record to a side output declared in `open`."""
-        record = Record(bytes(value), None if key is None else bytes(key), self._timestamp)
-        self._emit(Record(record.value, record.key, record.timestamp, output=output.number))
+        current = self._record
+        headers = current.headers if current is not None else ()
+        partition = current.partition if current is not None else None
+        self._emit(
+            Record(
+                bytes(value),
+                None if key is None else bytes(key),
+                self._timestamp,
+                headers,
+                partition,
+                output.number,
+            )
+        )
 
     def emit_record(self, record: Record) -> None:
         """Emits `record` as it is (headers and partition included)."""
@@ -577,12 +599,13 @@ class Instance:
                 if timer in call.deleted:
                     call.deleted.discard(timer)
                     continue
-                ctx._timestamp = ts if domain == EVENT_TIME else None
-                operator.on_timer(Timer(domain, ts, bytes(key)), ctx)
                 if timer in call.reregistered:
-                    # Registered again by an earlier one and fired now: not once more.
+                    # Registered again by an earlier one and firing now: not once more
+                    # (deleted before it runs, so it may register itself again).
                     call.reregistered.discard(timer)
                     call.effects.timer(False, domain, ts, key)
+                ctx._timestamp = ts if domain == EVENT_TIME else None
+                operator.on_timer(Timer(domain, ts, bytes(key)), ctx)
 
         return self._run("on-timers", host, run)
 

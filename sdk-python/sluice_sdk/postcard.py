@@ -218,8 +218,28 @@ class Raw(Codec):
         return bytes(data[pos:]), len(data)
 
 
-U8, U16, U32, U64 = _Unsigned(8), _Unsigned(16), _Unsigned(32), _Unsigned(64)
-I8, I16, I32, I64 = _Signed(8), _Signed(16), _Signed(32), _Signed(64)
+class _Byte(Codec):
+    """`u8` or `i8`: postcard writes them as one raw byte (only wider integers are
+    varints)."""
+
+    def __init__(self, signed: bool):
+        self.signed = signed
+
+    def write(self, out: bytearray, value: int) -> None:
+        low, high = (-128, 127) if self.signed else (0, 255)
+        if not low <= value <= high:
+            raise PostcardError(f"{value} is not a{'n i' if self.signed else ' u'}8")
+        out.append(value & 0xFF)
+
+    def read(self, data: bytes, pos: int) -> Tuple[int, int]:
+        if pos >= len(data):
+            raise PostcardError("truncated byte")
+        b = data[pos]
+        return (b - 256 if self.signed and b > 127 else b), pos + 1
+
+
+U8, U16, U32, U64 = _Byte(False), _Unsigned(16), _Unsigned(32), _Unsigned(64)
+I8, I16, I32, I64 = _Byte(True), _Signed(16), _Signed(32), _Signed(64)
 F64 = _Float()
 BOOL = _Bool()
 BYTES = _Bytes()

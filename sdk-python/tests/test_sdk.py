@@ -45,6 +45,11 @@ def test_postcard_matches_the_rust_encodings():
     assert postcard.Tuple(postcard.I64, postcard.U64).encode((1, 2)) == b"\x02\x02"
     assert postcard.Option(postcard.U8).encode(None) == b"\x00"
     assert postcard.Seq(postcard.U8).encode([1, 2]) == b"\x02\x01\x02"
+    # u8 and i8 are one raw byte, not varints.
+    assert postcard.U8.encode(200) == b"\xc8"
+    assert postcard.I8.encode(-1) == b"\xff"
+    assert postcard.Seq(postcard.U8).encode([200]) == b"\x01\xc8"
+    assert postcard.I8.decode(b"\x80") == -128
     for codec_, value in [
         (postcard.I64, -(1 << 63)),
         (postcard.I64, (1 << 63) - 1),
@@ -238,3 +243,67 @@ def test_values_read_in_earlier_calls_follow_later_writes_and_clears():
     assert h.take_values() == [b"(None, None)", b"(1, 1)", b"(2, 2)", b"(None, None)", b"(3, 3)"]
     # What the host holds agrees.
     assert postcard.U64.decode(h.state_value("v", b"k")) == 3
+
+
+class Juggler(Operator):
+    """At each timer, does what its record's value said: `delete:T` deletes the timer of
+    the same key at T, `again:T` registers it (again)."""
+
+    @classmethod
+    def open(cls, ctx):
+        op = cls()
+        op.plans = ctx.map_state("plans", postcard.I64, postcard.STR)
+        return op
+
+    def process(self, record, ctx):
+        self.plans.put(ctx, record.key, record.timestamp, record.value.decode())
+        ctx.register_event_timer(record.key, record.timestamp)
+
+    def on_timer(self, timer, ctx):
+        ctx.emit(timer.key, b"t%d" % timer.timestamp)
+        plan = self.plans.get(ctx, timer.key, timer.timestamp) or ""
+        action, _, at = plan.partition(":")
+        if action == "delete":
+            ctx.delete_event_timer(timer.key, int(at))
+        elif action == "again":
+            ctx.register_event_timer(timer.key, int(at))
+
+
+def test_a_timer_deleted_by_an_earlier_one_of_the_list_does_not_fire():
+    h = Harness(Juggler, keyed=True)
+    h.process(b"k", b"delete:20", 10)
+    h.process(b"k", b"", 20)
+    h.process_watermark(30)
+    assert h.take_values() == [b"t10"]
+    assert h.timers() == []
+
+
+def test_a_timer_registered_again_while_due_fires_once_and_may_register_itself():
+    h = Harness(Juggler, keyed=True)
+    h.process(b"k", b"again:20", 10)
+    h.process(b"k", b"", 20)
+    h.process_watermark(30)
+    # 10 registers 20 again while 20 waits in the same list: it fires once.
+    assert h.take_values() == [b"t10", b"t20"]
+    assert h.timers() == []
+    # The cancelling delete comes before the timer runs, so one that registers itself
+    # again is kept (as the Rust SDK does): register, delete, register.
+    h = Harness(Juggler, keyed=True)
+    h.process(b"k", b"again:20", 10)
+    h.process(b"k", b"again:20", 20)
+    instance, host = h.instance, h.host
+    timers = codec.encode_timers([(EVENT_TIME, 10, b"k"), (EVENT_TIME, 20, b"k")])
+    call = instance.on_timers(host, timers)
+    kinds = [e[0] for e in codec.decode_effects(bytes(call.effects.out))]
+    assert kinds == [codec.REGISTER_TIMER, codec.DELETE_TIMER, codec.REGISTER_TIMER]
+
+
+def test_records_emitted_keep_the_headers_and_partition_of_the_record_processed():
+    import upper
+
+    h = Harness(upper.Upper)
+    h.process_batch([Record(b"a", None, None, ((b"h", b"1"),), 3)])
+    (out,) = h.take_output()
+    assert (out.value, out.headers, out.partition) == (b"A", ((b"h", b"1"),), 3)
+    h.process(None, b"\xffabc")
+    assert h.take_values() == [b"\xffABC"]

@@ -112,6 +112,49 @@ impl Template {
     }
 }
 
+/// Module names a Python operator cannot have: Python's keywords, and the modules the
+/// build puts beside it.
+const PYTHON_RESERVED: &[&str] = &[
+    "False",
+    "None",
+    "True",
+    "and",
+    "as",
+    "assert",
+    "async",
+    "await",
+    "break",
+    "class",
+    "continue",
+    "def",
+    "del",
+    "elif",
+    "else",
+    "except",
+    "finally",
+    "for",
+    "from",
+    "global",
+    "if",
+    "import",
+    "in",
+    "is",
+    "lambda",
+    "nonlocal",
+    "not",
+    "or",
+    "pass",
+    "raise",
+    "return",
+    "try",
+    "while",
+    "with",
+    "yield",
+    "app",
+    "sluice_sdk",
+    "sluice_wit",
+];
+
 /// Creates a Python or JavaScript plugin `name` in `dir/name` from `template`: the
 /// operator, its tests, a job file and a README, using the SDK and build script of the
 /// Sluice checkout at `checkout` (this build's, unless given). Returns the folder.
@@ -152,6 +195,12 @@ pub(super) fn create_guest(
         .canonicalize()
         .with_context(|| format!("the checkout at {}", checkout.display()))?;
     let lib = name.replace('-', "_");
+    if language == Language::Python && (PYTHON_RESERVED.contains(&lib.as_str())) {
+        bail!(
+            "{name:?} cannot name a Python operator: its module `{lib}` would be a keyword or \
+             a module the build uses (app, sluice_sdk, sluice_wit); choose another name"
+        );
+    }
     let (source, operator) = template.job();
     // The examples take no `prefix` (the Rust map template's config).
     let operator = if template == Template::Map {
