@@ -42,7 +42,9 @@ class Store {
     this.watermark = -Infinity;
     this.states = new Map(); // name -> [id, kind]
     this.values = new Map(); // vkey -> [state, key, userKey, value]
-    this.lists = new Map(); // `${state}|${bytesId(key)}` -> [values]
+    this.lists = new Map(); // `${state}|${bytesId(key)}` -> [[time appended, value]]
+    this.written = new Map(); // vkey -> processing time of the last write
+    this.ttls = new Map(); // state id -> time-to-live (ms)
     this.timers = new Map(); // timerId -> [domain, time, key]
     this.counters = new Map();
     this.logs = [];
@@ -61,13 +63,18 @@ export class Harness {
       store.values = new Map(restore.values);
       store.lists = new Map([...restore.lists].map(([k, v]) => [k, [...v]]));
       store.timers = new Map(restore.timers);
+      store.written = new Map(restore.written);
+      store.ttls = new Map(restore.ttls);
       store.watermark = restore.watermark;
     }
     this.store = store;
+    // Whether an entry written at `written` still reads: a state with a time-to-live
+    // drops entries not written for that long, as the host does.
+    const live = (state, written) => !store.ttls.has(state) || store.processingTime < written + store.ttls.get(state);
     this.host = {
       processingTime: () => store.processingTime,
       currentWatermark: () => store.watermark,
-      declareState(name, kind) {
+      declareState(name, kind, ttlMs) {
         if (!store.opening) throw new Error('states are declared in `open` only');
         if (!store.keyed) throw new Error('keyed state needs keyed input (`key_by` in the job file)');
         const known = store.states.get(name);
@@ -76,14 +83,20 @@ export class Harness {
           return known[0];
         }
         store.states.set(name, [store.states.size, kind]);
+        if (ttlMs !== null && ttlMs !== undefined) store.ttls.set(store.states.size - 1, ttlMs);
         return store.states.size - 1;
       },
-      stateGet: (s, k, uk) => store.values.get(vkey(s, k, uk))?.[3] ?? null,
+      stateGet(s, k, uk) {
+        const key = vkey(s, k, uk);
+        return live(s, store.written.get(key) ?? 0) ? (store.values.get(key)?.[3] ?? null) : null;
+      },
       stateEntries(s, k) {
         const list = store.lists.get(`${s}|${bytesId(k)}`);
-        if (list) return encodeEntries(list.map((v) => [new Uint8Array(0), v]));
+        if (list) return encodeEntries(list.filter(([t]) => live(s, t)).map(([, v]) => [new Uint8Array(0), v]));
         const kid = bytesId(k);
-        const entries = [...store.values.values()].filter(([st, key]) => st === s && bytesId(key) === kid).map(([, , uk, v]) => [uk, v]);
+        const entries = [...store.values.entries()]
+          .filter(([w, [st, key]]) => st === s && bytesId(key) === kid && live(s, store.written.get(w) ?? 0))
+          .map(([, [, , uk, v]]) => [uk, v]);
         entries.sort((a, b) => (bytesId(a[0]) < bytesId(b[0]) ? -1 : 1));
         return encodeEntries(entries);
       },
@@ -124,7 +137,10 @@ export class Harness {
     const s = this.store;
     for (const e of decodeEffects(call.effects.w.finish())) {
       const [kind] = e;
-      if (kind === PUT) s.values.set(vkey(e[1], e[2], e[3]), [e[1], e[2].slice(), e[3].slice(), e[4].slice()]);
+      if (kind === PUT) {
+        s.values.set(vkey(e[1], e[2], e[3]), [e[1], e[2].slice(), e[3].slice(), e[4].slice()]);
+        s.written.set(vkey(e[1], e[2], e[3]), s.processingTime);
+      }
       else if (kind === DELETE) s.values.delete(vkey(e[1], e[2], e[3]));
       else if (kind === CLEAR) {
         s.lists.delete(`${e[1]}|${bytesId(e[2])}`);
@@ -133,7 +149,7 @@ export class Harness {
       } else if (kind === APPEND) {
         const l = `${e[1]}|${bytesId(e[2])}`;
         if (!s.lists.has(l)) s.lists.set(l, []);
-        s.lists.get(l).push(e[3].slice());
+        s.lists.get(l).push([s.processingTime, e[3].slice()]);
       } else if (kind === REGISTER_TIMER) s.timers.set(timerId(e[1], e[2], e[3]), [e[1], e[2], e[3].slice()]);
       else if (kind === DELETE_TIMER) s.timers.delete(timerId(e[1], e[2], e[3]));
       else if (kind === COUNTER) s.counters.set(e[1], (s.counters.get(e[1]) ?? 0n) + e[2]);
@@ -239,6 +255,8 @@ export class Harness {
       lists: new Map([...s.lists].map(([k, v]) => [k, [...v]])),
       timers: new Map(s.timers),
       watermark: s.watermark,
+      written: new Map(s.written),
+      ttls: new Map(s.ttls),
     };
   }
 

@@ -179,3 +179,29 @@ test('records emitted keep the headers and partition of the record processed', (
   assert.equal(out.partition, 3);
   assert.equal(out.headers.length, 1);
 });
+
+class Remembers extends Operator {
+  static open(ctx) {
+    const op = new Remembers();
+    op.last = ctx.valueState('last', postcard.STR, 100);
+    op.seen = ctx.listState('seen', postcard.STR, 100);
+    return op;
+  }
+  process(record, ctx) {
+    ctx.emit(record.key, JSON.stringify([this.last.get(ctx, record.key), this.seen.get(ctx, record.key).length]));
+    this.last.put(ctx, record.key, record.valueText());
+    this.seen.add(ctx, record.key, record.valueText());
+  }
+}
+
+test('state with a time-to-live reads as absent once it expired', () => {
+  const h = new Harness(Remembers, { keyed: true, processingTime: 1000 });
+  h.process('k', 'a');
+  h.setProcessingTime(1099);
+  h.process('k', 'b');
+  h.setProcessingTime(1150); // "a" expired at 1100, "b" (written at 1099) lives
+  h.process('k', 'c');
+  h.setProcessingTime(1300);
+  h.process('k', 'd');
+  assert.deepEqual(h.takeValues(), ['[null,0]', '["a",1]', '["b",1]', '[null,0]']);
+});

@@ -37,9 +37,11 @@ class Snapshot:
     operator_state: bytes
     states: Dict[str, Tuple[int, str]]
     values: Dict[Tuple[int, bytes, bytes], bytes]
-    lists: Dict[Tuple[int, bytes], List[bytes]]
+    lists: Dict[Tuple[int, bytes], List[Tuple[int, bytes]]]
     timers: set
     watermark: int
+    written: Dict[Tuple[int, bytes, bytes], int] = field(default_factory=dict)
+    ttls: Dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -51,7 +53,12 @@ class _Store:
     watermark: int = I64_MIN
     states: Dict[str, Tuple[int, str]] = field(default_factory=dict)
     values: Dict[Tuple[int, bytes, bytes], bytes] = field(default_factory=dict)
-    lists: Dict[Tuple[int, bytes], List[bytes]] = field(default_factory=dict)
+    # List elements with the processing time each was appended at.
+    lists: Dict[Tuple[int, bytes], List[Tuple[int, bytes]]] = field(default_factory=dict)
+    # When each value or map entry was last written (for time-to-live).
+    written: Dict[Tuple[int, bytes, bytes], int] = field(default_factory=dict)
+    # State id -> time-to-live in milliseconds.
+    ttls: Dict[int, int] = field(default_factory=dict)
     timers: set = field(default_factory=set)
     counters: Dict[str, int] = field(default_factory=dict)
     logs: List[Tuple[str, str]] = field(default_factory=list)
@@ -81,17 +88,30 @@ class _HarnessHost:
             return known[0]
         state_id = len(self.s.states)
         self.s.states[name] = (state_id, kind)
+        if ttl_ms is not None:
+            self.s.ttls[state_id] = ttl_ms
         return state_id
 
+    def _live(self, state: int, written: int) -> bool:
+        """Whether an entry written at `written` still reads, as the host decides: a
+        state with a time-to-live drops entries not written for that long."""
+        ttl = self.s.ttls.get(state)
+        return ttl is None or self.s.processing_time < written + ttl
+
     def state_get(self, state: int, key: bytes, user_key: bytes) -> Optional[bytes]:
-        return self.s.values.get((state, bytes(key), bytes(user_key)))
+        entry = (state, bytes(key), bytes(user_key))
+        if entry in self.s.values and not self._live(state, self.s.written.get(entry, 0)):
+            return None
+        return self.s.values.get(entry)
 
     def state_entries(self, state: int, key: bytes) -> bytes:
         lists = self.s.lists.get((state, bytes(key)))
         if lists is not None:
-            return codec.encode_entries([(b"", v) for v in lists])
+            return codec.encode_entries([(b"", v) for t, v in lists if self._live(state, t)])
         entries = sorted(
-            (uk, v) for (s, k, uk), v in self.s.values.items() if s == state and k == key
+            (uk, v)
+            for (s, k, uk), v in self.s.values.items()
+            if s == state and k == key and self._live(state, self.s.written.get((s, k, uk), 0))
         )
         return codec.encode_entries(entries)
 
@@ -130,6 +150,8 @@ class Harness:
             self.store.states = dict(restore.states)
             self.store.values = dict(restore.values)
             self.store.lists = {k: list(v) for k, v in restore.lists.items()}
+            self.store.written = dict(restore.written)
+            self.store.ttls = dict(restore.ttls)
             self.store.timers = set(restore.timers)
             self.store.watermark = restore.watermark
         self.host = _HarnessHost(self.store)
@@ -163,6 +185,7 @@ class Harness:
             if kind == codec.PUT:
                 _, s, k, uk, v = effect
                 self.store.values[(s, k, uk)] = v
+                self.store.written[(s, k, uk)] = self.store.processing_time
             elif kind == codec.DELETE:
                 _, s, k, uk = effect
                 self.store.values.pop((s, k, uk), None)
@@ -173,7 +196,7 @@ class Harness:
                     del self.store.values[entry]
             elif kind == codec.APPEND:
                 _, s, k, v = effect
-                self.store.lists.setdefault((s, k), []).append(v)
+                self.store.lists.setdefault((s, k), []).append((self.store.processing_time, v))
             elif kind == codec.REGISTER_TIMER:
                 _, d, ts, k = effect
                 self.store.timers.add((d, ts, k))
@@ -297,6 +320,8 @@ class Harness:
             {k: list(v) for k, v in self.store.lists.items()},
             set(self.store.timers),
             self.store.watermark,
+            dict(self.store.written),
+            dict(self.store.ttls),
         )
 
     def notify_complete(self, checkpoint_id: int) -> None:

@@ -307,3 +307,32 @@ def test_records_emitted_keep_the_headers_and_partition_of_the_record_processed(
     assert (out.value, out.headers, out.partition) == (b"A", ((b"h", b"1"),), 3)
     h.process(None, b"\xffabc")
     assert h.take_values() == [b"\xffABC"]
+
+
+class Remembers(Operator):
+    """Emits what it remembered of the key (kept for 100 ms of processing time), then
+    remembers the record's value."""
+
+    @classmethod
+    def open(cls, ctx):
+        op = cls()
+        op.last = ctx.value_state("last", postcard.BYTES, ttl_ms=100)
+        op.seen = ctx.list_state("seen", postcard.BYTES, ttl_ms=100)
+        return op
+
+    def process(self, record, ctx):
+        ctx.emit(record.key, repr((self.last.get(ctx, record.key), len(self.seen.get(ctx, record.key)))).encode())
+        self.last.put(ctx, record.key, record.value)
+        self.seen.add(ctx, record.key, record.value)
+
+
+def test_state_with_a_time_to_live_reads_as_absent_once_it_expired():
+    h = Harness(Remembers, keyed=True, processing_time=1000)
+    h.process(b"k", b"a")
+    h.set_processing_time(1099)
+    h.process(b"k", b"b")
+    h.set_processing_time(1150)  # "a" expired at 1100, "b" (written at 1099) lives
+    h.process(b"k", b"c")
+    h.set_processing_time(1300)
+    h.process(b"k", b"d")
+    assert h.take_values() == [b"(None, 0)", b"(b'a', 1)", b"(b'b', 1)", b"(None, 0)"]
