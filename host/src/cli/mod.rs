@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -576,7 +576,7 @@ fn run_jobs(
             thread,
         ));
     }
-    watch_signals(controls, checkpointing, drain)?;
+    let savepoint_reports = watch_signals(controls, checkpointing, drain)?;
     let done = Arc::new(AtomicBool::new(false));
     // Never drawn between the lines of a stdout sink.
     let progress = (!quiet && !to_stdout && std::io::stderr().is_terminal()).then(|| {
@@ -604,6 +604,10 @@ fn run_jobs(
     done.store(true, Ordering::Relaxed);
     if let Some(p) = progress {
         let _ = p.join();
+    }
+    let reports = std::mem::take(&mut *savepoint_reports.lock().unwrap_or_else(|e| e.into_inner()));
+    for report in reports {
+        let _ = report.join();
     }
     let several = results.len() > 1;
     let mut code = ExitCode::SUCCESS;
@@ -698,16 +702,22 @@ fn print_tenants(tenants: &BTreeMap<String, TenantTotals>) {
     }
 }
 
+/// The threads that report how a stop's savepoints went: joined before the command
+/// exits, so that what they print is not lost when the jobs end first.
+type SavepointReports = Arc<Mutex<Vec<thread::JoinHandle<()>>>>;
+
 /// SIGTERM / SIGINT: the first stops every job (with a savepoint when they checkpoint),
 /// the second cancels them.
 fn watch_signals(
     controls: Vec<Sender<JobControl>>,
     checkpointing: bool,
     drain: bool,
-) -> Result<()> {
+) -> Result<SavepointReports> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
         .context("installing signal handlers")?;
+    let reports = SavepointReports::default();
+    let spawned = reports.clone();
     thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
@@ -726,7 +736,9 @@ fn watch_signals(
                     let (reply, answer) = unbounded();
                     let _ = control.send(JobControl::StopWithSavepoint { drain, reply });
                     let control = control.clone();
-                    thread::spawn(move || match answer.recv() {
+                    // The answer comes before the job ends, or the job ends without one
+                    // (the reply is dropped): either way the thread ends.
+                    let report = thread::spawn(move || match answer.recv() {
                         Ok(Ok(path)) => {
                             eprintln!("sluice: savepoint written to {}", path.display())
                         }
@@ -736,10 +748,14 @@ fn watch_signals(
                         }
                         Err(_) => {}
                     });
+                    spawned
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(report);
                 }
             }
         })?;
-    Ok(())
+    Ok(reports)
 }
 
 /// How far a job's input goes, when that is known before it runs.
