@@ -307,10 +307,21 @@ mod tests {
         let service = ProcessingTimeService::new("t");
         let (tx, rx) = unbounded();
         let past = now_millis() - 1000;
+        // A first overdue timer holds the service's thread until the others are all
+        // registered, so they are overdue together (else the first registered may fire
+        // before the next is there).
+        let (hold, held) = unbounded::<()>();
+        let (entered, in_first) = unbounded::<()>();
+        service.register_timer(past, move |_| {
+            entered.send(()).unwrap();
+            held.recv().unwrap();
+        });
+        in_first.recv().unwrap();
         for offset in [3, 1, 2] {
             let tx = tx.clone();
             service.register_timer(past + offset, move |at| tx.send(at - past).unwrap());
         }
+        hold.send(()).unwrap();
         let fired: Vec<i64> = (0..3).map(|_| rx.recv().unwrap()).collect();
         assert_eq!(fired, vec![1, 2, 3]);
     }
