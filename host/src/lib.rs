@@ -2,6 +2,7 @@
 pub mod chain;
 pub mod checkpoint;
 pub mod cli;
+pub mod cluster;
 pub mod connectors;
 pub mod failpoints;
 pub mod job;

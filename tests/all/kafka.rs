@@ -114,7 +114,7 @@ fn kill_after_a_checkpoint_and_resume(
 }
 
 /// Checks `word<TAB>count` lines of running counts against the counts of `text`.
-fn assert_counts(lines: &str, text: &str) {
+pub(crate) fn assert_counts(lines: &str, text: &str) {
     let counts = final_counts_any_order(lines).expect("running counts without gaps or repeats");
     assert_eq!(counts, expected_word_counts(text, 1));
 }
@@ -168,7 +168,7 @@ topic = "{topic}"
 
 /// `word<TAB>count` lines of the records `count` wrote (key: the word, value: its
 /// running count).
-fn as_count_lines(records: &[Read]) -> String {
+pub(crate) fn as_count_lines(records: &[Read]) -> String {
     records
         .iter()
         .map(|r| format!("{}\t{}\n", r.key.as_deref().unwrap_or(""), r.value))
@@ -177,7 +177,7 @@ fn as_count_lines(records: &[Read]) -> String {
 
 /// `lines` of sample text written to a new topic of `partitions` partitions; returns
 /// the topic and the text.
-fn topic_of_lines(
+pub(crate) fn topic_of_lines(
     broker: &str,
     name: &str,
     partitions: i32,

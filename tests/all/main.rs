@@ -5,6 +5,7 @@ mod at_least_once;
 mod bad_input;
 mod checkpoints;
 mod cli;
+mod cluster;
 mod compat;
 mod dashboard;
 mod event_time;

@@ -244,7 +244,14 @@ pub struct CoordinatorSetup {
     pub protect: Option<PathBuf>,
     /// The ids of the vertices of each chain (by chain index), for finished tasks.
     pub chain_vertices: BTreeMap<usize, Vec<String>>,
+    /// Runs on every completed checkpoint or savepoint (its id and folder), before any
+    /// task hears of it; an error aborts it.
+    pub on_complete: Option<CheckpointHook>,
 }
+
+/// What a job does with each completed checkpoint before its tasks are notified (a unit
+/// of a job over several hosts copies it to the storage every host reads).
+pub type CheckpointHook = Arc<dyn Fn(u64, &Path) -> Result<()> + Send + Sync>;
 
 /// The coordinator loop. Runs on its own thread until [`CoordinatorMessage::Shutdown`].
 pub struct Coordinator {
@@ -546,6 +553,14 @@ impl Coordinator {
         };
         if let Err(e) = self.setup.storage.commit(&folder, &metadata) {
             let reason = format!("writing metadata failed: {e:#}");
+            self.pending.insert(id, pending);
+            self.abort(id, reason);
+            return;
+        }
+        if let Some(hook) = &self.setup.on_complete
+            && let Err(e) = hook(id, &folder)
+        {
+            let reason = format!("{e:#}");
             self.pending.insert(id, pending);
             self.abort(id, reason);
             return;

@@ -17,8 +17,9 @@ mod storage;
 
 pub use async_part::{AsyncPartHandle, AsyncPool, CheckpointLink};
 pub use coordinator::{
-    AckOutcome, Acknowledgement, CheckpointSettings, CheckpointStats, CompletedCheckpoint,
-    Coordinator, CoordinatorMessage, CoordinatorSetup, PendingCheckpoint, next_trigger,
+    AckOutcome, Acknowledgement, CheckpointHook, CheckpointSettings, CheckpointStats,
+    CompletedCheckpoint, Coordinator, CoordinatorMessage, CoordinatorSetup, PendingCheckpoint,
+    next_trigger,
 };
 pub use format::{read_operator_state, write_operator_state};
 pub use snapshot::{OperatorSnapshot, StateHandle, TaskId};

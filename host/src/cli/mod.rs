@@ -84,6 +84,18 @@ enum Command {
         /// No progress line and no summary.
         #[arg(long, short)]
         quiet: bool,
+        /// Run the job together with the other hosts that run it with these Kafka
+        /// brokers (or `[cluster] bootstrap` when none is given): the hosts share its
+        /// units, and take over those of a host that dies. Runs until the whole job
+        /// finished or SIGTERM / Ctrl-C (this host's units move to the others).
+        #[arg(
+            long,
+            value_name = "HOST:PORT",
+            num_args = 0..=1,
+            default_missing_value = "",
+            conflicts_with_all = ["from_checkpoint", "fresh", "drain_on_stop"]
+        )]
+        cluster: Option<String>,
     },
     /// Take a savepoint of a job that `sluice run` is running, without stopping it; prints
     /// the savepoint's folder.
@@ -147,10 +159,15 @@ enum Command {
         #[command(flatten)]
         remote: Remote,
     },
-    /// Show a job on a server: state, tasks, checkpoints, metrics, last failure.
+    /// Show a job on a server: state, tasks, checkpoints, metrics, last failure; with
+    /// `--cluster`, a job run over several hosts: its hosts and the units each runs.
     Status {
-        /// The job id.
+        /// The job id (with `--cluster`, the job file).
         id: String,
+        /// The job file `id` runs over several hosts with these Kafka brokers (or
+        /// `[cluster] bootstrap` when none is given).
+        #[arg(long, value_name = "HOST:PORT", num_args = 0..=1, default_missing_value = "")]
+        cluster: Option<String>,
         #[command(flatten)]
         remote: Remote,
     },
@@ -375,7 +392,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             allow_non_restored_state,
             drain_on_stop,
             quiet,
+            cluster,
         } => {
+            if let Some(bootstrap) = cluster {
+                let [job] = &jobs[..] else {
+                    anyhow::bail!("--cluster runs one job file");
+                };
+                return run_cluster(&cli, job, host_config.as_deref(), bootstrap);
+            }
             let restore = match from_checkpoint.as_deref() {
                 None => RestorePoint::Fresh,
                 Some("latest") => RestorePoint::Latest,
@@ -442,9 +466,30 @@ fn run(cli: Cli) -> Result<ExitCode> {
             format!("{}\n", remote::job_line(v))
         }),
         Command::List { remote } => remote.print(&remote.client()?.list()?, remote::job_table),
-        Command::Status { id, remote } => {
-            remote.print(&remote.client()?.status(id)?, remote::job_detail)
+        Command::Status {
+            id,
+            cluster: Some(bootstrap),
+            ..
+        } => {
+            let graph = crate::job::load_graph(Path::new(id))?;
+            let settings = crate::cluster::ClusterSettings::of(
+                &graph,
+                Some(bootstrap)
+                    .filter(|b| !b.is_empty())
+                    .map(String::as_str),
+            )?;
+            write!(
+                std::io::stdout(),
+                "{}",
+                crate::cluster::status(&graph, settings)?
+            )?;
+            Ok(ExitCode::SUCCESS)
         }
+        Command::Status {
+            id,
+            cluster: None,
+            remote,
+        } => remote.print(&remote.client()?.status(id)?, remote::job_detail),
         Command::Cancel { id, remote } => remote.print(&remote.client()?.cancel(id)?, |v| {
             format!("{}\n", remote::job_line(v))
         }),
@@ -493,6 +538,50 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `sluice run --cluster`: this host's share of a job run over several hosts, until the
+/// whole job finished or SIGTERM / SIGINT.
+fn run_cluster(
+    cli: &Cli,
+    job: &Path,
+    host_config: Option<&Path>,
+    bootstrap: &str,
+) -> Result<ExitCode> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let host = match host_config {
+        Some(path) => HostConfig::load(path)?,
+        None => HostConfig::default(),
+    };
+    let graph = crate::job::load_graph(job)?;
+    let settings =
+        crate::cluster::ClusterSettings::of(&graph, Some(bootstrap).filter(|b| !b.is_empty()))
+            .with_context(|| format!("{}", job.display()))?;
+    let cluster_host =
+        crate::cluster::ClusterHost::new(&graph, settings, engine(cli)?, Arc::new(host))?;
+    let (stop, stopped) = crossbeam_channel::bounded(1);
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .context("installing signal handlers")?;
+    thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                eprintln!(
+                    "\nsluice: leaving the cluster (signal {signal}): units move to the other hosts"
+                );
+                let _ = stop.send(());
+            }
+        })
+        .context("starting the signal thread")?;
+    match cluster_host.run(&stopped)? {
+        crate::cluster::HostEnd::JobFinished => {
+            eprintln!("job '{}' finished on every host", graph.name);
+        }
+        crate::cluster::HostEnd::Stopped => {
+            eprintln!("host {} left job '{}'", cluster_host.client_id, graph.name);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `sluice serve`: answers until SIGTERM or SIGINT, then stops the jobs with savepoints.

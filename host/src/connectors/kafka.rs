@@ -103,7 +103,19 @@ pub struct KafkaSourceConfig {
     /// Read only up to the end of each partition as it is when the job first starts
     /// (Flink's bounded mode), then end; otherwise read forever.
     pub bounded: bool,
+    /// Read this partition only, whatever the subtask: a unit of a job spread over
+    /// several hosts runs one source partition.
+    pub split: Option<(String, i32)>,
+    /// Read an exchange topic that this many producers write (see
+    /// [`EXCHANGE_WATERMARK`]): their watermark records set event time and end the input.
+    pub exchange_producers: Option<u32>,
 }
+
+/// The header that marks a record of an exchange topic as a watermark, not data: its
+/// value is the producer's number (decimal), the record's value its watermark (8 bytes,
+/// big-endian). Each producer writes its watermark to every partition it feeds; a reader
+/// takes the smallest over all producers, and `i64::MAX` from every one ends its input.
+pub const EXCHANGE_WATERMARK: &str = "sluice-watermark";
 
 /// Flink's `KafkaSourceEnumerator.getSplitOwner`: the source subtask (of `readers`) that
 /// reads `partition` of `topic`. Partitions of one topic go round-robin from a start
@@ -193,6 +205,8 @@ pub struct KafkaSource {
     /// Positions taken for checkpoints, until they complete (then committed) or a later
     /// one completes.
     pending: BTreeMap<u64, Vec<(String, i32, i64)>>,
+    /// An exchange topic's reader: the newest watermark of each producer (checkpointed).
+    producer_watermarks: BTreeMap<u32, i64>,
 }
 
 impl KafkaSource {
@@ -253,6 +267,7 @@ impl KafkaSource {
             last_discovery: Instant::now(),
             started_at: Instant::now(),
             pending: BTreeMap::new(),
+            producer_watermarks: BTreeMap::new(),
         })
     }
 
@@ -312,7 +327,11 @@ impl KafkaSource {
                     bail!("Kafka topic {topic:?} is outside the tenant's Kafka grant (read)");
                 }
                 for p in t.partitions() {
-                    if owner_of(topic, p.id(), self.parallelism) == self.subtask {
+                    let mine = match &self.config.split {
+                        Some((t, only)) => t == topic && *only == p.id(),
+                        None => owner_of(topic, p.id(), self.parallelism) == self.subtask,
+                    };
+                    if mine {
                         owned.push((topic.to_string(), p.id()));
                     }
                 }
@@ -446,6 +465,16 @@ impl KafkaSource {
 }
 
 impl KafkaSource {
+    /// An exchange topic's reader: the smallest watermark over its producers, once every
+    /// one has written one.
+    fn exchange_watermark(&self, producers: u32) -> Option<i64> {
+        let known = self.producer_watermarks.range(..producers);
+        if known.clone().count() < producers as usize {
+            return None;
+        }
+        known.map(|(_, w)| *w).min()
+    }
+
     /// Moves each partition's next offset up to the consumer's position where that is
     /// further: past what is never delivered — a transaction's commit or abort marker,
     /// aborted records — which a bounded source must count as read to reach its end.
@@ -606,6 +635,12 @@ impl Source for KafkaSource {
         {
             return Ok(SourceStatus::End);
         }
+        // Every producer of the exchange ended its output: so does this input.
+        if let Some(producers) = self.config.exchange_producers
+            && self.exchange_watermark(producers) == Some(i64::MAX)
+        {
+            return Ok(SourceStatus::End);
+        }
         let (mut records, mut bytes) = (0, 0);
         for _ in 0..max {
             let Some(message) = self.consumer.poll(Duration::ZERO) else {
@@ -636,6 +671,17 @@ impl Source for KafkaSource {
                 Some(next) => *next = message.offset() + 1,
                 // A record of a partition no longer assigned (after a reassignment).
                 None => continue,
+            }
+            if self.config.exchange_producers.is_some()
+                && let Some((producer, watermark)) = watermark_record(&message)
+                    .with_context(|| format!("exchange topic {}/{}", key.0, key.1))?
+            {
+                let w = self
+                    .producer_watermarks
+                    .entry(producer)
+                    .or_insert(watermark);
+                *w = (*w).max(watermark);
+                continue;
             }
             let timestamp = match self.event_time.as_ref().and_then(|e| Some((e, e.field?))) {
                 Some((spec, field)) => Some(
@@ -708,12 +754,28 @@ impl Source for KafkaSource {
             stops: list(&self.stops),
             max_timestamps: list(&self.max_timestamps),
         };
+        if self.config.exchange_producers.is_some() {
+            let watermarks: Vec<(u32, i64)> = self
+                .producer_watermarks
+                .iter()
+                .map(|(p, w)| (*p, *w))
+                .collect();
+            return postcard::to_allocvec(&(position, watermarks))
+                .expect("a position always encodes");
+        }
         postcard::to_allocvec(&position).expect("a position always encodes")
     }
 
     fn seek(&mut self, position: &[u8]) -> Result<()> {
-        let position: Position =
-            postcard::from_bytes(position).context("decoding a Kafka source position")?;
+        let position: Position = if self.config.exchange_producers.is_some() {
+            let (position, watermarks): (Position, Vec<(u32, i64)>) =
+                postcard::from_bytes(position)
+                    .context("decoding the position of an exchange topic's reader")?;
+            self.producer_watermarks = watermarks.into_iter().collect();
+            position
+        } else {
+            postcard::from_bytes(position).context("decoding a Kafka source position")?
+        };
         let map = |l: Vec<(String, i32, i64)>| l.into_iter().map(|(t, p, o)| ((t, p), o)).collect();
         self.restored = Some(map(position.offsets));
         self.stops = map(position.stops);
@@ -729,6 +791,9 @@ impl Source for KafkaSource {
     /// `idle_after` (a partition never read holds it back until then). A finished
     /// partition of a bounded source no longer counts.
     fn watermark(&self, bound: i64, idle_after: Option<Duration>) -> Option<i64> {
+        if let Some(producers) = self.config.exchange_producers {
+            return self.exchange_watermark(producers);
+        }
         let mut min: Option<i64> = None;
         let mut waiting = false;
         for (partition, next) in &self.next {
@@ -801,6 +866,34 @@ impl Source for KafkaSource {
     }
 }
 
+/// The producer and watermark of an exchange topic's watermark record; `None` for a
+/// record of data.
+fn watermark_record(message: &impl Message) -> Result<Option<(u32, i64)>> {
+    use rdkafka::message::Headers as _;
+    let Some(headers) = message.headers() else {
+        return Ok(None);
+    };
+    let Some(producer) = headers.iter().find(|h| h.key == EXCHANGE_WATERMARK) else {
+        return Ok(None);
+    };
+    let producer = std::str::from_utf8(producer.value.unwrap_or_default())
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| {
+            anyhow!(
+                "a watermark record at offset {} names no producer",
+                message.offset()
+            )
+        })?;
+    let watermark = <[u8; 8]>::try_from(message.payload().unwrap_or_default()).map_err(|_| {
+        anyhow!(
+            "a watermark record at offset {} is not 8 bytes",
+            message.offset()
+        )
+    })?;
+    Ok(Some((producer, i64::from_be_bytes(watermark))))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -834,6 +927,8 @@ mod tests {
             discovery: Duration::from_secs(1),
             properties: BTreeMap::new(),
             bounded,
+            split: None,
+            exchange_producers: None,
         }
     }
 
@@ -931,6 +1026,26 @@ pub struct KafkaSinkConfig {
     pub by_record_partition: bool,
     /// Further librdkafka producer properties.
     pub properties: BTreeMap<String, String>,
+    /// Write an exchange topic between two stages of a job spread over several hosts
+    /// (exactly once only).
+    pub exchange: Option<ExchangeOutput>,
+    /// What the marker of each committed checkpoint also says (a unit of a job over
+    /// several hosts: where its checkpoints are). With a note, every checkpoint commits a
+    /// transaction, records or not, so the marker always names the newest.
+    pub marker_note: Option<String>,
+}
+
+/// How a sink writes an exchange topic: each record to the partition of its key's key
+/// group (one partition per key group), and its watermark to every partition (see
+/// [`EXCHANGE_WATERMARK`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExchangeOutput {
+    /// The key the next stage is keyed by.
+    pub key: crate::network::KeySelector,
+    /// The exchange topic's partitions: the next stage's key groups.
+    pub partitions: u32,
+    /// This producer's number among those that write the topic.
+    pub producer: u32,
 }
 
 /// The first delivery failure of a producer, reported by librdkafka on a poll.
@@ -977,9 +1092,23 @@ fn new_run_id() -> u64 {
     h.finish()
 }
 
-/// The metadata a marker commits with a checkpoint's id.
-fn marker_metadata(run: u64) -> String {
-    format!("sluice-run={run:016x}")
+/// The metadata a marker commits with a checkpoint's id: the run, then `;` and the
+/// sink's note if it has one.
+fn marker_metadata(run: u64, note: Option<&str>) -> String {
+    match note {
+        Some(note) => format!("sluice-run={run:016x};{note}"),
+        None => format!("sluice-run={run:016x}"),
+    }
+}
+
+/// The run and the note of a marker's metadata.
+pub fn parse_marker_metadata(metadata: &str) -> Option<(u64, Option<&str>)> {
+    let rest = metadata.strip_prefix("sluice-run=")?;
+    let (run, note) = match rest.split_once(';') {
+        Some((run, note)) => (run, Some(note)),
+        None => (rest, None),
+    };
+    Some((u64::from_str_radix(run, 16).ok()?, note))
 }
 
 /// A Kafka sink subtask: the last operator of its chain.
@@ -1008,6 +1137,9 @@ pub struct KafkaSink {
     adopted: Vec<(u32, Vec<u8>)>,
     /// With `partitioner = "record"`: the topic's partitions when the sink opened.
     partitions: Option<u32>,
+    /// An exchange sink: the newest watermark, and the newest written.
+    watermark: i64,
+    written_watermark: i64,
 }
 
 /// How long a flush or a transaction step may take before the sink fails (its job
@@ -1041,6 +1173,8 @@ impl KafkaSink {
             pending_bytes: 0,
             adopted,
             partitions: None,
+            watermark: i64::MIN,
+            written_watermark: i64::MIN,
         }
     }
 
@@ -1073,7 +1207,8 @@ impl KafkaSink {
         config: &KafkaSinkConfig,
         record: &sluice_codec::RecordRef<'_>,
     ) -> Result<(), String> {
-        let partition = match (config.by_record_partition, record.partition) {
+        let by_record = config.by_record_partition || config.exchange.is_some();
+        let partition = match (by_record, record.partition) {
             (false, _) => None,
             (true, Some(p)) => Some(i32::try_from(p).unwrap_or(i32::MAX)),
             (true, None) => {
@@ -1181,9 +1316,12 @@ impl KafkaSink {
             .map_err(|e| self.err("reading the last committed checkpoint", e))?;
         // A marker of another run (one started fresh since, with checkpoint ids from 1
         // again) says nothing about this run's checkpoints.
-        let run = marker_metadata(run);
         Ok(committed.elements().first().and_then(|e| match e.offset() {
-            Offset::Offset(o) if o >= 0 && e.metadata() == run => Some(o as u64),
+            Offset::Offset(o)
+                if o >= 0 && parse_marker_metadata(e.metadata()).is_some_and(|(r, _)| r == run) =>
+            {
+                Some(o as u64)
+            }
             _ => None,
         }))
     }
@@ -1340,7 +1478,7 @@ impl KafkaSink {
             marker.add_partition_offset(&self.config.topic, 0, Offset::Offset(checkpoint as i64)),
         )?;
         if let Some(mut e) = marker.find_partition(&self.config.topic, 0) {
-            e.set_metadata(marker_metadata(run));
+            e.set_metadata(marker_metadata(run, self.config.marker_note.as_deref()));
         }
         step(
             "marking the checkpoint",
@@ -1477,9 +1615,28 @@ impl Operator for KafkaSink {
                 self.check_deliveries()?;
             }
             Delivery::ExactlyOnce => {
-                let count = sluice_codec::BatchReader::count(records)
-                    .map_err(|e| CallError::Contract(e.to_string()))?;
-                self.interval.extend_encoded(records, count);
+                if let Some(exchange) = &self.config.exchange {
+                    for record in sluice_codec::BatchReader::new(records) {
+                        let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
+                        let key = exchange
+                            .key
+                            .key(&record)
+                            .map_err(|e| self.err("keying a record for the next stage", e))?;
+                        let partition = crate::network::hash_target(
+                            key,
+                            exchange.partitions,
+                            exchange.partitions,
+                        );
+                        self.interval.push_record(sluice_codec::RecordRef {
+                            partition: Some(partition as u32),
+                            ..record
+                        });
+                    }
+                } else {
+                    let count = sluice_codec::BatchReader::count(records)
+                        .map_err(|e| CallError::Contract(e.to_string()))?;
+                    self.interval.extend_encoded(records, count);
+                }
                 let held = self.pending_bytes + self.interval.byte_len() as u64;
                 if held > self.config.max_pending_bytes {
                     return Err(CallError::Limit(format!(
@@ -1494,7 +1651,8 @@ impl Operator for KafkaSink {
         Ok(CallOutput::default())
     }
 
-    fn process_watermark(&mut self, _: i64) -> Result<CallOutput, CallError> {
+    fn process_watermark(&mut self, watermark: i64) -> Result<CallOutput, CallError> {
+        self.watermark = self.watermark.max(watermark);
         Ok(CallOutput::default())
     }
 
@@ -1512,9 +1670,34 @@ impl Operator for KafkaSink {
                 Ok(Vec::new())
             }
             Delivery::ExactlyOnce => {
+                if let Some(exchange) = &self.config.exchange
+                    && self.watermark > self.written_watermark
+                {
+                    // The watermark goes with the interval's records, after them.
+                    let producer = exchange.producer.to_string();
+                    let headers = sluice_codec::encode_headers([(
+                        EXCHANGE_WATERMARK.as_bytes(),
+                        producer.as_bytes(),
+                    )]);
+                    let headers = sluice_codec::Headers::decode(&headers)
+                        .map_err(|e| CallError::Failed(e.to_string()))?;
+                    let value = self.watermark.to_be_bytes();
+                    for partition in 0..exchange.partitions {
+                        self.interval.push_record(sluice_codec::RecordRef {
+                            key: None,
+                            value: &value,
+                            timestamp: None,
+                            headers: Some(headers),
+                            partition: Some(partition),
+                            output: 0,
+                        });
+                    }
+                    self.written_watermark = self.watermark;
+                }
                 let records = std::mem::take(&mut self.interval).into_bytes();
-                // An interval without records needs no transaction.
-                if !records.is_empty() {
+                // An interval without records needs no transaction, unless the marker
+                // must name every checkpoint.
+                if !records.is_empty() || self.config.marker_note.is_some() {
                     self.pending_bytes += records.len() as u64;
                     self.sink.pending.push((checkpoint_id, records));
                 }

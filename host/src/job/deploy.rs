@@ -265,6 +265,7 @@ impl Job {
                         .cloned()
                         .collect(),
                     tasks: handles.clone(),
+                    on_complete: self.on_checkpoint.clone(),
                 };
                 let coordinator = Coordinator::new(setup, coordinator_rx, stats);
                 let span = tracing::Span::current();

@@ -35,6 +35,33 @@ pub struct JobFile {
     /// Batching and buffering.
     #[serde(default)]
     pub runtime: RuntimeSpec,
+    /// Running on several hosts that share the job through Kafka (`sluice run
+    /// --cluster`).
+    pub cluster: Option<ClusterSpec>,
+}
+
+/// `[cluster]`: how the hosts of a job spread over several machines meet and where they
+/// keep checkpoints.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSpec {
+    /// The Kafka brokers the hosts meet at (`--cluster` overrides it).
+    pub bootstrap: Option<String>,
+    /// Where every host reads and writes the units' checkpoints: a directory, or
+    /// `file://`, `s3://`, `gs://` or `az://` (the last three in builds with the
+    /// `s3`, `gcs` or `azure` feature).
+    pub checkpoints: Option<String>,
+    /// Partitions of each exchange topic: the key groups, so the units, of each stage
+    /// after the first (default 8).
+    pub exchange_partitions: Option<u32>,
+    /// How long a silent host keeps its units (Kafka's `session.timeout.ms`, default
+    /// 10,000).
+    pub session_timeout_ms: Option<u32>,
+    /// Where this host keeps its units' local checkpoints (default: next to the job
+    /// file, `NAME.cluster-work`).
+    pub work_dir: Option<PathBuf>,
+    /// Further librdkafka properties of the hosts' clients (SASL, TLS).
+    pub properties: Option<BTreeMap<String, String>>,
 }
 
 fn default_tenant() -> String {

@@ -416,9 +416,19 @@ pub struct JobGraph {
     pub task: TaskSettings,
     /// The job file's directory (relative paths resolve against it).
     pub base_dir: PathBuf,
+    /// `[cluster]`, as the job file gives it.
+    pub cluster: Option<super::file::ClusterSpec>,
 }
 
 impl JobGraph {
+    /// Recomputes the chains after vertices or edges changed (a unit of a job spread
+    /// over several hosts runs part of its graph).
+    pub(crate) fn rechain(&mut self) -> Result<()> {
+        let order = topological_order(&self.vertices, &self.edges)?;
+        self.chains = chain(&self.vertices, &self.edges, &order);
+        Ok(())
+    }
+
     /// The inputs of vertex `v`, as its `open` is told, by input number: what each
     /// reads (`a + b` for a union) and whether it is broadcast.
     pub fn inputs_of(&self, v: usize) -> Vec<crate::chain::InputInfo> {
@@ -775,6 +785,7 @@ impl JobGraph {
             network,
             task,
             base_dir: base,
+            cluster: file.cluster.clone(),
         };
         graph.check_size().map_err(|e| anyhow!("{job}: {e}"))?;
         Ok(graph)
@@ -1612,6 +1623,8 @@ fn kafka_sink(
             .unwrap_or_else(|| format!("sluice-{job}-{id}")),
         max_pending_bytes: max_pending_mb << 20,
         properties: sink.properties.clone().unwrap_or_default(),
+        exchange: None,
+        marker_note: None,
     }))
 }
 
@@ -1689,6 +1702,8 @@ fn kafka_source(spec: &SourceSpec, job: &str, name: &str) -> Result<KafkaSourceC
         discovery: Duration::from_millis(discovery_ms),
         properties: spec.properties.clone().unwrap_or_default(),
         bounded: spec.bounded.unwrap_or(false),
+        split: None,
+        exchange_producers: None,
     })
 }
 

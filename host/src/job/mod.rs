@@ -17,10 +17,10 @@ mod runner;
 mod start;
 mod supervisor;
 
-pub use file::{JobFile, OperatorSpec, SinkKind, SinkSpec, SourceKind, SourceSpec};
+pub use file::{ClusterSpec, JobFile, OperatorSpec, SinkKind, SinkSpec, SourceKind, SourceSpec};
 pub use graph::{
-    ChainSpec, GeneratorShape, JobGraph, OperatorVertex, SinkVertex, SourceInput, SourceVertex,
-    Vertex,
+    ChainSpec, Edge, GeneratorShape, JobGraph, OperatorVertex, SinkVertex, SourceInput,
+    SourceVertex, Vertex,
 };
 pub use monitor::JobMonitor;
 pub use restart::RestartStrategy;

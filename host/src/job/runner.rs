@@ -15,7 +15,9 @@ use super::graph::JobGraph;
 use super::monitor::{JobMonitor, lock};
 use super::start::{check_start, prepare_run};
 use super::supervisor::{AttemptEnd, failure_kind, is_permanent};
-use crate::checkpoint::{CheckpointStats, CheckpointStorage, LoadedCheckpoint, SnapshotKind};
+use crate::checkpoint::{
+    CheckpointHook, CheckpointStats, CheckpointStorage, LoadedCheckpoint, SnapshotKind,
+};
 use crate::metrics::TaskReport;
 use crate::tenant::{HostConfig, InstanceBudget, TenantConfig};
 use crate::wasm::{Plugin, SandboxLimits, WasmEngine};
@@ -119,6 +121,7 @@ pub struct Job {
     pub(super) plugins: Arc<BTreeMap<String, Plugin>>,
     pub(super) tenant: TenantConfig,
     pub(super) budget: InstanceBudget,
+    pub(super) on_checkpoint: Option<CheckpointHook>,
 }
 
 impl Job {
@@ -151,6 +154,7 @@ impl Job {
             plugins: Arc::new(plugins),
             tenant,
             budget: InstanceBudget::default(),
+            on_checkpoint: None,
         })
     }
 
@@ -165,6 +169,12 @@ impl Job {
     /// the host.
     pub fn with_budget(mut self, budget: InstanceBudget) -> Self {
         self.budget = budget;
+        self
+    }
+
+    /// Runs `hook` on every completed checkpoint, before the tasks are notified of it.
+    pub fn with_checkpoint_hook(mut self, hook: CheckpointHook) -> Self {
+        self.on_checkpoint = Some(hook);
         self
     }
 

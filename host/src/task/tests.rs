@@ -634,6 +634,7 @@ fn stuck_job(log: &Log, timeout: Duration) -> Stuck {
         storage,
         protect: None,
         chain_vertices: Default::default(),
+        on_complete: None,
         max_parallelism: 128,
         sources_by_chain: [(0, ("source".to_string(), 1))].into(),
         operator_parallelism: Default::default(),

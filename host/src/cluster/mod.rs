@@ -1,0 +1,455 @@
+//! One job over several hosts, with Kafka as the distributed engine (after Kafka
+//! Streams): no cluster manager of Sluice's own.
+//!
+//! - The job is cut into **stages** at every keyed edge ([`plan`]); between two stages an
+//!   **exchange topic** with one partition per key group, so keyed state moves with its
+//!   partition and is never re-hashed. A **unit** is one source partition or one exchange
+//!   partition with its stage's chain of operators; each runs as a job of its own at
+//!   parallelism 1, with today's tasks, barriers and checkpoints.
+//! - **Membership**: every host joins the job's consumer group on a control topic with
+//!   one partition per unit (cooperative-sticky assignment); owning a partition is
+//!   running that unit. A host that stops heartbeating loses its units after the session
+//!   timeout.
+//! - **State**: a unit copies each completed checkpoint to the store every host reads
+//!   ([`store`]) before its sink commits that checkpoint's transaction, whose marker
+//!   names the checkpoint. A new owner first fences the old one (`init_transactions` of
+//!   the unit's transactional id), then restores the checkpoint the last committed
+//!   marker names: its output and its input offsets agree, so nothing is lost or written
+//!   twice ([`unit`]).
+//! - **Event time** crosses exchange topics: each producer writes its watermark to every
+//!   partition it feeds, with the checkpoint's transaction; a reader takes the smallest
+//!   over all producers, and the end of input (`i64::MAX`) from all of them ends its own.
+
+pub mod plan;
+pub mod store;
+pub mod unit;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use crossbeam_channel::{Receiver, Sender};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::types::RDKafkaErrorCode;
+
+pub use plan::{ClusterSettings, Plan};
+use store::CheckpointStore;
+use unit::{UnitContext, UnitEnd};
+
+use crate::job::{JobControl, JobGraph};
+use crate::tenant::HostConfig;
+use crate::wasm::WasmEngine;
+
+/// How long an admin or metadata request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How soon a failed unit this host still owns runs again.
+const RESTART_DELAY: Duration = Duration::from_secs(1);
+
+/// How often the host looks at the store for units that finished.
+const FINISHED_CHECK: Duration = Duration::from_secs(2);
+
+/// A unit running on this host.
+struct Running {
+    control: Sender<JobControl>,
+    thread: JoinHandle<UnitEnd>,
+    cancelled: bool,
+}
+
+/// How a host's run of a cluster job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostEnd {
+    /// Every unit of the job finished (on this host or another).
+    JobFinished,
+    /// Asked to stop; its units move to the other hosts.
+    Stopped,
+}
+
+/// A host of a cluster job.
+pub struct ClusterHost {
+    units: UnitContext,
+    /// This host's name in the group (`sluice-HOSTNAME-PID`).
+    pub client_id: String,
+}
+
+impl ClusterHost {
+    /// Plans `graph` over the cluster, and makes the topics it needs (checking those that
+    /// exist fit the plan).
+    pub fn new(
+        graph: &JobGraph,
+        settings: ClusterSettings,
+        engine: Arc<WasmEngine>,
+        host: Arc<HostConfig>,
+    ) -> Result<Self> {
+        let plan = Plan::new(graph, &settings)?;
+        let store = CheckpointStore::open(&settings.checkpoints, &graph.base_dir)?;
+        let this = ClusterHost {
+            client_id: format!("sluice-{}-{}", host_name(), std::process::id()),
+            units: UnitContext {
+                plan: Arc::new(plan),
+                settings: Arc::new(settings),
+                store: Arc::new(store),
+                engine,
+                host,
+            },
+        };
+        this.make_topics()
+            .with_context(|| format!("job '{}': the cluster's topics", graph.name))?;
+        Ok(this)
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &Plan {
+        &self.units.plan
+    }
+
+    /// Creates the control topic and the exchange topics if missing; checks their
+    /// partitions.
+    fn make_topics(&self) -> Result<()> {
+        let plan = &self.units.plan;
+        let mut wanted = vec![(plan.control_topic.clone(), plan.units())];
+        wanted.extend(plan.exchange_topics());
+        let admin: AdminClient<DefaultClientContext> = self
+            .units
+            .settings
+            .client()
+            .create()
+            .context("creating a Kafka admin client")?;
+        let topics: Vec<NewTopic<'_>> = wanted
+            .iter()
+            .map(|(t, p)| NewTopic::new(t, *p as i32, TopicReplication::Fixed(-1)))
+            .collect();
+        let options = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT));
+        let results = block_on(admin.create_topics(&topics, &options))
+            .context("creating the job's topics")?;
+        for result in results {
+            if let Err((topic, code)) = result
+                && code != RDKafkaErrorCode::TopicAlreadyExists
+            {
+                bail!("creating topic {topic:?}: {code}");
+            }
+        }
+        let consumer: BaseConsumer = self.units.settings.client().create()?;
+        for (topic, partitions) in &wanted {
+            // A topic just made may take a moment to show in the metadata.
+            let deadline = Instant::now() + REQUEST_TIMEOUT;
+            let found = loop {
+                let metadata = consumer
+                    .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
+                    .with_context(|| format!("reading topic {topic:?}"))?;
+                let found = metadata
+                    .topics()
+                    .first()
+                    .filter(|t| t.error().is_none())
+                    .map_or(0, |t| t.partitions().len() as u32);
+                if found > 0 || Instant::now() > deadline {
+                    break found;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            };
+            if found != *partitions {
+                bail!(
+                    "topic {topic:?} has {found} partitions where the job needs {partitions}: \
+                     it was made for another shape of the job (its source's partitions or \
+                     `exchange_partitions` changed); a changed job needs a new name"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Joins the job's group and runs the units it is given until every unit of the job
+    /// finished or `stop` says to stop.
+    pub fn run(&self, stop: &Receiver<()>) -> Result<HostEnd> {
+        let settings = &self.units.settings;
+        let plan = &self.units.plan;
+        let session = settings.session_timeout.as_millis().to_string();
+        let heartbeat = (settings.session_timeout.as_millis() / 4)
+            .max(100)
+            .to_string();
+        let consumer: BaseConsumer = settings
+            .client()
+            .set("group.id", &plan.group)
+            .set("client.id", &self.client_id)
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set("session.timeout.ms", &session)
+            .set("heartbeat.interval.ms", &heartbeat)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "latest")
+            .create()
+            .context("creating the membership consumer")?;
+        consumer
+            .subscribe(&[&plan.control_topic])
+            .context("joining the job's group")?;
+        eprintln!(
+            "host {} joined job '{}' ({} units in {} stages) at {}",
+            self.client_id,
+            plan.graph.name,
+            plan.units(),
+            plan.stages.len(),
+            settings.bootstrap
+        );
+        let mut running: BTreeMap<u32, Running> = BTreeMap::new();
+        let mut finished: BTreeSet<u32> = BTreeSet::new();
+        let mut retry_at: BTreeMap<u32, Instant> = BTreeMap::new();
+        let mut owned_before: BTreeSet<u32> = BTreeSet::new();
+        let mut last_check = Instant::now() - FINISHED_CHECK;
+        let end = loop {
+            if stop.try_recv().is_ok() {
+                break HostEnd::Stopped;
+            }
+            // Polling drives the group's heartbeats and rebalances.
+            if let Some(Err(e)) = consumer.poll(Duration::from_millis(100)) {
+                tracing::warn!("job '{}': membership: {e}", plan.graph.name);
+            }
+            let owned: BTreeSet<u32> = consumer
+                .assignment()
+                .map(|tpl| {
+                    tpl.elements()
+                        .iter()
+                        .filter(|e| e.topic() == plan.control_topic)
+                        .map(|e| e.partition() as u32)
+                        .collect()
+                })
+                .unwrap_or_default();
+            if owned != owned_before {
+                eprintln!(
+                    "host {} owns units {:?}",
+                    self.client_id,
+                    owned.iter().collect::<Vec<_>>()
+                );
+                owned_before = owned.clone();
+            }
+            // Units that ended.
+            let ended: Vec<u32> = running
+                .iter()
+                .filter(|(_, r)| r.thread.is_finished())
+                .map(|(u, _)| *u)
+                .collect();
+            for unit in ended {
+                let r = running.remove(&unit).expect("listed");
+                match r.thread.join() {
+                    Ok(UnitEnd::Finished) => {
+                        eprintln!("unit {unit} finished ({})", plan.describe(unit));
+                        finished.insert(unit);
+                    }
+                    Ok(UnitEnd::Cancelled) => {}
+                    Ok(UnitEnd::Failed(e)) if !r.cancelled => {
+                        eprintln!("unit {unit} failed: {e:#}");
+                        retry_at.insert(unit, Instant::now() + RESTART_DELAY);
+                    }
+                    Ok(UnitEnd::Failed(_)) => {}
+                    Err(_) => {
+                        eprintln!("unit {unit}: its thread panicked");
+                        retry_at.insert(unit, Instant::now() + RESTART_DELAY);
+                    }
+                }
+            }
+            // Units moved away.
+            for (unit, r) in running.iter_mut() {
+                if !owned.contains(unit) && !r.cancelled {
+                    let _ = r.control.send(JobControl::Cancel);
+                    r.cancelled = true;
+                }
+            }
+            // Units to start.
+            for &unit in &owned {
+                if running.contains_key(&unit)
+                    || finished.contains(&unit)
+                    || retry_at.get(&unit).is_some_and(|at| Instant::now() < *at)
+                {
+                    continue;
+                }
+                retry_at.remove(&unit);
+                running.insert(unit, self.start(unit)?);
+            }
+            if last_check.elapsed() >= FINISHED_CHECK {
+                last_check = Instant::now();
+                for unit in 0..plan.units() {
+                    if !finished.contains(&unit) && self.units.is_finished(unit).unwrap_or(false) {
+                        finished.insert(unit);
+                    }
+                }
+                if finished.len() as u32 == plan.units() {
+                    break HostEnd::JobFinished;
+                }
+            }
+        };
+        for r in running.values() {
+            let _ = r.control.send(JobControl::Cancel);
+        }
+        for (_, r) in running {
+            let _ = r.thread.join();
+        }
+        consumer.unsubscribe();
+        Ok(end)
+    }
+
+    fn start(&self, unit: u32) -> Result<Running> {
+        let (control, control_rx) = crossbeam_channel::unbounded();
+        let units = UnitContext {
+            plan: self.units.plan.clone(),
+            settings: self.units.settings.clone(),
+            store: self.units.store.clone(),
+            engine: self.units.engine.clone(),
+            host: self.units.host.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("unit {unit}"))
+            .spawn(move || units.run(unit, &control_rx))
+            .context("starting a unit's thread")?;
+        Ok(Running {
+            control,
+            thread,
+            cancelled: false,
+        })
+    }
+}
+
+/// What `sluice status --cluster` shows: the members of a cluster job's group and the
+/// units each owns, and the units that finished.
+pub fn status(graph: &JobGraph, settings: ClusterSettings) -> Result<String> {
+    use std::fmt::Write as _;
+    let plan = Plan::new(graph, &settings)?;
+    let store = CheckpointStore::open(&settings.checkpoints, &graph.base_dir)?;
+    let consumer: BaseConsumer = settings.client().create()?;
+    let groups = consumer
+        .fetch_group_list(Some(&plan.group), REQUEST_TIMEOUT)
+        .context("reading the job's group")?;
+    let mut out = String::new();
+    let group = groups.groups().first();
+    let members = group.map_or(&[][..], |g| g.members());
+    writeln!(
+        out,
+        "job '{}' at {}: {} units in {} stages, {} hosts{}",
+        graph.name,
+        settings.bootstrap,
+        plan.units(),
+        plan.stages.len(),
+        members.len(),
+        group.map_or(String::new(), |g| format!(" (group {})", g.state()))
+    )?;
+    let mut owned = BTreeSet::new();
+    for m in members {
+        let units = m
+            .assignment()
+            .map(|a| assigned_partitions(a, &plan.control_topic))
+            .transpose()
+            .map_err(|e| anyhow!("member {}: {e}", m.client_id()))?
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "host {} ({}): {} units",
+            m.client_id(),
+            m.client_host(),
+            units.len()
+        )?;
+        for u in units {
+            owned.insert(u);
+            writeln!(out, "  unit {u}: {}", plan.describe(u))?;
+        }
+    }
+    let unit_context = |unit: u32| store.get(&format!("{}/unit-{unit}/finished", plan.prefix));
+    let mut done = Vec::new();
+    let mut waiting = Vec::new();
+    for u in 0..plan.units() {
+        if unit_context(u)?.is_some() {
+            done.push(u);
+        } else if !owned.contains(&u) {
+            waiting.push(u);
+        }
+    }
+    writeln!(out, "finished units: {done:?}")?;
+    if !waiting.is_empty() {
+        writeln!(out, "units no host runs: {waiting:?}")?;
+    }
+    Ok(out)
+}
+
+/// The partitions of `topic` in a consumer group member's assignment (Kafka's
+/// `ConsumerProtocolAssignment`: version, then topics with their partitions).
+pub fn assigned_partitions(assignment: &[u8], topic: &str) -> Result<Vec<u32>> {
+    let mut r = Reader(assignment);
+    let _version = r.i16()?;
+    let mut out = Vec::new();
+    for _ in 0..r.i32()?.max(0) {
+        let name = r.string()?;
+        for _ in 0..r.i32()?.max(0) {
+            let p = r.i32()?;
+            if name == topic {
+                out.push(p as u32);
+            }
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8]> {
+        if self.0.len() < n {
+            bail!("a truncated assignment");
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+    fn i16(&mut self) -> Result<i16> {
+        Ok(i16::from_be_bytes(self.take(2)?.try_into()?))
+    }
+    fn i32(&mut self) -> Result<i32> {
+        Ok(i32::from_be_bytes(self.take(4)?.try_into()?))
+    }
+    fn string(&mut self) -> Result<String> {
+        let len = self.i16()?.max(0) as usize;
+        Ok(String::from_utf8_lossy(self.take(len)?).into_owned())
+    }
+}
+
+/// This machine's name, for the host's name in the group.
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".into())
+}
+
+/// Runs a future of the admin client (driven by librdkafka's own thread) to its end.
+fn block_on<F: Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a current-thread runtime")
+        .block_on(future)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assignments_are_read_as_kafka_writes_them() {
+        let mut a = Vec::new();
+        a.extend(1i16.to_be_bytes());
+        a.extend(2i32.to_be_bytes());
+        for (topic, parts) in [("other", &[7i32][..]), ("job.units", &[4, 1])] {
+            a.extend((topic.len() as i16).to_be_bytes());
+            a.extend(topic.as_bytes());
+            a.extend((parts.len() as i32).to_be_bytes());
+            for p in parts {
+                a.extend(p.to_be_bytes());
+            }
+        }
+        a.extend((-1i32).to_be_bytes()); // no user data
+        assert_eq!(assigned_partitions(&a, "job.units").unwrap(), [1, 4]);
+        assert!(assigned_partitions(&a[..9], "job.units").is_err());
+    }
+}

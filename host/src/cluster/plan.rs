@@ -1,0 +1,538 @@
+//! How a job spreads over hosts: stages cut at every keyed edge, exchange topics between
+//! them, and the units of work (one source partition, or one exchange partition, with its
+//! chain of operators), each run by some host as a job of its own at parallelism 1.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use crate::connectors::kafka::{
+    Delivery, ExchangeOutput, KafkaSinkConfig, KafkaSourceConfig, StartFrom, Topics,
+};
+use crate::job::{
+    Edge, JobGraph, OperatorVertex, RestartStrategy, SinkKind, SinkVertex,
+    SourceInput, SourceVertex, Vertex,
+};
+use crate::network::Partitioner;
+
+/// How long a metadata request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `[cluster]` resolved, with `--cluster` applied.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    /// The brokers the hosts meet at.
+    pub bootstrap: String,
+    /// The checkpoint store (a directory or URL).
+    pub checkpoints: String,
+    /// Partitions of each exchange topic.
+    pub exchange_partitions: u32,
+    /// Kafka's `session.timeout.ms` of the hosts' membership.
+    pub session_timeout: Duration,
+    /// This host's local checkpoint folders.
+    pub work_dir: std::path::PathBuf,
+    /// Further librdkafka properties.
+    pub properties: BTreeMap<String, String>,
+}
+
+impl ClusterSettings {
+    /// The job's `[cluster]`, with `bootstrap` from the command line when given.
+    pub fn of(graph: &JobGraph, bootstrap: Option<&str>) -> Result<Self> {
+        let spec = graph.cluster.clone().unwrap_or_default();
+        let bootstrap = bootstrap
+            .map(str::to_string)
+            .or(spec.bootstrap)
+            .filter(|b| !b.trim().is_empty())
+            .ok_or_else(|| {
+                anyhow!("no Kafka brokers to meet at: pass --cluster HOST:PORT or set `[cluster] bootstrap`")
+            })?;
+        let checkpoints = spec
+            .checkpoints
+            .filter(|c| !c.trim().is_empty())
+            .ok_or_else(|| {
+                anyhow!(
+                    "`[cluster] checkpoints` is missing: the storage every host reads the units' \
+                 checkpoints from (a shared directory, or s3://, gs://, az://)"
+                )
+            })?;
+        let exchange_partitions = spec.exchange_partitions.unwrap_or(8);
+        if !(1..=1024).contains(&exchange_partitions) {
+            bail!("`[cluster] exchange_partitions` must be 1 to 1024, not {exchange_partitions}");
+        }
+        let session_ms = spec.session_timeout_ms.unwrap_or(10_000);
+        if !(1_000..=3_600_000).contains(&session_ms) {
+            bail!("`[cluster] session_timeout_ms` must be 1,000 to 3,600,000, not {session_ms}");
+        }
+        Ok(ClusterSettings {
+            bootstrap,
+            checkpoints,
+            exchange_partitions,
+            session_timeout: Duration::from_millis(u64::from(session_ms)),
+            work_dir: graph.base_dir.join(
+                spec.work_dir
+                    .unwrap_or_else(|| format!("{}.cluster-work", graph.name).into()),
+            ),
+            properties: spec.properties.unwrap_or_default(),
+        })
+    }
+
+    /// A librdkafka client configuration for the cluster's brokers.
+    pub fn client(&self) -> ClientConfig {
+        let mut client = ClientConfig::new();
+        for (k, v) in &self.properties {
+            client.set(k, v);
+        }
+        client.set("bootstrap.servers", &self.bootstrap);
+        client
+    }
+}
+
+/// A stage: operators between two keyed edges, run as `units` units.
+#[derive(Debug, Clone)]
+pub struct Stage {
+    /// The global number of its first unit.
+    pub first_unit: u32,
+    /// Its units.
+    pub units: u32,
+    /// What its units read: a source partition each, or an exchange partition each.
+    pub input: StageInput,
+    /// Its operators (vertex indices of the job's graph).
+    pub operators: Vec<usize>,
+}
+
+/// What the units of a stage read.
+#[derive(Debug, Clone)]
+pub enum StageInput {
+    /// The job's source, one partition per unit.
+    Source {
+        /// The partitions, unit by unit.
+        partitions: Vec<(String, i32)>,
+    },
+    /// An exchange topic, one partition per unit, written by the previous stage.
+    Exchange {
+        /// The topic.
+        topic: String,
+    },
+}
+
+/// A job cut into stages for running over several hosts.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The job.
+    pub graph: JobGraph,
+    /// Its stages, in order.
+    pub stages: Vec<Stage>,
+    /// Names the job's topics, groups and transactional ids begin with.
+    pub prefix: String,
+    /// The control topic: one partition per unit; owning one is running the unit.
+    pub control_topic: String,
+    /// The hosts' consumer group.
+    pub group: String,
+    source: usize,
+    sink: usize,
+}
+
+/// A unit's place in the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnitPlace {
+    /// Its stage.
+    pub stage: usize,
+    /// Its number in the stage.
+    pub index: u32,
+}
+
+/// A name Kafka accepts for topics and groups: letters, digits, `.`, `_`, `-`.
+fn kafka_name(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+impl Plan {
+    /// Cuts `graph` into stages, asking the brokers for the source's partitions.
+    pub fn new(graph: &JobGraph, settings: &ClusterSettings) -> Result<Plan> {
+        let job = &graph.name;
+        let context = || format!("job '{job}' over several hosts");
+        let (source, order) = line_of(graph).with_context(context)?;
+        let Vertex::Source(src) = &graph.vertices[source] else {
+            unreachable!("a line starts at its source")
+        };
+        let SourceInput::Kafka(kafka) = &src.input else {
+            bail!(
+                "{}: its source '{}' must be a Kafka source: each unit reads one partition",
+                context(),
+                src.name
+            );
+        };
+        let Topics::Names(topics) = &kafka.topics else {
+            bail!(
+                "{}: its source '{}' must name its topics (a pattern could match other \
+                 partitions on each host)",
+                context(),
+                src.name
+            );
+        };
+        let sink = *order.last().expect("a line ends at its sink");
+        match &graph.vertices[sink] {
+            Vertex::Sink(SinkVertex {
+                kind: SinkKind::Kafka,
+                kafka: Some(k),
+                ..
+            }) if k.delivery == Delivery::ExactlyOnce => {}
+            other => bail!(
+                "{}: its {} must be an exactly-once Kafka sink (each unit commits its output \
+                 with its checkpoints)",
+                context(),
+                other.describe()
+            ),
+        }
+        if graph.checkpoint.is_none() {
+            bail!("{}: it needs `[checkpoint]`", context());
+        }
+        let partitions = source_partitions(kafka, topics, settings)
+            .with_context(|| format!("{}: reading the source's partitions", context()))?;
+        let prefix = format!("sluice-{}", kafka_name(job));
+        let mut stages = vec![Stage {
+            first_unit: 0,
+            units: partitions.len() as u32,
+            input: StageInput::Source { partitions },
+            operators: Vec::new(),
+        }];
+        for &v in &order[1..order.len() - 1] {
+            let edge = graph
+                .edges
+                .iter()
+                .find(|e| e.to == v)
+                .expect("a line's edge");
+            if matches!(edge.partitioner, Partitioner::Hash { .. }) {
+                let last = stages.last().expect("a first stage");
+                stages.push(Stage {
+                    first_unit: last.first_unit + last.units,
+                    units: settings.exchange_partitions,
+                    input: StageInput::Exchange {
+                        topic: format!("{prefix}.exchange-{}", stages.len()),
+                    },
+                    operators: Vec::new(),
+                });
+            }
+            stages.last_mut().expect("a stage").operators.push(v);
+        }
+        Ok(Plan {
+            graph: graph.clone(),
+            stages,
+            control_topic: format!("{prefix}.units"),
+            group: prefix.clone(),
+            prefix,
+            source,
+            sink,
+        })
+    }
+
+    /// Units in all stages.
+    pub fn units(&self) -> u32 {
+        self.stages.last().map_or(0, |s| s.first_unit + s.units)
+    }
+
+    /// Where unit `unit` is.
+    pub fn place(&self, unit: u32) -> Option<UnitPlace> {
+        self.stages.iter().enumerate().find_map(|(stage, s)| {
+            (unit >= s.first_unit && unit < s.first_unit + s.units).then(|| UnitPlace {
+                stage,
+                index: unit - s.first_unit,
+            })
+        })
+    }
+
+    /// What unit `unit` runs, for people: `stage 1: exchange partition 3 -> count`.
+    pub fn describe(&self, unit: u32) -> String {
+        let Some(place) = self.place(unit) else {
+            return format!("unit {unit} (not in this job)");
+        };
+        let stage = &self.stages[place.stage];
+        let input = match &stage.input {
+            StageInput::Source { partitions } => {
+                let (t, p) = &partitions[place.index as usize];
+                format!("{t}/{p}")
+            }
+            StageInput::Exchange { topic } => format!("{topic}/{}", place.index),
+        };
+        let mut ops: Vec<&str> = stage
+            .operators
+            .iter()
+            .map(|&v| self.graph.vertices[v].name())
+            .collect();
+        if place.stage + 1 == self.stages.len() {
+            ops.push(self.graph.vertices[self.sink].name());
+        }
+        format!("stage {}: {input} -> {}", place.stage, ops.join(" -> "))
+    }
+
+    /// The transactional id prefix of unit `unit`'s sink (its producer is `PREFIX-0`).
+    pub fn transactional_prefix(&self, unit: u32) -> String {
+        format!("{}.unit-{unit}", self.prefix)
+    }
+
+    /// The topic unit `unit` writes.
+    pub fn output_topic(&self, unit: u32) -> String {
+        let place = self.place(unit).expect("a unit of the plan");
+        match self.stages.get(place.stage + 1) {
+            Some(Stage {
+                input: StageInput::Exchange { topic },
+                ..
+            }) => topic.clone(),
+            _ => match &self.graph.vertices[self.sink] {
+                Vertex::Sink(SinkVertex { kafka: Some(k), .. }) => k.topic.clone(),
+                _ => unreachable!("checked in Plan::new"),
+            },
+        }
+    }
+
+    /// The exchange topics, each with its partitions.
+    pub fn exchange_topics(&self) -> Vec<(String, u32)> {
+        self.stages
+            .iter()
+            .filter_map(|s| match &s.input {
+                StageInput::Exchange { topic } => Some((topic.clone(), s.units)),
+                StageInput::Source { .. } => None,
+            })
+            .collect()
+    }
+
+    /// The job unit `unit` runs at parallelism 1: its stage's operators between its
+    /// partition and the next stage's exchange topic (or the job's sink), checkpointing
+    /// into `checkpoint_dir`, its sink's markers noting `note`.
+    pub fn unit_graph(
+        &self,
+        unit: u32,
+        cluster: &ClusterSettings,
+        checkpoint_dir: &Path,
+        note: &str,
+    ) -> Result<JobGraph> {
+        let place = self
+            .place(unit)
+            .ok_or_else(|| anyhow!("unit {unit}: the job has {} units", self.units()))?;
+        let stage = &self.stages[place.stage];
+        let g = &self.graph;
+        let Vertex::Source(original) = &g.vertices[self.source] else {
+            unreachable!("checked in Plan::new")
+        };
+        let SourceInput::Kafka(kafka) = &original.input else {
+            unreachable!("checked in Plan::new")
+        };
+        let source = match &stage.input {
+            StageInput::Source { partitions } => SourceVertex {
+                input: SourceInput::Kafka(KafkaSourceConfig {
+                    split: Some(partitions[place.index as usize].clone()),
+                    ..kafka.clone()
+                }),
+                parallelism: 1,
+                ..original.clone()
+            },
+            StageInput::Exchange { topic } => SourceVertex {
+                name: "exchange".into(),
+                id: "exchange".into(),
+                input: SourceInput::Kafka(KafkaSourceConfig {
+                    bootstrap: cluster.bootstrap.clone(),
+                    topics: Topics::Names(vec![topic.clone()]),
+                    allowed: None,
+                    start: StartFrom::Earliest,
+                    group: format!("{topic}.readers"),
+                    discovery: Duration::from_secs(3600),
+                    properties: cluster.properties.clone(),
+                    bounded: false,
+                    split: Some((topic.clone(), place.index as i32)),
+                    exchange_producers: Some(self.stages[place.stage - 1].units),
+                }),
+                parallelism: 1,
+                // Records keep the timestamps they had; watermarks come from the
+                // producers.
+                event_time: original
+                    .event_time
+                    .clone()
+                    .map(|e| crate::connectors::EventTime { field: None, ..e }),
+                idle_timeout: None,
+            },
+        };
+        let mut vertices = vec![Vertex::Source(source)];
+        for &v in &stage.operators {
+            let Vertex::Operator(op) = &g.vertices[v] else {
+                unreachable!("a stage's operators")
+            };
+            vertices.push(Vertex::Operator(OperatorVertex {
+                parallelism: 1,
+                ..op.clone()
+            }));
+        }
+        let prefix = self.transactional_prefix(unit);
+        let sink = match self.stages.get(place.stage + 1) {
+            Some(next) => {
+                let first = next.operators[0];
+                let Vertex::Operator(OperatorVertex {
+                    key_by: Some(key), ..
+                }) = &g.vertices[first]
+                else {
+                    unreachable!("a stage after the first begins at a keyed operator")
+                };
+                SinkVertex {
+                    name: "exchange".into(),
+                    id: "exchange".into(),
+                    kind: SinkKind::Kafka,
+                    path: None,
+                    format: Default::default(),
+                    parallelism: 1,
+                    kafka: Some(KafkaSinkConfig {
+                        bootstrap: cluster.bootstrap.clone(),
+                        topic: self.output_topic(unit),
+                        delivery: Delivery::ExactlyOnce,
+                        transactional_id_prefix: prefix,
+                        max_pending_bytes: 256 << 20,
+                        by_record_partition: false,
+                        properties: cluster.properties.clone(),
+                        exchange: Some(ExchangeOutput {
+                            key: key.clone(),
+                            partitions: next.units,
+                            producer: place.index,
+                        }),
+                        marker_note: Some(note.to_string()),
+                    }),
+                }
+            }
+            None => {
+                let Vertex::Sink(s) = &g.vertices[self.sink] else {
+                    unreachable!("checked in Plan::new")
+                };
+                let k = s.kafka.as_ref().expect("checked in Plan::new");
+                SinkVertex {
+                    parallelism: 1,
+                    kafka: Some(KafkaSinkConfig {
+                        transactional_id_prefix: prefix,
+                        marker_note: Some(note.to_string()),
+                        ..k.clone()
+                    }),
+                    ..s.clone()
+                }
+            }
+        };
+        vertices.push(Vertex::Sink(sink));
+        let edges = (1..vertices.len())
+            .map(|to| Edge {
+                from: to - 1,
+                side: None,
+                to,
+                input: 0,
+                partitioner: match &vertices[to] {
+                    Vertex::Operator(OperatorVertex {
+                        key_by: Some(key), ..
+                    }) => Partitioner::Hash {
+                        key: key.clone(),
+                        max_parallelism: g.max_parallelism,
+                    },
+                    _ => Partitioner::Forward,
+                },
+            })
+            .collect();
+        let mut graph = JobGraph {
+            name: format!("{}.unit-{unit}", g.name),
+            vertices,
+            edges,
+            chains: Vec::new(),
+            checkpoint: g.checkpoint.clone().map(|mut c| {
+                c.dir = checkpoint_dir.to_path_buf();
+                c
+            }),
+            restart: RestartStrategy::None,
+            ..g.clone()
+        };
+        graph.rechain()?;
+        Ok(graph)
+    }
+}
+
+/// The job's vertices as a line from its source to its sink, or why it is not one.
+fn line_of(graph: &JobGraph) -> Result<(usize, Vec<usize>)> {
+    let sources: Vec<usize> = (0..graph.vertices.len())
+        .filter(|&v| matches!(graph.vertices[v], Vertex::Source(_)))
+        .collect();
+    let sinks = graph
+        .vertices
+        .iter()
+        .filter(|v| matches!(v, Vertex::Sink(_)))
+        .count();
+    let [source] = sources[..] else {
+        bail!("it must have one source (it has {})", sources.len());
+    };
+    if sinks != 1 {
+        bail!("it must have one sink (it has {sinks})");
+    }
+    let mut order = vec![source];
+    let mut at = source;
+    loop {
+        let out: Vec<&Edge> = graph.edges.iter().filter(|e| e.from == at).collect();
+        match out[..] {
+            [] => break,
+            [e] if e.side.is_none() && e.partitioner != Partitioner::Broadcast => {
+                if graph.edges.iter().filter(|x| x.to == e.to).count() != 1 {
+                    bail!(
+                        "{} reads several inputs: only a line of operators runs over \
+                         several hosts",
+                        graph.vertices[e.to].describe()
+                    );
+                }
+                at = e.to;
+                order.push(at);
+            }
+            _ => bail!(
+                "{} feeds several vertices, a side output or a broadcast: only a line of \
+                 operators runs over several hosts",
+                graph.vertices[at].describe()
+            ),
+        }
+    }
+    if order.len() != graph.vertices.len() || !matches!(graph.vertices[at], Vertex::Sink(_)) {
+        bail!("only a line of operators from the source to the sink runs over several hosts");
+    }
+    Ok((source, order))
+}
+
+/// The partitions of `topics`, topic by topic in the order given.
+fn source_partitions(
+    kafka: &KafkaSourceConfig,
+    topics: &[String],
+    settings: &ClusterSettings,
+) -> Result<Vec<(String, i32)>> {
+    let mut client = ClientConfig::new();
+    for (k, v) in &kafka.properties {
+        client.set(k, v);
+    }
+    let consumer: BaseConsumer = client
+        .set("bootstrap.servers", &kafka.bootstrap)
+        .create()
+        .with_context(|| format!("connecting to {}", kafka.bootstrap))?;
+    let _ = settings;
+    let mut all = Vec::new();
+    for topic in topics {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
+            .with_context(|| format!("reading the partitions of Kafka topic {topic:?}"))?;
+        let t = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+            .ok_or_else(|| anyhow!("Kafka topic {topic:?} does not exist"))?;
+        let mut ids: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
+        ids.sort_unstable();
+        all.extend(ids.into_iter().map(|p| (topic.clone(), p)));
+    }
+    Ok(all)
+}

@@ -1,0 +1,271 @@
+//! The checkpoint store every host of a cluster job reads: checkpoints of the units,
+//! copied there when they complete, behind the `object_store` crate (a directory on one
+//! machine or a shared file system; S3, GCS or Azure in builds with their feature).
+//!
+//! Layout under the store's root: `JOB/unit-N/ATTEMPT/ID/FILE…` for the checkpoint `ID`
+//! of attempt `ATTEMPT` (each start of a unit on some host), and `JOB/unit-N/finished`
+//! once the unit's input ended and all its output is committed.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, anyhow};
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore, PutPayload};
+
+/// Checkpoints kept per attempt of a unit (older ones are deleted as new ones come).
+const KEEP: u64 = 5;
+
+/// A checkpoint store.
+pub struct CheckpointStore {
+    store: Arc<dyn ObjectStore>,
+    root: StorePath,
+    /// Where it is, as given (for messages).
+    location: String,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl CheckpointStore {
+    /// Opens `location`: a URL (`file://`, `s3://`, `gs://`, `az://`) or a directory,
+    /// relative to `base` (created if missing).
+    pub fn open(location: &str, base: &Path) -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("checkpoint store")
+            .enable_all()
+            .build()
+            .context("starting the checkpoint store's runtime")?;
+        let (store, root): (Arc<dyn ObjectStore>, StorePath) = if location.contains("://") {
+            let url = url::Url::parse(location)
+                .with_context(|| format!("checkpoint store {location:?} is not a URL"))?;
+            let (store, root) = object_store::parse_url(&url).map_err(|e| {
+                anyhow!(
+                    "checkpoint store {location:?}: {e} (s3://, gs:// and az:// need a build \
+                     with the `s3`, `gcs` or `azure` feature)"
+                )
+            })?;
+            (Arc::from(store), root)
+        } else {
+            let dir = base.join(location);
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("creating checkpoint store {}", dir.display()))?;
+            let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir)
+                .with_context(|| format!("checkpoint store {}", dir.display()))?;
+            (Arc::new(fs), StorePath::default())
+        };
+        Ok(CheckpointStore {
+            store,
+            root,
+            location: location.to_string(),
+            runtime,
+        })
+    }
+
+    fn path(&self, key: &str) -> StorePath {
+        key.split('/')
+            .filter(|p| !p.is_empty())
+            .fold(self.root.clone(), |p, part| p.child(part))
+    }
+
+    fn err(&self, what: &str) -> String {
+        format!("checkpoint store {:?}: {what}", self.location)
+    }
+
+    /// Copies the files of `folder` (recursively) under `key`.
+    pub fn upload(&self, key: &str, folder: &Path) -> Result<()> {
+        let mut files = Vec::new();
+        collect_files(folder, folder, &mut files)?;
+        self.runtime.block_on(async {
+            for (relative, full) in files {
+                let bytes =
+                    std::fs::read(&full).with_context(|| format!("reading {}", full.display()))?;
+                let to = self.path(&format!("{key}/{relative}"));
+                self.store
+                    .put(&to, PutPayload::from(bytes))
+                    .await
+                    .with_context(|| self.err(&format!("writing {to}")))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Copies everything under `key` into `into` (created); false when nothing is there.
+    pub fn download(&self, key: &str, into: &Path) -> Result<bool> {
+        let prefix = self.path(key);
+        self.runtime.block_on(async {
+            use futures::TryStreamExt;
+            let objects: Vec<_> = self
+                .store
+                .list(Some(&prefix))
+                .try_collect()
+                .await
+                .with_context(|| self.err(&format!("listing {prefix}")))?;
+            for object in &objects {
+                let relative: Vec<_> = object
+                    .location
+                    .prefix_match(&prefix)
+                    .map(|parts| parts.map(|p| p.as_ref().to_string()).collect())
+                    .unwrap_or_default();
+                if relative.is_empty() || relative.iter().any(|p| p == "..") {
+                    continue;
+                }
+                let to = relative
+                    .iter()
+                    .fold(into.to_path_buf(), |p, part| p.join(part));
+                let bytes = self
+                    .store
+                    .get(&object.location)
+                    .await
+                    .with_context(|| self.err(&format!("reading {}", object.location)))?
+                    .bytes()
+                    .await
+                    .with_context(|| self.err(&format!("reading {}", object.location)))?;
+                if let Some(parent) = to.parent() {
+                    std::fs::create_dir_all(parent)
+                        .with_context(|| format!("creating {}", parent.display()))?;
+                }
+                std::fs::write(&to, &bytes).with_context(|| format!("writing {}", to.display()))?;
+            }
+            Ok(!objects.is_empty())
+        })
+    }
+
+    /// The names directly under `key` that are folders.
+    pub fn folders(&self, key: &str) -> Result<Vec<String>> {
+        let prefix = self.path(key);
+        self.runtime.block_on(async {
+            let listed = self
+                .store
+                .list_with_delimiter(Some(&prefix))
+                .await
+                .with_context(|| self.err(&format!("listing {prefix}")))?;
+            Ok(listed
+                .common_prefixes
+                .iter()
+                .filter_map(|p| p.filename().map(str::to_string))
+                .collect())
+        })
+    }
+
+    /// Deletes everything under `key`.
+    pub fn delete(&self, key: &str) -> Result<()> {
+        let prefix = self.path(key);
+        self.runtime.block_on(async {
+            use futures::TryStreamExt;
+            let objects: Vec<_> = self
+                .store
+                .list(Some(&prefix))
+                .try_collect()
+                .await
+                .with_context(|| self.err(&format!("listing {prefix}")))?;
+            for object in objects {
+                self.store
+                    .delete(&object.location)
+                    .await
+                    .with_context(|| self.err(&format!("deleting {}", object.location)))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Writes a small object.
+    pub fn put(&self, key: &str, bytes: Vec<u8>) -> Result<()> {
+        let to = self.path(key);
+        self.runtime.block_on(async {
+            self.store
+                .put(&to, PutPayload::from(bytes))
+                .await
+                .with_context(|| self.err(&format!("writing {to}")))?;
+            Ok(())
+        })
+    }
+
+    /// Reads a small object, `None` if it does not exist.
+    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let from = self.path(key);
+        self.runtime.block_on(async {
+            match self.store.get(&from).await {
+                Ok(r) => Ok(Some(
+                    r.bytes()
+                        .await
+                        .with_context(|| self.err(&format!("reading {from}")))?
+                        .to_vec(),
+                )),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(anyhow!(e)).with_context(|| self.err(&format!("reading {from}"))),
+            }
+        })
+    }
+
+    /// Copies checkpoint `id` of a unit's attempt (its local `folder`) to the store, then
+    /// deletes that attempt's checkpoints older than the newest few.
+    pub fn save_checkpoint(&self, attempt_key: &str, id: u64, folder: &Path) -> Result<()> {
+        self.upload(&format!("{attempt_key}/{id}"), folder)?;
+        for old in self.folders(attempt_key)? {
+            if old.parse::<u64>().is_ok_and(|o| o + KEEP <= id) {
+                self.delete(&format!("{attempt_key}/{old}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every file under `dir`, with its path relative to `root` (`/`-separated).
+fn collect_files(
+    root: &Path,
+    dir: &Path,
+    out: &mut Vec<(String, std::path::PathBuf)>,
+) -> Result<()> {
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            collect_files(root, &path, out)?;
+        } else {
+            let relative = path
+                .strip_prefix(root)
+                .map_err(|e| anyhow!("{}: {e}", path.display()))?
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join("/");
+            out.push((relative, path));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoints_go_to_the_store_and_back_and_old_ones_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open("store", dir.path()).unwrap();
+        let local = dir.path().join("chk");
+        std::fs::create_dir_all(local.join("sub")).unwrap();
+        std::fs::write(local.join("_metadata"), b"meta").unwrap();
+        std::fs::write(local.join("sub/state"), b"state").unwrap();
+        for id in 1..=7 {
+            store.save_checkpoint("job/unit-0/a1", id, &local).unwrap();
+        }
+        let mut kept = store.folders("job/unit-0/a1").unwrap();
+        kept.sort();
+        assert_eq!(kept, ["3", "4", "5", "6", "7"]);
+        let back = dir.path().join("back");
+        assert!(store.download("job/unit-0/a1/7", &back).unwrap());
+        assert_eq!(std::fs::read(back.join("_metadata")).unwrap(), b"meta");
+        assert_eq!(std::fs::read(back.join("sub/state")).unwrap(), b"state");
+        assert!(
+            !store
+                .download("job/unit-0/a1/1", &dir.path().join("none"))
+                .unwrap()
+        );
+        assert_eq!(store.get("job/unit-0/finished").unwrap(), None);
+        store.put("job/unit-0/finished", b"a1/7".to_vec()).unwrap();
+        assert_eq!(store.get("job/unit-0/finished").unwrap().unwrap(), b"a1/7");
+        store.delete("job/unit-0/a1").unwrap();
+        assert!(store.folders("job/unit-0/a1").unwrap().is_empty());
+    }
+}

@@ -1,0 +1,211 @@
+//! Running one unit of a cluster job on this host: fence whoever ran it before, find the
+//! checkpoint its last committed transaction names, restore it, run.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+use crossbeam_channel::Receiver;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::plan::{ClusterSettings, Plan};
+use super::store::CheckpointStore;
+use crate::connectors::kafka::parse_marker_metadata;
+use crate::job::{Job, JobControl, JobMonitor, JobOutcome, RestorePoint, RunOptions};
+use crate::tenant::HostConfig;
+use crate::wasm::WasmEngine;
+
+/// How long fencing or reading a marker may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a unit's run came to.
+#[derive(Debug)]
+pub enum UnitEnd {
+    /// Its input ended and its output is committed (now or by an earlier owner).
+    Finished,
+    /// Stopped on request (the unit moved, or the host stops).
+    Cancelled,
+    /// Failed; runs again (here or elsewhere) from its last committed checkpoint.
+    Failed(anyhow::Error),
+}
+
+/// Everything a unit's run needs from its host.
+pub struct UnitContext {
+    /// The job's plan.
+    pub plan: Arc<Plan>,
+    /// The cluster settings.
+    pub settings: Arc<ClusterSettings>,
+    /// The checkpoint store.
+    pub store: Arc<CheckpointStore>,
+    /// The engine.
+    pub engine: Arc<WasmEngine>,
+    /// The host configuration (tenants).
+    pub host: Arc<HostConfig>,
+}
+
+impl UnitContext {
+    /// The store key of unit `unit`.
+    pub fn unit_key(&self, unit: u32) -> String {
+        format!("{}/unit-{unit}", self.plan.prefix)
+    }
+
+    /// Whether unit `unit` finished (its `finished` object is in the store).
+    pub fn is_finished(&self, unit: u32) -> Result<bool> {
+        Ok(self
+            .store
+            .get(&format!("{}/finished", self.unit_key(unit)))?
+            .is_some())
+    }
+
+    /// Runs unit `unit` until it ends or `control` cancels it.
+    pub fn run(&self, unit: u32, control: &Receiver<JobControl>) -> UnitEnd {
+        match self.try_run(unit, control) {
+            Ok(end) => end,
+            Err(e) => {
+                UnitEnd::Failed(e.context(format!("unit {unit} ({})", self.plan.describe(unit))))
+            }
+        }
+    }
+
+    fn try_run(&self, unit: u32, control: &Receiver<JobControl>) -> Result<UnitEnd> {
+        if self.is_finished(unit)? {
+            return Ok(UnitEnd::Finished);
+        }
+        let transactional_id = format!("{}-0", self.plan.transactional_prefix(unit));
+        self.fence(&transactional_id)?;
+        // Only now, with the earlier owner fenced, does the marker stay put.
+        let marker = self.committed_marker(&transactional_id, &self.plan.output_topic(unit))?;
+        let key = self.unit_key(unit);
+        let local = self.settings.work_dir.join(format!("unit-{unit}"));
+        // What this host kept of earlier runs of the unit is of no use: the store has
+        // what counts.
+        if local.exists() {
+            std::fs::remove_dir_all(&local)
+                .with_context(|| format!("clearing {}", local.display()))?;
+        }
+        let restore = match &marker {
+            Some((attempt, id)) => {
+                let folder = local.join(format!("restore-{attempt}-{id}"));
+                if !self
+                    .store
+                    .download(&format!("{key}/{attempt}/{id}"), &folder)?
+                {
+                    return Err(anyhow!(
+                        "its last committed transaction names checkpoint {id} of attempt \
+                         {attempt}, which is not in the checkpoint store {}",
+                        self.settings.checkpoints
+                    ));
+                }
+                Some(folder)
+            }
+            None => None,
+        };
+        // Checkpoints of other attempts can never be restored: none of their
+        // transactions is the last committed one, and their producers are fenced.
+        for old in self.store.folders(&key)? {
+            if marker.as_ref().is_none_or(|(a, _)| *a != old) {
+                self.store.delete(&format!("{key}/{old}"))?;
+            }
+        }
+        let attempt = new_attempt_id();
+        let checkpoints = local.join(&attempt);
+        let graph = self.plan.unit_graph(
+            unit,
+            &self.settings,
+            &checkpoints,
+            &format!("attempt={attempt}"),
+        )?;
+        let store = self.store.clone();
+        let attempt_key = format!("{key}/{attempt}");
+        let job = Job::from_graph(graph, &self.engine, &self.host)?.with_checkpoint_hook(Arc::new(
+            move |id: u64, folder: &Path| store.save_checkpoint(&attempt_key, id, folder),
+        ));
+        match &restore {
+            Some(folder) => tracing::info!(
+                "unit {unit} ({}): restoring {}",
+                self.plan.describe(unit),
+                folder.display()
+            ),
+            None => tracing::info!("unit {unit} ({}): starting", self.plan.describe(unit)),
+        }
+        let options = RunOptions {
+            restore: restore.map_or(RestorePoint::Fresh, RestorePoint::Path),
+            move_aside: false,
+            allow_rewind: false,
+            allow_non_restored_state: false,
+        };
+        let report = job.run(options, control, &JobMonitor::default())?;
+        Ok(match report.outcome {
+            JobOutcome::Finished => {
+                self.store.put(
+                    &format!("{key}/finished"),
+                    format!("attempt={attempt}").into_bytes(),
+                )?;
+                UnitEnd::Finished
+            }
+            JobOutcome::Cancelled | JobOutcome::Stopped { .. } => UnitEnd::Cancelled,
+        })
+    }
+
+    /// Fences every earlier producer of `transactional_id` (and aborts its open
+    /// transaction).
+    fn fence(&self, transactional_id: &str) -> Result<()> {
+        let producer: BaseProducer = self
+            .settings
+            .client()
+            .set("transactional.id", transactional_id)
+            .set("transaction.timeout.ms", "900000")
+            .create()
+            .context("creating a producer to fence the unit's earlier owner")?;
+        producer
+            .init_transactions(REQUEST_TIMEOUT)
+            .with_context(|| format!("fencing the earlier owner ({transactional_id})"))
+    }
+
+    /// The attempt and checkpoint the unit's last committed transaction names.
+    fn committed_marker(&self, group: &str, topic: &str) -> Result<Option<(String, u64)>> {
+        let consumer: BaseConsumer = self
+            .settings
+            .client()
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .context("creating a client of the unit's marker group")?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(topic, 0);
+        let committed = consumer
+            .committed_offsets(tpl, REQUEST_TIMEOUT)
+            .with_context(|| format!("reading the unit's last committed checkpoint ({group})"))?;
+        let Some(e) = committed.elements().into_iter().next() else {
+            return Ok(None);
+        };
+        let Offset::Offset(id) = e.offset() else {
+            return Ok(None);
+        };
+        let attempt = parse_marker_metadata(e.metadata())
+            .and_then(|(_, note)| note?.strip_prefix("attempt="))
+            .ok_or_else(|| {
+                anyhow!(
+                    "the marker of group {group} ({:?}) names no attempt",
+                    e.metadata()
+                )
+            })?;
+        Ok(Some((attempt.to_string(), id as u64)))
+    }
+}
+
+/// A name for one start of a unit, unique across hosts and time.
+fn new_attempt_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}
