@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use sluice_tests::kafka::{broker, create_topic, read_committed, unique_topic};
-use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE};
+use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE, WINDOW};
 use sluice_tests::{scratch_root, test_dir, write_job};
 
 use crate::kafka::{as_count_lines, assert_counts, topic_of_lines};
@@ -126,4 +126,189 @@ fn three_hosts_share_a_job_and_a_killed_hosts_units_move() {
     assert_counts(&as_count_lines(&read_committed(&broker, &output)), &text);
     let logs = log_of(&dir, 1) + &log_of(&dir, 2);
     assert!(logs.contains("finished"), "{logs}");
+}
+
+/// Whether host `n`'s log says it owns `units` units.
+fn owns(dir: &Path, n: usize, units: usize) -> bool {
+    log_of(dir, n)
+        .lines()
+        .rev()
+        .find(|l| l.contains(" owns units "))
+        .is_some_and(|l| {
+            l.rsplit_once('[').map(|(_, list)| {
+                list.trim_end_matches(']')
+                    .split(',')
+                    .filter(|u| !u.trim().is_empty())
+                    .count()
+            }) == Some(units)
+        })
+}
+
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A host stopped (SIGSTOP) past the session timeout loses its units to the other; when
+/// it wakes, its producers are fenced: nothing it had in flight reaches the output.
+#[test]
+fn a_stopped_host_is_fenced_when_it_wakes() {
+    let Some(broker) = broker() else { return };
+    let (input, text) = topic_of_lines(&broker, "cluster-in", 4, 37, 2_400);
+    let output = unique_topic("cluster-out");
+    create_topic(&broker, &output, 2);
+    let dir = test_dir("cluster-stop");
+    let job = cluster_word_count(&dir, &broker, &input, &output);
+    let mut hosts: Vec<Child> = (0..2).map(|n| spawn_host(&dir, &job, &broker, n)).collect();
+    wait_until("both hosts own units", Duration::from_secs(60), || {
+        owns(&dir, 0, 4) && owns(&dir, 1, 4)
+    });
+    wait_for_output(&dir, &mut hosts, &broker, &output, 200);
+    let pid = hosts[0].id().to_string();
+    let signal = |s: &str| {
+        assert!(
+            Command::new("kill")
+                .args([s, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    signal("-STOP");
+    // Past the session timeout, the other host runs every unit.
+    wait_until("host 1 took every unit", Duration::from_secs(60), || {
+        owns(&dir, 1, 8)
+    });
+    signal("-CONT");
+    for (n, host) in hosts.iter_mut().enumerate() {
+        wait_success(&dir, host, n, Duration::from_secs(180));
+    }
+    assert_counts(&as_count_lines(&read_committed(&broker, &output)), &text);
+}
+
+/// A host that joins mid-run takes over units from the one running all; `sluice status`
+/// shows both and what each runs.
+#[test]
+fn a_host_added_mid_run_takes_over_units() {
+    let Some(broker) = broker() else { return };
+    let (input, text) = topic_of_lines(&broker, "cluster-in", 4, 41, 2_400);
+    let output = unique_topic("cluster-out");
+    create_topic(&broker, &output, 2);
+    let dir = test_dir("cluster-add");
+    let job = cluster_word_count(&dir, &broker, &input, &output);
+    let mut hosts = vec![spawn_host(&dir, &job, &broker, 0)];
+    wait_for_output(&dir, &mut hosts, &broker, &output, 100);
+    hosts.push(spawn_host(&dir, &job, &broker, 1));
+    wait_until("the new host owns units", Duration::from_secs(60), || {
+        owns(&dir, 1, 4)
+    });
+    let status = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .args(["status"])
+        .arg(&job)
+        .args(["--cluster", &broker])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert!(shown.contains("8 units in 2 stages, 2 hosts"), "{shown}");
+    assert_eq!(shown.matches("  unit ").count(), 8, "{shown}");
+    assert!(shown.contains("-> count -> sink"), "{shown}");
+    for (n, host) in hosts.iter_mut().enumerate() {
+        wait_success(&dir, host, n, Duration::from_secs(180));
+    }
+    assert_counts(&as_count_lines(&read_committed(&broker, &output)), &text);
+    assert!(
+        log_of(&dir, 1).contains("restoring"),
+        "the new host restored no unit: {}",
+        log_of(&dir, 1)
+    );
+}
+
+/// Event time crosses the exchange topic: tumbling windows over three partitions on two
+/// hosts give the counts computed here (as one host gives them).
+#[test]
+fn event_time_windows_over_two_hosts() {
+    let Some(broker) = broker() else { return };
+    let input = unique_topic("cluster-timed");
+    create_topic(&broker, &input, 3);
+    // Per partition, timestamps rise with jitter within the bound: no record is late.
+    let mut expected: std::collections::BTreeMap<(String, i64), u64> = Default::default();
+    for p in 0..3 {
+        let mut records = Vec::new();
+        for i in 0..900i64 {
+            // (From 1,000: a timestamp of 0 would make the producer stamp the time.)
+            let ts = 1_000 + i * 37 + (i * 7919 + p) % 300;
+            let key = format!("k{}", (i * 13 + p) % 7);
+            *expected
+                .entry((key.clone(), ts / 5_000 * 5_000))
+                .or_default() += 1;
+            records.push((key, ts));
+        }
+        let records: Vec<(Option<&str>, &str, Option<i64>)> = records
+            .iter()
+            .map(|(k, ts)| (Some(k.as_str()), "x", Some(*ts)))
+            .collect();
+        sluice_tests::kafka::produce_to(&broker, &input, Some(p as i32), &records);
+    }
+    let output = unique_topic("cluster-windows");
+    create_topic(&broker, &output, 1);
+    let dir = test_dir("cluster-windows");
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "{output}"
+[source]
+type = "kafka"
+bootstrap = "{broker}"
+topics = "{input}"
+bounded = true
+timestamp = "record"
+out_of_orderness_ms = 500
+[[operator]]
+name = "slow"
+plugin = "{TEST_MISBEHAVE}"
+config = {{ behavior = "slow-process", delay-ms = 1 }}
+[[operator]]
+name = "window"
+plugin = "{WINDOW}"
+key_by = "key"
+config = {{ kind = "tumbling", size-ms = 5000, aggregate = "count" }}
+[sink]
+type = "kafka"
+bootstrap = "{broker}"
+topic = "{output}"
+[checkpoint]
+interval_ms = 100
+[runtime]
+batch_size = 20
+[cluster]
+checkpoints = "store"
+exchange_partitions = 3
+session_timeout_ms = 6000
+"#
+        ),
+    );
+    let mut hosts: Vec<Child> = (0..2).map(|n| spawn_host(&dir, &job, &broker, n)).collect();
+    for (n, host) in hosts.iter_mut().enumerate() {
+        wait_success(&dir, host, n, Duration::from_secs(180));
+    }
+    let mut got: Vec<String> = read_committed(&broker, &output)
+        .iter()
+        .map(|r| format!("{}\t{}", r.key.as_deref().unwrap_or(""), r.value))
+        .collect();
+    got.sort();
+    let mut want: Vec<String> = expected
+        .iter()
+        .map(|((k, start), n)| format!("{k}\t{start},{},{n}", start + 5_000))
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
 }

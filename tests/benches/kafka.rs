@@ -9,60 +9,12 @@
 //! `cargo bench -p sluice-tests --bench kafka`
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use sluice_tests::bench::{median_time, runs};
-use sluice_tests::kafka::{create_topic, produce, unique_topic};
+use sluice_tests::kafka::{BenchBroker, create_topic, produce, unique_topic};
 use sluice_tests::plugins::{COUNT, TOKENIZE};
 use sluice_tests::{run_job, sample_text, test_dir, write_job};
-
-/// A broker for the run: the one in `SLUICE_KAFKA`, or one started here.
-struct Broker {
-    address: String,
-    started: Option<PathBuf>,
-}
-
-impl Broker {
-    fn get() -> Broker {
-        if let Ok(address) = std::env::var("SLUICE_KAFKA") {
-            return Broker {
-                address,
-                started: None,
-            };
-        }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka/broker.sh");
-        let dir = test_dir("bench-kafka-broker");
-        let out = Command::new(&script)
-            .arg("start")
-            .arg(&dir)
-            .output()
-            .expect("running scripts/kafka/broker.sh");
-        assert!(
-            out.status.success(),
-            "starting the broker: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let address = String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .strip_prefix("SLUICE_KAFKA=")
-            .expect("broker.sh prints SLUICE_KAFKA=ADDRESS")
-            .to_string();
-        Broker {
-            address,
-            started: Some(dir),
-        }
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.started {
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka/broker.sh");
-            let _ = Command::new(script).arg("stop").arg(dir).status();
-        }
-    }
-}
 
 fn job(dir: &Path, name: &str, source: &str, sink: &str) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));
@@ -108,7 +60,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
-    let broker = Broker::get();
+    let broker = BenchBroker::get();
     let b = &broker.address;
     let dir = test_dir("bench-kafka");
     let text = sample_text(7, lines);

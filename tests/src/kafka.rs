@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -321,5 +323,53 @@ pub fn wait_for_end(broker: &str, topic: &str, records: i64) {
             "{topic} ends at {end} records, not {records}"
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A broker for a benchmark's run: the one in `SLUICE_KAFKA`, or one started here.
+pub struct BenchBroker {
+    /// Its address.
+    pub address: String,
+    started: Option<PathBuf>,
+}
+
+impl BenchBroker {
+    pub fn get() -> BenchBroker {
+        if let Ok(address) = std::env::var("SLUICE_KAFKA") {
+            return BenchBroker {
+                address,
+                started: None,
+            };
+        }
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka/broker.sh");
+        let dir = crate::test_dir("bench-kafka-broker");
+        let out = Command::new(&script)
+            .arg("start")
+            .arg(&dir)
+            .output()
+            .expect("running scripts/kafka/broker.sh");
+        assert!(
+            out.status.success(),
+            "starting the broker: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let address = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .strip_prefix("SLUICE_KAFKA=")
+            .expect("broker.sh prints SLUICE_KAFKA=ADDRESS")
+            .to_string();
+        BenchBroker {
+            address,
+            started: Some(dir),
+        }
+    }
+}
+
+impl Drop for BenchBroker {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.started {
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka/broker.sh");
+            let _ = Command::new(script).arg("stop").arg(dir).status();
+        }
     }
 }

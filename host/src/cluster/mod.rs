@@ -47,8 +47,10 @@ use crate::wasm::WasmEngine;
 /// How long an admin or metadata request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How soon a failed unit this host still owns runs again.
+/// How soon a failed unit this host still owns runs again: after the first failure,
+/// doubling with each one after, up to the longest.
 const RESTART_DELAY: Duration = Duration::from_secs(1);
+const LONGEST_RESTART_DELAY: Duration = Duration::from_secs(60);
 
 /// How often the host looks at the store for units that finished.
 const FINISHED_CHECK: Duration = Duration::from_secs(2);
@@ -87,14 +89,16 @@ impl ClusterHost {
     ) -> Result<Self> {
         let plan = Plan::new(graph, &settings)?;
         let store = CheckpointStore::open(&settings.checkpoints, &graph.base_dir)?;
+        let client_id = format!("sluice-{}-{}", host_name(), std::process::id());
         let this = ClusterHost {
-            client_id: format!("sluice-{}-{}", host_name(), std::process::id()),
+            client_id: client_id.clone(),
             units: UnitContext {
                 plan: Arc::new(plan),
                 settings: Arc::new(settings),
                 store: Arc::new(store),
                 engine,
                 host,
+                client_id,
             },
         };
         this.make_topics()
@@ -133,7 +137,12 @@ impl ClusterHost {
                 bail!("creating topic {topic:?}: {code}");
             }
         }
-        let consumer: BaseConsumer = self.units.settings.client().create()?;
+        let consumer: BaseConsumer = self
+            .units
+            .settings
+            .client()
+            .create()
+            .context("creating a Kafka client to read the topics")?;
         for (topic, partitions) in &wanted {
             // A topic just made may take a moment to show in the metadata.
             let deadline = Instant::now() + REQUEST_TIMEOUT;
@@ -141,13 +150,21 @@ impl ClusterHost {
                 let metadata = consumer
                     .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
                     .with_context(|| format!("reading topic {topic:?}"))?;
-                let found = metadata
-                    .topics()
-                    .first()
+                let topic_metadata = metadata.topics().first();
+                let found = topic_metadata
                     .filter(|t| t.error().is_none())
                     .map_or(0, |t| t.partitions().len() as u32);
-                if found > 0 || Instant::now() > deadline {
+                if found > 0 {
                     break found;
+                }
+                if Instant::now() > deadline {
+                    match topic_metadata.and_then(|t| t.error()) {
+                        Some(e) => bail!(
+                            "topic {topic:?}: {}",
+                            rdkafka::error::KafkaError::MetadataFetch(e.into())
+                        ),
+                        None => bail!("topic {topic:?} has no partitions yet"),
+                    }
                 }
                 std::thread::sleep(Duration::from_millis(100));
             };
@@ -163,8 +180,21 @@ impl ClusterHost {
     }
 
     /// Joins the job's group and runs the units it is given until every unit of the job
-    /// finished or `stop` says to stop.
+    /// finished or `stop` says to stop. Whatever ends it, the units running here are
+    /// stopped before it returns.
     pub fn run(&self, stop: &Receiver<()>) -> Result<HostEnd> {
+        let mut running: BTreeMap<u32, Running> = BTreeMap::new();
+        let end = self.serve(stop, &mut running);
+        for r in running.values() {
+            let _ = r.control.send(JobControl::Cancel);
+        }
+        for (_, r) in running {
+            let _ = r.thread.join();
+        }
+        end
+    }
+
+    fn serve(&self, stop: &Receiver<()>, running: &mut BTreeMap<u32, Running>) -> Result<HostEnd> {
         let settings = &self.units.settings;
         let plan = &self.units.plan;
         let session = settings.session_timeout.as_millis().to_string();
@@ -193,9 +223,16 @@ impl ClusterHost {
             plan.stages.len(),
             settings.bootstrap
         );
-        let mut running: BTreeMap<u32, Running> = BTreeMap::new();
         let mut finished: BTreeSet<u32> = BTreeSet::new();
-        let mut retry_at: BTreeMap<u32, Instant> = BTreeMap::new();
+        // Failed units: when each may run again, and how many times it failed in a row.
+        let mut retry_at: BTreeMap<u32, (Instant, u32)> = BTreeMap::new();
+        let fail = |retry_at: &mut BTreeMap<u32, (Instant, u32)>, unit: u32| {
+            let failures = retry_at.get(&unit).map_or(0, |(_, n)| *n) + 1;
+            let delay = RESTART_DELAY
+                .saturating_mul(1 << (failures - 1).min(6))
+                .min(LONGEST_RESTART_DELAY);
+            retry_at.insert(unit, (Instant::now() + delay, failures));
+        };
         let mut owned_before: BTreeSet<u32> = BTreeSet::new();
         let mut last_check = Instant::now() - FINISHED_CHECK;
         let end = loop {
@@ -236,16 +273,33 @@ impl ClusterHost {
                     Ok(UnitEnd::Finished) => {
                         eprintln!("unit {unit} finished ({})", plan.describe(unit));
                         finished.insert(unit);
+                        retry_at.remove(&unit);
                     }
                     Ok(UnitEnd::Cancelled) => {}
                     Ok(UnitEnd::Failed(e)) if !r.cancelled => {
-                        eprintln!("unit {unit} failed: {e:#}");
-                        retry_at.insert(unit, Instant::now() + RESTART_DELAY);
+                        fail(&mut retry_at, unit);
+                        eprintln!(
+                            "unit {unit} failed (failure {} in a row; it runs again from its \
+                             last committed checkpoint): {e:#}",
+                            retry_at[&unit].1
+                        );
                     }
-                    Ok(UnitEnd::Failed(_)) => {}
-                    Err(_) => {
-                        eprintln!("unit {unit}: its thread panicked");
-                        retry_at.insert(unit, Instant::now() + RESTART_DELAY);
+                    // Failing after it was moved away (fenced by its new owner) is
+                    // what a moved unit does.
+                    Ok(UnitEnd::Failed(e)) => {
+                        tracing::info!("unit {unit} ended after it moved: {e:#}")
+                    }
+                    Err(panic) => {
+                        fail(&mut retry_at, unit);
+                        let what = panic
+                            .downcast_ref::<String>()
+                            .map(String::as_str)
+                            .or_else(|| panic.downcast_ref::<&str>().copied())
+                            .unwrap_or("no message");
+                        eprintln!(
+                            "unit {unit} ({}): its thread panicked: {what}",
+                            plan.describe(unit)
+                        );
                     }
                 }
             }
@@ -260,18 +314,31 @@ impl ClusterHost {
             for &unit in &owned {
                 if running.contains_key(&unit)
                     || finished.contains(&unit)
-                    || retry_at.get(&unit).is_some_and(|at| Instant::now() < *at)
+                    || retry_at
+                        .get(&unit)
+                        .is_some_and(|(at, _)| Instant::now() < *at)
                 {
                     continue;
                 }
-                retry_at.remove(&unit);
                 running.insert(unit, self.start(unit)?);
             }
+            // A unit no longer here starts afresh wherever it goes next.
+            retry_at.retain(|unit, _| owned.contains(unit));
             if last_check.elapsed() >= FINISHED_CHECK {
                 last_check = Instant::now();
                 for unit in 0..plan.units() {
-                    if !finished.contains(&unit) && self.units.is_finished(unit).unwrap_or(false) {
-                        finished.insert(unit);
+                    if finished.contains(&unit) {
+                        continue;
+                    }
+                    match self.units.is_finished(unit) {
+                        Ok(true) => {
+                            finished.insert(unit);
+                        }
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::warn!("unit {unit}: {e:#}");
+                            break;
+                        }
                     }
                 }
                 if finished.len() as u32 == plan.units() {
@@ -279,12 +346,6 @@ impl ClusterHost {
                 }
             }
         };
-        for r in running.values() {
-            let _ = r.control.send(JobControl::Cancel);
-        }
-        for (_, r) in running {
-            let _ = r.thread.join();
-        }
         consumer.unsubscribe();
         Ok(end)
     }
@@ -297,6 +358,7 @@ impl ClusterHost {
             store: self.units.store.clone(),
             engine: self.units.engine.clone(),
             host: self.units.host.clone(),
+            client_id: self.client_id.clone(),
         };
         let thread = std::thread::Builder::new()
             .name(format!("unit {unit}"))
@@ -316,7 +378,10 @@ pub fn status(graph: &JobGraph, settings: ClusterSettings) -> Result<String> {
     use std::fmt::Write as _;
     let plan = Plan::new(graph, &settings)?;
     let store = CheckpointStore::open(&settings.checkpoints, &graph.base_dir)?;
-    let consumer: BaseConsumer = settings.client().create()?;
+    let consumer: BaseConsumer = settings
+        .client()
+        .create()
+        .context("creating a Kafka client")?;
     let groups = consumer
         .fetch_group_list(Some(&plan.group), REQUEST_TIMEOUT)
         .context("reading the job's group")?;

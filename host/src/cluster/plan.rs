@@ -14,8 +14,8 @@ use crate::connectors::kafka::{
     Delivery, ExchangeOutput, KafkaSinkConfig, KafkaSourceConfig, StartFrom, Topics,
 };
 use crate::job::{
-    Edge, JobGraph, OperatorVertex, RestartStrategy, SinkKind, SinkVertex,
-    SourceInput, SourceVertex, Vertex,
+    Edge, JobGraph, OperatorVertex, RestartStrategy, SinkKind, SinkVertex, SourceInput,
+    SourceVertex, Vertex,
 };
 use crate::network::Partitioner;
 
@@ -308,15 +308,37 @@ impl Plan {
             .collect()
     }
 
+    /// A client of the brokers unit `unit` writes to (its sink's, with their
+    /// properties): where its producer is fenced and its marker read.
+    pub fn sink_client(&self, unit: u32, cluster: &ClusterSettings) -> ClientConfig {
+        let last = self
+            .place(unit)
+            .is_some_and(|p| p.stage + 1 == self.stages.len());
+        match &self.graph.vertices[self.sink] {
+            Vertex::Sink(SinkVertex { kafka: Some(k), .. }) if last => {
+                let mut client = ClientConfig::new();
+                for (key, value) in &k.properties {
+                    client.set(key, value);
+                }
+                client.set("bootstrap.servers", &k.bootstrap);
+                client
+            }
+            _ => cluster.client(),
+        }
+    }
+
     /// The job unit `unit` runs at parallelism 1: its stage's operators between its
     /// partition and the next stage's exchange topic (or the job's sink), checkpointing
-    /// into `checkpoint_dir`, its sink's markers noting `note`.
+    /// into `checkpoint_dir`, its sink's markers noting `note`; its sink checks at open
+    /// that the marker is still `restored` (the note and checkpoint the unit restored,
+    /// or none).
     pub fn unit_graph(
         &self,
         unit: u32,
         cluster: &ClusterSettings,
         checkpoint_dir: &Path,
         note: &str,
+        restored: Option<(String, u64)>,
     ) -> Result<JobGraph> {
         let place = self
             .place(unit)
@@ -404,6 +426,7 @@ impl Plan {
                             producer: place.index,
                         }),
                         marker_note: Some(note.to_string()),
+                        expect_marker: Some(restored),
                     }),
                 }
             }
@@ -417,6 +440,7 @@ impl Plan {
                     kafka: Some(KafkaSinkConfig {
                         transactional_id_prefix: prefix,
                         marker_note: Some(note.to_string()),
+                        expect_marker: Some(restored),
                         ..k.clone()
                     }),
                     ..s.clone()
@@ -535,4 +559,85 @@ fn source_partitions(
         all.extend(ids.into_iter().map(|p| (topic.clone(), p)));
     }
     Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The graph of a job file whose `[source]`, operators and `[sink]` are `body`.
+    fn graph(body: &str) -> JobGraph {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job.toml");
+        std::fs::write(&path, format!("name = \"j\"\n{body}")).unwrap();
+        crate::job::load_graph(&path).unwrap()
+    }
+
+    const KAFKA_SOURCE: &str =
+        "[source]\ntype = \"kafka\"\nbootstrap = \"127.0.0.1:1\"\ntopics = \"in\"\n";
+    const KAFKA_SINK: &str =
+        "[sink]\ntype = \"kafka\"\nbootstrap = \"127.0.0.1:1\"\ntopic = \"out\"\n";
+    const COUNT: &str = "[[operator]]\nname = \"count\"\nplugin = \"c.wasm\"\nkey_by = \"key\"\n";
+    const CLUSTER: &str = "[checkpoint]\ninterval_ms = 100\n[cluster]\ncheckpoints = \"s\"\n";
+
+    fn plan_error(body: &str) -> String {
+        let g = graph(body);
+        let settings = ClusterSettings::of(&g, Some("127.0.0.1:1")).unwrap();
+        format!("{:#}", Plan::new(&g, &settings).unwrap_err())
+    }
+
+    #[test]
+    fn only_a_line_from_a_kafka_source_to_an_exactly_once_kafka_sink_is_planned() {
+        let file_source = "[source]\ntype = \"file\"\npath = \"in.txt\"\n";
+        let e = plan_error(&format!("{file_source}{COUNT}{KAFKA_SINK}{CLUSTER}"));
+        assert!(e.contains("must be a Kafka source"), "{e}");
+        let file_sink = "[sink]\ntype = \"file\"\npath = \"out.txt\"\n";
+        let e = plan_error(&format!("{KAFKA_SOURCE}{COUNT}{file_sink}{CLUSTER}"));
+        assert!(e.contains("must be an exactly-once Kafka sink"), "{e}");
+        let at_least_once = KAFKA_SINK.to_string() + "delivery = \"at-least-once\"\n";
+        let e = plan_error(&format!("{KAFKA_SOURCE}{COUNT}{at_least_once}{CLUSTER}"));
+        assert!(e.contains("must be an exactly-once Kafka sink"), "{e}");
+        let pattern = KAFKA_SOURCE.replace("topics = \"in\"", "topics = { pattern = \"i.*\" }");
+        let e = plan_error(&format!("{pattern}{COUNT}{KAFKA_SINK}{CLUSTER}"));
+        assert!(e.contains("must name its topics"), "{e}");
+        let two_sinks = "[[sink]]\nname = \"a\"\ntype = \"kafka\"\nbootstrap = \"b:1\"\ntopic = \"x\"\n\
+             [[sink]]\nname = \"b\"\ntype = \"kafka\"\nbootstrap = \"b:1\"\ntopic = \"y\"\n\
+             inputs = [\"count\"]";
+        let e = plan_error(&format!("{KAFKA_SOURCE}{COUNT}{two_sinks}\n{CLUSTER}"));
+        assert!(e.contains("one sink"), "{e}");
+        // A line that fits gets as far as asking the (unreachable) brokers.
+        let e = plan_error(&format!("{KAFKA_SOURCE}{COUNT}{KAFKA_SINK}{CLUSTER}"));
+        assert!(e.contains("reading the source's partitions"), "{e}");
+    }
+
+    #[test]
+    fn cluster_settings_name_what_is_missing_or_out_of_range() {
+        let g = graph(&format!(
+            "{KAFKA_SOURCE}{COUNT}{KAFKA_SINK}[checkpoint]\ninterval_ms = 100\n"
+        ));
+        let e = ClusterSettings::of(&g, None).unwrap_err().to_string();
+        assert!(e.contains("--cluster"), "{e}");
+        let e = ClusterSettings::of(&g, Some("b:1"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`[cluster] checkpoints` is missing"), "{e}");
+        let g = graph(&format!(
+            "{KAFKA_SOURCE}{COUNT}{KAFKA_SINK}{CLUSTER}exchange_partitions = 0\n"
+        ));
+        let e = ClusterSettings::of(&g, Some("b:1"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("exchange_partitions"), "{e}");
+        let g = graph(&format!(
+            "{KAFKA_SOURCE}{COUNT}{KAFKA_SINK}{CLUSTER}bootstrap = \"k:9\"\n"
+        ));
+        let s = ClusterSettings::of(&g, None).unwrap();
+        assert_eq!(s.bootstrap, "k:9");
+        assert_eq!(
+            ClusterSettings::of(&g, Some("o:1")).unwrap().bootstrap,
+            "o:1"
+        );
+        assert_eq!(s.exchange_partitions, 8);
+        assert!(s.work_dir.ends_with("j.cluster-work"));
+    }
 }

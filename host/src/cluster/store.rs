@@ -13,6 +13,9 @@ use anyhow::{Context, Result, anyhow};
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, PutPayload};
 
+/// The file a checkpoint folder is complete with (written last).
+const METADATA: &str = "_metadata";
+
 /// Checkpoints kept per attempt of a unit (older ones are deleted as new ones come).
 const KEEP: u64 = 5;
 
@@ -50,7 +53,8 @@ impl CheckpointStore {
             std::fs::create_dir_all(&dir)
                 .with_context(|| format!("creating checkpoint store {}", dir.display()))?;
             let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir)
-                .with_context(|| format!("checkpoint store {}", dir.display()))?;
+                .with_context(|| format!("checkpoint store {}", dir.display()))?
+                .with_automatic_cleanup(true);
             (Arc::new(fs), StorePath::default())
         };
         Ok(CheckpointStore {
@@ -71,10 +75,12 @@ impl CheckpointStore {
         format!("checkpoint store {:?}: {what}", self.location)
     }
 
-    /// Copies the files of `folder` (recursively) under `key`.
+    /// Copies the files of `folder` (recursively) under `key`, a checkpoint's metadata
+    /// last: a copy without it is incomplete.
     pub fn upload(&self, key: &str, folder: &Path) -> Result<()> {
         let mut files = Vec::new();
         collect_files(folder, folder, &mut files)?;
+        files.sort_by_key(|(relative, _)| relative == METADATA);
         self.runtime.block_on(async {
             for (relative, full) in files {
                 let bytes =
@@ -130,20 +136,33 @@ impl CheckpointStore {
         })
     }
 
-    /// The names directly under `key` that are folders.
+    /// Copies the checkpoint under `key` into `into`; false when it is not there or
+    /// incomplete (no metadata).
+    pub fn download_checkpoint(&self, key: &str, into: &Path) -> Result<bool> {
+        Ok(self.download(key, into)? && into.join(METADATA).is_file())
+    }
+
+    /// The names directly under `key` that hold objects.
     pub fn folders(&self, key: &str) -> Result<Vec<String>> {
         let prefix = self.path(key);
         self.runtime.block_on(async {
-            let listed = self
+            use futures::TryStreamExt;
+            // From the objects, not the store's folders: a directory store keeps empty
+            // folders, which hold nothing.
+            let objects: Vec<_> = self
                 .store
-                .list_with_delimiter(Some(&prefix))
+                .list(Some(&prefix))
+                .try_collect()
                 .await
                 .with_context(|| self.err(&format!("listing {prefix}")))?;
-            Ok(listed
-                .common_prefixes
-                .iter()
-                .filter_map(|p| p.filename().map(str::to_string))
-                .collect())
+            let mut folders = std::collections::BTreeSet::new();
+            for object in objects {
+                let mut parts = object.location.prefix_match(&prefix).into_iter().flatten();
+                if let (Some(first), Some(_)) = (parts.next(), parts.next()) {
+                    folders.insert(first.as_ref().to_string());
+                }
+            }
+            Ok(folders.into_iter().collect())
         })
     }
 
@@ -247,6 +266,14 @@ mod tests {
         std::fs::create_dir_all(local.join("sub")).unwrap();
         std::fs::write(local.join("_metadata"), b"meta").unwrap();
         std::fs::write(local.join("sub/state"), b"state").unwrap();
+        // Without its metadata a checkpoint is not one.
+        store.upload("job/unit-0/a0/1", &local.join("sub")).unwrap();
+        assert!(
+            !store
+                .download_checkpoint("job/unit-0/a0/1", &dir.path().join("partial"))
+                .unwrap()
+        );
+        store.delete("job/unit-0/a0").unwrap();
         for id in 1..=7 {
             store.save_checkpoint("job/unit-0/a1", id, &local).unwrap();
         }
@@ -254,7 +281,7 @@ mod tests {
         kept.sort();
         assert_eq!(kept, ["3", "4", "5", "6", "7"]);
         let back = dir.path().join("back");
-        assert!(store.download("job/unit-0/a1/7", &back).unwrap());
+        assert!(store.download_checkpoint("job/unit-0/a1/7", &back).unwrap());
         assert_eq!(std::fs::read(back.join("_metadata")).unwrap(), b"meta");
         assert_eq!(std::fs::read(back.join("sub/state")).unwrap(), b"state");
         assert!(

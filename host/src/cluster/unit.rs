@@ -1,7 +1,7 @@
 //! Running one unit of a cluster job on this host: fence whoever ran it before, find the
 //! checkpoint its last committed transaction names, restore it, run.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use anyhow::{Context, Result, anyhow};
 use crossbeam_channel::Receiver;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, Producer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::plan::{ClusterSettings, Plan};
 use super::store::CheckpointStore;
@@ -44,6 +44,8 @@ pub struct UnitContext {
     pub engine: Arc<WasmEngine>,
     /// The host configuration (tenants).
     pub host: Arc<HostConfig>,
+    /// This host's name in the job's group.
+    pub client_id: String,
 }
 
 impl UnitContext {
@@ -74,12 +76,18 @@ impl UnitContext {
         if self.is_finished(unit)? {
             return Ok(UnitEnd::Finished);
         }
-        let transactional_id = format!("{}-0", self.plan.transactional_prefix(unit));
-        self.fence(&transactional_id)?;
-        // Only now, with the earlier owner fenced, does the marker stay put.
-        let marker = self.committed_marker(&transactional_id, &self.plan.output_topic(unit))?;
         let key = self.unit_key(unit);
-        let local = self.settings.work_dir.join(format!("unit-{unit}"));
+        // Attempts in the store now are older than the fence below; any that appears
+        // later is a newer owner's, and is left alone.
+        let earlier = self.store.folders(&key)?;
+        let transactional_id = format!("{}-0", self.plan.transactional_prefix(unit));
+        let client = self.plan.sink_client(unit, &self.settings);
+        self.fence(client.clone(), &transactional_id)?;
+        // Only now, with the earlier owner fenced, does the marker stay put (until
+        // another owner fences this one: the sink checks it again when it opens).
+        let marker =
+            self.committed_marker(client, &transactional_id, &self.plan.output_topic(unit))?;
+        let local = self.local_folder(unit);
         // What this host kept of earlier runs of the unit is of no use: the store has
         // what counts.
         if local.exists() {
@@ -91,7 +99,7 @@ impl UnitContext {
                 let folder = local.join(format!("restore-{attempt}-{id}"));
                 if !self
                     .store
-                    .download(&format!("{key}/{attempt}/{id}"), &folder)?
+                    .download_checkpoint(&format!("{key}/{attempt}/{id}"), &folder)?
                 {
                     return Err(anyhow!(
                         "its last committed transaction names checkpoint {id} of attempt \
@@ -103,20 +111,21 @@ impl UnitContext {
             }
             None => None,
         };
-        // Checkpoints of other attempts can never be restored: none of their
-        // transactions is the last committed one, and their producers are fenced.
-        for old in self.store.folders(&key)? {
+        // Checkpoints of earlier attempts but the one restored can never be restored:
+        // none of their transactions is the last committed one, and their producers are
+        // fenced.
+        for old in earlier {
             if marker.as_ref().is_none_or(|(a, _)| *a != old) {
                 self.store.delete(&format!("{key}/{old}"))?;
             }
         }
         let attempt = new_attempt_id();
-        let checkpoints = local.join(&attempt);
         let graph = self.plan.unit_graph(
             unit,
             &self.settings,
-            &checkpoints,
+            &local.join(&attempt),
             &format!("attempt={attempt}"),
+            marker.map(|(a, id)| (format!("attempt={a}"), id)),
         )?;
         let store = self.store.clone();
         let attempt_key = format!("{key}/{attempt}");
@@ -137,8 +146,10 @@ impl UnitContext {
             allow_rewind: false,
             allow_non_restored_state: false,
         };
-        let report = job.run(options, control, &JobMonitor::default())?;
-        Ok(match report.outcome {
+        let report = job.run(options, control, &JobMonitor::default());
+        // The local folder only stages checkpoints for the store.
+        let _ = std::fs::remove_dir_all(&local);
+        Ok(match report?.outcome {
             JobOutcome::Finished => {
                 self.store.put(
                     &format!("{key}/finished"),
@@ -150,12 +161,18 @@ impl UnitContext {
         })
     }
 
+    /// This host's folder of unit `unit` (each host its own, even on one machine).
+    fn local_folder(&self, unit: u32) -> PathBuf {
+        self.settings
+            .work_dir
+            .join(&self.client_id)
+            .join(format!("unit-{unit}"))
+    }
+
     /// Fences every earlier producer of `transactional_id` (and aborts its open
     /// transaction).
-    fn fence(&self, transactional_id: &str) -> Result<()> {
-        let producer: BaseProducer = self
-            .settings
-            .client()
+    fn fence(&self, mut client: ClientConfig, transactional_id: &str) -> Result<()> {
+        let producer: BaseProducer = client
             .set("transactional.id", transactional_id)
             .set("transaction.timeout.ms", "900000")
             .create()
@@ -166,10 +183,13 @@ impl UnitContext {
     }
 
     /// The attempt and checkpoint the unit's last committed transaction names.
-    fn committed_marker(&self, group: &str, topic: &str) -> Result<Option<(String, u64)>> {
-        let consumer: BaseConsumer = self
-            .settings
-            .client()
+    fn committed_marker(
+        &self,
+        mut client: ClientConfig,
+        group: &str,
+        topic: &str,
+    ) -> Result<Option<(String, u64)>> {
+        let consumer: BaseConsumer = client
             .set("group.id", group)
             .set("enable.auto.commit", "false")
             .create()

@@ -749,8 +749,14 @@ impl Source for KafkaSource {
         let list = |m: &BTreeMap<(String, i32), i64>| {
             m.iter().map(|((t, p), o)| (t.clone(), *p, *o)).collect()
         };
+        // Restored but not polled yet (a checkpoint may come first): the restored
+        // offsets are still where it stands.
+        let mut offsets = self.next.clone();
+        for (p, o) in self.restored.iter().flatten() {
+            offsets.entry(p.clone()).or_insert(*o);
+        }
         let position = Position {
-            offsets: list(&self.next),
+            offsets: list(&offsets),
             stops: list(&self.stops),
             max_timestamps: list(&self.max_timestamps),
         };
@@ -826,6 +832,10 @@ impl Source for KafkaSource {
 
     fn has_nothing_to_read(&self) -> bool {
         self.started && self.next.is_empty()
+    }
+
+    fn watermark_without_records(&self) -> bool {
+        self.config.exchange_producers.is_some()
     }
 
     fn checkpointed(&mut self, checkpoint_id: u64) {
@@ -977,6 +987,9 @@ mod tests {
             ]))
         );
         assert_eq!(b.stops, a.stops);
+        // A checkpoint before the first poll after a restore keeps the restored offsets
+        // (not none, which would read the partitions again from their start).
+        assert_eq!(b.position(), a.position());
         // Two subtasks' positions merged: a source of another parallelism finds both.
         let mut c = KafkaSource::new(a.config.clone(), 1, 2).unwrap();
         c.next.insert(("t".into(), 1), 9);
@@ -1031,8 +1044,15 @@ pub struct KafkaSinkConfig {
     pub exchange: Option<ExchangeOutput>,
     /// What the marker of each committed checkpoint also says (a unit of a job over
     /// several hosts: where its checkpoints are). With a note, every checkpoint commits a
-    /// transaction, records or not, so the marker always names the newest.
+    /// transaction, records or not, so the marker always names the newest, and the
+    /// records of every pending checkpoint up to a completed one go in its one
+    /// transaction, so the marker never names a checkpoint that did not complete.
     pub marker_note: Option<String>,
+    /// When set, `open` (after fencing every earlier producer) checks that the marker is
+    /// still this one — its metadata's note and checkpoint, or no marker at all — and
+    /// fails otherwise: a unit of a job over several hosts restored what that marker
+    /// named, and someone else has committed since.
+    pub expect_marker: Option<Option<(String, u64)>>,
 }
 
 /// How a sink writes an exchange topic: each record to the partition of its key's key
@@ -1098,6 +1118,14 @@ fn marker_metadata(run: u64, note: Option<&str>) -> String {
     match note {
         Some(note) => format!("sluice-run={run:016x};{note}"),
         None => format!("sluice-run={run:016x}"),
+    }
+}
+
+/// A marker as messages name it.
+fn describe_marker(marker: Option<&(String, u64)>) -> String {
+    match marker {
+        Some((note, id)) => format!("checkpoint {id} ({note})"),
+        None => "none".into(),
     }
 }
 
@@ -1378,15 +1406,32 @@ impl KafkaSink {
         let committed = self.committed_in(&marker, part.run)?;
         for (checkpoint, records) in part.pending {
             if committed.is_none_or(|done| checkpoint > done) {
-                self.write_transaction(&producer, &marker, part.run, checkpoint, &records)?;
+                self.write_transaction(&producer, &marker, part.run, checkpoint, &[&records])?;
             }
         }
         Ok(())
     }
 
     /// Writes the records of pending checkpoints up to `id` in one transaction each,
-    /// with the checkpoint's marker.
+    /// with the checkpoint's marker (with a marker note: all in one, marked `id`).
     fn commit_up_to(&mut self, id: u64) -> Result<(), CallError> {
+        if self.config.marker_note.is_some() {
+            let due = self.sink.pending.partition_point(|(c, _)| *c <= id);
+            let Some(&(last, _)) = due.checked_sub(1).and_then(|i| self.sink.pending.get(i)) else {
+                return Ok(());
+            };
+            let batches: Vec<(u64, Vec<u8>)> = self.sink.pending.drain(..due).collect();
+            let bytes: u64 = batches.iter().map(|(_, r)| r.len() as u64).sum();
+            self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
+            let records: Vec<&[u8]> = batches.iter().map(|(_, r)| r.as_slice()).collect();
+            return self.write_transaction(
+                self.producer()?,
+                self.marker()?,
+                self.sink.run,
+                last,
+                &records,
+            );
+        }
         while self.sink.pending.first().is_some_and(|(c, _)| *c <= id) {
             let (checkpoint, records) = self.sink.pending.remove(0);
             self.pending_bytes = self.pending_bytes.saturating_sub(records.len() as u64);
@@ -1395,21 +1440,53 @@ impl KafkaSink {
                 self.marker()?,
                 self.sink.run,
                 checkpoint,
-                &records,
+                &[&records],
             )?;
         }
         Ok(())
     }
 
-    /// Writes `records` of checkpoint `checkpoint` in one transaction that also marks
-    /// the checkpoint (of run `run`) in the marker group of `marker`.
+    /// With `expect_marker`: fails unless the marker is still the one expected.
+    fn check_expected_marker(&self) -> Result<(), CallError> {
+        let Some(expected) = &self.config.expect_marker else {
+            return Ok(());
+        };
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.config.topic, 0);
+        let committed = self
+            .marker()?
+            .committed_offsets(tpl, PRODUCE_TIMEOUT)
+            .map_err(|e| self.err("reading the last committed checkpoint", e))?;
+        let found = committed.elements().first().and_then(|e| match e.offset() {
+            Offset::Offset(o) if o >= 0 => Some((
+                parse_marker_metadata(e.metadata())
+                    .and_then(|(_, note)| note)
+                    .unwrap_or_default()
+                    .to_string(),
+                o as u64,
+            )),
+            _ => None,
+        });
+        if found != *expected {
+            return Err(CallError::Failed(format!(
+                "Kafka sink, topic {:?}: another owner committed since this one was                  restored (the marker names {}, not {}): it restarts from that",
+                self.config.topic,
+                describe_marker(found.as_ref()),
+                describe_marker(expected.as_ref())
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes the batches `records` of checkpoint `checkpoint` in one transaction that
+    /// also marks the checkpoint (of run `run`) in the marker group of `marker`.
     fn write_transaction(
         &self,
         producer: &Producer,
         marker: &BaseConsumer,
         run: u64,
         checkpoint: u64,
-        records: &[u8],
+        records: &[&[u8]],
     ) -> Result<(), CallError> {
         producer.begin_transaction().map_err(|e| {
             self.err(
@@ -1456,13 +1533,16 @@ impl KafkaSink {
         marker_group: &BaseConsumer,
         run: u64,
         checkpoint: u64,
-        records: &[u8],
+        records: &[&[u8]],
     ) -> Result<(usize, usize), CallError> {
         let step = |what: &str, r: Result<(), KafkaError>| {
             r.map_err(|e| self.err(&format!("checkpoint {checkpoint}: {what}"), e))
         };
         let (mut count, mut bytes) = (0, 0);
-        for record in sluice_codec::BatchReader::new(records) {
+        for record in records
+            .iter()
+            .flat_map(|batch| sluice_codec::BatchReader::new(batch))
+        {
             let record = record.map_err(|e| self.err("reading pending records", e))?;
             count += 1;
             bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
@@ -1527,6 +1607,7 @@ impl Operator for KafkaSink {
                 .init_transactions(PRODUCE_TIMEOUT)
                 .map_err(|e| self.err("initialising transactions", e))?;
             self.marker = Some(self.marker_consumer(self.subtask)?);
+            self.check_expected_marker()?;
         }
         if self.config.by_record_partition {
             let metadata = producer

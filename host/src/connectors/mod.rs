@@ -66,6 +66,11 @@ pub trait Source: Send {
     fn watermark(&self, _bound: i64, _idle_after: Option<Duration>) -> Option<i64> {
         None
     }
+    /// Whether [`Source::watermark`] may move on when a poll read no record (an exchange
+    /// topic's reader: its producers' watermark records are not records).
+    fn watermark_without_records(&self) -> bool {
+        false
+    }
     /// True while the source has nothing it could read (a Kafka source subtask that owns
     /// no partition): it is idle at once, not after the idle timeout, so that it does
     /// not hold back event time downstream.

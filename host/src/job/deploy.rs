@@ -248,7 +248,10 @@ impl Job {
                 let setup = CoordinatorSetup {
                     job: graph.name.clone(),
                     settings: settings.clone(),
-                    first_id: storage.next_id()?,
+                    // After a checkpoint restored from elsewhere, ids go on from its.
+                    first_id: storage
+                        .next_id()?
+                        .max(checkpoint.as_ref().map_or(0, |c| c.metadata.id + 1)),
                     protect: run_start,
                     chain_vertices: chains
                         .iter()

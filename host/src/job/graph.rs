@@ -1625,6 +1625,7 @@ fn kafka_sink(
         properties: sink.properties.clone().unwrap_or_default(),
         exchange: None,
         marker_note: None,
+        expect_marker: None,
     }))
 }
 

@@ -52,6 +52,8 @@ impl RunningAttempt {
         let (stop_tx, stop_rx) = unbounded::<Result<PathBuf, String>>();
         let mut stop_reply: Option<Sender<Result<PathBuf, String>>> = None;
         let cancel_all = |handles: &[TaskHandle]| handles.iter().for_each(TaskHandle::cancel);
+        // Whoever controls the job may go away; then no request can come.
+        let mut control = control.clone();
         while remaining > 0 {
             select! {
                 recv(self.done) -> msg => {
@@ -109,7 +111,7 @@ impl RunningAttempt {
                             });
                         }
                     }
-                    Err(_) => {}
+                    Err(_) => control = crossbeam_channel::never(),
                 },
                 recv(stop_rx) -> msg => {
                     if let Ok(result) = msg {

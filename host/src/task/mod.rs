@@ -472,6 +472,17 @@ impl StreamTask {
             };
             Some(records)
         } else {
+            // A source whose watermark comes apart from its records (an exchange topic's
+            // reader, from its producers' watermark records) moves event time without
+            // any.
+            if let Some(spec) = &reader.event_time
+                && reader.source_stamps
+                && reader.source.watermark_without_records()
+            {
+                watermark = reader
+                    .source
+                    .watermark(spec.out_of_orderness_ms, reader.idle_timeout);
+            }
             None
         };
         let became_idle = count == 0
