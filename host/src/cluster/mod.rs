@@ -53,7 +53,7 @@ const RESTART_DELAY: Duration = Duration::from_secs(1);
 const LONGEST_RESTART_DELAY: Duration = Duration::from_secs(60);
 
 /// How often the host looks at the store for units that finished.
-const FINISHED_CHECK: Duration = Duration::from_secs(2);
+const FINISHED_CHECK: Duration = Duration::from_secs(1);
 
 /// A unit running on this host.
 struct Running {
