@@ -14,8 +14,19 @@ use sluice_tests::{scratch_root, test_dir, write_job};
 use crate::kafka::{as_count_lines, assert_counts, topic_of_lines};
 
 /// A word count from `input` (bounded) to `output` over several hosts: a slow operator,
-/// `tokenize`, then `count` by word after an exchange topic of 4 partitions.
+/// `tokenize`, then `count` by word after an exchange topic of 4 partitions (and, with
+/// `repartition`, one before `tokenize` too: three stages).
 fn cluster_word_count(dir: &Path, broker: &str, input: &str, output: &str) -> PathBuf {
+    cluster_word_count_in(dir, broker, input, output, false)
+}
+
+fn cluster_word_count_in(
+    dir: &Path,
+    broker: &str,
+    input: &str,
+    output: &str,
+    repartition: bool,
+) -> PathBuf {
     write_job(
         dir,
         &format!(
@@ -33,6 +44,7 @@ config = {{ behavior = "slow-process", delay-ms = 2 }}
 [[operator]]
 name = "tokenize"
 plugin = "{TOKENIZE}"
+repartition = {repartition}
 [[operator]]
 name = "count"
 plugin = "{COUNT}"
@@ -190,7 +202,8 @@ fn a_stopped_host_is_fenced_when_it_wakes() {
 }
 
 /// A host that joins mid-run takes over units from the one running all; `sluice status`
-/// shows both and what each runs.
+/// shows both and what each runs. The job has three stages: `repartition` spreads the
+/// slow operator's lines round-robin over a second exchange topic before `tokenize`.
 #[test]
 fn a_host_added_mid_run_takes_over_units() {
     let Some(broker) = broker() else { return };
@@ -198,12 +211,12 @@ fn a_host_added_mid_run_takes_over_units() {
     let output = unique_topic("cluster-out");
     create_topic(&broker, &output, 2);
     let dir = test_dir("cluster-add");
-    let job = cluster_word_count(&dir, &broker, &input, &output);
+    let job = cluster_word_count_in(&dir, &broker, &input, &output, true);
     let mut hosts = vec![spawn_host(&dir, &job, &broker, 0)];
     wait_for_output(&dir, &mut hosts, &broker, &output, 100);
     hosts.push(spawn_host(&dir, &job, &broker, 1));
     wait_until("the new host owns units", Duration::from_secs(60), || {
-        owns(&dir, 1, 4)
+        owns(&dir, 1, 6)
     });
     let status = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
         .args(["status"])
@@ -217,9 +230,16 @@ fn a_host_added_mid_run_takes_over_units() {
         "{}",
         String::from_utf8_lossy(&status.stderr)
     );
-    assert!(shown.contains("8 units in 2 stages, 2 hosts"), "{shown}");
-    assert_eq!(shown.matches("  unit ").count(), 8, "{shown}");
-    assert!(shown.contains("-> count -> sink"), "{shown}");
+    assert!(shown.contains("12 units in 3 stages, 2 hosts"), "{shown}");
+    assert_eq!(shown.matches("  unit ").count(), 12, "{shown}");
+    assert!(
+        shown.contains("stage 1: ") && shown.contains("-> tokenize"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("stage 2: ") && shown.contains("-> count -> sink"),
+        "{shown}"
+    );
     for (n, host) in hosts.iter_mut().enumerate() {
         wait_success(&dir, host, n, Duration::from_secs(180));
     }

@@ -214,7 +214,14 @@ impl Plan {
                 .iter()
                 .find(|e| e.to == v)
                 .expect("a line's edge");
-            if matches!(edge.partitioner, Partitioner::Hash { .. }) {
+            let marked = matches!(
+                &graph.vertices[v],
+                Vertex::Operator(OperatorVertex {
+                    repartition: true,
+                    ..
+                })
+            );
+            if marked || matches!(edge.partitioner, Partitioner::Hash { .. }) {
                 let last = stages.last().expect("a first stage");
                 stages.push(Stage {
                     first_unit: last.first_unit + last.units,
@@ -398,12 +405,10 @@ impl Plan {
         let prefix = self.transactional_prefix(unit);
         let sink = match self.stages.get(place.stage + 1) {
             Some(next) => {
-                let first = next.operators[0];
-                let Vertex::Operator(OperatorVertex {
-                    key_by: Some(key), ..
-                }) = &g.vertices[first]
+                let Vertex::Operator(OperatorVertex { key_by, .. }) =
+                    &g.vertices[next.operators[0]]
                 else {
-                    unreachable!("a stage after the first begins at a keyed operator")
+                    unreachable!("a stage after the first begins at an operator")
                 };
                 SinkVertex {
                     name: "exchange".into(),
@@ -421,7 +426,7 @@ impl Plan {
                         by_record_partition: false,
                         properties: exchange_producer_properties(&cluster.properties),
                         exchange: Some(ExchangeOutput {
-                            key: key.clone(),
+                            key: key_by.clone(),
                             partitions: next.units,
                             producer: place.index,
                         }),

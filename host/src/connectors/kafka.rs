@@ -1060,8 +1060,8 @@ pub struct KafkaSinkConfig {
 /// [`EXCHANGE_WATERMARK`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExchangeOutput {
-    /// The key the next stage is keyed by.
-    pub key: crate::network::KeySelector,
+    /// The key the next stage is keyed by; `None`: records go round-robin.
+    pub key: Option<crate::network::KeySelector>,
     /// The exchange topic's partitions: the next stage's key groups.
     pub partitions: u32,
     /// This producer's number among those that write the topic.
@@ -1165,6 +1165,8 @@ pub struct KafkaSink {
     adopted: Vec<(u32, Vec<u8>)>,
     /// With `partitioner = "record"`: the topic's partitions when the sink opened.
     partitions: Option<u32>,
+    /// An exchange sink: the partition the last record without a key went to.
+    next_partition: usize,
     /// An exchange sink: the newest watermark, and the newest written.
     watermark: i64,
     written_watermark: i64,
@@ -1201,6 +1203,7 @@ impl KafkaSink {
             pending_bytes: 0,
             adopted,
             partitions: None,
+            next_partition: 0,
             watermark: i64::MIN,
             written_watermark: i64::MIN,
         }
@@ -1699,15 +1702,23 @@ impl Operator for KafkaSink {
                 if let Some(exchange) = &self.config.exchange {
                     for record in sluice_codec::BatchReader::new(records) {
                         let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
-                        let key = exchange
-                            .key
-                            .key(&record)
-                            .map_err(|e| self.err("keying a record for the next stage", e))?;
-                        let partition = crate::network::hash_target(
-                            key,
-                            exchange.partitions,
-                            exchange.partitions,
-                        );
+                        let partition = match &exchange.key {
+                            Some(key) => {
+                                let key = key.key(&record).map_err(|e| {
+                                    self.err("keying a record for the next stage", e)
+                                })?;
+                                crate::network::hash_target(
+                                    key,
+                                    exchange.partitions,
+                                    exchange.partitions,
+                                )
+                            }
+                            None => {
+                                self.next_partition =
+                                    (self.next_partition + 1) % exchange.partitions as usize;
+                                self.next_partition
+                            }
+                        };
                         self.interval.push_record(sluice_codec::RecordRef {
                             partition: Some(partition as u32),
                             ..record

@@ -199,6 +199,11 @@ pub struct OperatorSpec {
     /// operator before it in the file; the first operator reads all sources (their union,
     /// one input).
     pub inputs: Option<Vec<toml::Value>>,
+    /// Over several hosts (`sluice run --cluster`), begin a new stage here even though the
+    /// input is not keyed: the records before it cross an exchange topic, spread evenly
+    /// over its partitions (a keyed input always does). Changes nothing on one host.
+    #[serde(default)]
+    pub repartition: bool,
 }
 
 /// The sink of a job.

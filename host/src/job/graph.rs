@@ -249,6 +249,8 @@ pub struct OperatorVertex {
     pub parallelism: u32,
     /// How its input is keyed, if it is.
     pub key_by: Option<KeySelector>,
+    /// Over several hosts: a new stage begins here (see [`crate::job::OperatorSpec`]).
+    pub repartition: bool,
 }
 
 /// A sink of the job.
@@ -601,6 +603,7 @@ impl JobGraph {
                 config,
                 parallelism: op.parallelism,
                 key_by,
+                repartition: op.repartition,
             }));
         }
 
