@@ -3,24 +3,21 @@
 //! committed output is checked against counts computed here.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use sluice_tests::cluster::owned_units;
 use sluice_tests::kafka::{broker, create_topic, read_committed, unique_topic};
 use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE, WINDOW};
-use sluice_tests::{scratch_root, test_dir, write_job};
+use sluice_tests::{test_dir, write_job};
 
 use crate::kafka::{as_count_lines, assert_counts, topic_of_lines};
 
 /// A word count from `input` (bounded) to `output` over several hosts: a slow operator,
 /// `tokenize`, then `count` by word after an exchange topic of 4 partitions (and, with
 /// `repartition`, one before `tokenize` too: three stages).
-fn cluster_word_count(dir: &Path, broker: &str, input: &str, output: &str) -> PathBuf {
-    cluster_word_count_in(dir, broker, input, output, false)
-}
-
-fn cluster_word_count_in(
+fn cluster_word_count(
     dir: &Path,
     broker: &str,
     input: &str,
@@ -69,17 +66,12 @@ session_timeout_ms = 6000
 
 /// A host process of the job, logging into `dir/host-N.log`.
 fn spawn_host(dir: &Path, job: &Path, broker: &str, n: usize) -> Child {
-    let log = std::fs::File::create(dir.join(format!("host-{n}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
-        .args(["--log", "info", "run", "--quiet"])
-        .arg(job)
-        .args(["--cluster", broker])
-        .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
-        .env_remove("FAILPOINTS")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawning sluice")
+    sluice_tests::cluster::spawn_host(
+        env!("CARGO_BIN_EXE_sluice-test-cli"),
+        job,
+        broker,
+        &dir.join(format!("host-{n}.log")),
+    )
 }
 
 fn log_of(dir: &Path, n: usize) -> String {
@@ -119,41 +111,68 @@ fn wait_for_output(dir: &Path, hosts: &mut [Child], broker: &str, topic: &str, r
     }
 }
 
+/// A word count over several hosts: its input (`lines` of sample text in a topic of 4
+/// partitions), its output topic, its folder and job file.
+struct WordCount {
+    broker: String,
+    text: String,
+    output: String,
+    dir: PathBuf,
+    job: PathBuf,
+}
+
+impl WordCount {
+    /// `None` without a broker.
+    fn new(name: &str, seed: u64, lines: usize, repartition: bool) -> Option<WordCount> {
+        let broker = broker()?;
+        let (input, text) = topic_of_lines(&broker, "cluster-in", 4, seed, lines);
+        let output = unique_topic("cluster-out");
+        create_topic(&broker, &output, 2);
+        let dir = test_dir(name);
+        let job = cluster_word_count(&dir, &broker, &input, &output, repartition);
+        Some(WordCount {
+            broker,
+            text,
+            output,
+            dir,
+            job,
+        })
+    }
+
+    fn spawn(&self, n: usize) -> Child {
+        spawn_host(&self.dir, &self.job, &self.broker, n)
+    }
+
+    /// Checks the committed output against the counts of the input.
+    fn check(&self) {
+        assert_counts(
+            &as_count_lines(&read_committed(&self.broker, &self.output)),
+            &self.text,
+        );
+    }
+}
+
 #[test]
 fn three_hosts_share_a_job_and_a_killed_hosts_units_move() {
-    let Some(broker) = broker() else { return };
-    let (input, text) = topic_of_lines(&broker, "cluster-in", 4, 31, 1_600);
-    let output = unique_topic("cluster-out");
-    create_topic(&broker, &output, 2);
-    let dir = test_dir("cluster-kill");
-    let job = cluster_word_count(&dir, &broker, &input, &output);
-    let mut hosts: Vec<Child> = (0..3).map(|n| spawn_host(&dir, &job, &broker, n)).collect();
+    let Some(wc) = WordCount::new("cluster-kill", 31, 1_600, false) else {
+        return;
+    };
+    let mut hosts: Vec<Child> = (0..3).map(|n| wc.spawn(n)).collect();
     // Killed once some output is committed: mid-run, with units of both stages busy.
-    wait_for_output(&dir, &mut hosts, &broker, &output, 200);
+    wait_for_output(&wc.dir, &mut hosts, &wc.broker, &wc.output, 200);
     hosts[0].kill().unwrap(); // SIGKILL
     hosts[0].wait().unwrap();
     for (n, host) in hosts.iter_mut().enumerate().skip(1) {
-        wait_success(&dir, host, n, Duration::from_secs(180));
+        wait_success(&wc.dir, host, n, Duration::from_secs(180));
     }
-    assert_counts(&as_count_lines(&read_committed(&broker, &output)), &text);
-    let logs = log_of(&dir, 1) + &log_of(&dir, 2);
+    wc.check();
+    let logs = log_of(&wc.dir, 1) + &log_of(&wc.dir, 2);
     assert!(logs.contains("finished"), "{logs}");
 }
 
 /// Whether host `n`'s log says it owns `units` units.
 fn owns(dir: &Path, n: usize, units: usize) -> bool {
-    log_of(dir, n)
-        .lines()
-        .rev()
-        .find(|l| l.contains(" owns units "))
-        .is_some_and(|l| {
-            l.rsplit_once('[').map(|(_, list)| {
-                list.trim_end_matches(']')
-                    .split(',')
-                    .filter(|u| !u.trim().is_empty())
-                    .count()
-            }) == Some(units)
-        })
+    owned_units(&log_of(dir, n)) == Some(units)
 }
 
 fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
@@ -168,17 +187,15 @@ fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
 /// it wakes, its producers are fenced: nothing it had in flight reaches the output.
 #[test]
 fn a_stopped_host_is_fenced_when_it_wakes() {
-    let Some(broker) = broker() else { return };
-    let (input, text) = topic_of_lines(&broker, "cluster-in", 4, 37, 2_400);
-    let output = unique_topic("cluster-out");
-    create_topic(&broker, &output, 2);
-    let dir = test_dir("cluster-stop");
-    let job = cluster_word_count(&dir, &broker, &input, &output);
-    let mut hosts: Vec<Child> = (0..2).map(|n| spawn_host(&dir, &job, &broker, n)).collect();
+    let Some(wc) = WordCount::new("cluster-stop", 37, 2_400, false) else {
+        return;
+    };
+    let dir = &wc.dir;
+    let mut hosts: Vec<Child> = (0..2).map(|n| wc.spawn(n)).collect();
     wait_until("both hosts own units", Duration::from_secs(60), || {
-        owns(&dir, 0, 4) && owns(&dir, 1, 4)
+        owns(dir, 0, 4) && owns(dir, 1, 4)
     });
-    wait_for_output(&dir, &mut hosts, &broker, &output, 200);
+    wait_for_output(dir, &mut hosts, &wc.broker, &wc.output, 200);
     let pid = hosts[0].id().to_string();
     let signal = |s: &str| {
         assert!(
@@ -192,13 +209,13 @@ fn a_stopped_host_is_fenced_when_it_wakes() {
     signal("-STOP");
     // Past the session timeout, the other host runs every unit.
     wait_until("host 1 took every unit", Duration::from_secs(60), || {
-        owns(&dir, 1, 8)
+        owns(dir, 1, 8)
     });
     signal("-CONT");
     for (n, host) in hosts.iter_mut().enumerate() {
-        wait_success(&dir, host, n, Duration::from_secs(180));
+        wait_success(dir, host, n, Duration::from_secs(180));
     }
-    assert_counts(&as_count_lines(&read_committed(&broker, &output)), &text);
+    wc.check();
 }
 
 /// A host that joins mid-run takes over units from the one running all; `sluice status`
@@ -206,22 +223,20 @@ fn a_stopped_host_is_fenced_when_it_wakes() {
 /// slow operator's lines round-robin over a second exchange topic before `tokenize`.
 #[test]
 fn a_host_added_mid_run_takes_over_units() {
-    let Some(broker) = broker() else { return };
-    let (input, text) = topic_of_lines(&broker, "cluster-in", 4, 41, 2_400);
-    let output = unique_topic("cluster-out");
-    create_topic(&broker, &output, 2);
-    let dir = test_dir("cluster-add");
-    let job = cluster_word_count_in(&dir, &broker, &input, &output, true);
-    let mut hosts = vec![spawn_host(&dir, &job, &broker, 0)];
-    wait_for_output(&dir, &mut hosts, &broker, &output, 100);
-    hosts.push(spawn_host(&dir, &job, &broker, 1));
+    let Some(wc) = WordCount::new("cluster-add", 41, 2_400, true) else {
+        return;
+    };
+    let dir = &wc.dir;
+    let mut hosts = vec![wc.spawn(0)];
+    wait_for_output(dir, &mut hosts, &wc.broker, &wc.output, 100);
+    hosts.push(wc.spawn(1));
     wait_until("the new host owns units", Duration::from_secs(60), || {
-        owns(&dir, 1, 6)
+        owns(dir, 1, 6)
     });
     let status = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
         .args(["status"])
-        .arg(&job)
-        .args(["--cluster", &broker])
+        .arg(&wc.job)
+        .args(["--cluster", &wc.broker])
         .output()
         .unwrap();
     let shown = String::from_utf8_lossy(&status.stdout);
@@ -241,13 +256,13 @@ fn a_host_added_mid_run_takes_over_units() {
         "{shown}"
     );
     for (n, host) in hosts.iter_mut().enumerate() {
-        wait_success(&dir, host, n, Duration::from_secs(180));
+        wait_success(dir, host, n, Duration::from_secs(180));
     }
-    assert_counts(&as_count_lines(&read_committed(&broker, &output)), &text);
+    wc.check();
     assert!(
-        log_of(&dir, 1).contains("restoring"),
+        log_of(dir, 1).contains("restoring"),
         "the new host restored no unit: {}",
-        log_of(&dir, 1)
+        log_of(dir, 1)
     );
 }
 

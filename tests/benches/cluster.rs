@@ -17,6 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use sluice_tests::cluster::{owned_units, spawn_host, started_units};
 use sluice_tests::kafka::{BenchBroker, create_topic, produce, unique_topic};
 use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE};
 use sluice_tests::{sample_text, scratch_root, test_dir};
@@ -87,17 +88,18 @@ dir = "checkpoints-{name}"
 }
 
 fn sluice(job: &Path, cluster: Option<&str>, log: &Path) -> Child {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"));
-    command
+    let bin = env!("CARGO_BIN_EXE_sluice-test-cli");
+    if let Some(broker) = cluster {
+        return spawn_host(bin, job, broker, log);
+    }
+    Command::new(bin)
         .args(["--log", "info", "run", "--quiet"])
         .arg(job)
         .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap());
-    if let Some(broker) = cluster {
-        command.args(["--cluster", broker]);
-    }
-    command.spawn().expect("spawning sluice")
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("spawning sluice")
 }
 
 /// Runs `hosts` processes of `job` (one without `--cluster` when `hosts` is 0) to their
@@ -126,18 +128,6 @@ fn median(mut times: Vec<Duration>) -> Duration {
     times[times.len() / 2]
 }
 
-/// The units host `n`'s log last said it owns.
-fn owned(log: &str) -> Option<usize> {
-    let line = log.lines().rev().find(|l| l.contains(" owns units "))?;
-    let list = line.rsplit_once('[')?.1.trim_end_matches(']');
-    Some(list.split(',').filter(|u| !u.trim().is_empty()).count())
-}
-
-/// Units a host's log says it started or restored.
-fn started(log: &str) -> usize {
-    log.matches("): restoring ").count() + log.matches("): starting").count()
-}
-
 /// Two hosts; once output flows one is SIGKILLed: the time until the other owns every
 /// unit, and until it has restored them all.
 fn failover(dir: &Path, broker: &str, input: &str) -> (Duration, Duration) {
@@ -149,8 +139,8 @@ fn failover(dir: &Path, broker: &str, input: &str) -> (Duration, Duration) {
     let read = |n: usize| std::fs::read_to_string(&logs[n]).unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(120);
     // Both hosts own units, and host 0 runs all of its own.
-    while !(owned(&read(0)).is_some_and(|u| u > 0 && started(&read(0)) >= u)
-        && owned(&read(1)).is_some_and(|u| u > 0))
+    while !(owned_units(&read(0)).is_some_and(|u| u > 0 && started_units(&read(0)) >= u)
+        && owned_units(&read(1)).is_some_and(|u| u > 0))
     {
         assert!(
             Instant::now() < deadline,
@@ -159,7 +149,7 @@ fn failover(dir: &Path, broker: &str, input: &str) -> (Duration, Duration) {
         thread::sleep(Duration::from_millis(20));
     }
     thread::sleep(Duration::from_secs(2));
-    let moving = owned(&read(0)).unwrap_or(0);
+    let moving = owned_units(&read(0)).unwrap_or(0);
     let restored_before =
         read(1).matches("): restoring ").count() + read(1).matches("): starting").count();
     hosts[0].kill().unwrap();
@@ -168,10 +158,10 @@ fn failover(dir: &Path, broker: &str, input: &str) -> (Duration, Duration) {
     let mut owns_all = None;
     loop {
         let log = read(1);
-        if owns_all.is_none() && owned(&log) == Some(8) {
+        if owns_all.is_none() && owned_units(&log) == Some(8) {
             owns_all = Some(killed.elapsed());
         }
-        let restored = started(&log);
+        let restored = started_units(&log);
         if let Some(owns_all) = owns_all
             && restored >= restored_before + moving
         {

@@ -12,6 +12,7 @@ use sluice::job::{Job, JobControl, JobMonitor, JobReport, RestorePoint, RunOptio
 use sluice::wasm::{EngineSettings, WasmEngine};
 
 pub mod bench;
+pub mod cluster;
 pub mod graphs;
 pub mod kafka;
 pub mod native;

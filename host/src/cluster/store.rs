@@ -75,6 +75,16 @@ impl CheckpointStore {
         format!("checkpoint store {:?}: {what}", self.location)
     }
 
+    /// Every object under `prefix`.
+    async fn list(&self, prefix: &StorePath) -> Result<Vec<object_store::ObjectMeta>> {
+        use futures::TryStreamExt;
+        self.store
+            .list(Some(prefix))
+            .try_collect()
+            .await
+            .with_context(|| self.err(&format!("listing {prefix}")))
+    }
+
     /// Copies the files of `folder` (recursively) under `key`, a checkpoint's metadata
     /// last: a copy without it is incomplete.
     pub fn upload(&self, key: &str, folder: &Path) -> Result<()> {
@@ -99,13 +109,7 @@ impl CheckpointStore {
     pub fn download(&self, key: &str, into: &Path) -> Result<bool> {
         let prefix = self.path(key);
         self.runtime.block_on(async {
-            use futures::TryStreamExt;
-            let objects: Vec<_> = self
-                .store
-                .list(Some(&prefix))
-                .try_collect()
-                .await
-                .with_context(|| self.err(&format!("listing {prefix}")))?;
+            let objects = self.list(&prefix).await?;
             for object in &objects {
                 let relative: Vec<_> = object
                     .location
@@ -146,15 +150,9 @@ impl CheckpointStore {
     pub fn folders(&self, key: &str) -> Result<Vec<String>> {
         let prefix = self.path(key);
         self.runtime.block_on(async {
-            use futures::TryStreamExt;
             // From the objects, not the store's folders: a directory store keeps empty
             // folders, which hold nothing.
-            let objects: Vec<_> = self
-                .store
-                .list(Some(&prefix))
-                .try_collect()
-                .await
-                .with_context(|| self.err(&format!("listing {prefix}")))?;
+            let objects = self.list(&prefix).await?;
             let mut folders = std::collections::BTreeSet::new();
             for object in objects {
                 let mut parts = object.location.prefix_match(&prefix).into_iter().flatten();
@@ -170,13 +168,7 @@ impl CheckpointStore {
     pub fn delete(&self, key: &str) -> Result<()> {
         let prefix = self.path(key);
         self.runtime.block_on(async {
-            use futures::TryStreamExt;
-            let objects: Vec<_> = self
-                .store
-                .list(Some(&prefix))
-                .try_collect()
-                .await
-                .with_context(|| self.err(&format!("listing {prefix}")))?;
+            let objects = self.list(&prefix).await?;
             for object in objects {
                 self.store
                     .delete(&object.location)

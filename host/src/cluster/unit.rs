@@ -219,13 +219,5 @@ impl UnitContext {
 
 /// A name for one start of a unit, unique across hosts and time.
 fn new_attempt_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.write_u32(std::process::id());
-    format!("{:016x}", h.finish())
+    format!("{:016x}", crate::connectors::kafka::new_run_id())
 }

@@ -1100,7 +1100,7 @@ struct SinkState {
 }
 
 /// An identity for a fresh run of a sink: the time and the process, hashed.
-fn new_run_id() -> u64 {
+pub(crate) fn new_run_id() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
