@@ -125,7 +125,14 @@ impl ClusterHost {
             .context("creating a Kafka admin client")?;
         let topics: Vec<NewTopic<'_>> = wanted
             .iter()
-            .map(|(t, p)| NewTopic::new(t, *p as i32, TopicReplication::Fixed(-1)))
+            // Exchange topics keep every record until the job's topics are deleted: a
+            // reader restored far behind must find its offsets (a trimmed log would
+            // skip records silently).
+            .map(|(t, p)| {
+                NewTopic::new(t, *p as i32, TopicReplication::Fixed(-1))
+                    .set("retention.ms", "-1")
+                    .set("retention.bytes", "-1")
+            })
             .collect();
         let options = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT));
         let results = block_on(admin.create_topics(&topics, &options))

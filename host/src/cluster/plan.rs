@@ -377,7 +377,13 @@ impl Plan {
                     start: StartFrom::Earliest,
                     group: format!("{topic}.readers"),
                     discovery: Duration::from_secs(3600),
-                    properties: cluster.properties.clone(),
+                    // An offset no longer in the log is an error, never a silent skip.
+                    properties: {
+                        let mut p = cluster.properties.clone();
+                        p.entry("auto.offset.reset".into())
+                            .or_insert_with(|| "error".into());
+                        p
+                    },
                     bounded: false,
                     split: Some((topic.clone(), place.index as i32)),
                     exchange_producers: Some(self.stages[place.stage - 1].units),

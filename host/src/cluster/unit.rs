@@ -140,6 +140,11 @@ impl UnitContext {
             ),
             None => tracing::info!("unit {unit} ({}): starting", self.plan.describe(unit)),
         }
+        // Moved away while fencing or copying: no need to open (and fence the new owner).
+        if let Ok(JobControl::Cancel) = control.try_recv() {
+            let _ = std::fs::remove_dir_all(&local);
+            return Ok(UnitEnd::Cancelled);
+        }
         let options = RunOptions {
             restore: restore.map_or(RestorePoint::Fresh, RestorePoint::Path),
             move_aside: false,

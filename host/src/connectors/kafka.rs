@@ -654,6 +654,16 @@ impl Source for KafkaSource {
                     if let KafkaError::MessageConsumptionFatal(_) = e {
                         return Err(anyhow!(e).context("reading from Kafka"));
                     }
+                    // An offset no longer in the log, with `auto.offset.reset = error`
+                    // (exchange topics): records would be skipped.
+                    if let KafkaError::MessageConsumption(
+                        rdkafka::types::RDKafkaErrorCode::AutoOffsetReset,
+                    ) = e
+                    {
+                        return Err(anyhow!(e).context(
+                            "reading from Kafka: the offset to resume at is no longer in the log",
+                        ));
+                    }
                     tracing::warn!("Kafka source: {e}");
                     continue;
                 }
@@ -1472,7 +1482,8 @@ impl KafkaSink {
         });
         if found != *expected {
             return Err(CallError::Failed(format!(
-                "Kafka sink, topic {:?}: another owner committed since this one was                  restored (the marker names {}, not {}): it restarts from that",
+                "Kafka sink, topic {:?}: another owner committed since this one was \
+                 restored (the marker names {}, not {}): it restarts from that",
                 self.config.topic,
                 describe_marker(found.as_ref()),
                 describe_marker(expected.as_ref())
@@ -1628,6 +1639,10 @@ impl Operator for KafkaSink {
         }
         self.producer = Some(producer);
         self.sink.run = new_run_id();
+        if let Some(exchange) = &self.config.exchange {
+            // Producers start their round-robin at different partitions.
+            self.next_partition = exchange.producer as usize;
+        }
         let mut own = info.restored_state.clone();
         for (old, bytes) in std::mem::take(&mut self.adopted) {
             if old == self.subtask {
@@ -1647,6 +1662,16 @@ impl Operator for KafkaSink {
                 .filter(|(c, _)| committed.is_none_or(|done| *c > done))
                 .collect();
             self.pending_bytes = self.sink.pending.iter().map(|(_, r)| r.len() as u64).sum();
+            if self.config.marker_note.is_some() && !self.sink.pending.is_empty() {
+                // A unit restores the checkpoint its marker names, so nothing restored can
+                // be newer; written now, it would carry this attempt's note with an id of
+                // another attempt's.
+                return Err(self.err(
+                    "restoring",
+                    "the restored checkpoint holds records newer than the marker it was \
+                     restored by",
+                ));
+            }
             // Checkpoints restored were complete: what is still pending goes out now.
             let last = self.sink.pending.last().map(|(c, _)| *c);
             if let Some(last) = last {
@@ -1714,9 +1739,9 @@ impl Operator for KafkaSink {
                                 )
                             }
                             None => {
-                                self.next_partition =
-                                    (self.next_partition + 1) % exchange.partitions as usize;
-                                self.next_partition
+                                let p = self.next_partition % exchange.partitions as usize;
+                                self.next_partition = p + 1;
+                                p
                             }
                         };
                         self.interval.push_record(sluice_codec::RecordRef {
