@@ -4,7 +4,8 @@
 # trying things by hand. See scripts/kafka/README.md.
 #
 #   broker.sh fetch                 copy the pinned jars into the cache (once)
-#   broker.sh start [DIR]           start in the background; prints SLUICE_KAFKA=127.0.0.1:PORT
+#   broker.sh start [DIR]           start in the background; prints export SLUICE_KAFKA=127.0.0.1:PORT
+#                                   and export SLUICE_KAFKA_DIR=DIR (for eval)
 #   broker.sh stop [DIR]            stop the broker of DIR (default $SLUICE_KAFKA_DIR)
 #   broker.sh topic NAME PARTITIONS create a topic on $SLUICE_KAFKA
 #   broker.sh run [DIR]             run in the foreground until Ctrl-C
@@ -280,7 +281,9 @@ cmd_start() {
   launch
   wait_ready || exit 1
   trap - EXIT INT TERM
-  echo "SLUICE_KAFKA=127.0.0.1:$PORT"
+  # Exported, so that `broker.sh topic` and `broker.sh stop` (and the tests) find it.
+  echo "export SLUICE_KAFKA=127.0.0.1:$PORT"
+  printf 'export SLUICE_KAFKA_DIR=%q\n' "$STATE"
 }
 
 cmd_run() {

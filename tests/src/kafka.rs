@@ -353,10 +353,11 @@ impl BenchBroker {
             "starting the broker: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let address = String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .strip_prefix("SLUICE_KAFKA=")
-            .expect("broker.sh prints SLUICE_KAFKA=ADDRESS")
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let address = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("export SLUICE_KAFKA="))
+            .expect("broker.sh prints export SLUICE_KAFKA=ADDRESS")
             .to_string();
         BenchBroker {
             address,
