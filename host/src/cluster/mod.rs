@@ -333,20 +333,9 @@ impl ClusterHost {
             retry_at.retain(|unit, _| owned.contains(unit));
             if last_check.elapsed() >= FINISHED_CHECK {
                 last_check = Instant::now();
-                for unit in 0..plan.units() {
-                    if finished.contains(&unit) {
-                        continue;
-                    }
-                    match self.units.is_finished(unit) {
-                        Ok(true) => {
-                            finished.insert(unit);
-                        }
-                        Ok(false) => {}
-                        Err(e) => {
-                            tracing::warn!("unit {unit}: {e:#}");
-                            break;
-                        }
-                    }
+                match self.units.store.finished_units(&plan.prefix) {
+                    Ok(done) => finished.extend(done),
+                    Err(e) => tracing::warn!("job '{}': {e:#}", plan.graph.name),
                 }
                 if finished.len() as u32 == plan.units() {
                     break HostEnd::JobFinished;
@@ -425,17 +414,11 @@ pub fn status(graph: &JobGraph, settings: ClusterSettings) -> Result<String> {
             writeln!(out, "  unit {u}: {}", plan.describe(u))?;
         }
     }
-    let unit_context = |unit: u32| store.get(&format!("{}/unit-{unit}/finished", plan.prefix));
-    let mut done = Vec::new();
-    let mut waiting = Vec::new();
-    for u in 0..plan.units() {
-        if unit_context(u)?.is_some() {
-            done.push(u);
-        } else if !owned.contains(&u) {
-            waiting.push(u);
-        }
-    }
-    writeln!(out, "finished units: {done:?}")?;
+    let done = store.finished_units(&plan.prefix)?;
+    let waiting: Vec<u32> = (0..plan.units())
+        .filter(|u| !done.contains(u) && !owned.contains(u))
+        .collect();
+    writeln!(out, "finished units: {:?}", done.iter().collect::<Vec<_>>())?;
     if !waiting.is_empty() {
         writeln!(out, "units no host runs: {waiting:?}")?;
     }

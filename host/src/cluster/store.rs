@@ -3,8 +3,9 @@
 //! machine or a shared file system; S3, GCS or Azure in builds with their feature).
 //!
 //! Layout under the store's root: `JOB/unit-N/ATTEMPT/ID/FILE…` for the checkpoint `ID`
-//! of attempt `ATTEMPT` (each start of a unit on some host), and `JOB/unit-N/finished`
-//! once the unit's input ended and all its output is committed.
+//! of attempt `ATTEMPT` (each start of a unit on some host), and `JOB/finished/unit-N`
+//! once the unit's input ended and all its output is committed (one listing tells which
+//! units finished).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -164,6 +165,24 @@ impl CheckpointStore {
         })
     }
 
+    /// The names of the objects directly under `key`.
+    pub fn names(&self, key: &str) -> Result<Vec<String>> {
+        let prefix = self.path(key);
+        self.runtime.block_on(async {
+            let objects = self.list(&prefix).await?;
+            Ok(objects
+                .iter()
+                .filter_map(|o| {
+                    let mut parts = o.location.prefix_match(&prefix)?;
+                    match (parts.next(), parts.next()) {
+                        (Some(name), None) => Some(name.as_ref().to_string()),
+                        _ => None,
+                    }
+                })
+                .collect())
+        })
+    }
+
     /// Deletes everything under `key`.
     pub fn delete(&self, key: &str) -> Result<()> {
         let prefix = self.path(key);
@@ -218,6 +237,22 @@ impl CheckpointStore {
             }
         }
         Ok(())
+    }
+}
+
+/// The key that says unit `unit` of the job whose objects are under `job` finished.
+pub fn finished_key(job: &str, unit: u32) -> String {
+    format!("{job}/finished/unit-{unit}")
+}
+
+impl CheckpointStore {
+    /// The units of the job under `job` that finished, in one listing.
+    pub fn finished_units(&self, job: &str) -> Result<std::collections::BTreeSet<u32>> {
+        Ok(self
+            .names(&format!("{job}/finished"))?
+            .iter()
+            .filter_map(|n| n.strip_prefix("unit-")?.parse().ok())
+            .collect())
     }
 }
 
@@ -281,9 +316,23 @@ mod tests {
                 .download("job/unit-0/a1/1", &dir.path().join("none"))
                 .unwrap()
         );
-        assert_eq!(store.get("job/unit-0/finished").unwrap(), None);
-        store.put("job/unit-0/finished", b"a1/7".to_vec()).unwrap();
-        assert_eq!(store.get("job/unit-0/finished").unwrap().unwrap(), b"a1/7");
+        assert_eq!(store.get("job/finished/unit-0").unwrap(), None);
+        store
+            .put(&finished_key("job", 0), b"a1/7".to_vec())
+            .unwrap();
+        store
+            .put(&finished_key("job", 3), b"a2/9".to_vec())
+            .unwrap();
+        assert_eq!(
+            store.finished_units("job").unwrap(),
+            [0, 3].into_iter().collect()
+        );
+        assert_eq!(store.get("job/finished/unit-0").unwrap().unwrap(), b"a1/7");
+        let mut names = store.names("job/finished").unwrap();
+        names.sort();
+        assert_eq!(names, ["unit-0", "unit-3"]);
+        // Only what is directly under it.
+        assert!(store.names("job").unwrap().is_empty());
         store.delete("job/unit-0/a1").unwrap();
         assert!(store.folders("job/unit-0/a1").unwrap().is_empty());
     }

@@ -12,7 +12,7 @@ use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::plan::{ClusterSettings, Plan};
-use super::store::CheckpointStore;
+use super::store::{CheckpointStore, finished_key};
 use crate::connectors::kafka::parse_marker_metadata;
 use crate::job::{Job, JobControl, JobMonitor, JobOutcome, RestorePoint, RunOptions};
 use crate::tenant::HostConfig;
@@ -54,12 +54,13 @@ impl UnitContext {
         format!("{}/unit-{unit}", self.plan.prefix)
     }
 
+    fn finished_key(&self, unit: u32) -> String {
+        finished_key(&self.plan.prefix, unit)
+    }
+
     /// Whether unit `unit` finished (its `finished` object is in the store).
     pub fn is_finished(&self, unit: u32) -> Result<bool> {
-        Ok(self
-            .store
-            .get(&format!("{}/finished", self.unit_key(unit)))?
-            .is_some())
+        Ok(self.store.get(&self.finished_key(unit))?.is_some())
     }
 
     /// Runs unit `unit` until it ends or `control` cancels it.
@@ -157,7 +158,7 @@ impl UnitContext {
         Ok(match report?.outcome {
             JobOutcome::Finished => {
                 self.store.put(
-                    &format!("{key}/finished"),
+                    &self.finished_key(unit),
                     format!("attempt={attempt}").into_bytes(),
                 )?;
                 UnitEnd::Finished
