@@ -199,7 +199,7 @@ impl Plan {
         if graph.checkpoint.is_none() {
             bail!("{}: it needs `[checkpoint]`", context());
         }
-        let partitions = source_partitions(kafka, topics, settings)
+        let partitions = source_partitions(kafka, topics)
             .with_context(|| format!("{}: reading the source's partitions", context()))?;
         let prefix = format!("sluice-{}", kafka_name(job));
         let mut stages = vec![Stage {
@@ -556,11 +556,7 @@ fn line_of(graph: &JobGraph) -> Result<(usize, Vec<usize>)> {
 }
 
 /// The partitions of `topics`, topic by topic in the order given.
-fn source_partitions(
-    kafka: &KafkaSourceConfig,
-    topics: &[String],
-    settings: &ClusterSettings,
-) -> Result<Vec<(String, i32)>> {
+fn source_partitions(kafka: &KafkaSourceConfig, topics: &[String]) -> Result<Vec<(String, i32)>> {
     let mut client = ClientConfig::new();
     for (k, v) in &kafka.properties {
         client.set(k, v);
@@ -569,7 +565,6 @@ fn source_partitions(
         .set("bootstrap.servers", &kafka.bootstrap)
         .create()
         .with_context(|| format!("connecting to {}", kafka.bootstrap))?;
-    let _ = settings;
     let mut all = Vec::new();
     for topic in topics {
         let metadata = consumer

@@ -183,6 +183,15 @@ impl CheckpointStore {
         })
     }
 
+    /// The units of the job under `job` that finished, in one listing.
+    pub fn finished_units(&self, job: &str) -> Result<std::collections::BTreeSet<u32>> {
+        Ok(self
+            .names(&format!("{job}/finished"))?
+            .iter()
+            .filter_map(|n| n.strip_prefix("unit-")?.parse().ok())
+            .collect())
+    }
+
     /// Deletes everything under `key`.
     pub fn delete(&self, key: &str) -> Result<()> {
         let prefix = self.path(key);
@@ -243,17 +252,6 @@ impl CheckpointStore {
 /// The key that says unit `unit` of the job whose objects are under `job` finished.
 pub fn finished_key(job: &str, unit: u32) -> String {
     format!("{job}/finished/unit-{unit}")
-}
-
-impl CheckpointStore {
-    /// The units of the job under `job` that finished, in one listing.
-    pub fn finished_units(&self, job: &str) -> Result<std::collections::BTreeSet<u32>> {
-        Ok(self
-            .names(&format!("{job}/finished"))?
-            .iter()
-            .filter_map(|n| n.strip_prefix("unit-")?.parse().ok())
-            .collect())
-    }
 }
 
 /// Every file under `dir`, with its path relative to `root` (`/`-separated).

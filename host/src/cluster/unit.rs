@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use crossbeam_channel::Receiver;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::producer::{BaseProducer, Producer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::plan::{ClusterSettings, Plan};
 use super::store::{CheckpointStore, finished_key};
-use crate::connectors::kafka::parse_marker_metadata;
+use crate::connectors::kafka::{parse_marker_metadata, read_marker};
 use crate::job::{Job, JobControl, JobMonitor, JobOutcome, RestorePoint, RunOptions};
 use crate::tenant::HostConfig;
 use crate::wasm::WasmEngine;
@@ -200,26 +200,17 @@ impl UnitContext {
             .set("enable.auto.commit", "false")
             .create()
             .context("creating a client of the unit's marker group")?;
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(topic, 0);
-        let committed = consumer
-            .committed_offsets(tpl, REQUEST_TIMEOUT)
-            .with_context(|| format!("reading the unit's last committed checkpoint ({group})"))?;
-        let Some(e) = committed.elements().into_iter().next() else {
+        let Some((id, metadata)) = read_marker(&consumer, topic, REQUEST_TIMEOUT)
+            .with_context(|| format!("reading the unit's last committed checkpoint ({group})"))?
+        else {
             return Ok(None);
         };
-        let Offset::Offset(id) = e.offset() else {
-            return Ok(None);
-        };
-        let attempt = parse_marker_metadata(e.metadata())
+        let attempt = parse_marker_metadata(&metadata)
             .and_then(|(_, note)| note?.strip_prefix("attempt="))
             .ok_or_else(|| {
-                anyhow!(
-                    "the marker of group {group} ({:?}) names no attempt",
-                    e.metadata()
-                )
+                anyhow!("the marker of group {group} ({metadata:?}) names no attempt")
             })?;
-        Ok(Some((attempt.to_string(), id as u64)))
+        Ok(Some((attempt.to_string(), id)))
     }
 }
 

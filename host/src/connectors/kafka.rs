@@ -1131,6 +1131,22 @@ fn marker_metadata(run: u64, note: Option<&str>) -> String {
     }
 }
 
+/// The checkpoint id and the metadata that the marker group of `consumer` last committed
+/// for `topic`, if any.
+pub fn read_marker(
+    consumer: &BaseConsumer,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Option<(u64, String)>, KafkaError> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, 0);
+    let committed = consumer.committed_offsets(tpl, timeout)?;
+    Ok(committed.elements().first().and_then(|e| match e.offset() {
+        Offset::Offset(o) if o >= 0 => Some((o as u64, e.metadata().to_string())),
+        _ => None,
+    }))
+}
+
 /// A marker as messages name it.
 fn describe_marker(marker: Option<&(String, u64)>) -> String {
     match marker {
@@ -1350,20 +1366,14 @@ impl KafkaSink {
 
     /// The newest checkpoint of run `run` that the marker group of `consumer` holds.
     fn committed_in(&self, consumer: &BaseConsumer, run: u64) -> Result<Option<u64>, CallError> {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&self.config.topic, 0);
-        let committed = consumer
-            .committed_offsets(tpl, PRODUCE_TIMEOUT)
+        let marker = read_marker(consumer, &self.config.topic, PRODUCE_TIMEOUT)
             .map_err(|e| self.err("reading the last committed checkpoint", e))?;
         // A marker of another run (one started fresh since, with checkpoint ids from 1
         // again) says nothing about this run's checkpoints.
-        Ok(committed.elements().first().and_then(|e| match e.offset() {
-            Offset::Offset(o)
-                if o >= 0 && parse_marker_metadata(e.metadata()).is_some_and(|(r, _)| r == run) =>
-            {
-                Some(o as u64)
-            }
-            _ => None,
+        Ok(marker.and_then(|(id, metadata)| {
+            parse_marker_metadata(&metadata)
+                .is_some_and(|(r, _)| r == run)
+                .then_some(id)
         }))
     }
 
@@ -1464,22 +1474,12 @@ impl KafkaSink {
         let Some(expected) = &self.config.expect_marker else {
             return Ok(());
         };
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&self.config.topic, 0);
-        let committed = self
-            .marker()?
-            .committed_offsets(tpl, PRODUCE_TIMEOUT)
-            .map_err(|e| self.err("reading the last committed checkpoint", e))?;
-        let found = committed.elements().first().and_then(|e| match e.offset() {
-            Offset::Offset(o) if o >= 0 => Some((
-                parse_marker_metadata(e.metadata())
-                    .and_then(|(_, note)| note)
-                    .unwrap_or_default()
-                    .to_string(),
-                o as u64,
-            )),
-            _ => None,
-        });
+        let found = read_marker(self.marker()?, &self.config.topic, PRODUCE_TIMEOUT)
+            .map_err(|e| self.err("reading the last committed checkpoint", e))?
+            .map(|(id, metadata)| {
+                let note = parse_marker_metadata(&metadata).and_then(|(_, note)| note);
+                (note.unwrap_or_default().to_string(), id)
+            });
         if found != *expected {
             return Err(CallError::Failed(format!(
                 "Kafka sink, topic {:?}: another owner committed since this one was \
