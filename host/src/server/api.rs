@@ -141,7 +141,36 @@ pub fn router(server: Arc<Server>) -> axum::Router {
         .route("/jobs/{id}/start", post(start))
         .fallback(|| async { ApiError::new(ErrorKind::NotFound, "no such route") })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn(move |request, next| {
+            refuse_large_bodies(limit, request, next)
+        }))
         .with_state(server)
+}
+
+/// Refuses a body whose `Content-Length` is over the limit before reading any of it. A
+/// client that waits for `100 Continue` before sending a large body (as `sluice` and
+/// curl do) then reads the refusal, where a server that read up to the limit and
+/// closed the connection would leave it with a broken upload and no answer.
+async fn refuse_large_bodies(
+    limit: usize,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let length = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    match length {
+        Some(length) if length > limit as u64 => ApiError::new(
+            ErrorKind::TooLarge,
+            format!(
+                "the request body is {length} bytes, over the server's limit of {limit} \
+                 (max_upload_mb)"
+            ),
+        )
+        .into_response(),
+        _ => next.run(request).await,
+    }
 }
 
 /// The web dashboard: one page whose script logs in with a tenant's token and reads the

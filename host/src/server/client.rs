@@ -16,6 +16,9 @@ pub struct Client {
 /// Largest answer read (job output can be large).
 const MAX_ANSWER: u64 = 1 << 30;
 
+/// Bodies larger than this wait for `100 Continue` before they are sent.
+const LARGE_BODY: usize = 64 << 10;
+
 /// An agent that hands error statuses back as answers, with `tls`.
 fn agent(tls: ureq::tls::TlsConfig) -> ureq::Agent {
     ureq::Agent::config_builder()
@@ -67,7 +70,14 @@ impl Client {
                 if let Some(auth) = &auth {
                     req = req.header("Authorization", auth);
                 }
-                req.send(body.unwrap_or_default())
+                let body = body.unwrap_or_default();
+                // A large body waits for the server's go-ahead: a refusal (too large, a
+                // bad token) then arrives as an answer, not as a connection closed
+                // mid-upload.
+                if body.len() > LARGE_BODY {
+                    req = req.header("Expect", "100-continue");
+                }
+                req.send(body)
             }
             ("DELETE", None) => {
                 let mut req = self.agent.delete(&url);
