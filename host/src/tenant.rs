@@ -38,6 +38,8 @@
 //! read = ["acme\\..*"]             # topics its sources may read (whole-name regexes)
 //! write = ["acme\\.out-.*"]        # topics its sinks may write
 //! id_prefix = "acme."             # every group and transactional id begins so (default `NAME.`)
+//! checkpoints = "/mnt/shared/acme"  # its cluster jobs' checkpoint store (a directory every
+//!                                 # server reads, or s3://, gs://, az://); none: no cluster jobs
 //! properties = { "security.protocol" = "SASL_SSL", "sasl.mechanism" = "SCRAM-SHA-512", "sasl.username" = "acme", "sasl.password" = "…" }
 //!
 //! [server]                        # `sluice serve` only
@@ -123,6 +125,7 @@ struct KafkaSpec {
     #[serde(default)]
     write: Vec<String>,
     id_prefix: Option<String>,
+    checkpoints: Option<String>,
     #[serde(default)]
     properties: BTreeMap<String, String>,
 }
@@ -244,6 +247,9 @@ pub struct KafkaGrant {
     pub id_prefix: String,
     /// Client properties set on every Kafka client of its jobs, over the job's own.
     pub properties: BTreeMap<String, String>,
+    /// The checkpoint store of its jobs run over several servers (`[cluster]`): a
+    /// directory (resolved against the host file's) or a URL. None: it may run none.
+    pub checkpoints: Option<String>,
 }
 
 impl KafkaGrant {
@@ -265,8 +271,9 @@ fn matches_any(patterns: &[String], topic: &str) -> bool {
 }
 
 /// No tenant's Kafka `id_prefix` may begin another's: a name under one would then also
-/// be under the other, and the tenants could commit to each other's groups.
-fn check_id_prefixes(tenants: &BTreeMap<String, TenantConfig>) -> Result<()> {
+/// be under the other, and the tenants could commit to each other's groups. Nor may one
+/// tenant's checkpoint store hold another's.
+fn check_grants_apart(tenants: &BTreeMap<String, TenantConfig>) -> Result<()> {
     let prefixes: Vec<(&str, &str)> = tenants
         .values()
         .filter_map(|t| Some((t.name.as_str(), t.kafka.as_ref()?.id_prefix.as_str())))
@@ -281,10 +288,31 @@ fn check_id_prefixes(tenants: &BTreeMap<String, TenantConfig>) -> Result<()> {
             }
         }
     }
+    let stores: Vec<(&str, String)> = tenants
+        .values()
+        .filter_map(|t| {
+            let store = t.kafka.as_ref()?.checkpoints.as_ref()?;
+            Some((t.name.as_str(), format!("{}/", store.trim_end_matches('/'))))
+        })
+        .collect();
+    for (a, sa) in &stores {
+        for (b, sb) in &stores {
+            if a != b && sb.starts_with(sa.as_str()) {
+                bail!(
+                    "[tenant.{a}.kafka] checkpoints {sa:?} holds [tenant.{b}.kafka] checkpoints \
+                     {sb:?}: each tenant's checkpoint store must be its own"
+                );
+            }
+        }
+    }
     Ok(())
 }
 
-fn kafka_grant_from(tenant: &str, spec: &KafkaSpec) -> Result<KafkaGrant> {
+fn kafka_grant_from(
+    tenant: &str,
+    spec: &KafkaSpec,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<KafkaGrant> {
     let bootstrap: Vec<String> = spec
         .bootstrap
         .split(',')
@@ -304,12 +332,19 @@ fn kafka_grant_from(tenant: &str, spec: &KafkaSpec) -> Result<KafkaGrant> {
     if id_prefix.is_empty() {
         bail!("kafka: `id_prefix` must not be empty (it keeps tenants' groups apart)");
     }
+    let checkpoints = match spec.checkpoints.as_deref().map(str::trim) {
+        None => None,
+        Some("") => bail!("kafka: `checkpoints` must name a directory or a URL"),
+        Some(url) if url.contains("://") => Some(url.to_string()),
+        Some(dir) => Some(resolve(Path::new(dir)).to_string_lossy().into_owned()),
+    };
     Ok(KafkaGrant {
         bootstrap,
         read: spec.read.clone(),
         write: spec.write.clone(),
         id_prefix,
         properties: spec.properties.clone(),
+        checkpoints,
     })
 }
 
@@ -386,7 +421,7 @@ impl HostConfig {
                     .map(|t| (name.clone(), t))
             })
             .collect::<Result<_>>()?;
-        check_id_prefixes(&tenants).with_context(|| format!("{}", path.display()))?;
+        check_grants_apart(&tenants).with_context(|| format!("{}", path.display()))?;
         Ok(HostConfig {
             path: Some(path.to_path_buf()),
             strict_tenants: file.strict_tenants,
@@ -557,7 +592,7 @@ fn tenant_from(
         kafka: spec
             .kafka
             .as_ref()
-            .map(|k| kafka_grant_from(name, k))
+            .map(|k| kafka_grant_from(name, k, resolve))
             .transpose()?,
     })
 }
@@ -724,7 +759,8 @@ tenant_state_mb = 64
         let path = write(
             "kafka",
             "[tenant.acme.kafka]\nbootstrap = \"k1:9092, k2:9092\"\nread = [\"acme\\\\..*\"]\n\
-             write = [\"out\"]\nproperties = { \"sasl.username\" = \"acme\" }\n[tenant.b]\n",
+             write = [\"out\"]\nproperties = { \"sasl.username\" = \"acme\" }\n\
+             checkpoints = \"stores/acme\"\n[tenant.b]\n",
         );
         let c = HostConfig::load(&path).unwrap();
         let grant = c.tenant("acme").unwrap().kafka.unwrap();
@@ -737,6 +773,8 @@ tenant_state_mb = 64
         );
         assert!(grant.may_write("out") && !grant.may_write("out2"));
         assert_eq!(grant.properties["sasl.username"], "acme");
+        let store = path.parent().unwrap().join("stores/acme");
+        assert_eq!(grant.checkpoints.as_deref(), store.to_str());
         assert_eq!(c.tenant("b").unwrap().kafka, None);
         for (text, expected) in [
             (
@@ -755,6 +793,15 @@ tenant_state_mb = 64
                 "[tenant.a.kafka]\nbootstrap = \"k:1\"\nid_prefix = \"a\"\n\
                  [tenant.ab.kafka]\nbootstrap = \"k:1\"\n",
                 "id_prefix \"a\" begins [tenant.ab.kafka] id_prefix \"ab.\"",
+            ),
+            (
+                "[tenant.a.kafka]\nbootstrap = \"k:1\"\ncheckpoints = \"s3://b/t\"\n\
+                 [tenant.b.kafka]\nbootstrap = \"k:1\"\ncheckpoints = \"s3://b/t/b\"\n",
+                "checkpoints \"s3://b/t/\" holds [tenant.b.kafka] checkpoints",
+            ),
+            (
+                "[tenant.a.kafka]\nbootstrap = \"k:1\"\ncheckpoints = \" \"\n",
+                "`checkpoints` must name a directory or a URL",
             ),
         ] {
             let err = format!(

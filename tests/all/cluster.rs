@@ -347,3 +347,144 @@ session_timeout_ms = 6000
     want.sort();
     assert_eq!(got, want);
 }
+
+/// Two servers (`sluice serve`) run the same tenant's job over Kafka: each is given the
+/// job file, which has `[cluster]`, and runs its share under the tenant's grant (the
+/// brokers, and the checkpoint store, come from the host configuration; the job's topics
+/// and groups are named under the tenant's id prefix). What a server job may not do with
+/// it is refused with the reason.
+#[test]
+fn two_servers_share_a_tenants_job() {
+    use crate::server::{ServerProcess, error_of, host_config, wait_for};
+    let Some(broker) = broker() else { return };
+    let dir = test_dir("cluster-servers");
+    let (input, text) = topic_of_lines(&broker, "a.cluster-in", 4, 43, 3_000);
+    let output = unique_topic("a.cluster-out");
+    create_topic(&broker, &output, 2);
+    let store = dir.join("store");
+    let grant = format!(
+        "[tenant.a.kafka]\nbootstrap = \"{broker}\"\nread = [\"a\\\\..*\"]\n\
+         write = [\"a\\\\..*\"]\ncheckpoints = \"{}\"\n",
+        store.display()
+    );
+    let servers: Vec<ServerProcess> = (0..2)
+        .map(|n| {
+            let home = dir.join(format!("server-{n}"));
+            std::fs::create_dir_all(&home).unwrap();
+            ServerProcess::start(&host_config(&home, &grant))
+        })
+        .collect();
+    let job = |extra: &str| {
+        let path = dir.join(format!("job{}.toml", extra.len()));
+        std::fs::write(
+            &path,
+            format!(
+                r#"
+name = "{output}"
+[source]
+type = "kafka"
+topics = "{input}"
+bounded = true
+[[operator]]
+name = "slow"
+plugin = "{TEST_MISBEHAVE}"
+config = {{ behavior = "slow-process", delay-ms = 2 }}
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+key_by = "key"
+[sink]
+type = "kafka"
+topic = "{output}"
+[checkpoint]
+interval_ms = 100
+[runtime]
+batch_size = 20
+[cluster]
+exchange_partitions = 4
+session_timeout_ms = 6000
+{extra}
+"#
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let clients: Vec<_> = servers.iter().map(|s| s.client(Some("token-a"))).collect();
+    let e = error_of(clients[0].submit(&job("checkpoints = \"/tmp/elsewhere\"")));
+    assert!(
+        e.contains("400") && e.contains("`checkpoints` is the server's to choose"),
+        "{e}"
+    );
+    let e = error_of(servers[0].client(Some("token-b")).submit(&job("")));
+    assert!(
+        e.contains("403") && e.contains("tenant 'b' has no Kafka grant"),
+        "{e}"
+    );
+
+    let ids: Vec<String> = clients
+        .iter()
+        .map(|c| {
+            c.submit(&job("")).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let e = error_of(clients[0].stop(&ids[0], false));
+    assert!(
+        e.contains("409") && e.contains("runs over several servers"),
+        "{e}"
+    );
+    // Both servers run units of it; then one is killed mid-run, and the other finishes
+    // the job.
+    let mut shared = [false, false];
+    wait_for(
+        "both servers to run units",
+        Duration::from_secs(120),
+        || {
+            for (n, (client, id)) in clients.iter().zip(&ids).enumerate() {
+                let status = client.status(id).unwrap();
+                assert_eq!(status["state"], "running", "{status}");
+                // (`true` until the server's host has planned the job.)
+                let cluster = &status["cluster"];
+                if cluster.is_object() {
+                    assert_eq!(cluster["units"], 8, "{status}");
+                    shared[n] |= cluster["running"].as_array().is_some_and(|r| !r.is_empty());
+                }
+            }
+            shared == [true, true] && read_committed(&broker, &output).len() >= 100
+        },
+    );
+    let mut servers = servers.into_iter();
+    servers.next().unwrap().kill();
+    let finished = |client: &sluice::server::client::Client, id: &str| {
+        let status = client.status(id).unwrap();
+        assert_ne!(status["state"], "failed", "{status}");
+        status["state"] == "finished"
+    };
+    wait_for(
+        "the other server to finish the job",
+        Duration::from_secs(180),
+        || finished(&clients[1], &ids[1]),
+    );
+    assert_counts(&as_count_lines(&read_committed(&broker, &output)), &text);
+    // The killed server, started again, resumes its share: the job has finished.
+    let again = ServerProcess::start(&dir.join("server-0").join("host.toml"));
+    let client = again.client(Some("token-a"));
+    wait_for(
+        "the restarted server to see the end",
+        Duration::from_secs(60),
+        || finished(&client, &ids[0]),
+    );
+    assert_counts(&as_count_lines(&read_committed(&broker, &output)), &text);
+    // Its exchange topic is the tenant's: named under its id prefix.
+    let exchange = format!("a.sluice-{output}.exchange-1");
+    assert!(
+        !read_committed(&broker, &exchange).is_empty(),
+        "no records in {exchange}"
+    );
+}

@@ -569,7 +569,7 @@ fn run_cluster(
                 eprintln!(
                     "\nsluice: leaving the cluster (signal {signal}): units move to the other hosts"
                 );
-                let _ = stop.send(());
+                let _ = stop.send(JobControl::Cancel);
             }
         })
         .context("starting the signal thread")?;

@@ -25,7 +25,8 @@ pub mod store;
 pub mod unit;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -41,7 +42,7 @@ use store::CheckpointStore;
 use unit::{UnitContext, UnitEnd};
 
 use crate::job::{JobControl, JobGraph};
-use crate::tenant::HostConfig;
+use crate::tenant::{HostConfig, InstanceBudget};
 use crate::wasm::WasmEngine;
 
 /// How long an admin or metadata request may take.
@@ -71,11 +72,31 @@ pub enum HostEnd {
     Stopped,
 }
 
+/// What a host of a cluster job is doing, for whoever watches it (the server's API).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostView {
+    /// The host's name in the job's group.
+    pub client_id: String,
+    /// Units of the job, in all stages.
+    pub units: u32,
+    /// The units the group gave this host.
+    pub owned: Vec<u32>,
+    /// The units running here now.
+    pub running: Vec<u32>,
+    /// The units known to have finished (here or on another host).
+    pub finished: Vec<u32>,
+}
+
 /// A host of a cluster job.
 pub struct ClusterHost {
     units: UnitContext,
-    /// This host's name in the group (`sluice-HOSTNAME-PID`).
+    /// This host's name in the group (`sluice-HOSTNAME-PID`, then `.N` for the N-th
+    /// host of a job in the same process).
     pub client_id: String,
+    /// Whether to print what happens (units gained, finished, failed) on stderr, besides
+    /// logging it.
+    print: bool,
+    view: Arc<Mutex<HostView>>,
 }
 
 impl ClusterHost {
@@ -89,15 +110,29 @@ impl ClusterHost {
     ) -> Result<Self> {
         let plan = Plan::new(graph, &settings)?;
         let store = CheckpointStore::open(&settings.checkpoints, &graph.base_dir)?;
-        let client_id = format!("sluice-{}-{}", host_name(), std::process::id());
+        // Hosts in one process (jobs of a server) each need a name of their own.
+        static HOSTS: AtomicU32 = AtomicU32::new(0);
+        let mut client_id = format!("sluice-{}-{}", host_name(), std::process::id());
+        match HOSTS.fetch_add(1, Ordering::Relaxed) {
+            0 => {}
+            n => client_id.push_str(&format!(".{}", n + 1)),
+        }
+        let view = HostView {
+            client_id: client_id.clone(),
+            units: plan.units(),
+            ..HostView::default()
+        };
         let this = ClusterHost {
             client_id: client_id.clone(),
+            print: true,
+            view: Arc::new(Mutex::new(view)),
             units: UnitContext {
                 plan: Arc::new(plan),
                 settings: Arc::new(settings),
                 store: Arc::new(store),
                 engine,
                 host,
+                budget: InstanceBudget::default(),
                 client_id,
             },
         };
@@ -106,9 +141,35 @@ impl ClusterHost {
         Ok(this)
     }
 
+    /// Counts the units' operator instances, and what they make the host hold, against
+    /// `budget` (shared with the other jobs of a server).
+    pub fn with_budget(mut self, budget: InstanceBudget) -> Self {
+        self.units.budget = budget;
+        self
+    }
+
+    /// Only logs what happens, without printing it on stderr.
+    pub fn quiet(mut self) -> Self {
+        self.print = false;
+        self
+    }
+
+    /// What the host is doing, kept current while it runs.
+    pub fn view(&self) -> Arc<Mutex<HostView>> {
+        self.view.clone()
+    }
+
     /// The plan.
     pub fn plan(&self) -> &Plan {
         &self.units.plan
+    }
+
+    /// Logs `message`, and prints it unless quiet.
+    fn say(&self, message: std::fmt::Arguments<'_>) {
+        tracing::info!("{message}");
+        if self.print {
+            eprintln!("{message}");
+        }
     }
 
     /// Creates the control topic and the exchange topics if missing; checks their
@@ -187,9 +248,9 @@ impl ClusterHost {
     }
 
     /// Joins the job's group and runs the units it is given until every unit of the job
-    /// finished or `stop` says to stop. Whatever ends it, the units running here are
-    /// stopped before it returns.
-    pub fn run(&self, stop: &Receiver<()>) -> Result<HostEnd> {
+    /// finished or anything arrives on `stop`. Whatever ends it, the units running here
+    /// are stopped before it returns.
+    pub fn run(&self, stop: &Receiver<JobControl>) -> Result<HostEnd> {
         let mut running: BTreeMap<u32, Running> = BTreeMap::new();
         let end = self.serve(stop, &mut running);
         for r in running.values() {
@@ -201,7 +262,11 @@ impl ClusterHost {
         end
     }
 
-    fn serve(&self, stop: &Receiver<()>, running: &mut BTreeMap<u32, Running>) -> Result<HostEnd> {
+    fn serve(
+        &self,
+        stop: &Receiver<JobControl>,
+        running: &mut BTreeMap<u32, Running>,
+    ) -> Result<HostEnd> {
         let settings = &self.units.settings;
         let plan = &self.units.plan;
         let session = settings.session_timeout.as_millis().to_string();
@@ -222,14 +287,14 @@ impl ClusterHost {
         consumer
             .subscribe(&[&plan.control_topic])
             .context("joining the job's group")?;
-        eprintln!(
+        self.say(format_args!(
             "host {} joined job '{}' ({} units in {} stages) at {}",
             self.client_id,
             plan.graph.name,
             plan.units(),
             plan.stages.len(),
             settings.bootstrap
-        );
+        ));
         let mut finished: BTreeSet<u32> = BTreeSet::new();
         // Failed units: when each may run again, and how many times it failed in a row.
         let mut retry_at: BTreeMap<u32, (Instant, u32)> = BTreeMap::new();
@@ -261,11 +326,11 @@ impl ClusterHost {
                 })
                 .unwrap_or_default();
             if owned != owned_before {
-                eprintln!(
+                self.say(format_args!(
                     "host {} owns units {:?}",
                     self.client_id,
                     owned.iter().collect::<Vec<_>>()
-                );
+                ));
                 owned_before = owned.clone();
             }
             // Units that ended.
@@ -278,18 +343,21 @@ impl ClusterHost {
                 let r = running.remove(&unit).expect("listed");
                 match r.thread.join() {
                     Ok(UnitEnd::Finished) => {
-                        eprintln!("unit {unit} finished ({})", plan.describe(unit));
+                        self.say(format_args!(
+                            "unit {unit} finished ({})",
+                            plan.describe(unit)
+                        ));
                         finished.insert(unit);
                         retry_at.remove(&unit);
                     }
                     Ok(UnitEnd::Cancelled) => {}
                     Ok(UnitEnd::Failed(e)) if !r.cancelled => {
                         fail(&mut retry_at, unit);
-                        eprintln!(
+                        self.say(format_args!(
                             "unit {unit} failed (failure {} in a row; it runs again from its \
                              last committed checkpoint): {e:#}",
                             retry_at[&unit].1
-                        );
+                        ));
                     }
                     // Failing after it was moved away (fenced by its new owner) is
                     // what a moved unit does.
@@ -303,10 +371,10 @@ impl ClusterHost {
                             .map(String::as_str)
                             .or_else(|| panic.downcast_ref::<&str>().copied())
                             .unwrap_or("no message");
-                        eprintln!(
+                        self.say(format_args!(
                             "unit {unit} ({}): its thread panicked: {what}",
                             plan.describe(unit)
-                        );
+                        ));
                     }
                 }
             }
@@ -341,6 +409,12 @@ impl ClusterHost {
                     break HostEnd::JobFinished;
                 }
             }
+            {
+                let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
+                view.owned = owned.iter().copied().collect();
+                view.running = running.keys().copied().collect();
+                view.finished = finished.iter().copied().collect();
+            }
         };
         consumer.unsubscribe();
         Ok(end)
@@ -354,11 +428,14 @@ impl ClusterHost {
             store: self.units.store.clone(),
             engine: self.units.engine.clone(),
             host: self.units.host.clone(),
+            budget: self.units.budget.clone(),
             client_id: self.client_id.clone(),
         };
+        // The unit's log lines belong where the host's do (a server job's log).
+        let span = tracing::Span::current();
         let thread = std::thread::Builder::new()
             .name(format!("unit {unit}"))
-            .spawn(move || units.run(unit, &control_rx))
+            .spawn(move || span.in_scope(|| units.run(unit, &control_rx)))
             .context("starting a unit's thread")?;
         Ok(Running {
             control,

@@ -37,6 +37,9 @@ pub struct ClusterSettings {
     pub work_dir: std::path::PathBuf,
     /// Further librdkafka properties.
     pub properties: BTreeMap<String, String>,
+    /// What the names of the job's topics, groups and transactional ids begin with
+    /// before `sluice-JOB` (on a server, the tenant's `id_prefix`; else nothing).
+    pub name_prefix: String,
 }
 
 impl ClusterSettings {
@@ -77,6 +80,7 @@ impl ClusterSettings {
                     .unwrap_or_else(|| format!("{}.cluster-work", graph.name).into()),
             ),
             properties: spec.properties.unwrap_or_default(),
+            name_prefix: String::new(),
         })
     }
 
@@ -145,16 +149,15 @@ pub struct UnitPlace {
     pub index: u32,
 }
 
+/// Whether Kafka accepts `c` in a topic's name.
+pub fn is_topic_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
 /// A name Kafka accepts for topics and groups: letters, digits, `.`, `_`, `-`.
 fn kafka_name(s: &str) -> String {
     s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if is_topic_char(c) { c } else { '_' })
         .collect()
 }
 
@@ -201,7 +204,7 @@ impl Plan {
         }
         let partitions = source_partitions(kafka, topics)
             .with_context(|| format!("{}: reading the source's partitions", context()))?;
-        let prefix = format!("sluice-{}", kafka_name(job));
+        let prefix = format!("{}sluice-{}", settings.name_prefix, kafka_name(job));
         let mut stages = vec![Stage {
             first_unit: 0,
             units: partitions.len() as u32,

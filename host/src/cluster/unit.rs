@@ -15,7 +15,7 @@ use super::plan::{ClusterSettings, Plan};
 use super::store::{CheckpointStore, finished_key};
 use crate::connectors::kafka::{parse_marker_metadata, read_marker};
 use crate::job::{Job, JobControl, JobMonitor, JobOutcome, RestorePoint, RunOptions};
-use crate::tenant::HostConfig;
+use crate::tenant::{HostConfig, InstanceBudget};
 use crate::wasm::WasmEngine;
 
 /// How long fencing or reading a marker may take.
@@ -44,6 +44,8 @@ pub struct UnitContext {
     pub engine: Arc<WasmEngine>,
     /// The host configuration (tenants).
     pub host: Arc<HostConfig>,
+    /// What the units' instances count against (shared with a server's other jobs).
+    pub budget: InstanceBudget,
     /// This host's name in the job's group.
     pub client_id: String,
 }
@@ -130,9 +132,11 @@ impl UnitContext {
         )?;
         let store = self.store.clone();
         let attempt_key = format!("{key}/{attempt}");
-        let job = Job::from_graph(graph, &self.engine, &self.host)?.with_checkpoint_hook(Arc::new(
-            move |id: u64, folder: &Path| store.save_checkpoint(&attempt_key, id, folder),
-        ));
+        let job = Job::from_graph(graph, &self.engine, &self.host)?
+            .with_budget(self.budget.clone())
+            .with_checkpoint_hook(Arc::new(move |id: u64, folder: &Path| {
+                store.save_checkpoint(&attempt_key, id, folder)
+            }));
         match &restore {
             Some(folder) => tracing::info!(
                 "unit {unit} ({}): restoring {}",

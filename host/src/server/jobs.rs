@@ -12,6 +12,11 @@
 //! [`ServerSettings::keep_ended_jobs`] newer jobs ended; its record stays on disk, and its
 //! log lines move to `logs.txt` in its folder.
 //!
+//! A job file with `[cluster]` runs as this server's share of a job over several servers
+//! ([`crate::cluster`]), within its tenant's Kafka grant: brokers from it, checkpoints in
+//! its store, names under its `id_prefix`. It is admitted for all its units, since the
+//! group may give them all to this server.
+//!
 //! [`ServerSettings::keep_ended_for`]: crate::tenant::ServerSettings::keep_ended_for
 //! [`ServerSettings::keep_ended_jobs`]: crate::tenant::ServerSettings::keep_ended_jobs
 
@@ -32,10 +37,12 @@ use serde_json::json;
 use super::plugins::now_ms;
 use super::{ApiError, ErrorKind, Object, Server, hex, is_plain_name, write_atomic};
 use crate::checkpoint::CheckpointStorage;
+use crate::cluster::plan::is_topic_char;
+use crate::cluster::{ClusterHost, ClusterSettings, HostEnd, HostView, Plan};
 use crate::connectors::kafka::Topics;
 use crate::job::{
-    Job, JobControl, JobFile, JobGraph, JobMonitor, JobOutcome, JobReport, RestorePoint,
-    RunOptions, SinkKind, SourceInput, SourceKind, Vertex,
+    Job, JobControl, JobFile, JobGraph, JobMonitor, JobOutcome, RestorePoint, RunOptions, SinkKind,
+    SourceInput, SourceKind, Vertex,
 };
 use crate::tenant::TenantConfig;
 
@@ -106,6 +113,9 @@ struct JobRecord {
     /// Records its sink wrote in all its runs, as of the last one's end.
     #[serde(default)]
     records_written: u64,
+    /// Whether it runs over several servers (`[cluster]`).
+    #[serde(default)]
+    cluster: bool,
 }
 
 /// Completed checkpoints a job's record keeps.
@@ -188,6 +198,56 @@ struct JobEntry {
     history_before: Mutex<(Vec<CheckpointSummary>, (u64, u64))>,
     /// Why the server cancels its run (a quota): the run then ends as failed with it.
     kill_cause: Mutex<Option<String>>,
+    /// What this server's host of a cluster job does, while it runs.
+    cluster: Mutex<Option<Arc<Mutex<HostView>>>>,
+}
+
+/// A job ready to run: on this server alone, or as this server's share of a job over
+/// several servers (`[cluster]`).
+enum Run {
+    Local(Box<Job>),
+    Cluster(Box<ClusterRun>),
+}
+
+/// A job over several servers, as this server runs its share.
+struct ClusterRun {
+    graph: JobGraph,
+    settings: ClusterSettings,
+}
+
+impl Run {
+    fn graph(&self) -> &JobGraph {
+        match self {
+            Run::Local(job) => job.graph(),
+            Run::Cluster(c) => &c.graph,
+        }
+    }
+
+    /// The operator instances and subtasks it may take on this server. A cluster job
+    /// may take all of its units' (the group can give every unit to one server), so it
+    /// is admitted for them all; finding its units asks the brokers for its source's
+    /// partitions.
+    fn needs(&self) -> Result<(u32, u32), ApiError> {
+        let bad = |e: anyhow::Error| ApiError::bad(format!("{e:#}"));
+        match self {
+            Run::Local(job) => Ok((job.instances(), job.graph().subtasks())),
+            Run::Cluster(c) => {
+                let plan = Plan::new(&c.graph, &c.settings).map_err(bad)?;
+                units_need(&plan, &c.settings).map_err(bad)
+            }
+        }
+    }
+}
+
+/// The operator instances and subtasks of all of a plan's units.
+fn units_need(plan: &Plan, settings: &ClusterSettings) -> Result<(u32, u32)> {
+    let (mut instances, mut subtasks) = (0, 0);
+    for unit in 0..plan.units() {
+        let graph = plan.unit_graph(unit, settings, Path::new("unit"), "", None)?;
+        instances += graph.operators().map(|o| o.parallelism).sum::<u32>();
+        subtasks += graph.subtasks();
+    }
+    Ok((instances, subtasks))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -226,6 +286,7 @@ impl JobEntry {
             subtasks: AtomicU32::new(0),
             ended: Mutex::new(None),
             kill_cause: Mutex::new(None),
+            cluster: Mutex::new(None),
             counted_before: Mutex::new((0, 0)),
             history_before: Mutex::new(history),
         })
@@ -322,7 +383,7 @@ impl Server {
         text: &str,
         job_dir: &Path,
         plugins: &mut BTreeMap<String, String>,
-    ) -> Result<(Job, Vec<String>), ApiError> {
+    ) -> Result<(Run, Vec<String>), ApiError> {
         let shown = Path::new("job.toml");
         let mut file = JobFile::parse(text, shown).map_err(|e| ApiError::bad(format!("{e:#}")))?;
         if file.tenant != tenant.name && file.tenant != "default" {
@@ -386,6 +447,49 @@ impl Server {
         if let Some(checkpoint) = &mut file.checkpoint {
             checkpoint.dir = Some(job_dir.join("checkpoints"));
         }
+        if let Some(spec) = &mut file.cluster {
+            let Some(grant) = grant else {
+                return Err(no_kafka_grant(tenant, "[cluster]", ""));
+            };
+            for (key, set) in [
+                ("checkpoints", spec.checkpoints.is_some()),
+                ("work_dir", spec.work_dir.is_some()),
+            ] {
+                if set {
+                    return Err(ApiError::bad(format!(
+                        "job.toml: [cluster]: `{key}` is the server's to choose (a tenant's \
+                         checkpoint store is `checkpoints` in [tenant.{}.kafka] of the host \
+                         configuration): leave it out",
+                        tenant.name
+                    )));
+                }
+            }
+            let store = grant.checkpoints.clone().ok_or_else(|| {
+                ApiError::new(
+                    ErrorKind::Forbidden,
+                    format!(
+                        "job.toml: [cluster]: tenant '{}''s Kafka grant names no checkpoint \
+                         store (`checkpoints` in [tenant.{}.kafka] of the host configuration), \
+                         so it runs no job over several servers",
+                        tenant.name, tenant.name
+                    ),
+                )
+            })?;
+            if let Some(c) = grant.id_prefix.chars().find(|c| !is_topic_char(*c)) {
+                return Err(ApiError::new(
+                    ErrorKind::Forbidden,
+                    format!(
+                        "job.toml: [cluster]: the job's topics are named under tenant '{}''s \
+                         Kafka id_prefix {:?}, and a topic's name cannot hold {c:?}",
+                        tenant.name, grant.id_prefix
+                    ),
+                ));
+            }
+            spec.bootstrap
+                .get_or_insert_with(|| grant.bootstrap.join(","));
+            spec.checkpoints = Some(store);
+            spec.work_dir = Some(job_dir.join("cluster"));
+        }
         for op in &mut file.operators {
             let hash = match plugins.get(&op.name) {
                 Some(hash) => hash.clone(),
@@ -423,15 +527,31 @@ impl Server {
         if let Some(grant) = grant {
             within_kafka_grant(&mut graph, grant, &tenant.name)?;
         }
-        let job = Job::from_graph(graph, &self.engine, &self.host)
-            .map_err(|e| ApiError::bad(format!("{e:#}")))?
-            .with_budget(self.budget.clone());
-        Ok((job, output))
+        let bad = |e: anyhow::Error| ApiError::bad(format!("{e:#}"));
+        let Some(grant) = grant.filter(|_| graph.cluster.is_some()) else {
+            let job = Job::from_graph(graph, &self.engine, &self.host)
+                .map_err(bad)?
+                .with_budget(self.budget.clone());
+            return Ok((Run::Local(Box::new(job)), output));
+        };
+        // Its plugins load, whichever units come here.
+        Job::from_graph(graph.clone(), &self.engine, &self.host).map_err(bad)?;
+        let mut settings = ClusterSettings::of(&graph, None).map_err(bad)?;
+        settings.name_prefix = grant.id_prefix.clone();
+        Ok((
+            Run::Cluster(Box::new(ClusterRun { graph, settings })),
+            output,
+        ))
     }
 
     /// Checks the tenant's quotas for one more running job. Called under the admission
     /// lock, which is held until the job is launched, so that what it counts is current.
-    fn admit(&self, tenant: &TenantConfig, job: &Job) -> Result<(), ApiError> {
+    fn admit(
+        &self,
+        tenant: &TenantConfig,
+        job: &str,
+        (instances, subtasks): (u32, u32),
+    ) -> Result<(), ApiError> {
         let (running, in_use, threads) = lock(&self.jobs.by_id)
             .values()
             .filter(|e| e.is_running() && lock(&e.record).tenant == tenant.name)
@@ -451,29 +571,23 @@ impl Server {
                 ),
             ));
         }
-        if in_use + job.instances() > tenant.max_instances {
+        if in_use + instances > tenant.max_instances {
             return Err(ApiError::new(
                 ErrorKind::Quota,
                 format!(
-                    "job '{}' needs {} operator instances, but tenant '{}' has {in_use} of its {} \
-                     in use (max_instances)",
-                    job.graph().name,
-                    job.instances(),
-                    tenant.name,
-                    tenant.max_instances
+                    "job '{job}' needs {instances} operator instances, but tenant '{}' has \
+                     {in_use} of its {} in use (max_instances)",
+                    tenant.name, tenant.max_instances
                 ),
             ));
         }
-        let subtasks = job.graph().subtasks();
         if threads + subtasks > tenant.max_subtasks {
             return Err(ApiError::new(
                 ErrorKind::Quota,
                 format!(
-                    "job '{}' needs {subtasks} subtasks (threads), but tenant '{}' has {threads} \
+                    "job '{job}' needs {subtasks} subtasks (threads), but tenant '{}' has {threads} \
                      of its {} in use (max_subtasks)",
-                    job.graph().name,
-                    tenant.name,
-                    tenant.max_subtasks
+                    tenant.name, tenant.max_subtasks
                 ),
             ));
         }
@@ -514,7 +628,8 @@ impl Server {
         let id = hex(&super::token_sha256(&seed)[..8]);
         let dir = self.dir.join("jobs").join(&id);
         let mut plugins = BTreeMap::new();
-        let (job, output) = self.prepare(tenant, text, &dir, &mut plugins)?;
+        let (run, output) = self.prepare(tenant, text, &dir, &mut plugins)?;
+        let needs = run.needs()?;
         let _admission = lock(&self.jobs.admission);
         // A plugin deleted since `prepare` found it (deletions take the same lock).
         if let Some((op, _)) = plugins
@@ -526,11 +641,11 @@ impl Server {
                 format!("job.toml: operator '{op}': its plugin was deleted meanwhile"),
             ));
         }
-        self.admit(tenant, &job)?;
+        self.admit(tenant, &run.graph().name, needs)?;
         let record = JobRecord {
             id: id.clone(),
             tenant: tenant.name.clone(),
-            name: job.graph().name.clone(),
+            name: run.graph().name.clone(),
             state: JobState::Running,
             submitted_ms: now_ms(),
             plugins,
@@ -541,9 +656,10 @@ impl Server {
             recoveries: 0,
             records_read: 0,
             records_written: 0,
-            graph: graph_summary(job.graph()),
+            graph: graph_summary(run.graph()),
             checkpoints: Vec::new(),
             checkpoint_counts: (0, 0),
+            cluster: matches!(run, Run::Cluster(_)),
         };
         let entry = JobEntry::new(dir.clone(), record.clone());
         let stored = fs::create_dir_all(&dir)
@@ -555,13 +671,22 @@ impl Server {
             return Err(ApiError::internal(e));
         }
         lock(&self.jobs.by_id).insert(id.clone(), entry.clone());
-        self.launch(&entry, job, RestorePoint::Fresh);
+        self.launch(&entry, run, needs, RestorePoint::Fresh);
         tracing::info!(tenant = %tenant.name, job = %id, name = %record.name, "job submitted");
         Ok(summary(&record, true))
     }
 
     /// Starts the job's thread.
-    fn launch(&self, entry: &Arc<JobEntry>, job: Job, options: impl Into<RunOptions>) {
+    /// Starts the job's thread; its run counts as `needs` (operator instances, subtasks)
+    /// against the tenant's quotas (a cluster job resumed by a restarted server learns
+    /// its needs from its plan, on the thread).
+    fn launch(
+        &self,
+        entry: &Arc<JobEntry>,
+        work: Run,
+        needs: (u32, u32),
+        options: impl Into<RunOptions>,
+    ) {
         let options = options.into();
         let (tenant, id) = {
             let record = lock(&entry.record);
@@ -573,10 +698,8 @@ impl Server {
         if let Ok(text) = fs::read_to_string(entry.dir.join(LOGS_FILE)) {
             super::logs::JobLogs::global().restore(&id, &text);
         }
-        entry.instances.store(job.instances(), Ordering::Relaxed);
-        entry
-            .subtasks
-            .store(job.graph().subtasks(), Ordering::Relaxed);
+        entry.instances.store(needs.0, Ordering::Relaxed);
+        entry.subtasks.store(needs.1, Ordering::Relaxed);
         let monitor = Arc::new(JobMonitor::default());
         *lock(&entry.monitor) = monitor.clone();
         {
@@ -588,6 +711,11 @@ impl Server {
         let mut run = lock(&entry.run);
         let finished = entry.clone();
         let shutting_down = self.jobs.shutting_down.clone();
+        let (engine, host, budget) = (
+            self.engine.clone(),
+            Arc::new(self.host.clone()),
+            self.budget.clone(),
+        );
         let spawned = thread::Builder::new()
             .name(format!("job {id}"))
             .spawn(move || {
@@ -595,8 +723,24 @@ impl Server {
                 let _span = tracing::info_span!(super::logs::JOB_SPAN, tenant = %tenant, job = %id)
                     .entered();
                 // A panic must not leave the job `running` with no thread behind it.
-                let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    job.run(options, &control_rx, &monitor)
+                let result = std::panic::catch_unwind(AssertUnwindSafe(|| match work {
+                    Run::Local(job) => job
+                        .run(options, &control_rx, &monitor)
+                        .map(|report| report.outcome),
+                    Run::Cluster(c) => {
+                        let settings = c.settings.clone();
+                        let host = ClusterHost::new(&c.graph, c.settings, engine, host)?
+                            .with_budget(budget)
+                            .quiet();
+                        let (instances, subtasks) = units_need(host.plan(), &settings)?;
+                        finished.instances.store(instances, Ordering::Relaxed);
+                        finished.subtasks.store(subtasks, Ordering::Relaxed);
+                        *lock(&finished.cluster) = Some(host.view());
+                        Ok(match host.run(&control_rx)? {
+                            HostEnd::JobFinished => JobOutcome::Finished,
+                            HostEnd::Stopped => JobOutcome::Cancelled,
+                        })
+                    }
                 }))
                 .unwrap_or_else(|panic| Err(crate::task::panic_to_error(panic)));
                 let stopping_server = shutting_down.load(Ordering::Relaxed);
@@ -618,7 +762,7 @@ impl Server {
 /// Records how a run ended (called on the job's thread).
 fn finished_run(
     entry: &JobEntry,
-    result: Result<JobReport>,
+    result: Result<JobOutcome>,
     monitor: &JobMonitor,
     stopping_server: bool,
 ) {
@@ -636,7 +780,7 @@ fn finished_run(
             r.recoveries = 0;
         }
         let finished_or_stopped =
-            matches!(&result, Ok(report) if report.outcome != JobOutcome::Cancelled);
+            matches!(&result, Ok(outcome) if *outcome != JobOutcome::Cancelled);
         match &result {
             // A server going down stops its jobs; they stay `running` and resume when it
             // comes back.
@@ -646,7 +790,7 @@ fn finished_run(
                 r.state = JobState::Failed;
                 r.failure = kill_cause.clone();
             }
-            Ok(report) => match &report.outcome {
+            Ok(outcome) => match outcome {
                 JobOutcome::Finished => r.state = JobState::Finished,
                 JobOutcome::Stopped { savepoint } => {
                     r.state = JobState::Stopped;
@@ -796,6 +940,22 @@ impl Server {
             ("tasks", json!(tasks)),
             ("graph", json!(record.graph)),
             ("output", json!(record.output)),
+            (
+                "cluster",
+                match lock(&entry.cluster).as_ref().filter(|_| record.cluster) {
+                    Some(view) => {
+                        let view = lock(view).clone();
+                        json!({
+                            "host": view.client_id,
+                            "units": view.units,
+                            "owned": view.owned,
+                            "running": view.running,
+                            "finished": view.finished,
+                        })
+                    }
+                    None => json!(record.cluster),
+                },
+            ),
         ];
         o.extend(extra.into_iter().map(|(k, v)| (k.to_string(), v)));
         Ok(o)
@@ -863,6 +1023,24 @@ impl Server {
         }
     }
 
+    /// Refuses to `what` a job that runs over several servers: its state is its units'
+    /// committed checkpoints, and it has no savepoint of its own.
+    fn no_savepoints(entry: &JobEntry, what: &str) -> Result<(), ApiError> {
+        let record = entry.record();
+        if !record.cluster {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            ErrorKind::Conflict,
+            format!(
+                "cannot {what} job '{}': it runs over several servers, and each of its units \
+                 resumes from its last committed checkpoint: cancel it (its units move to the \
+                 other servers) and start it again",
+                record.id
+            ),
+        ))
+    }
+
     /// Cancels one of `tenant`'s jobs (no savepoint).
     pub fn cancel(&self, tenant: &TenantConfig, id: &str) -> Result<Object, ApiError> {
         let entry = self.entry(tenant, id)?;
@@ -876,6 +1054,7 @@ impl Server {
     /// timers. Returns when the savepoint is written.
     pub fn stop(&self, tenant: &TenantConfig, id: &str, drain: bool) -> Result<Object, ApiError> {
         let entry = self.entry(tenant, id)?;
+        Self::no_savepoints(&entry, "stop")?;
         let control = self.control(&entry, "stop")?;
         let (reply, answer) = unbounded();
         let _ = control.send(JobControl::StopWithSavepoint { drain, reply });
@@ -907,6 +1086,7 @@ impl Server {
     /// when it is written.
     pub fn savepoint(&self, tenant: &TenantConfig, id: &str) -> Result<Object, ApiError> {
         let entry = self.entry(tenant, id)?;
+        Self::no_savepoints(&entry, "take a savepoint of")?;
         let control = self.control(&entry, "take a savepoint of")?;
         let (reply, answer) = unbounded();
         let _ = control.send(JobControl::Savepoint { reply });
@@ -956,8 +1136,31 @@ impl Server {
         let text = fs::read_to_string(entry.dir.join("job.toml"))
             .map_err(|e| ApiError::internal(anyhow::anyhow!("job {id}: job.toml: {e}")))?;
         let mut plugins = record.plugins.clone();
-        let (job, _) = self.prepare(tenant, &text, &entry.dir, &mut plugins)?;
-        self.admit(tenant, &job)?;
+        let (run, _) = self.prepare(tenant, &text, &entry.dir, &mut plugins)?;
+        let needs = run.needs()?;
+        self.admit(tenant, &record.name, needs)?;
+        let job = match run {
+            Run::Local(job) => job,
+            Run::Cluster(_) if savepoint.is_some() => {
+                return Err(ApiError::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "cannot start job '{id}' from a savepoint: it runs over several \
+                         servers, and each of its units resumes from its last committed \
+                         checkpoint"
+                    ),
+                ));
+            }
+            cluster => {
+                entry.update(|r| {
+                    r.state = JobState::Running;
+                    r.failure = None;
+                    r.recoveries = 0;
+                });
+                self.launch(&entry, cluster, needs, RestorePoint::Fresh);
+                return Ok(summary(&entry.record(), true));
+            }
+        };
         let restore = match savepoint {
             Some(name) => {
                 let path = entry.dir.join("checkpoints").join(name);
@@ -986,7 +1189,7 @@ impl Server {
             // A person starting it again takes it out of quarantine.
             r.recoveries = 0;
         });
-        self.launch(&entry, job, options);
+        self.launch(&entry, Run::Local(job), needs, options);
         Ok(summary(&entry.record(), true))
     }
 
@@ -1096,8 +1299,12 @@ impl Server {
             let text = fs::read_to_string(dir.join("job.toml")).unwrap_or_default();
             let mut plugins = record.plugins.clone();
             match self.prepare(&tenant, &text, &dir, &mut plugins) {
-                Ok((job, _)) => {
-                    self.launch(&entry, job, latest_or_fresh(&dir));
+                Ok((run, _)) => {
+                    let needs = match &run {
+                        Run::Local(_) => run.needs().unwrap_or_default(),
+                        Run::Cluster(_) => (0, 0),
+                    };
+                    self.launch(&entry, run, needs, latest_or_fresh(&dir));
                     resumed += 1;
                 }
                 Err(e) => entry.update(|r| {
