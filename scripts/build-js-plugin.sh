@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds a JavaScript operator — an ES module that registers its class with
 # exportOperator from 'sluice-sdk' — into a component: bundled with esbuild, then
-# componentize-js (both pinned, installed on first use into target/tools), with the WASI
-# features the host does not offer (http) disabled.
+# componentize-js (both pinned with their dependencies, installed on first use into
+# target/tools), with the WASI features the host does not offer (http) disabled.
 #
 #   scripts/build-js-plugin.sh plugins-js/count.js target/js-plugins/count.wasm
 set -euo pipefail
@@ -13,14 +13,16 @@ fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 module=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 out=$2
-version=0.23.0
-esbuild_version=0.25.12
-tools=$root/target/tools/componentize-js-$version
+# The tools and all their dependencies are pinned by scripts/js-tools/package-lock.json
+# (componentize-js 0.23.0, esbuild 0.25.12), installed with `npm ci` into a folder named
+# after the lock, so a changed lock installs afresh.
+lock=$root/scripts/js-tools/package-lock.json
+tools=$root/target/tools/js-$(sha256sum "$lock" | cut -c1-16)
 if [ ! -x "$tools/node_modules/.bin/componentize-js" ] || [ ! -x "$tools/node_modules/.bin/esbuild" ]; then
+  rm -rf "$tools"
   mkdir -p "$tools"
-  (cd "$tools" && echo '{"private": true}' > package.json &&
-    npm install --silent --no-audit --no-fund \
-      "@bytecodealliance/componentize-js@$version" "esbuild@$esbuild_version")
+  cp "$root/scripts/js-tools/package.json" "$lock" "$tools/"
+  (cd "$tools" && npm ci --silent --no-audit --no-fund)
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

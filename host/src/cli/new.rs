@@ -210,20 +210,35 @@ pub(super) fn create_guest(
     };
     let (module, tests) = template.guest_files(language);
     let c = checkout.display();
+    // Paths in the commands people copy are quoted for the shell where they need it (a
+    // checkout under "My Projects").
+    let shell = |path: PathBuf| {
+        let path = path.to_string_lossy().into_owned();
+        shlex::try_quote(&path).map_or_else(|_| path.clone(), |q| q.into_owned())
+    };
     let (file, test_file, language_name, test, build) = match language {
         Language::Python => (
             format!("{lib}.py"),
             format!("test_{lib}.py"),
             "Python",
-            format!("PYTHONPATH={c}/sdk-python python3 -m pytest -q"),
-            format!("{c}/scripts/build-python-plugin.sh {lib}.py {lib}.wasm"),
+            format!(
+                "PYTHONPATH={} python3 -m pytest -q",
+                shell(checkout.join("sdk-python"))
+            ),
+            format!(
+                "{} {lib}.py {lib}.wasm",
+                shell(checkout.join("scripts/build-python-plugin.sh"))
+            ),
         ),
         _ => (
             format!("{lib}.js"),
             format!("{lib}.test.js"),
             "JavaScript",
             "npm install && npm test".to_string(),
-            format!("{c}/scripts/build-js-plugin.sh {lib}.js {lib}.wasm"),
+            format!(
+                "{} {lib}.js {lib}.wasm",
+                shell(checkout.join("scripts/build-js-plugin.sh"))
+            ),
         ),
     };
     let fill = |text: &str| {
@@ -398,6 +413,34 @@ fn type_name(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commands_in_a_guest_plugins_files_quote_a_checkout_path_with_spaces() {
+        let base = std::env::temp_dir().join(format!("sluice-new-{}", std::process::id()));
+        let checkout = base.join("My Projects/sluice");
+        for dir in ["sdk-python", "sdk-js", "scripts"] {
+            std::fs::create_dir_all(checkout.join(dir)).unwrap();
+        }
+        for script in ["build-python-plugin.sh", "build-js-plugin.sh"] {
+            std::fs::write(checkout.join("scripts").join(script), "").unwrap();
+        }
+        let quoted = format!("'{}", checkout.canonicalize().unwrap().display());
+        for (language, name) in [(Language::Python, "py-op"), (Language::Js, "js-op")] {
+            let root = create_guest(&base, name, Template::Map, language, Some(&checkout)).unwrap();
+            let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+            let build = readme
+                .lines()
+                .find(|l| l.contains("build-") && l.contains(".wasm"))
+                .unwrap();
+            assert!(build.trim_start().starts_with(&quoted), "{readme}");
+            if language == Language::Python {
+                assert!(readme.contains(&format!("PYTHONPATH={quoted}")), "{readme}");
+            }
+            let job = std::fs::read_to_string(root.join("job.toml")).unwrap();
+            assert!(job.contains(&quoted), "{job}");
+        }
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn names_become_types_and_bad_ones_are_refused() {
