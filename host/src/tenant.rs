@@ -42,6 +42,11 @@
 //!                                 # server reads, or s3://, gs://, az://); none: no cluster jobs
 //! properties = { "security.protocol" = "SASL_SSL", "sasl.mechanism" = "SCRAM-SHA-512", "sasl.username" = "acme", "sasl.password" = "…" }
 //!
+//! [cluster]                       # `sluice run --cluster`: this machine's defaults for the
+//! bootstrap = "kafka-1:9092"      # `[cluster]` of its jobs (any of its fields; a job's own
+//! checkpoints = "/mnt/shared"     # win, and its `properties` go over these)
+//! properties = { "security.protocol" = "SASL_SSL" }
+//!
 //! [server]                        # `sluice serve` only
 //! address = "127.0.0.1:8600"      # where the HTTP API listens
 //! dir = "sluice-server"           # jobs, plugins, checkpoints and output live here
@@ -155,6 +160,7 @@ struct HostConfigFile {
     #[serde(default)]
     tenant: BTreeMap<String, LimitsSpec>,
     server: Option<ServerSpec>,
+    cluster: Option<crate::job::ClusterSpec>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -359,6 +365,9 @@ pub struct HostConfig {
     pub jobs: Vec<PathBuf>,
     /// Settings of `sluice serve`.
     pub server: ServerSettings,
+    /// `[cluster]`: this machine's defaults for the `[cluster]` of every job it runs
+    /// with `sluice run --cluster` (its paths resolved against the host file's folder).
+    pub cluster: Option<crate::job::ClusterSpec>,
     defaults: TenantConfig,
     tenants: BTreeMap<String, TenantConfig>,
 }
@@ -370,6 +379,7 @@ impl Default for HostConfig {
             strict_tenants: false,
             jobs: Vec::new(),
             server: ServerSettings::default(),
+            cluster: None,
             defaults: TenantConfig {
                 name: "default".into(),
                 limits: SandboxLimits::default(),
@@ -428,6 +438,14 @@ impl HostConfig {
             jobs: file.jobs.iter().map(|j| resolve(j)).collect(),
             server: server_from(file.server.unwrap_or_default(), &resolve)
                 .with_context(|| format!("{}: [server]", path.display()))?,
+            cluster: file.cluster.map(|mut c| {
+                c.checkpoints = c.checkpoints.map(|store| match store.contains("://") {
+                    true => store,
+                    false => resolve(Path::new(&store)).to_string_lossy().into_owned(),
+                });
+                c.work_dir = c.work_dir.map(|dir| resolve(&dir));
+                c
+            }),
             defaults,
             tenants,
         })
@@ -751,6 +769,31 @@ tenant_state_mb = 64
         assert!(
             err.contains("[tenant.a]") && err.contains("no such directory"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn the_cluster_table_resolves_its_paths_against_the_host_file() {
+        let path = write(
+            "cluster",
+            "[cluster]\nbootstrap = \"k:1\"\ncheckpoints = \"store\"\nwork_dir = \"work\"\n",
+        );
+        let c = HostConfig::load(&path).unwrap().cluster.unwrap();
+        let base = path.parent().unwrap();
+        assert_eq!(c.bootstrap.as_deref(), Some("k:1"));
+        assert_eq!(c.checkpoints.as_deref(), base.join("store").to_str());
+        assert_eq!(c.work_dir, Some(base.join("work")));
+        let path = write(
+            "cluster-url",
+            "[cluster]\ncheckpoints = \"s3://bucket/jobs\"\n",
+        );
+        let c = HostConfig::load(&path).unwrap().cluster.unwrap();
+        assert_eq!(c.checkpoints.as_deref(), Some("s3://bucket/jobs"));
+        let e =
+            HostConfig::load(&write("cluster-bad", "[cluster]\nbrokers = \"k:1\"\n")).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("unknown field `brokers`"),
+            "{e:#}"
         );
     }
 

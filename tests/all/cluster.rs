@@ -267,7 +267,8 @@ fn a_host_added_mid_run_takes_over_units() {
 }
 
 /// Event time crosses the exchange topic: tumbling windows over three partitions on two
-/// hosts give the counts computed here (as one host gives them).
+/// hosts give the counts computed here (as one host gives them). The hosts' checkpoint
+/// store comes from their host file's `[cluster]`.
 #[test]
 fn event_time_windows_over_two_hosts() {
     let Some(broker) = broker() else { return };
@@ -325,13 +326,28 @@ interval_ms = 100
 [runtime]
 batch_size = 20
 [cluster]
-checkpoints = "store"
 exchange_partitions = 3
-session_timeout_ms = 6000
 "#
         ),
     );
-    let mut hosts: Vec<Child> = (0..2).map(|n| spawn_host(&dir, &job, &broker, n)).collect();
+    // The store and the session timeout come from the machine's host file.
+    let host_file = dir.join("host.toml");
+    std::fs::write(
+        &host_file,
+        "[cluster]\ncheckpoints = \"store\"\nsession_timeout_ms = 6000\n",
+    )
+    .unwrap();
+    let mut hosts: Vec<Child> = (0..2)
+        .map(|n| {
+            sluice_tests::cluster::spawn_host_with(
+                env!("CARGO_BIN_EXE_sluice-test-cli"),
+                &job,
+                &broker,
+                &dir.join(format!("host-{n}.log")),
+                &["--host-config", host_file.to_str().unwrap()],
+            )
+        })
+        .collect();
     for (n, host) in hosts.iter_mut().enumerate() {
         wait_success(&dir, host, n, Duration::from_secs(180));
     }

@@ -9,10 +9,16 @@ use crate::scratch_root;
 /// A host process of `job` meeting at `broker`, logging (at `info`) into `log`; `bin`
 /// is `env!("CARGO_BIN_EXE_sluice-test-cli")` (only tests and benches know it).
 pub fn spawn_host(bin: &str, job: &Path, broker: &str, log: &Path) -> Child {
+    spawn_host_with(bin, job, broker, log, &[])
+}
+
+/// [`spawn_host`] with further arguments of `sluice run`.
+pub fn spawn_host_with(bin: &str, job: &Path, broker: &str, log: &Path, args: &[&str]) -> Child {
     Command::new(bin)
         .args(["--log", "info", "run", "--quiet"])
         .arg(job)
         .args(["--cluster", broker])
+        .args(args)
         .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
         .env_remove("FAILPOINTS")
         .stdout(Stdio::null())

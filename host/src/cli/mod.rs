@@ -168,6 +168,10 @@ enum Command {
         /// `[cluster] bootstrap` when none is given).
         #[arg(long, value_name = "HOST:PORT", num_args = 0..=1, default_missing_value = "")]
         cluster: Option<String>,
+        /// With `--cluster`: the host configuration whose `[cluster]` fills in what the
+        /// job file's leaves out.
+        #[arg(long, value_name = "HOST.toml", requires = "cluster")]
+        host_config: Option<PathBuf>,
         #[command(flatten)]
         remote: Remote,
     },
@@ -469,15 +473,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Status {
             id,
             cluster: Some(bootstrap),
+            host_config,
             ..
         } => {
             let graph = crate::job::load_graph(Path::new(id))?;
+            let host = match host_config {
+                Some(path) => HostConfig::load(path)?,
+                None => HostConfig::default(),
+            };
             let settings = crate::cluster::ClusterSettings::of(
                 &graph,
                 Some(bootstrap)
                     .filter(|b| !b.is_empty())
                     .map(String::as_str),
-            )?;
+                host.cluster.as_ref(),
+            )
+            .with_context(|| id.clone())?;
             write!(
                 std::io::stdout(),
                 "{}",
@@ -489,6 +500,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             id,
             cluster: None,
             remote,
+            ..
         } => remote.print(&remote.client()?.status(id)?, remote::job_detail),
         Command::Cancel { id, remote } => remote.print(&remote.client()?.cancel(id)?, |v| {
             format!("{}\n", remote::job_line(v))
@@ -554,9 +566,12 @@ fn run_cluster(
         None => HostConfig::default(),
     };
     let graph = crate::job::load_graph(job)?;
-    let settings =
-        crate::cluster::ClusterSettings::of(&graph, Some(bootstrap).filter(|b| !b.is_empty()))
-            .with_context(|| format!("{}", job.display()))?;
+    let settings = crate::cluster::ClusterSettings::of(
+        &graph,
+        Some(bootstrap).filter(|b| !b.is_empty()),
+        host.cluster.as_ref(),
+    )
+    .with_context(|| format!("{}", job.display()))?;
     let cluster_host =
         crate::cluster::ClusterHost::new(&graph, settings, engine(cli)?, Arc::new(host))?;
     let (stop, stopped) = crossbeam_channel::bounded(1);

@@ -14,8 +14,8 @@ use crate::connectors::kafka::{
     Delivery, ExchangeOutput, KafkaSinkConfig, KafkaSourceConfig, StartFrom, Topics,
 };
 use crate::job::{
-    Edge, JobGraph, OperatorVertex, RestartStrategy, SinkKind, SinkVertex, SourceInput,
-    SourceVertex, Vertex,
+    ClusterSpec, Edge, JobGraph, OperatorVertex, RestartStrategy, SinkKind, SinkVertex,
+    SourceInput, SourceVertex, Vertex,
 };
 use crate::network::Partitioner;
 
@@ -43,23 +43,49 @@ pub struct ClusterSettings {
 }
 
 impl ClusterSettings {
-    /// The job's `[cluster]`, with `bootstrap` from the command line when given.
-    pub fn of(graph: &JobGraph, bootstrap: Option<&str>) -> Result<Self> {
-        let spec = graph.cluster.clone().unwrap_or_default();
+    /// The job's `[cluster]`, with `bootstrap` from the command line when given, and
+    /// what the job leaves out from `machine` (the host file's `[cluster]`; its
+    /// `properties` under the job's).
+    pub fn of(
+        graph: &JobGraph,
+        bootstrap: Option<&str>,
+        machine: Option<&ClusterSpec>,
+    ) -> Result<Self> {
+        let job = graph.cluster.clone().unwrap_or_default();
+        let machine = machine.cloned().unwrap_or_default();
+        let properties = match (machine.properties, job.properties) {
+            (Some(mut m), Some(j)) => {
+                m.extend(j);
+                Some(m)
+            }
+            (m, j) => j.or(m),
+        };
+        let spec = ClusterSpec {
+            bootstrap: job.bootstrap.or(machine.bootstrap),
+            checkpoints: job.checkpoints.or(machine.checkpoints),
+            exchange_partitions: job.exchange_partitions.or(machine.exchange_partitions),
+            session_timeout_ms: job.session_timeout_ms.or(machine.session_timeout_ms),
+            work_dir: job.work_dir.or(machine.work_dir),
+            properties,
+        };
         let bootstrap = bootstrap
             .map(str::to_string)
             .or(spec.bootstrap)
             .filter(|b| !b.trim().is_empty())
             .ok_or_else(|| {
-                anyhow!("no Kafka brokers to meet at: pass --cluster HOST:PORT or set `[cluster] bootstrap`")
+                anyhow!(
+                    "no Kafka brokers to meet at: pass --cluster HOST:PORT or set `[cluster] \
+                     bootstrap` (in the job file, or the host file's)"
+                )
             })?;
         let checkpoints = spec
             .checkpoints
             .filter(|c| !c.trim().is_empty())
             .ok_or_else(|| {
                 anyhow!(
-                    "`[cluster] checkpoints` is missing: the storage every host reads the units' \
-                 checkpoints from (a shared directory, or s3://, gs://, az://)"
+                    "`[cluster] checkpoints` is missing (in the job file, or the host file's): \
+                     the storage every host reads the units' checkpoints from (a shared \
+                     directory, or s3://, gs://, az://)"
                 )
             })?;
         let exchange_partitions = spec.exchange_partitions.unwrap_or(8);
@@ -607,7 +633,7 @@ mod tests {
 
     fn plan_error(body: &str) -> String {
         let g = graph(body);
-        let settings = ClusterSettings::of(&g, Some("127.0.0.1:1")).unwrap();
+        let settings = ClusterSettings::of(&g, Some("127.0.0.1:1"), None).unwrap();
         format!("{:#}", Plan::new(&g, &settings).unwrap_err())
     }
 
@@ -640,29 +666,66 @@ mod tests {
         let g = graph(&format!(
             "{KAFKA_SOURCE}{COUNT}{KAFKA_SINK}[checkpoint]\ninterval_ms = 100\n"
         ));
-        let e = ClusterSettings::of(&g, None).unwrap_err().to_string();
+        let e = ClusterSettings::of(&g, None, None).unwrap_err().to_string();
         assert!(e.contains("--cluster"), "{e}");
-        let e = ClusterSettings::of(&g, Some("b:1"))
+        let e = ClusterSettings::of(&g, Some("b:1"), None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("`[cluster] checkpoints` is missing"), "{e}");
         let g = graph(&format!(
             "{KAFKA_SOURCE}{COUNT}{KAFKA_SINK}{CLUSTER}exchange_partitions = 0\n"
         ));
-        let e = ClusterSettings::of(&g, Some("b:1"))
+        let e = ClusterSettings::of(&g, Some("b:1"), None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("exchange_partitions"), "{e}");
         let g = graph(&format!(
             "{KAFKA_SOURCE}{COUNT}{KAFKA_SINK}{CLUSTER}bootstrap = \"k:9\"\n"
         ));
-        let s = ClusterSettings::of(&g, None).unwrap();
+        let s = ClusterSettings::of(&g, None, None).unwrap();
         assert_eq!(s.bootstrap, "k:9");
         assert_eq!(
-            ClusterSettings::of(&g, Some("o:1")).unwrap().bootstrap,
+            ClusterSettings::of(&g, Some("o:1"), None)
+                .unwrap()
+                .bootstrap,
             "o:1"
         );
         assert_eq!(s.exchange_partitions, 8);
         assert!(s.work_dir.ends_with("j.cluster-work"));
+    }
+
+    #[test]
+    fn the_host_files_cluster_fills_in_what_the_job_leaves_out() {
+        let machine = ClusterSpec {
+            bootstrap: Some("m:1".into()),
+            checkpoints: Some("/mnt/shared".into()),
+            session_timeout_ms: Some(20_000),
+            work_dir: Some("/var/sluice".into()),
+            properties: Some(BTreeMap::from([
+                ("security.protocol".into(), "SASL_SSL".into()),
+                ("linger.ms".into(), "1".into()),
+            ])),
+            ..ClusterSpec::default()
+        };
+        let g = graph(&format!(
+            "{KAFKA_SOURCE}{COUNT}{KAFKA_SINK}[checkpoint]\ninterval_ms = 100\n\
+             [cluster]\nsession_timeout_ms = 5000\nproperties = {{ \"linger.ms\" = \"9\" }}\n"
+        ));
+        let s = ClusterSettings::of(&g, None, Some(&machine)).unwrap();
+        assert_eq!(s.bootstrap, "m:1");
+        assert_eq!(s.checkpoints, "/mnt/shared");
+        assert_eq!(
+            s.session_timeout,
+            Duration::from_secs(5),
+            "the job's own win"
+        );
+        assert_eq!(s.work_dir, Path::new("/var/sluice"));
+        assert_eq!(s.properties["security.protocol"], "SASL_SSL");
+        assert_eq!(
+            s.properties["linger.ms"], "9",
+            "the job's properties go over"
+        );
+        let s = ClusterSettings::of(&g, Some("c:1"), Some(&machine)).unwrap();
+        assert_eq!(s.bootstrap, "c:1", "the command line goes over both");
     }
 }

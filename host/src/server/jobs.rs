@@ -536,7 +536,9 @@ impl Server {
         };
         // Its plugins load, whichever units come here.
         Job::from_graph(graph.clone(), &self.engine, &self.host).map_err(bad)?;
-        let mut settings = ClusterSettings::of(&graph, None).map_err(bad)?;
+        // (The host file's `[cluster]` is for `sluice run --cluster`: a server's come from
+        // the grant.)
+        let mut settings = ClusterSettings::of(&graph, None, None).map_err(bad)?;
         settings.name_prefix = grant.id_prefix.clone();
         Ok((
             Run::Cluster(Box::new(ClusterRun { graph, settings })),
