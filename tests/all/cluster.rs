@@ -364,47 +364,41 @@ exchange_partitions = 3
     assert_eq!(got, want);
 }
 
-/// Two servers (`sluice serve`) run the same tenant's job over Kafka: each is given the
-/// job file, which has `[cluster]`, and runs its share under the tenant's grant (the
-/// brokers, and the checkpoint store, come from the host configuration; the job's topics
-/// and groups are named under the tenant's id prefix). What a server job may not do with
-/// it is refused with the reason.
-#[test]
-fn two_servers_share_a_tenants_job() {
-    use crate::server::{ServerProcess, error_of, host_config, wait_for};
-    let Some(broker) = broker() else { return };
-    let dir = test_dir("cluster-servers");
-    let (input, text) = topic_of_lines(&broker, "a.cluster-in", 4, 43, 3_000);
-    let output = unique_topic("a.cluster-out");
-    create_topic(&broker, &output, 2);
-    let store = dir.join("store");
-    let grant = format!(
+/// Tenant `a`'s Kafka grant on `broker`: topics `a.*`, its cluster jobs' checkpoints in
+/// `dir/store`.
+fn grant_of_a(broker: &str, dir: &Path) -> String {
+    format!(
         "[tenant.a.kafka]\nbootstrap = \"{broker}\"\nread = [\"a\\\\..*\"]\n\
          write = [\"a\\\\..*\"]\ncheckpoints = \"{}\"\n",
-        store.display()
-    );
-    let servers: Vec<ServerProcess> = (0..2)
-        .map(|n| {
-            let home = dir.join(format!("server-{n}"));
-            std::fs::create_dir_all(&home).unwrap();
-            ServerProcess::start(&host_config(&home, &grant))
-        })
-        .collect();
-    let job = |extra: &str| {
-        let path = dir.join(format!("job{}.toml", extra.len()));
-        std::fs::write(
-            &path,
-            format!(
-                r#"
+        dir.join("store").display()
+    )
+}
+
+/// A word count over several servers from `input` to `output` (brokers from the grant),
+/// after an operator that misbehaves as `behavior` says (2 ms a line for
+/// `slow-process`), with `extra` in its `[cluster]`; written to `dir/name`.
+fn server_job(
+    dir: &Path,
+    name: &str,
+    input: &str,
+    output: &str,
+    behavior: &str,
+    extra: &str,
+) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!(
+            r#"
 name = "{output}"
 [source]
 type = "kafka"
 topics = "{input}"
 bounded = true
 [[operator]]
-name = "slow"
+name = "misbehave"
 plugin = "{TEST_MISBEHAVE}"
-config = {{ behavior = "slow-process", delay-ms = 2 }}
+config = {{ behavior = "{behavior}", delay-ms = 2 }}
 [[operator]]
 name = "tokenize"
 plugin = "{TOKENIZE}"
@@ -424,10 +418,36 @@ exchange_partitions = 4
 session_timeout_ms = 6000
 {extra}
 "#
-            ),
-        )
-        .unwrap();
-        path
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Two servers (`sluice serve`) run the same tenant's job over Kafka: each is given the
+/// job file, which has `[cluster]`, and runs its share under the tenant's grant (the
+/// brokers, and the checkpoint store, come from the host configuration; the job's topics
+/// and groups are named under the tenant's id prefix). What a server job may not do with
+/// it is refused with the reason.
+#[test]
+fn two_servers_share_a_tenants_job() {
+    use crate::server::{ServerProcess, error_of, host_config, wait_for};
+    let Some(broker) = broker() else { return };
+    let dir = test_dir("cluster-servers");
+    let (input, text) = topic_of_lines(&broker, "a.cluster-in", 4, 43, 3_000);
+    let output = unique_topic("a.cluster-out");
+    create_topic(&broker, &output, 2);
+    let grant = grant_of_a(&broker, &dir);
+    let servers: Vec<ServerProcess> = (0..2)
+        .map(|n| {
+            let home = dir.join(format!("server-{n}"));
+            std::fs::create_dir_all(&home).unwrap();
+            ServerProcess::start(&host_config(&home, &grant))
+        })
+        .collect();
+    let job = |extra: &str| {
+        let name = format!("job-{}.toml", extra.len());
+        server_job(&dir, &name, &input, &output, "slow-process", extra)
     };
     let clients: Vec<_> = servers.iter().map(|s| s.client(Some("token-a"))).collect();
     let e = error_of(clients[0].submit(&job("checkpoints = \"/tmp/elsewhere\"")));
@@ -503,4 +523,45 @@ session_timeout_ms = 6000
         !read_committed(&broker, &exchange).is_empty(),
         "no records in {exchange}"
     );
+}
+
+/// A server's unit that keeps failing (a plugin that panics) runs again after a delay,
+/// and the job's status says why it failed; the server goes on serving, and the job is
+/// cancelled as any other.
+#[test]
+fn a_failing_unit_on_a_server_shows_why_and_the_job_cancels() {
+    use crate::server::{ServerProcess, host_config, wait_for};
+    let Some(broker) = broker() else { return };
+    let dir = test_dir("cluster-server-failing");
+    let (input, _) = topic_of_lines(&broker, "a.cluster-in", 2, 47, 100);
+    let output = unique_topic("a.cluster-out");
+    create_topic(&broker, &output, 1);
+    let server = ServerProcess::start(&host_config(&dir, &grant_of_a(&broker, &dir)));
+    let client = server.client(Some("token-a"));
+    let job = server_job(&dir, "job.toml", &input, &output, "panic-in-process", "");
+    let id = client.submit(&job).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for(
+        "a unit's failure in the status",
+        Duration::from_secs(60),
+        || {
+            let status = client.status(&id).unwrap();
+            assert_eq!(status["state"], "running", "{status}");
+            status["cluster"]["failures"]
+                .as_u64()
+                .is_some_and(|n| n >= 2)
+        },
+    );
+    let status = client.status(&id).unwrap();
+    let why = status["last_failure"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("deliberate panic in process") && why.contains("tenant 'a'"),
+        "{status}"
+    );
+    assert_eq!(status["cluster"]["last_failure"], status["last_failure"]);
+    let cancelled = client.cancel(&id).unwrap();
+    assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
+    assert!(read_committed(&broker, &output).is_empty());
 }

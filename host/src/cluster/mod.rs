@@ -85,6 +85,10 @@ pub struct HostView {
     pub running: Vec<u32>,
     /// The units known to have finished (here or on another host).
     pub finished: Vec<u32>,
+    /// Runs of units that failed here (each runs again after a delay).
+    pub failures: u64,
+    /// Why the last of them failed: the unit, what it runs, and the error.
+    pub last_failure: Option<String>,
 }
 
 /// A host of a cluster job.
@@ -298,7 +302,12 @@ impl ClusterHost {
         let mut finished: BTreeSet<u32> = BTreeSet::new();
         // Failed units: when each may run again, and how many times it failed in a row.
         let mut retry_at: BTreeMap<u32, (Instant, u32)> = BTreeMap::new();
-        let fail = |retry_at: &mut BTreeMap<u32, (Instant, u32)>, unit: u32| {
+        let fail = |retry_at: &mut BTreeMap<u32, (Instant, u32)>, unit: u32, why: String| {
+            {
+                let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
+                view.failures += 1;
+                view.last_failure = Some(why);
+            }
             let failures = retry_at.get(&unit).map_or(0, |(_, n)| *n) + 1;
             let delay = RESTART_DELAY
                 .saturating_mul(1 << (failures - 1).min(6))
@@ -352,7 +361,7 @@ impl ClusterHost {
                     }
                     Ok(UnitEnd::Cancelled) => {}
                     Ok(UnitEnd::Failed(e)) if !r.cancelled => {
-                        fail(&mut retry_at, unit);
+                        fail(&mut retry_at, unit, format!("{e:#}"));
                         self.say(format_args!(
                             "unit {unit} failed (failure {} in a row; it runs again from its \
                              last committed checkpoint): {e:#}",
@@ -365,12 +374,16 @@ impl ClusterHost {
                         tracing::info!("unit {unit} ended after it moved: {e:#}")
                     }
                     Err(panic) => {
-                        fail(&mut retry_at, unit);
                         let what = panic
                             .downcast_ref::<String>()
                             .map(String::as_str)
                             .or_else(|| panic.downcast_ref::<&str>().copied())
                             .unwrap_or("no message");
+                        let why = format!(
+                            "unit {unit} ({}): its thread panicked: {what}",
+                            plan.describe(unit)
+                        );
+                        fail(&mut retry_at, unit, why);
                         self.say(format_args!(
                             "unit {unit} ({}): its thread panicked: {what}",
                             plan.describe(unit)

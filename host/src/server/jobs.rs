@@ -864,6 +864,10 @@ impl Server {
         let entry = self.entry(tenant, id)?;
         let record = entry.record();
         let monitor = lock(&entry.monitor).clone();
+        let cluster = lock(&entry.cluster)
+            .as_ref()
+            .filter(|_| record.cluster)
+            .map(|view| lock(view).clone());
         let mut o = summary(&record, entry.is_running());
         let (read, written) = entry.records_read_written(&record);
         let checkpoints = monitor.checkpoints();
@@ -925,7 +929,12 @@ impl Server {
             ("failures_by_kind", json!(monitor.failures_by_kind())),
             (
                 "last_failure",
-                json!(monitor.last_failure().or(record.failure.clone())),
+                json!(
+                    monitor
+                        .last_failure()
+                        .or_else(|| cluster.as_ref()?.last_failure.clone())
+                        .or(record.failure.clone())
+                ),
             ),
             ("savepoint", json!(record.savepoint)),
             (
@@ -944,17 +953,16 @@ impl Server {
             ("output", json!(record.output)),
             (
                 "cluster",
-                match lock(&entry.cluster).as_ref().filter(|_| record.cluster) {
-                    Some(view) => {
-                        let view = lock(view).clone();
-                        json!({
-                            "host": view.client_id,
-                            "units": view.units,
-                            "owned": view.owned,
-                            "running": view.running,
-                            "finished": view.finished,
-                        })
-                    }
+                match cluster {
+                    Some(view) => json!({
+                        "host": view.client_id,
+                        "units": view.units,
+                        "owned": view.owned,
+                        "running": view.running,
+                        "finished": view.finished,
+                        "failures": view.failures,
+                        "last_failure": view.last_failure,
+                    }),
                     None => json!(record.cluster),
                 },
             ),
