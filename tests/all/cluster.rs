@@ -14,30 +14,44 @@ use sluice_tests::{test_dir, write_job};
 
 use crate::kafka::{as_count_lines, assert_counts, topic_of_lines};
 
-/// A word count from `input` (bounded) to `output` over several hosts: a slow operator,
-/// `tokenize`, then `count` by word after an exchange topic of 4 partitions (and, with
-/// `repartition`, one before `tokenize` too: three stages).
-fn cluster_word_count(
-    dir: &Path,
-    broker: &str,
-    input: &str,
-    output: &str,
+/// What a word count job over several hosts is like.
+struct Shape<'a> {
+    /// The brokers its source and sink name (none: a server's, from the tenant's grant).
+    broker: Option<&'a str>,
+    /// How its first operator misbehaves (`slow-process`: 2 ms a line).
+    behavior: &'a str,
+    /// Whether `tokenize` begins a stage of its own (three stages).
     repartition: bool,
-) -> PathBuf {
-    write_job(
-        dir,
-        &format!(
+    /// More of its `[cluster]` table.
+    cluster: &'a str,
+}
+
+/// A word count from `input` (bounded) to `output` over several hosts, written to
+/// `dir/name`: an operator that misbehaves (slowly, usually), `tokenize`, then `count`
+/// by word after an exchange topic of 4 partitions.
+fn word_count_job(dir: &Path, name: &str, input: &str, output: &str, shape: Shape<'_>) -> PathBuf {
+    let Shape {
+        broker,
+        behavior,
+        repartition,
+        cluster,
+    } = shape;
+    let bootstrap = broker.map_or(String::new(), |b| format!("bootstrap = \"{b}\""));
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!(
             r#"
 name = "{output}"
 [source]
 type = "kafka"
-bootstrap = "{broker}"
+{bootstrap}
 topics = "{input}"
 bounded = true
 [[operator]]
-name = "slow"
+name = "misbehave"
 plugin = "{TEST_MISBEHAVE}"
-config = {{ behavior = "slow-process", delay-ms = 2 }}
+config = {{ behavior = "{behavior}", delay-ms = 2 }}
 [[operator]]
 name = "tokenize"
 plugin = "{TOKENIZE}"
@@ -48,7 +62,7 @@ plugin = "{COUNT}"
 key_by = "key"
 [sink]
 type = "kafka"
-bootstrap = "{broker}"
+{bootstrap}
 topic = "{output}"
 [checkpoint]
 interval_ms = 100
@@ -56,12 +70,14 @@ interval_ms = 100
 batch_size = 20
 buffer_timeout_ms = 5
 [cluster]
-checkpoints = "store"
 exchange_partitions = 4
 session_timeout_ms = 6000
+{cluster}
 "#
         ),
     )
+    .unwrap();
+    path
 }
 
 /// A host process of the job, logging into `dir/host-N.log`.
@@ -129,7 +145,13 @@ impl WordCount {
         let output = unique_topic("cluster-out");
         create_topic(&broker, &output, 2);
         let dir = test_dir(name);
-        let job = cluster_word_count(&dir, &broker, &input, &output, repartition);
+        let shape = Shape {
+            broker: Some(&broker),
+            behavior: "slow-process",
+            repartition,
+            cluster: "checkpoints = \"store\"",
+        };
+        let job = word_count_job(&dir, "job.toml", &input, &output, shape);
         Some(WordCount {
             broker,
             text,
@@ -374,56 +396,6 @@ fn grant_of_a(broker: &str, dir: &Path) -> String {
     )
 }
 
-/// A word count over several servers from `input` to `output` (brokers from the grant),
-/// after an operator that misbehaves as `behavior` says (2 ms a line for
-/// `slow-process`), with `extra` in its `[cluster]`; written to `dir/name`.
-fn server_job(
-    dir: &Path,
-    name: &str,
-    input: &str,
-    output: &str,
-    behavior: &str,
-    extra: &str,
-) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(
-        &path,
-        format!(
-            r#"
-name = "{output}"
-[source]
-type = "kafka"
-topics = "{input}"
-bounded = true
-[[operator]]
-name = "misbehave"
-plugin = "{TEST_MISBEHAVE}"
-config = {{ behavior = "{behavior}", delay-ms = 2 }}
-[[operator]]
-name = "tokenize"
-plugin = "{TOKENIZE}"
-[[operator]]
-name = "count"
-plugin = "{COUNT}"
-key_by = "key"
-[sink]
-type = "kafka"
-topic = "{output}"
-[checkpoint]
-interval_ms = 100
-[runtime]
-batch_size = 20
-[cluster]
-exchange_partitions = 4
-session_timeout_ms = 6000
-{extra}
-"#
-        ),
-    )
-    .unwrap();
-    path
-}
-
 /// Two servers (`sluice serve`) run the same tenant's job over Kafka: each is given the
 /// job file, which has `[cluster]`, and runs its share under the tenant's grant (the
 /// brokers, and the checkpoint store, come from the host configuration; the job's topics
@@ -446,8 +418,19 @@ fn two_servers_share_a_tenants_job() {
         })
         .collect();
     let job = |extra: &str| {
-        let name = format!("job-{}.toml", extra.len());
-        server_job(&dir, &name, &input, &output, "slow-process", extra)
+        let shape = Shape {
+            broker: None,
+            behavior: "slow-process",
+            repartition: false,
+            cluster: extra,
+        };
+        word_count_job(
+            &dir,
+            &format!("job-{}.toml", extra.len()),
+            &input,
+            &output,
+            shape,
+        )
     };
     let clients: Vec<_> = servers.iter().map(|s| s.client(Some("token-a"))).collect();
     let e = error_of(clients[0].submit(&job("checkpoints = \"/tmp/elsewhere\"")));
@@ -538,7 +521,13 @@ fn a_failing_unit_on_a_server_shows_why_and_the_job_cancels() {
     create_topic(&broker, &output, 1);
     let server = ServerProcess::start(&host_config(&dir, &grant_of_a(&broker, &dir)));
     let client = server.client(Some("token-a"));
-    let job = server_job(&dir, "job.toml", &input, &output, "panic-in-process", "");
+    let shape = Shape {
+        broker: None,
+        behavior: "panic-in-process",
+        repartition: false,
+        cluster: "",
+    };
+    let job = word_count_job(&dir, "job.toml", &input, &output, shape);
     let id = client.submit(&job).unwrap()["id"]
         .as_str()
         .unwrap()
