@@ -1147,7 +1147,8 @@ batch_size = 10
     let metrics = String::from_utf8(a.request("GET", "/metrics", None).unwrap().1).unwrap();
     assert!(
         metrics.contains("sluice_source_lag_records{")
-            && metrics.contains(&format!("partition=\"{input}/0\"")),
+            // (Of a partition of the input: which ones the statistics cover yet varies.)
+            && metrics.contains(&format!("partition=\"{input}/")),
         "{metrics}"
     );
     wait_for("the job to finish", Duration::from_secs(120), || {
