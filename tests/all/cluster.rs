@@ -438,6 +438,22 @@ fn two_servers_share_a_tenants_job() {
         e.contains("400") && e.contains("`checkpoints` is the server's to choose"),
         "{e}"
     );
+    for (extra, reason) in [
+        (
+            "bootstrap = \"127.0.0.1:1\"",
+            "[cluster]: broker \"127.0.0.1:1\" is not one of",
+        ),
+        (
+            "properties = { \"sasl.kerberos.kinit.cmd\" = \"touch /tmp/x\" }",
+            "[cluster]: property \"sasl.kerberos.kinit.cmd\" is not one a server job may set",
+        ),
+    ] {
+        let e = error_of(clients[0].submit(&job(extra)));
+        assert!(
+            e.contains("403") && e.contains(reason) && e.contains("outside tenant 'a''s"),
+            "{e}"
+        );
+    }
     let e = error_of(servers[0].client(Some("token-b")).submit(&job("")));
     assert!(
         e.contains("403") && e.contains("tenant 'b' has no Kafka grant"),

@@ -1694,8 +1694,8 @@ fn job_property_refused(key: &str, value: &str) -> Option<String> {
     }
 }
 
-/// Keeps a server job's Kafka sources and sink within its tenant's grant: brokers and
-/// topics it names must be granted (refused with the reason otherwise), a topic pattern
+/// Keeps a server job's Kafka sources, sink and `[cluster]` within its tenant's grant:
+/// brokers and topics it names must be granted (refused with the reason otherwise), a topic pattern
 /// reads only granted topics, group and transactional ids begin with the grant's
 /// `id_prefix` (put in front where they do not), and the grant's client properties go
 /// over the job's own, which may only tune.
@@ -1780,6 +1780,13 @@ fn within_kafka_grant(
             }
             Vertex::Operator(_) => {}
         }
+    }
+    // A job over several servers meets at granted brokers, and its own clients (the
+    // control group, exchange topics) get the grant's properties too.
+    if let Some(spec) = &mut graph.cluster {
+        let bootstrap = spec.bootstrap.clone().unwrap_or_default();
+        let properties = spec.properties.get_or_insert_with(BTreeMap::new);
+        check_common("[cluster]", &bootstrap, properties)?;
     }
     Ok(())
 }
