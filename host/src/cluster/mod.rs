@@ -97,8 +97,8 @@ pub struct ClusterHost {
     /// This host's name in the group (`sluice-HOSTNAME-PID`, then `.N` for the N-th
     /// host of a job in the same process).
     pub client_id: String,
-    /// Whether to print what happens (units gained, finished, failed) on stderr, besides
-    /// logging it.
+    /// Whether to print what happens (units gained, finished, failed) on stderr rather
+    /// than log it.
     print: bool,
     view: Arc<Mutex<HostView>>,
 }
@@ -152,7 +152,7 @@ impl ClusterHost {
         self
     }
 
-    /// Only logs what happens, without printing it on stderr.
+    /// Logs what happens rather than printing it on stderr (a server's job log).
     pub fn quiet(mut self) -> Self {
         self.print = false;
         self
@@ -168,11 +168,12 @@ impl ClusterHost {
         &self.units.plan
     }
 
-    /// Logs `message`, and prints it unless quiet.
+    /// Prints `message` on stderr, or logs it when quiet.
     fn say(&self, message: std::fmt::Arguments<'_>) {
-        tracing::info!("{message}");
         if self.print {
             eprintln!("{message}");
+        } else {
+            tracing::info!("{message}");
         }
     }
 
