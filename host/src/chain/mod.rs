@@ -832,8 +832,13 @@ impl OperatorChain {
         self.output.each(|w| w.broadcast_barrier(barrier))
     }
 
-    /// Tells every output channel that the task became idle or active.
+    /// Tells every output channel, and the operators, that the task became idle or
+    /// active.
     pub fn emit_status(&mut self, status: crate::network::StreamStatus) -> Result<()> {
+        for link in &mut self.operators {
+            link.operator
+                .set_idle(status == crate::network::StreamStatus::Idle);
+        }
         self.output.each(|w| w.emit_status(status))
     }
 

@@ -523,6 +523,11 @@ pub trait Operator: Send {
     }
     /// `process-watermark`.
     fn process_watermark(&mut self, watermark: i64) -> Result<CallOutput, CallError>;
+    /// The task's input became idle (`true`) or active again: of use only to a sink that
+    /// passes event time on (an exchange topic's writer).
+    fn set_idle(&mut self, idle: bool) {
+        let _ = idle;
+    }
     /// `on-timers`.
     fn on_timers(&mut self, timers: &[u8]) -> Result<CallOutput, CallError>;
     /// `snapshot`.

@@ -14,7 +14,7 @@
 //! - partitions that appear later are found every `discovery` interval and read from
 //!   their beginning.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -117,6 +117,11 @@ pub struct KafkaSourceConfig {
 /// takes the smallest over all producers, and `i64::MAX` from every one ends its input.
 pub const EXCHANGE_WATERMARK: &str = "sluice-watermark";
 
+/// Beside [`EXCHANGE_WATERMARK`] (any value): the producer is idle (its input carries no
+/// records, as Flink's `WatermarkStatus.IDLE`), so readers leave it out of the smallest
+/// watermark until its next watermark record without it.
+pub const EXCHANGE_IDLE: &str = "sluice-idle";
+
 /// Flink's `KafkaSourceEnumerator.getSplitOwner`: the source subtask (of `readers`) that
 /// reads `partition` of `topic`. Partitions of one topic go round-robin from a start
 /// that depends on the topic's name, so several topics spread evenly too.
@@ -205,8 +210,10 @@ pub struct KafkaSource {
     /// Positions taken for checkpoints, until they complete (then committed) or a later
     /// one completes.
     pending: BTreeMap<u64, Vec<(String, i32, i64)>>,
-    /// An exchange topic's reader: the newest watermark of each producer (checkpointed).
+    /// An exchange topic's reader: the newest watermark of each producer, and those that
+    /// said they are idle (both checkpointed).
     producer_watermarks: BTreeMap<u32, i64>,
+    idle_producers: BTreeSet<u32>,
 }
 
 impl KafkaSource {
@@ -268,6 +275,7 @@ impl KafkaSource {
             started_at: Instant::now(),
             pending: BTreeMap::new(),
             producer_watermarks: BTreeMap::new(),
+            idle_producers: BTreeSet::new(),
         })
     }
 
@@ -465,14 +473,23 @@ impl KafkaSource {
 }
 
 impl KafkaSource {
-    /// An exchange topic's reader: the smallest watermark over its producers, once every
-    /// one has written one.
+    /// An exchange topic's reader: the smallest watermark over its producers not idle,
+    /// once every one has written one (none while all are idle: event time stands still).
     fn exchange_watermark(&self, producers: u32) -> Option<i64> {
         let known = self.producer_watermarks.range(..producers);
         if known.clone().count() < producers as usize {
             return None;
         }
-        known.map(|(_, w)| *w).min()
+        known
+            .filter(|(p, _)| !self.idle_producers.contains(p))
+            .map(|(_, w)| *w)
+            .min()
+    }
+
+    /// An exchange topic's reader: every producer ended its output (`i64::MAX`).
+    fn exchange_ended(&self, producers: u32) -> bool {
+        let mut known = self.producer_watermarks.range(..producers);
+        known.clone().count() == producers as usize && known.all(|(_, w)| *w == i64::MAX)
     }
 
     /// Moves each partition's next offset up to the consumer's position where that is
@@ -637,7 +654,7 @@ impl Source for KafkaSource {
         }
         // Every producer of the exchange ended its output: so does this input.
         if let Some(producers) = self.config.exchange_producers
-            && self.exchange_watermark(producers) == Some(i64::MAX)
+            && self.exchange_ended(producers)
         {
             return Ok(SourceStatus::End);
         }
@@ -683,7 +700,7 @@ impl Source for KafkaSource {
                 None => continue,
             }
             if self.config.exchange_producers.is_some()
-                && let Some((producer, watermark)) = watermark_record(&message)
+                && let Some((producer, watermark, idle)) = watermark_record(&message)
                     .with_context(|| format!("exchange topic {}/{}", key.0, key.1))?
             {
                 let w = self
@@ -691,6 +708,11 @@ impl Source for KafkaSource {
                     .entry(producer)
                     .or_insert(watermark);
                 *w = (*w).max(watermark);
+                if idle {
+                    self.idle_producers.insert(producer);
+                } else {
+                    self.idle_producers.remove(&producer);
+                }
                 continue;
             }
             let timestamp = match self.event_time.as_ref().and_then(|e| Some((e, e.field?))) {
@@ -776,7 +798,8 @@ impl Source for KafkaSource {
                 .iter()
                 .map(|(p, w)| (*p, *w))
                 .collect();
-            return postcard::to_allocvec(&(position, watermarks))
+            let idle: Vec<u32> = self.idle_producers.iter().copied().collect();
+            return postcard::to_allocvec(&(position, watermarks, idle))
                 .expect("a position always encodes");
         }
         postcard::to_allocvec(&position).expect("a position always encodes")
@@ -784,10 +807,16 @@ impl Source for KafkaSource {
 
     fn seek(&mut self, position: &[u8]) -> Result<()> {
         let position: Position = if self.config.exchange_producers.is_some() {
-            let (position, watermarks): (Position, Vec<(u32, i64)>) =
+            // (Positions taken before producers could be idle end after the watermarks.)
+            let (position, watermarks, idle): (Position, Vec<(u32, i64)>, Vec<u32>) =
                 postcard::from_bytes(position)
+                    .or_else(|_| {
+                        postcard::from_bytes::<(Position, Vec<(u32, i64)>)>(position)
+                            .map(|(p, w)| (p, w, Vec::new()))
+                    })
                     .context("decoding the position of an exchange topic's reader")?;
             self.producer_watermarks = watermarks.into_iter().collect();
+            self.idle_producers = idle.into_iter().collect();
             position
         } else {
             postcard::from_bytes(position).context("decoding a Kafka source position")?
@@ -848,6 +877,14 @@ impl Source for KafkaSource {
         self.config.exchange_producers.is_some()
     }
 
+    fn upstream_idle(&self) -> bool {
+        self.config.exchange_producers.is_some_and(|producers| {
+            let mut known = self.producer_watermarks.range(..producers);
+            known.clone().count() == producers as usize
+                && known.all(|(p, _)| self.idle_producers.contains(p))
+        })
+    }
+
     fn checkpointed(&mut self, checkpoint_id: u64) {
         let offsets = self
             .next
@@ -886,9 +923,9 @@ impl Source for KafkaSource {
     }
 }
 
-/// The producer and watermark of an exchange topic's watermark record; `None` for a
-/// record of data.
-fn watermark_record(message: &impl Message) -> Result<Option<(u32, i64)>> {
+/// The producer, watermark and idleness of an exchange topic's watermark record; `None`
+/// for a record of data.
+fn watermark_record(message: &impl Message) -> Result<Option<(u32, i64, bool)>> {
     use rdkafka::message::Headers as _;
     let Some(headers) = message.headers() else {
         return Ok(None);
@@ -911,7 +948,8 @@ fn watermark_record(message: &impl Message) -> Result<Option<(u32, i64)>> {
             message.offset()
         )
     })?;
-    Ok(Some((producer, i64::from_be_bytes(watermark))))
+    let idle = headers.iter().any(|h| h.key == EXCHANGE_IDLE);
+    Ok(Some((producer, i64::from_be_bytes(watermark), idle)))
 }
 
 #[cfg(test)]
@@ -978,6 +1016,57 @@ mod tests {
         // A bounded source's finished partition no longer holds it back.
         s.stops.insert(p(1), 0);
         assert_eq!(s.watermark(100, None), Some(2_899));
+    }
+
+    #[test]
+    fn an_exchange_reader_leaves_idle_producers_out_of_event_time() {
+        let config = KafkaSourceConfig {
+            exchange_producers: Some(3),
+            ..config(false)
+        };
+        let mut s = KafkaSource::new(config.clone(), 0, 1).unwrap();
+        s.producer_watermarks = BTreeMap::from([(0, 5_000), (1, 900)]);
+        // Producer 2 has said nothing yet: no watermark, and not idle upstream.
+        assert_eq!(s.watermark(0, None), None);
+        assert!(!s.upstream_idle());
+        // Producer 2 is idle without ever having had a watermark: the others decide.
+        s.producer_watermarks.insert(2, i64::MIN);
+        s.idle_producers.insert(2);
+        assert_eq!(s.watermark(0, None), Some(900));
+        s.idle_producers.insert(1);
+        assert_eq!(s.watermark(0, None), Some(5_000));
+        assert!(!s.upstream_idle());
+        // Every producer idle: event time stands still, and the reader is idle too.
+        s.idle_producers.insert(0);
+        assert_eq!(s.watermark(0, None), None);
+        assert!(s.upstream_idle());
+        // The input ends only when every producer ended, idle or not.
+        s.producer_watermarks = BTreeMap::from([(0, i64::MAX), (1, i64::MAX), (2, i64::MIN)]);
+        s.idle_producers = BTreeSet::from([2]);
+        assert_eq!(s.watermark(0, None), Some(i64::MAX));
+        assert!(!s.exchange_ended(3));
+        s.producer_watermarks.insert(2, i64::MAX);
+        assert!(s.exchange_ended(3));
+        // Both survive a checkpoint; a position from before idleness still restores.
+        let mut b = KafkaSource::new(config.clone(), 0, 1).unwrap();
+        b.seek(&s.position()).unwrap();
+        assert_eq!(
+            (b.producer_watermarks.clone(), b.idle_producers.clone()),
+            (s.producer_watermarks.clone(), s.idle_producers.clone())
+        );
+        let old = postcard::to_allocvec(&(
+            Position {
+                offsets: Vec::new(),
+                stops: Vec::new(),
+                max_timestamps: Vec::new(),
+            },
+            vec![(0u32, 7i64)],
+        ))
+        .unwrap();
+        let mut c = KafkaSource::new(config, 0, 1).unwrap();
+        c.seek(&old).unwrap();
+        assert_eq!(c.producer_watermarks, BTreeMap::from([(0, 7)]));
+        assert!(c.idle_producers.is_empty());
     }
 
     #[test]
@@ -1193,9 +1282,12 @@ pub struct KafkaSink {
     partitions: Option<u32>,
     /// An exchange sink: the partition the last record without a key went to.
     next_partition: usize,
-    /// An exchange sink: the newest watermark, and the newest written.
+    /// An exchange sink: the newest watermark, and the newest written; whether its input
+    /// is idle, and whether it was when it last wrote its watermark.
     watermark: i64,
     written_watermark: i64,
+    idle: bool,
+    written_idle: bool,
 }
 
 /// How long a flush or a transaction step may take before the sink fails (its job
@@ -1232,6 +1324,8 @@ impl KafkaSink {
             next_partition: 0,
             watermark: i64::MIN,
             written_watermark: i64::MIN,
+            idle: false,
+            written_idle: false,
         }
     }
 
@@ -1773,6 +1867,10 @@ impl Operator for KafkaSink {
         Ok(CallOutput::default())
     }
 
+    fn set_idle(&mut self, idle: bool) {
+        self.idle = idle;
+    }
+
     fn on_timers(&mut self, _: &[u8]) -> Result<CallOutput, CallError> {
         Ok(CallOutput::default())
     }
@@ -1788,14 +1886,16 @@ impl Operator for KafkaSink {
             }
             Delivery::ExactlyOnce => {
                 if let Some(exchange) = &self.config.exchange
-                    && self.watermark > self.written_watermark
+                    && (self.watermark > self.written_watermark || self.idle != self.written_idle)
                 {
-                    // The watermark goes with the interval's records, after them.
+                    // The watermark (and whether the input is idle) goes with the
+                    // interval's records, after them.
                     let producer = exchange.producer.to_string();
-                    let headers = sluice_codec::encode_headers([(
-                        EXCHANGE_WATERMARK.as_bytes(),
-                        producer.as_bytes(),
-                    )]);
+                    let mut headers = vec![(EXCHANGE_WATERMARK.as_bytes(), producer.as_bytes())];
+                    if self.idle {
+                        headers.push((EXCHANGE_IDLE.as_bytes(), b"1".as_slice()));
+                    }
+                    let headers = sluice_codec::encode_headers(headers);
                     let headers = sluice_codec::Headers::decode(&headers)
                         .map_err(|e| CallError::Failed(e.to_string()))?;
                     let value = self.watermark.to_be_bytes();
@@ -1810,6 +1910,7 @@ impl Operator for KafkaSink {
                         });
                     }
                     self.written_watermark = self.watermark;
+                    self.written_idle = self.idle;
                 }
                 let records = std::mem::take(&mut self.interval).into_bytes();
                 // An interval without records needs no transaction, unless the marker

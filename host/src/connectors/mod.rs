@@ -77,6 +77,11 @@ pub trait Source: Send {
     fn has_nothing_to_read(&self) -> bool {
         false
     }
+    /// True while everything upstream of the source is idle (an exchange topic's reader
+    /// whose producers all said so): it is idle too, and active again when one is not.
+    fn upstream_idle(&self) -> bool {
+        false
+    }
     /// The position just taken went into checkpoint `checkpoint_id`.
     fn checkpointed(&mut self, _checkpoint_id: u64) {}
 

@@ -31,6 +31,10 @@ pub struct SourceReader {
     pub last_record: Instant,
     /// Whether it declared itself idle.
     pub idle: bool,
+    /// Whether it is idle because everything upstream of it is ([`Source::upstream_idle`]).
+    ///
+    /// [`Source::upstream_idle`]: crate::connectors::Source::upstream_idle
+    pub idle_upstream: bool,
     /// The last watermark sent (inside a batch or after one).
     pub emitted: i64,
     /// The source stamps its records with event time itself and keeps a watermark per
@@ -88,6 +92,7 @@ impl SourceReader {
             watermarks: WatermarkGenerator::default(),
             last_record: Instant::now(),
             idle: false,
+            idle_upstream: false,
             emitted: i64::MIN,
         }
     }

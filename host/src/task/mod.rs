@@ -485,15 +485,24 @@ impl StreamTask {
             }
             None
         };
+        // Idle because everything upstream is (an exchange topic's producers): active
+        // again as soon as one of them is, records or not.
+        let upstream_idle = reader.source.upstream_idle();
+        if count == 0 && reader.idle && reader.idle_upstream && !upstream_idle {
+            reader.idle = false;
+            became_active = true;
+        }
         let became_idle = count == 0
             && !reader.idle
             && (reader.source.has_nothing_to_read()
+                || upstream_idle
                 || reader
                     .idle_timeout
                     .is_some_and(|t| reader.last_record.elapsed() >= t));
         if became_idle {
             reader.idle = true;
         }
+        reader.idle_upstream = reader.idle && upstream_idle;
         let wake_at = match status {
             SourceStatus::Idle { retry_at } => reader.wake_at(retry_at),
             _ => None,
