@@ -436,15 +436,7 @@ impl ClusterHost {
 
     fn start(&self, unit: u32) -> Result<Running> {
         let (control, control_rx) = crossbeam_channel::unbounded();
-        let units = UnitContext {
-            plan: self.units.plan.clone(),
-            settings: self.units.settings.clone(),
-            store: self.units.store.clone(),
-            engine: self.units.engine.clone(),
-            host: self.units.host.clone(),
-            budget: self.units.budget.clone(),
-            client_id: self.client_id.clone(),
-        };
+        let units = self.units.clone();
         // The unit's log lines belong where the host's do (a server job's log).
         let span = tracing::Span::current();
         let thread = std::thread::Builder::new()

@@ -33,6 +33,7 @@ pub enum UnitEnd {
 }
 
 /// Everything a unit's run needs from its host.
+#[derive(Clone)]
 pub struct UnitContext {
     /// The job's plan.
     pub plan: Arc<Plan>,
