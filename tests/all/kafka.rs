@@ -524,6 +524,72 @@ fn kafka_partitions_keep_their_own_watermarks() {
     }
 }
 
+/// A partition silent for longer than the idle timeout only because its records have
+/// not been fetched yet (fetches held a second apart here) is not idle: the other input,
+/// ended long before, does not carry event time past its records, and none is late.
+#[test]
+fn a_partition_behind_its_end_is_not_idle_however_long_it_is_silent() {
+    let Some(broker) = broker() else { return };
+    let topic = unique_topic("behind");
+    create_topic(&broker, &topic, 1);
+    // Five record batches of two records each, event time 1 to 10 ms.
+    for batch in 0..5 {
+        let values: Vec<String> = (1..=2)
+            .map(|i| format!("{},slow,1", batch * 2 + i))
+            .collect();
+        let records: Vec<_> = values.iter().map(|v| (None, v.as_str(), None)).collect();
+        produce_to(&broker, &topic, Some(0), &records);
+    }
+    wait_for_end(&broker, &topic, 10);
+    let dir = test_dir("kafka-behind");
+    let fast: String = (0..600).map(|i| format!("{},fast,1\n", i * 100)).collect();
+    std::fs::write(dir.join("events.csv"), fast).unwrap();
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "behind"
+[[source]]
+name = "fast"
+type = "file"
+path = "events.csv"
+timestamp = {{ field = 0 }}
+[[source]]
+name = "slow"
+type = "kafka"
+bootstrap = "{broker}"
+topics = "{topic}"
+bounded = true
+timestamp = {{ field = 0 }}
+idle_timeout_ms = 300
+# One record batch per fetch, and a second between fetches.
+properties = {{ "max.partition.fetch.bytes" = "1", "queued.min.messages" = "1", "fetch.queue.backoff.ms" = "1000" }}
+[[operator]]
+name = "window"
+plugin = "{WINDOW}"
+key_by = {{ field = 1 }}
+config = {{ kind = "tumbling", size-ms = 10000, aggregate = "count" }}
+[sink]
+type = "file"
+path = "out.tsv"
+format = "key-value"
+"#
+        ),
+    );
+    let report = run_job(&job).expect("the job runs");
+    let output = std::fs::read_to_string(dir.join("out.tsv")).unwrap();
+    let dropped: u64 = report
+        .tasks
+        .iter()
+        .flat_map(|t| &t.operators)
+        .filter_map(|o| o.counters.get("late-records-dropped"))
+        .sum();
+    assert!(
+        output.lines().any(|l| l == "slow\t0,10000,10") && dropped == 0,
+        "{dropped} dropped as late; windows: {output}"
+    );
+}
+
 /// A word count from a topic to a topic, source, operators and sink at parallelism 4,
 /// with checkpoints every 20 ms and `count` slowed so they come while it runs.
 fn topic_to_topic(dir: &Path, broker: &str, input: &str, output: &str) -> std::path::PathBuf {

@@ -234,10 +234,14 @@ impl KafkaSource {
             // faster than that idle most of the time: 145 k lines/s from a topic against
             // 740 k from a file in the benchmark, 5 times more with 20 ms.
             .set("fetch.queue.backoff.ms", "20")
-            // Where each partition ends, for its lag (`SourceStats`).
+            // Where each partition ends, for its lag and idleness (`SourceStats`).
             .set("statistics.interval.ms", "1000");
         for (k, v) in &config.properties {
             client.set(k, v);
+        }
+        if client.get("statistics.interval.ms") == Some("0") {
+            // (Without them no partition would ever be known read to its end.)
+            client.set("statistics.interval.ms", "1000");
         }
         let consumer = client
             .create_with_context(SourceStats::default())
@@ -581,6 +585,41 @@ impl rdkafka::ClientContext for SourceStats {
 impl rdkafka::consumer::ConsumerContext for SourceStats {}
 
 impl KafkaSource {
+    /// Where the source stands in each of its partitions: its next offset, or the
+    /// consumer's position where that is further (past transaction markers and aborted
+    /// records, which never reach `next`).
+    fn positions(&self) -> BTreeMap<(String, i32), i64> {
+        let mut at = self.next.clone();
+        if let Ok(positions) = self.consumer.position() {
+            for e in positions.elements() {
+                if let (Offset::Offset(o), Some(next)) = (
+                    e.offset(),
+                    at.get_mut(&(e.topic().to_string(), e.partition())),
+                ) {
+                    *next = (*next).max(o);
+                }
+            }
+        }
+        at
+    }
+
+    /// The partitions read to their end as librdkafka's statistics last said it (at most
+    /// `statistics.interval.ms` old); a partition whose end is not known yet (no fetch
+    /// answered since it was assigned) is not.
+    fn read_to_end_partitions(&self) -> BTreeSet<(String, i32)> {
+        let ends = self
+            .consumer
+            .context()
+            .ends
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        self.positions()
+            .into_iter()
+            .filter(|(p, at)| ends.get(p).is_some_and(|end| at >= end))
+            .map(|(p, _)| p)
+            .collect()
+    }
+
     /// Adds what a poll read to the source's counters and, when new statistics came,
     /// sets each partition's lag: records between its next offset and its end.
     fn report(&self, records: u64, bytes: usize) {
@@ -596,19 +635,7 @@ impl KafkaSource {
         }
         let stats = self.consumer.context();
         if stats.fresh.swap(false, Ordering::Relaxed) {
-            // Where the consumer stands counts too: it is past transaction markers and
-            // aborted records, which never reach `next`.
-            let mut at = self.next.clone();
-            if let Ok(positions) = self.consumer.position() {
-                for e in positions.elements() {
-                    if let (Offset::Offset(o), Some(next)) = (
-                        e.offset(),
-                        at.get_mut(&(e.topic().to_string(), e.partition())),
-                    ) {
-                        *next = (*next).max(o);
-                    }
-                }
-            }
+            let at = self.positions();
             let ends = stats.ends.lock().unwrap_or_else(|e| e.into_inner());
             let lag = at
                 .iter()
@@ -832,15 +859,17 @@ impl Source for KafkaSource {
     }
 
     /// Flink's per-split watermarks: each partition's `max timestamp − bound − 1`, the
-    /// source's the smallest over its partitions, leaving out those silent for
-    /// `idle_after` (a partition never read holds it back until then). A finished
-    /// partition of a bounded source no longer counts.
+    /// source's the smallest over its partitions, leaving out those idle: silent for
+    /// `idle_after` and read to their end (a partition never read holds it back until
+    /// then; one with records not fetched yet, however long, so that they are not late).
+    /// A finished partition of a bounded source no longer counts.
     fn watermark(&self, bound: i64, idle_after: Option<Duration>) -> Option<i64> {
         if let Some(producers) = self.config.exchange_producers {
             return self.exchange_watermark(producers);
         }
         let mut min: Option<i64> = None;
         let mut waiting = false;
+        let mut read_to_end = None;
         for (partition, next) in &self.next {
             if self.stops.get(partition).is_some_and(|stop| next >= stop) {
                 continue;
@@ -850,7 +879,11 @@ impl Source for KafkaSource {
                 .get(partition)
                 .copied()
                 .unwrap_or(self.started_at);
-            if idle_after.is_some_and(|t| silent_since.elapsed() >= t) {
+            if idle_after.is_some_and(|t| silent_since.elapsed() >= t)
+                && read_to_end
+                    .get_or_insert_with(|| self.read_to_end_partitions())
+                    .contains(partition)
+            {
                 continue;
             }
             match self.max_timestamps.get(partition) {
@@ -875,6 +908,17 @@ impl Source for KafkaSource {
 
     fn watermark_without_records(&self) -> bool {
         self.config.exchange_producers.is_some()
+    }
+
+    fn read_to_end(&self) -> bool {
+        // (An exchange topic's reader is idle when its producers say so, not by silence.)
+        self.config.exchange_producers.is_some()
+            || self.started && {
+                let done = self.read_to_end_partitions();
+                self.next.iter().all(|(p, next)| {
+                    done.contains(p) || self.stops.get(p).is_some_and(|stop| next >= stop)
+                })
+            }
     }
 
     fn upstream_idle(&self) -> bool {
@@ -998,15 +1042,26 @@ mod tests {
         for i in 0..3 {
             s.next.insert(p(i), 0);
         }
+        s.started = true;
         s.max_timestamps.insert(p(0), 5_000);
         s.max_timestamps.insert(p(1), 900);
         s.last_record.insert(p(0), Instant::now());
         s.last_record.insert(p(1), Instant::now());
         // Partition 2 has no record yet and is not idle: no watermark.
         assert_eq!(s.watermark(100, None), None);
-        // Silent since the start for longer than the idle time, it is left out: the
-        // smallest of the others, 900 − 100 − 1.
+        // Silent since the start for longer than the idle time, but with records not
+        // read yet (its end unknown, then beyond where the source stands): not idle.
         s.started_at = Instant::now() - Duration::from_secs(10);
+        assert_eq!(s.watermark(100, Some(Duration::from_secs(5))), None);
+        assert!(!s.read_to_end());
+        let ends = |s: &KafkaSource, e: &[(i32, i64)]| {
+            *s.consumer.context().ends.lock().unwrap() = e.iter().map(|&(i, e)| (p(i), e)).collect()
+        };
+        ends(&s, &[(0, 0), (1, 0), (2, 7)]);
+        assert_eq!(s.watermark(100, Some(Duration::from_secs(5))), None);
+        // Read to its end and silent: left out, the smallest of the others, 900 − 100 − 1.
+        ends(&s, &[(0, 0), (1, 0), (2, 0)]);
+        assert!(s.read_to_end());
         assert_eq!(s.watermark(100, Some(Duration::from_secs(5))), Some(799));
         // Every partition idle: event time stands still.
         assert_eq!(s.watermark(100, Some(Duration::ZERO)), None);

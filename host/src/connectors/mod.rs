@@ -77,6 +77,12 @@ pub trait Source: Send {
     fn has_nothing_to_read(&self) -> bool {
         false
     }
+    /// False while the source knows it has input it has not read yet (a Kafka partition
+    /// just assigned, or behind its end): silence then is not idleness — declared idle,
+    /// the source would let event time pass records still to come, and drop them as late.
+    fn read_to_end(&self) -> bool {
+        true
+    }
     /// True while everything upstream of the source is idle (an exchange topic's reader
     /// whose producers all said so): it is idle too, and active again when one is not.
     fn upstream_idle(&self) -> bool {

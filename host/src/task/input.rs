@@ -121,9 +121,10 @@ impl SourceReader {
     }
 
     /// When an idle source must be looked at again: its retry time, or the moment it
-    /// becomes idle.
+    /// becomes idle (only its retry time while it has input not read: it is not idle
+    /// then however long it has been silent, and must not be polled in a busy loop).
     pub fn wake_at(&self, retry_at: Option<Instant>) -> Option<Instant> {
-        let idle_at = (!self.idle)
+        let idle_at = (!self.idle && self.source.read_to_end())
             .then(|| self.idle_timeout.map(|t| self.last_record + t))
             .flatten();
         match (retry_at, idle_at) {

@@ -496,9 +496,10 @@ impl StreamTask {
             && !reader.idle
             && (reader.source.has_nothing_to_read()
                 || upstream_idle
-                || reader
+                || (reader
                     .idle_timeout
-                    .is_some_and(|t| reader.last_record.elapsed() >= t));
+                    .is_some_and(|t| reader.last_record.elapsed() >= t)
+                    && reader.source.read_to_end()));
         if became_idle {
             reader.idle = true;
         }
