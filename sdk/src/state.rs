@@ -39,7 +39,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sluice_codec::{Effect, EffectWriter, EntryReader};
@@ -51,11 +51,9 @@ use crate::{Context, Error, Result, from_bytes, to_bytes};
 const MAX_CACHED_ENTRIES: usize = 100_000;
 /// ... or more bytes of keys and values than this.
 const MAX_CACHED_BYTES: usize = 64 << 20;
-/// Map writes not yet written back (one per write, however often an entry is written)
-/// are written back at the end of a call once there are more than this...
-const MAX_PENDING_MAP_WRITES: usize = 200_000;
-/// ... and all writes once they carried more bytes than this (so large values reach the
-/// host, and its state limits, soon, and the guest's memory stays small).
+/// Writes not yet sent to the host are sent at the end of a call once they carried more
+/// bytes than this (so large values reach the host, and its state limits, soon, and the
+/// guest's memory stays small). Their number is bounded by the cache's.
 const MAX_DIRTY_BYTES: usize = 4 << 20;
 
 /// One value per key.
@@ -329,8 +327,8 @@ struct StateSlot {
     /// List state: key -> what the current call changed.
     lists: FxHashMap<Vec<u8>, ListOverlay>,
     /// Map state: entries (key, user key) written since the last write-back, in one
-    /// buffer (once per write). Each becomes one effect at the write-back, however often
-    /// it was written.
+    /// buffer, each listed when it becomes dirty (again only if a clear or a remove took
+    /// it out of the cache meanwhile). Each becomes one effect at the write-back.
     pending: PairList,
 }
 
@@ -414,8 +412,42 @@ type MapCaches = hashbrown::HashMap<Vec<u8>, MapCache, rustc_hash::FxBuildHasher
 struct MapCache {
     /// `entries` holds every entry of the key, so a missing map key is absent.
     complete: bool,
-    /// Map key -> value (`None`: known to be absent).
-    entries: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    entries: BTreeMap<Vec<u8>, MapEntry>,
+}
+
+/// A cached map entry.
+#[derive(Debug)]
+struct MapEntry {
+    /// `None`: known to be absent.
+    value: Option<Vec<u8>>,
+    /// Written and not yet sent to the host (and so listed in `pending`).
+    dirty: bool,
+}
+
+impl MapEntry {
+    /// As the host has it.
+    fn clean(value: Option<Vec<u8>>) -> Self {
+        MapEntry {
+            value,
+            dirty: false,
+        }
+    }
+
+    /// Notes a write of the entry `(key, user_key)`: listed for the next write-back the
+    /// first time only, however often it is written until then.
+    fn written(
+        &mut self,
+        pending: &mut PairList,
+        dirty_bytes: &mut usize,
+        key: &[u8],
+        user_key: &[u8],
+    ) {
+        if !self.dirty {
+            self.dirty = true;
+            pending.push(key, user_key);
+            *dirty_bytes += key.len() + user_key.len() + self.value.as_ref().map_or(0, Vec::len);
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -454,18 +486,23 @@ impl StateSlot {
         self.dirty_values.clear();
     }
 
-    /// One effect per map entry written since the last write-back, with its last value.
+    /// One effect per map entry written since the last write-back, with its last value;
+    /// an entry no longer cached (removed from a map held whole, or cleared) is deleted.
     fn send_pending_map_entries(&mut self, effects: &mut EffectWriter) {
-        let mut sent = FxHashSet::default();
         for (key, user_key) in self.pending.iter() {
-            if !sent.insert((key, user_key)) {
-                continue;
-            }
-            let value = self
+            let entry = self
                 .maps
-                .get(key)
-                .and_then(|m| m.entries.get(user_key))
-                .and_then(|v| v.as_deref());
+                .get_mut(key)
+                .and_then(|m| m.entries.get_mut(user_key));
+            let value = match entry {
+                Some(entry) if entry.dirty => {
+                    entry.dirty = false;
+                    entry.value.as_deref()
+                }
+                // Listed twice (written again after a remove or a clear): sent already.
+                Some(_) => continue,
+                None => None,
+            };
             effects.push(match value {
                 Some(value) => Effect::Put {
                     state: self.id,
@@ -731,7 +768,7 @@ impl StateCache {
             user_key,
         )?;
         entry
-            .and_then(|e| e.as_deref())
+            .and_then(|e| e.value.as_deref())
             .map(from_bytes)
             .transpose()
             .map_err(|e| e.context(format_args!("state `{name}`")))
@@ -776,39 +813,38 @@ impl StateCache {
             key,
             user_key,
         )?;
-        let old = match entry.as_ref().and_then(|e| e.as_deref()) {
+        let old = match entry.as_ref().and_then(|e| e.value.as_deref()) {
             Some(bytes) => Some(from_bytes(bytes).map_err(context)?),
             None => None,
         };
         let was_present = old.is_some();
         let new = f(old);
-        let mut value_len = 0;
+        let (pending, dirty_bytes) = (&mut s.pending, &mut self.dirty_bytes);
         match (&new, entry) {
             (Some(value), Some(entry)) => {
-                let mut buf = entry.take().unwrap_or_default();
+                let mut buf = entry.value.take().unwrap_or_default();
                 buf.clear();
-                let encoded = postcard::to_extend(value, buf).map_err(|e| context(e.into()))?;
-                value_len = encoded.len();
-                *entry = Some(encoded);
+                entry.value = Some(postcard::to_extend(value, buf).map_err(|e| context(e.into()))?);
+                entry.written(pending, dirty_bytes, key, user_key);
             }
             (Some(value), None) => {
                 let value =
                     postcard::to_extend(value, Vec::new()).map_err(|e| context(e.into()))?;
-                value_len = value.len();
                 self.usage
                     .add(s.ttl, key.len() + user_key.len() + value.len());
-                cache.entries.insert(user_key.to_vec(), Some(value));
+                let mut entry = MapEntry::clean(Some(value));
+                entry.written(pending, dirty_bytes, key, user_key);
+                cache.entries.insert(user_key.to_vec(), entry);
             }
-            (None, Some(entry)) => *entry = None,
-            (None, None) => {}
-        }
-        if new.is_none() && cache.complete {
-            // A complete map holds only what exists.
-            cache.entries.remove(user_key);
-        }
-        if new.is_some() || was_present {
-            s.pending.push(key, user_key);
-            self.dirty_bytes += key.len() + user_key.len() + value_len;
+            (None, Some(entry)) if was_present => {
+                entry.value = None;
+                entry.written(pending, dirty_bytes, key, user_key);
+                if cache.complete {
+                    // A complete map holds only what exists (the entry stays listed).
+                    cache.entries.remove(user_key);
+                }
+            }
+            (None, _) => {}
         }
         Ok(new)
     }
@@ -851,29 +887,27 @@ impl StateCache {
         encode: impl FnOnce(Vec<u8>) -> Result<Vec<u8>>,
     ) -> Result<()> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
-        s.pending.push(key, user_key);
         let cache = map_cache(&mut s.maps, key);
         let name = &s.name;
         let context = |e: Error| e.context(format_args!("state `{name}`"));
-        let value_len = match cache.entries.get_mut(user_key) {
+        let entry = match cache.entries.get_mut(user_key) {
             Some(entry) => {
-                let mut buf = entry.take().unwrap_or_default();
+                let mut buf = entry.value.take().unwrap_or_default();
                 buf.clear();
-                let value = encode(buf).map_err(context)?;
-                let len = value.len();
-                *entry = Some(value);
-                len
+                entry.value = Some(encode(buf).map_err(context)?);
+                entry
             }
             None => {
                 let value = encode(Vec::new()).map_err(context)?;
                 self.usage
                     .add(s.ttl, key.len() + user_key.len() + value.len());
-                let len = value.len();
-                cache.entries.insert(user_key.to_vec(), Some(value));
-                len
+                cache
+                    .entries
+                    .entry(user_key.to_vec())
+                    .or_insert(MapEntry::clean(Some(value)))
             }
         };
-        self.dirty_bytes += key.len() + user_key.len() + value_len;
+        entry.written(&mut s.pending, &mut self.dirty_bytes, key, user_key);
         Ok(())
     }
 
@@ -885,16 +919,28 @@ impl StateCache {
         user_key: Vec<u8>,
     ) -> Result<()> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
-        s.pending.push(key, &user_key);
-        self.dirty_bytes += key.len() + user_key.len();
+        let (pending, dirty_bytes) = (&mut s.pending, &mut self.dirty_bytes);
         let cache = map_cache(&mut s.maps, key);
         if cache.complete {
-            cache.entries.remove(&user_key);
-        } else {
-            if !cache.entries.contains_key(&user_key) {
-                self.usage.add(s.ttl, key.len() + user_key.len());
+            // Absent from a complete map, an entry is absent from the host too, or its
+            // delete is listed already.
+            if let Some(mut entry) = cache.entries.remove(&user_key) {
+                entry.value = None;
+                entry.written(pending, dirty_bytes, key, &user_key);
             }
-            cache.entries.insert(user_key, None);
+        } else {
+            let entry = match cache.entries.get_mut(&user_key) {
+                Some(entry) => entry,
+                None => {
+                    self.usage.add(s.ttl, key.len() + user_key.len());
+                    cache
+                        .entries
+                        .entry(user_key.clone())
+                        .or_insert(MapEntry::clean(None))
+                }
+            };
+            entry.value = None;
+            entry.written(pending, dirty_bytes, key, &user_key);
         }
         Ok(())
     }
@@ -917,12 +963,13 @@ impl StateCache {
                 let (user_key, value) = entry
                     .map_err(|e| Error::from(e).context(format_args!("state `{}`", s.name)))?;
                 self.usage.add(s.ttl, user_key.len() + value.len());
-                entries.insert(user_key.to_vec(), Some(value.to_vec()));
+                entries.insert(user_key.to_vec(), MapEntry::clean(Some(value.to_vec())));
             }
             if let Some(known) = s.maps.remove(key) {
-                for (user_key, value) in known.entries {
-                    match value {
-                        Some(value) => entries.insert(user_key, Some(value)),
+                // (A dirty entry known absent stays listed for its delete.)
+                for (user_key, entry) in known.entries {
+                    match entry.value {
+                        Some(_) => entries.insert(user_key, entry),
                         None => entries.remove(&user_key),
                     };
                 }
@@ -933,8 +980,8 @@ impl StateCache {
             };
             s.maps.insert(key.to_vec(), complete);
         }
-        for (user_key, value) in &s.maps[key].entries {
-            if let Some(value) = value {
+        for (user_key, entry) in &s.maps[key].entries {
+            if let Some(value) = &entry.value {
                 f(user_key, value).map_err(s.context())?;
             }
         }
@@ -1005,14 +1052,11 @@ impl StateCache {
         for s in &mut self.slots {
             if success {
                 // Values and map entries are written back at `snapshot` (or when the
-                // cache is dropped, or its list of map writes is long); states with a
+                // cache is dropped, or the writes carried many bytes); states with a
                 // time-to-live at the end of every call, since the host expires their
                 // entries between calls.
-                let map_writes = s.pending.ends.len();
                 if s.ttl || drop_all || heavy {
                     s.write_back_values(effects);
-                }
-                if s.ttl || drop_all || heavy || map_writes > MAX_PENDING_MAP_WRITES {
                     s.send_pending_map_entries(effects);
                 }
             } else {
@@ -1088,14 +1132,16 @@ fn cached_map_entry<'c>(
     cache: &'c mut MapCache,
     key: &[u8],
     user_key: &[u8],
-) -> Result<Option<&'c mut Option<Vec<u8>>>> {
+) -> Result<Option<&'c mut MapEntry>> {
     if !cache.complete && cache.entries.is_empty() {
         let encoded = host.state_entries(id, key);
         for entry in EntryReader::new(&encoded) {
             let (k, v) =
                 entry.map_err(|e| Error::from(e).context(format_args!("state `{name}`")))?;
             usage.add(ttl, k.len() + v.len());
-            cache.entries.insert(k.to_vec(), Some(v.to_vec()));
+            cache
+                .entries
+                .insert(k.to_vec(), MapEntry::clean(Some(v.to_vec())));
         }
         cache.complete = true;
     }
@@ -1105,7 +1151,9 @@ fn cached_map_entry<'c>(
             ttl,
             key.len() + user_key.len() + value.as_ref().map_or(0, Vec::len),
         );
-        cache.entries.insert(user_key.to_vec(), value);
+        cache
+            .entries
+            .insert(user_key.to_vec(), MapEntry::clean(value));
     }
     Ok(cache.entries.get_mut(user_key))
 }
@@ -1305,39 +1353,53 @@ mod tests {
     }
 
     #[test]
-    fn a_long_list_of_map_writes_goes_back_at_the_end_of_the_call() {
+    fn an_entry_written_often_is_listed_and_sent_once() {
         let host = CountingHost::default();
         let (mut cache, slot) = cache(&host, StateKind::Map, None);
         let mut effects = EffectWriter::new();
         let user_key = to_bytes("w").unwrap();
-        for i in 0..MAX_PENDING_MAP_WRITES / 2 {
-            cache
-                .map_put(&mut effects, slot, b"k", user_key.clone(), vec![i as u8])
-                .unwrap();
+        for call in 0..3u8 {
+            for i in 0..1000u32 {
+                let value = (i as u8).wrapping_add(call);
+                cache
+                    .map_put(&mut effects, slot, b"k", user_key.clone(), vec![value])
+                    .unwrap();
+                cache
+                    .map_update::<String, u8>(&host, slot, b"k", &"u".to_string(), |v| {
+                        Some(v.unwrap_or(0).wrapping_add(1))
+                    })
+                    .unwrap();
+            }
+            cache.end_call(true, &mut effects);
         }
-        cache.end_call(true, &mut effects);
         assert!(effects.take().is_empty());
-        for i in 0..MAX_PENDING_MAP_WRITES / 2 + 1 {
-            cache
-                .map_put(&mut effects, slot, b"k", user_key.clone(), vec![i as u8])
-                .unwrap();
-        }
-        cache.end_call(true, &mut effects);
-        // One entry, written 200 001 times: one effect, with its last value.
+        assert_eq!(cache.slots[slot].pending.ends.len(), 2);
+        cache.write_back(&mut effects);
         let bytes = effects.take();
-        let got: Vec<_> = sluice_codec::EffectReader::new(&bytes)
+        let mut got: Vec<_> = sluice_codec::EffectReader::new(&bytes)
             .map(Result::unwrap)
             .collect();
-        let last = (MAX_PENDING_MAP_WRITES / 2) as u8;
-        assert_eq!(
-            got,
-            [Effect::Put {
+        got.sort_by_key(|e| format!("{e:?}"));
+        let u = to_bytes("u").unwrap();
+        // "u" was read from the host as [0], then incremented 3000 times.
+        let expected = [
+            Effect::Put {
+                state: 2,
+                key: b"k",
+                user_key: &u,
+                value: &[(3000 % 256) as u8],
+            },
+            Effect::Put {
                 state: 2,
                 key: b"k",
                 user_key: &user_key,
-                value: &[last]
-            }]
-        );
+                value: &[(999 + 2) as u8],
+            },
+        ];
+        assert_eq!(got, expected);
+        // Sent: nothing is left to send.
+        cache.write_back(&mut effects);
+        assert!(effects.take().is_empty());
     }
 
     #[test]
@@ -1480,6 +1542,183 @@ mod tests {
         );
         // One put per entry written, however often: a, b and y.
         assert_eq!(puts, 3);
+    }
+
+    /// A host that keeps map entries and applies a call's effects after it, as the real
+    /// one does.
+    type Entries = BTreeMap<(Vec<u8>, Vec<u8>), Vec<u8>>;
+
+    #[derive(Default)]
+    struct ModelHost {
+        entries: std::cell::RefCell<Entries>,
+    }
+
+    impl ModelHost {
+        fn apply(&self, effects: &[u8]) {
+            let mut entries = self.entries.borrow_mut();
+            for effect in sluice_codec::EffectReader::new(effects) {
+                match effect.unwrap() {
+                    Effect::Put {
+                        key,
+                        user_key,
+                        value,
+                        ..
+                    } => {
+                        entries.insert((key.to_vec(), user_key.to_vec()), value.to_vec());
+                    }
+                    Effect::Delete { key, user_key, .. } => {
+                        entries.remove(&(key.to_vec(), user_key.to_vec()));
+                    }
+                    Effect::Clear { key, .. } => entries.retain(|(k, _), _| k != key),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+    }
+
+    impl Host for ModelHost {
+        fn processing_time(&self) -> i64 {
+            0
+        }
+        fn current_watermark(&self) -> i64 {
+            i64::MIN
+        }
+        fn declare_state(&self, _: &str, _: StateKind, _: Option<u64>) -> Result<u32, String> {
+            Ok(1)
+        }
+        fn state_get(&self, _: u32, key: &[u8], user_key: &[u8]) -> Option<Vec<u8>> {
+            let entries = self.entries.borrow();
+            entries.get(&(key.to_vec(), user_key.to_vec())).cloned()
+        }
+        fn state_entries(&self, _: u32, key: &[u8]) -> Vec<u8> {
+            let mut out = EntryWriter::new();
+            for ((k, user_key), value) in self.entries.borrow().iter() {
+                if k == key {
+                    out.push(user_key, value);
+                }
+            }
+            out.into_bytes()
+        }
+        fn log(&self, _: Level, _: &str) {}
+    }
+
+    /// Random puts, updates, removes, clears and reads of a few map entries over many
+    /// calls, against a plain map: every read sees the last write, and the host holds
+    /// exactly the plain map after each write-back however the writes were batched
+    /// (instances started from the host's entries read the same).
+    #[test]
+    fn map_state_behaves_as_a_plain_map_across_calls_and_write_backs() {
+        let host = ModelHost::default();
+        let mut cache = StateCache::default();
+        let slot = cache.declare(&host, "m", StateKind::Map, None).unwrap();
+        let mut effects = EffectWriter::new();
+        let mut model: BTreeMap<(Vec<u8>, u8), u8> = BTreeMap::new();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for step in 0..20_000 {
+            let key = vec![b'k', next(3) as u8];
+            let map_key = next(4) as u8;
+            let value = next(256) as u8;
+            match next(8) {
+                0 | 1 => {
+                    cache
+                        .map_put_with(slot, &key, &map_key, |mut b| {
+                            b.push(value);
+                            Ok(b)
+                        })
+                        .unwrap();
+                    model.insert((key.clone(), map_key), value);
+                }
+                2 | 3 => {
+                    let got = cache
+                        .map_update::<u8, u8>(&host, slot, &key, &map_key, |v| {
+                            (!value.is_multiple_of(4)).then(|| v.unwrap_or(0).wrapping_add(value))
+                        })
+                        .unwrap();
+                    let m = model.entry((key.clone(), map_key));
+                    let want = (!value.is_multiple_of(4)).then(|| match &m {
+                        std::collections::btree_map::Entry::Occupied(o) => {
+                            o.get().wrapping_add(value)
+                        }
+                        std::collections::btree_map::Entry::Vacant(_) => value,
+                    });
+                    match want {
+                        Some(v) => {
+                            m.insert_entry(v);
+                        }
+                        None => {
+                            if let std::collections::btree_map::Entry::Occupied(o) = m {
+                                o.remove();
+                            }
+                        }
+                    }
+                    assert_eq!(got, want, "step {step}");
+                }
+                4 => {
+                    cache
+                        .map_remove(&mut effects, slot, &key, to_bytes(&map_key).unwrap())
+                        .unwrap();
+                    model.remove(&(key.clone(), map_key));
+                }
+                5 if next(4) == 0 => {
+                    cache.clear(&mut effects, slot, &key).unwrap();
+                    model.retain(|(k, _), _| *k != key);
+                }
+                6 => {
+                    let mut seen = Vec::new();
+                    cache
+                        .map_for_each(&host, slot, &key, |u, v| {
+                            seen.push((from_bytes::<u8>(u)?, v[0]));
+                            Ok(())
+                        })
+                        .unwrap();
+                    let want: Vec<(u8, u8)> = model
+                        .iter()
+                        .filter(|((k, _), _)| *k == key)
+                        .map(|((_, m), v)| (*m, *v))
+                        .collect();
+                    assert_eq!(seen, want, "step {step}");
+                }
+                _ => {
+                    let got = cache
+                        .map_get::<u8, u8>(&host, slot, &key, &map_key)
+                        .unwrap();
+                    assert_eq!(
+                        got,
+                        model.get(&(key.clone(), map_key)).copied(),
+                        "step {step}"
+                    );
+                }
+            }
+            if next(20) == 0 {
+                cache.end_call(true, &mut effects);
+                let snapshot = next(5) == 0;
+                if snapshot {
+                    cache.write_back(&mut effects);
+                }
+                host.apply(&effects.take());
+                if snapshot && next(2) == 0 {
+                    // A new instance (as after a restore) reads only what the host has.
+                    cache = StateCache::default();
+                    cache.declare(&host, "m", StateKind::Map, None).unwrap();
+                }
+            }
+        }
+        cache.end_call(true, &mut effects);
+        cache.write_back(&mut effects);
+        host.apply(&effects.take());
+        let held: BTreeMap<(Vec<u8>, u8), u8> = host
+            .entries
+            .borrow()
+            .iter()
+            .map(|((k, u), v)| ((k.clone(), from_bytes(u).unwrap()), v[0]))
+            .collect();
+        assert_eq!(held, model);
     }
 
     #[test]
