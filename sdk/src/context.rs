@@ -4,8 +4,6 @@
 use std::cell::Cell;
 use std::time::Duration;
 
-use rustc_hash::{FxHashMap, FxHashSet};
-
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sluice_codec::{BatchWriter, Effect, EffectWriter, RecordRef, TimeDomain};
@@ -53,40 +51,73 @@ struct BatchTimers {
     registered: TimerSet,
 }
 
-/// A set of timers, by key, so that a timer can be looked up without copying its key.
+/// A set of timers, looked up by a borrowed key: a short key (as most are) is stored
+/// inline, so adding a timer allocates nothing once the table has grown.
 #[derive(Debug, Default)]
-struct TimerSet(FxHashMap<Vec<u8>, FxHashSet<(TimeDomain, i64)>>);
+struct TimerSet(hashbrown::HashSet<OwnedTimer, rustc_hash::FxBuildHasher>);
+
+#[derive(Debug, PartialEq, Eq)]
+struct OwnedTimer {
+    domain: TimeDomain,
+    timestamp: i64,
+    key: smallvec::SmallVec<[u8; 16]>,
+}
+
+/// A timer as it is looked up; hashes as its [`OwnedTimer`] does.
+#[derive(Hash)]
+struct TimerRef<'k> {
+    domain: TimeDomain,
+    timestamp: i64,
+    key: &'k [u8],
+}
+
+impl std::hash::Hash for OwnedTimer {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        TimerRef {
+            domain: self.domain,
+            timestamp: self.timestamp,
+            key: &self.key,
+        }
+        .hash(state);
+    }
+}
+
+impl hashbrown::Equivalent<OwnedTimer> for TimerRef<'_> {
+    fn equivalent(&self, timer: &OwnedTimer) -> bool {
+        self.domain == timer.domain
+            && self.timestamp == timer.timestamp
+            && self.key == &timer.key[..]
+    }
+}
 
 impl TimerSet {
     /// Adds a timer; false when it was already there.
     fn insert(&mut self, domain: TimeDomain, key: &[u8], timestamp: i64) -> bool {
-        match self.0.get_mut(key) {
-            Some(times) => times.insert((domain, timestamp)),
-            None => {
-                let mut times = FxHashSet::default();
-                times.insert((domain, timestamp));
-                self.0.insert(key.to_vec(), times);
-                true
-            }
+        if self.contains(domain, key, timestamp) {
+            return false;
         }
+        self.0.insert(OwnedTimer {
+            domain,
+            timestamp,
+            key: smallvec::SmallVec::from_slice(key),
+        })
     }
 
     /// Removes a timer; false when it was not there.
     fn remove(&mut self, domain: TimeDomain, key: &[u8], timestamp: i64) -> bool {
-        let Some(times) = self.0.get_mut(key) else {
-            return false;
-        };
-        let removed = times.remove(&(domain, timestamp));
-        if times.is_empty() {
-            self.0.remove(key);
-        }
-        removed
+        self.0.remove(&TimerRef {
+            domain,
+            timestamp,
+            key,
+        })
     }
 
     fn contains(&self, domain: TimeDomain, key: &[u8], timestamp: i64) -> bool {
-        self.0
-            .get(key)
-            .is_some_and(|times| times.contains(&(domain, timestamp)))
+        self.0.contains(&TimerRef {
+            domain,
+            timestamp,
+            key,
+        })
     }
 
     fn is_empty(&self) -> bool {

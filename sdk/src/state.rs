@@ -227,10 +227,7 @@ where
 
     /// Removes `map_key` from the map of `key`.
     pub fn remove(&self, ctx: &mut Context<'_>, key: &[u8], map_key: &K) -> Result<()> {
-        let user_key = to_bytes(map_key)?;
-        let rt = &mut *ctx.rt;
-        rt.states
-            .map_remove(&mut rt.effects, self.slot, key, user_key)
+        ctx.rt.states.map_remove_key(self.slot, key, map_key)
     }
 
     /// All entries of the map of `key`, in the order of the encoded map keys.
@@ -911,36 +908,43 @@ impl StateCache {
         Ok(())
     }
 
-    pub(crate) fn map_remove(
+    /// Removes `map_key` from the map of `key`, encoding it without an allocation.
+    pub(crate) fn map_remove_key<K: Serialize>(
         &mut self,
-        _effects: &mut EffectWriter,
         slot: usize,
         key: &[u8],
-        user_key: Vec<u8>,
+        map_key: &K,
     ) -> Result<()> {
+        let user_key = encode_into(&mut self.scratch, map_key)?;
+        let result = self.map_remove(slot, key, &user_key);
+        self.scratch = user_key;
+        result
+    }
+
+    fn map_remove(&mut self, slot: usize, key: &[u8], user_key: &[u8]) -> Result<()> {
         let s = self.slots.get_mut(slot).ok_or_else(unknown_handle)?;
         let (pending, dirty_bytes) = (&mut s.pending, &mut self.dirty_bytes);
         let cache = map_cache(&mut s.maps, key);
         if cache.complete {
             // Absent from a complete map, an entry is absent from the host too, or its
             // delete is listed already.
-            if let Some(mut entry) = cache.entries.remove(&user_key) {
+            if let Some(mut entry) = cache.entries.remove(user_key) {
                 entry.value = None;
-                entry.written(pending, dirty_bytes, key, &user_key);
+                entry.written(pending, dirty_bytes, key, user_key);
             }
         } else {
-            let entry = match cache.entries.get_mut(&user_key) {
+            let entry = match cache.entries.get_mut(user_key) {
                 Some(entry) => entry,
                 None => {
                     self.usage.add(s.ttl, key.len() + user_key.len());
                     cache
                         .entries
-                        .entry(user_key.clone())
+                        .entry(user_key.to_vec())
                         .or_insert(MapEntry::clean(None))
                 }
             };
             entry.value = None;
-            entry.written(pending, dirty_bytes, key, &user_key);
+            entry.written(pending, dirty_bytes, key, user_key);
         }
         Ok(())
     }
@@ -1660,9 +1664,7 @@ mod tests {
                     assert_eq!(got, want, "step {step}");
                 }
                 4 => {
-                    cache
-                        .map_remove(&mut effects, slot, &key, to_bytes(&map_key).unwrap())
-                        .unwrap();
+                    cache.map_remove_key(slot, &key, &map_key).unwrap();
                     model.remove(&(key.clone(), map_key));
                 }
                 5 if next(4) == 0 => {
@@ -1727,9 +1729,7 @@ mod tests {
         let (mut cache, slot) = cache(&host, StateKind::Map, None);
         let mut effects = EffectWriter::new();
         let key = |s: &str| to_bytes(s).unwrap();
-        cache
-            .map_remove(&mut effects, slot, b"k", key("a"))
-            .unwrap();
+        cache.map_remove(slot, b"k", &key("a")).unwrap();
         cache
             .map_put(&mut effects, slot, b"k", key("c"), vec![3])
             .unwrap();

@@ -269,22 +269,31 @@ impl Window {
         if self.aggregate == Aggregate::Count {
             return Ok(0.0);
         }
-        let text = record.value_str()?;
-        // A one-byte separator (the usual case) is found by a plain byte scan.
+        // A one-byte separator (the usual case) is found by a plain byte scan, and a
+        // whole number read from the bytes: only a field that is not one must be text.
         let field = match self.separator.as_bytes() {
-            &[sep] => nth_field(text, sep, self.field),
-            _ => text.split(self.separator.as_str()).nth(self.field),
+            &[sep] => nth_field(record.value, sep, self.field),
+            _ => record
+                .value_str()?
+                .split(self.separator.as_str())
+                .nth(self.field)
+                .map(str::as_bytes),
         };
+        let text = || String::from_utf8_lossy(record.value);
         let Some(field) = field else {
             return Err(Error::failed(format!(
-                "record {text:?} has no field {} (fields separated by {:?})",
-                self.field, self.separator
+                "record {:?} has no field {} (fields separated by {:?})",
+                text(),
+                self.field,
+                self.separator
             )));
         };
         parse_number(field).ok_or_else(|| {
             Error::failed(format!(
-                "record {text:?}: field {} is {field:?}, not a number",
-                self.field
+                "record {:?}: field {} is {:?}, not a number",
+                text(),
+                self.field,
+                String::from_utf8_lossy(field)
             ))
         })
     }
@@ -423,20 +432,26 @@ impl Window {
 
     /// Emits the window's result: `start,end,result` at the window's max timestamp.
     fn emit(&self, ctx: &mut Context<'_>, key: &[u8], start: i64, acc: &Accumulator) {
-        let result = match self.aggregate {
-            Aggregate::Count => acc.count.to_string(),
-            Aggregate::Sum | Aggregate::Min | Aggregate::Max => acc.value.to_string(),
-        };
-        let value = format!("{start},{},{result}", acc.end);
+        // (`itoa` for the integers: `fmt` costs far more in Wasm.)
+        let mut value = String::with_capacity(48);
+        let mut integer = itoa::Buffer::new();
+        value.push_str(integer.format(start));
+        value.push(',');
+        value.push_str(integer.format(acc.end));
+        value.push(',');
+        match self.aggregate {
+            Aggregate::Count => value.push_str(integer.format(acc.count)),
+            Aggregate::Sum | Aggregate::Min | Aggregate::Max => {
+                use std::fmt::Write as _;
+                let _ = write!(value, "{}", acc.value);
+            }
+        }
         ctx.emit_at(Some(key), value.as_bytes(), Some(max_timestamp(acc.end)));
     }
 }
 
-/// Reads `kind` and the window keys that apply to it.
-/// The `n`-th field (from 0) of `text` split at `sep`, an ASCII byte (so every split is
-/// at a character boundary).
-fn nth_field(text: &str, sep: u8, n: usize) -> Option<&str> {
-    let bytes = text.as_bytes();
+/// The `n`-th field (from 0) of `bytes` split at `sep`.
+fn nth_field(bytes: &[u8], sep: u8, n: usize) -> Option<&[u8]> {
     let mut start = 0;
     for _ in 0..n {
         start += bytes[start..].iter().position(|&b| b == sep)? + 1;
@@ -445,27 +460,28 @@ fn nth_field(text: &str, sep: u8, n: usize) -> Option<&str> {
         .iter()
         .position(|&b| b == sep)
         .map_or(bytes.len(), |i| start + i);
-    Some(&text[start..end])
+    Some(&bytes[start..end])
 }
 
 /// `field` as a number, as `f64`'s parser reads it after trimming whitespace; whole
 /// numbers of up to 15 digits (exact in an `f64`), the usual case, without the parser.
-fn parse_number(field: &str) -> Option<f64> {
-    let bytes = field.as_bytes();
+fn parse_number(bytes: &[u8]) -> Option<f64> {
     let (negative, digits) = match bytes.first() {
         Some(b'-') => (true, &bytes[1..]),
         Some(b'+') => (false, &bytes[1..]),
         _ => (false, bytes),
     };
     if (1..=15).contains(&digits.len()) && digits.iter().all(u8::is_ascii_digit) {
-        let whole = digits
-            .iter()
-            .fold(0u64, |n, d| n * 10 + u64::from(d - b'0')) as f64;
+        // (At most 15 digits: no overflow to check, which Wasm does by a 128-bit multiply.)
+        let whole = digits.iter().fold(0u64, |n, d| {
+            n.wrapping_mul(10).wrapping_add(u64::from(d - b'0'))
+        }) as f64;
         return Some(if negative { -whole } else { whole });
     }
-    field.trim().parse().ok()
+    std::str::from_utf8(bytes).ok()?.trim().parse().ok()
 }
 
+/// Reads `kind` and the window keys that apply to it.
 fn parse_assigner(config: &Config) -> Result<Assigner> {
     let kind = config.get("kind").unwrap_or("tumbling");
     let applicable: &[&str] = match kind {
@@ -660,7 +676,7 @@ mod tests {
         ];
         for n in numbers {
             let want: Option<f64> = n.trim().parse().ok();
-            let got = parse_number(n);
+            let got = parse_number(n.as_bytes());
             assert_eq!(
                 got.map(f64::to_bits),
                 want.map(f64::to_bits),
@@ -671,8 +687,8 @@ mod tests {
         for line in lines {
             for n in 0..5 {
                 assert_eq!(
-                    nth_field(line, b',', n),
-                    line.split(',').nth(n),
+                    nth_field(line.as_bytes(), b',', n),
+                    line.split(',').nth(n).map(str::as_bytes),
                     "{line:?} {n}"
                 );
             }
