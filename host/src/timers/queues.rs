@@ -2,20 +2,63 @@
 
 use std::sync::Arc;
 
-use imbl::OrdSet;
+use imbl::OrdMap;
 use sluice_codec::{TimeDomain, TimerWriter};
 
-type Timer = (i64, Arc<[u8]>);
+/// The keys with a timer at one time. Shared between a queue and its copies until one of
+/// them changes it.
+type Keys = Arc<hashbrown::HashSet<Box<[u8]>, foldhash::fast::RandomState>>;
 
 /// The event-time and processing-time timers of one operator instance, deduplicated per
 /// `(time, key)` and ordered by time (then key).
 ///
-/// Both queues are persistent sets, so [`TimerQueues::clone`] — what a checkpoint takes —
-/// is O(1) and later changes do not affect the copy.
+/// A queue is a persistent ordered map from time to the keys with a timer then, so
+/// [`TimerQueues::clone`] — what a checkpoint takes — is O(1) and later changes do not
+/// affect the copy (a change to a time's keys copies that time's set once). Timers share
+/// their time far more often than their key (every key's window ends at the same time),
+/// so registering one is a search among times and a hash lookup, not a search comparing
+/// keys; a time's keys are sorted when they fire.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TimerQueues {
-    event: OrdSet<Timer>,
-    processing: OrdSet<Timer>,
+    event: Queue,
+    processing: Queue,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Queue {
+    times: OrdMap<i64, Keys>,
+    len: usize,
+}
+
+impl Queue {
+    fn insert(&mut self, timestamp: i64, key: &[u8]) {
+        if self.times.get(&timestamp).is_some_and(|k| k.contains(key)) {
+            return;
+        }
+        let keys = self.times.entry(timestamp).or_default();
+        Arc::make_mut(keys).insert(key.into());
+        self.len += 1;
+    }
+
+    fn remove(&mut self, timestamp: i64, key: &[u8]) {
+        if !self.times.get(&timestamp).is_some_and(|k| k.contains(key)) {
+            return;
+        }
+        let keys = self.times.get_mut(&timestamp).expect("looked up");
+        let keys = Arc::make_mut(keys);
+        keys.remove(key);
+        if keys.is_empty() {
+            self.times.remove(&timestamp);
+        }
+        self.len -= 1;
+    }
+
+    /// The keys at `time` in order.
+    fn sorted(keys: &Keys) -> Vec<&[u8]> {
+        let mut sorted: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        sorted.sort_unstable();
+        sorted
+    }
 }
 
 impl TimerQueues {
@@ -24,30 +67,33 @@ impl TimerQueues {
         Self::default()
     }
 
-    fn queue(&mut self, domain: TimeDomain) -> &mut OrdSet<Timer> {
+    fn queue(&mut self, domain: TimeDomain) -> &mut Queue {
         match domain {
             TimeDomain::EventTime => &mut self.event,
             TimeDomain::ProcessingTime => &mut self.processing,
         }
     }
 
+    fn queue_ref(&self, domain: TimeDomain) -> &Queue {
+        match domain {
+            TimeDomain::EventTime => &self.event,
+            TimeDomain::ProcessingTime => &self.processing,
+        }
+    }
+
     /// Registers a timer; registering an existing one again changes nothing.
     pub fn register(&mut self, domain: TimeDomain, timestamp: i64, key: &[u8]) {
-        self.queue(domain).insert((timestamp, key.into()));
+        self.queue(domain).insert(timestamp, key);
     }
 
     /// Deletes a timer if it exists.
     pub fn delete(&mut self, domain: TimeDomain, timestamp: i64, key: &[u8]) {
-        self.queue(domain).remove(&(timestamp, key.into()));
+        self.queue(domain).remove(timestamp, key);
     }
 
     /// The earliest timer of `domain`.
     pub fn next(&self, domain: TimeDomain) -> Option<i64> {
-        match domain {
-            TimeDomain::EventTime => self.event.get_min(),
-            TimeDomain::ProcessingTime => self.processing.get_min(),
-        }
-        .map(|(ts, _)| *ts)
+        self.queue_ref(domain).times.get_min().map(|(ts, _)| *ts)
     }
 
     /// Removes the timers of `domain` due at `time` (timestamp ≤ time) and returns them
@@ -55,28 +101,29 @@ impl TimerQueues {
     pub fn pop_due(&mut self, domain: TimeDomain, time: i64) -> Option<Vec<u8>> {
         let queue = self.queue(domain);
         let mut out = TimerWriter::new();
-        while let Some((ts, _)) = queue.get_min() {
-            if *ts > time {
-                break;
+        while let Some(ts) = queue.times.get_min().map(|(ts, _)| *ts)
+            && ts <= time
+        {
+            let keys = queue.times.remove(&ts).expect("looked up");
+            queue.len -= keys.len();
+            for key in Queue::sorted(&keys) {
+                out.push(domain, ts, key);
             }
-            let (ts, key) = queue.remove_min().expect("peeked");
-            out.push(domain, ts, &key);
         }
         (!out.is_empty()).then(|| out.into_bytes())
     }
 
     /// All timers of `domain`, in order.
     pub fn iter(&self, domain: TimeDomain) -> impl Iterator<Item = (i64, &[u8])> + '_ {
-        match domain {
-            TimeDomain::EventTime => self.event.iter(),
-            TimeDomain::ProcessingTime => self.processing.iter(),
-        }
-        .map(|(ts, k)| (*ts, &k[..]))
+        self.queue_ref(domain)
+            .times
+            .iter()
+            .flat_map(|(ts, keys)| Queue::sorted(keys).into_iter().map(move |k| (*ts, k)))
     }
 
     /// Number of timers in both domains.
     pub fn len(&self) -> usize {
-        self.event.len() + self.processing.len()
+        self.event.len + self.processing.len
     }
 
     /// True when there is no timer.
@@ -124,6 +171,32 @@ mod tests {
         q.delete(TimeDomain::ProcessingTime, 10, b"b");
         let due = q.pop_due(TimeDomain::EventTime, i64::MAX).unwrap();
         assert_eq!(decode(&due), vec![(10, b"b".to_vec())]);
+    }
+
+    #[test]
+    fn timers_of_one_time_come_out_by_key_and_a_copy_keeps_its_own() {
+        let mut q = TimerQueues::new();
+        for k in ["m", "c", "x", "a"] {
+            q.register(TimeDomain::EventTime, 7, k.as_bytes());
+        }
+        let copy = q.clone();
+        q.register(TimeDomain::EventTime, 7, b"b");
+        q.delete(TimeDomain::EventTime, 7, b"x");
+        q.delete(TimeDomain::EventTime, 7, b"never");
+        assert_eq!(q.len(), 4);
+        assert_eq!(copy.len(), 4);
+        let keys = |q: &TimerQueues| {
+            q.iter(TimeDomain::EventTime)
+                .map(|(_, k)| String::from_utf8(k.to_vec()).unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(&copy), ["a", "c", "m", "x"]);
+        assert_eq!(keys(&q), ["a", "b", "c", "m"]);
+        let due = q.pop_due(TimeDomain::EventTime, 7).unwrap();
+        let keys: Vec<Vec<u8>> = decode(&due).into_iter().map(|(_, k)| k).collect();
+        assert_eq!(keys, [b"a", b"b", b"c", b"m"]);
+        assert!(q.is_empty());
+        assert_eq!(copy.len(), 4);
     }
 
     #[test]
