@@ -17,8 +17,7 @@
 //!   once and is then answered from memory. Writes are **written back**: a value or map
 //!   entry stays in the cache, marked dirty, and goes to the host (one effect however
 //!   often it was written) when a checkpoint's `snapshot` returns, when the cache is
-//!   dropped, when the writes carried more than 4 MiB, or (map entries) when more than
-//!   200 000 map writes wait — so a counter or a
+//!   dropped, or when the entries written carried more than 4 MiB — so a counter or a
 //!   window updated for every record costs the host one write per checkpoint, not one per
 //!   record. The
 //!   cache lives as long as the instance. It is dropped (after writing back) when it has
