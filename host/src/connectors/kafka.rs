@@ -44,6 +44,11 @@ const MAX_PENDING_COMMITS: usize = 16;
 /// only takes what already arrived.
 const IDLE_POLL: Duration = Duration::from_millis(5);
 
+/// How long after its assignment a partition whose end no fetch has told (no leader, a
+/// broker out of reach, a topic deleted) may still hold back idleness: after it, it
+/// counts as read to its end, and its silence alone makes it idle.
+const END_UNKNOWN_GRACE: Duration = Duration::from_secs(10);
+
 /// Where a source starts reading partitions that its checkpoint does not name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StartFrom {
@@ -204,6 +209,8 @@ pub struct KafkaSource {
     /// record came (for idleness).
     max_timestamps: BTreeMap<(String, i32), i64>,
     last_record: BTreeMap<(String, i32), Instant>,
+    /// When each partition was assigned (since a restore).
+    assigned_at: BTreeMap<(String, i32), Instant>,
     last_discovery: Instant,
     /// When the partitions were first assigned.
     started_at: Instant,
@@ -275,6 +282,7 @@ impl KafkaSource {
             stops: BTreeMap::new(),
             max_timestamps: BTreeMap::new(),
             last_record: BTreeMap::new(),
+            assigned_at: BTreeMap::new(),
             last_discovery: Instant::now(),
             started_at: Instant::now(),
             pending: BTreeMap::new(),
@@ -470,6 +478,11 @@ impl KafkaSource {
         if !self.started {
             self.started_at = Instant::now();
         }
+        for p in self.next.keys() {
+            self.assigned_at
+                .entry(p.clone())
+                .or_insert_with(Instant::now);
+        }
         self.started = true;
         self.last_discovery = Instant::now();
         Ok(())
@@ -513,19 +526,40 @@ impl KafkaSource {
                 *next = position;
             }
         }
+        // Records retention deleted before a partition's next offset are never delivered
+        // either (the consumer resets to the log's start; its position moves only with a
+        // record).
+        let ends = self
+            .consumer
+            .context()
+            .ends
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (p, next) in &mut self.next {
+            if let Some(bounds) = ends.get(p) {
+                *next = (*next).max(bounds.start);
+            }
+        }
         Ok(())
     }
 }
 
 /// What librdkafka's statistics (every `statistics.interval.ms`, served by the
-/// consumer's poll) say of the partitions a source reads: where each ends now.
+/// consumer's poll) say of the partitions a source reads: where each starts and ends now.
 #[derive(Default)]
 pub struct SourceStats {
-    /// `(topic, partition)` → the end a `read_committed` consumer reads to (the last
-    /// stable offset).
-    ends: Mutex<BTreeMap<(String, i32), i64>>,
+    /// `(topic, partition)` → its bounds.
+    ends: Mutex<BTreeMap<(String, i32), Bounds>>,
     /// New statistics since the source last looked.
     fresh: AtomicBool,
+}
+
+/// Where a partition's log starts, and the end a `read_committed` consumer reads to (the
+/// last stable offset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bounds {
+    start: i64,
+    end: i64,
 }
 
 #[derive(Deserialize)]
@@ -542,6 +576,8 @@ struct TopicStatistics {
 
 #[derive(Deserialize)]
 struct PartitionStatistics {
+    #[serde(default = "unknown_offset")]
+    lo_offset: i64,
     #[serde(default = "unknown_offset")]
     ls_offset: i64,
     #[serde(default = "unknown_offset")]
@@ -574,7 +610,8 @@ impl rdkafka::ClientContext for SourceStats {
                     p.hi_offset
                 };
                 if partition >= 0 && end >= 0 {
-                    ends.insert((topic.clone(), partition), end);
+                    let start = p.lo_offset.clamp(0, end);
+                    ends.insert((topic.clone(), partition), Bounds { start, end });
                 }
             }
         }
@@ -604,8 +641,10 @@ impl KafkaSource {
     }
 
     /// The partitions read to their end as librdkafka's statistics last said it (at most
-    /// `statistics.interval.ms` old); a partition whose end is not known yet (no fetch
-    /// answered since it was assigned) is not.
+    /// `statistics.interval.ms` old; a position before the log's start, whose records
+    /// retention deleted, counts from the start). A partition whose end no fetch has told
+    /// yet is not — for [`END_UNKNOWN_GRACE`] after it was assigned, then it is, as if
+    /// ends were not known (a partition without a leader, a broker out of reach).
     fn read_to_end_partitions(&self) -> BTreeSet<(String, i32)> {
         let ends = self
             .consumer
@@ -615,7 +654,13 @@ impl KafkaSource {
             .unwrap_or_else(|e| e.into_inner());
         self.positions()
             .into_iter()
-            .filter(|(p, at)| ends.get(p).is_some_and(|end| at >= end))
+            .filter(|(p, at)| match ends.get(p) {
+                Some(bounds) => (*at).max(bounds.start) >= bounds.end,
+                None => self
+                    .assigned_at
+                    .get(p)
+                    .is_none_or(|t| t.elapsed() >= END_UNKNOWN_GRACE),
+            })
             .map(|(p, _)| p)
             .collect()
     }
@@ -640,8 +685,9 @@ impl KafkaSource {
             let lag = at
                 .iter()
                 .filter_map(|(p, next)| {
-                    let end = ends.get(p)?;
-                    Some((format!("{}/{}", p.0, p.1), (end - next).max(0) as u64))
+                    let bounds = ends.get(p)?;
+                    let behind = bounds.end - (*next).max(bounds.start);
+                    Some((format!("{}/{}", p.0, p.1), behind.max(0) as u64))
                 })
                 .collect();
             *metrics.lag.lock().unwrap_or_else(|e| e.into_inner()) = lag;
@@ -853,6 +899,7 @@ impl Source for KafkaSource {
         self.stops = map(position.stops);
         self.max_timestamps = map(position.max_timestamps);
         self.last_record.clear();
+        self.assigned_at.clear();
         self.next.clear();
         self.started = false;
         Ok(())
@@ -877,6 +924,7 @@ impl Source for KafkaSource {
             let silent_since = self
                 .last_record
                 .get(partition)
+                .or_else(|| self.assigned_at.get(partition))
                 .copied()
                 .unwrap_or(self.started_at);
             if idle_after.is_some_and(|t| silent_since.elapsed() >= t)
@@ -1041,6 +1089,7 @@ mod tests {
         let p = |i: i32| ("t".to_string(), i);
         for i in 0..3 {
             s.next.insert(p(i), 0);
+            s.assigned_at.insert(p(i), Instant::now());
         }
         s.started = true;
         s.max_timestamps.insert(p(0), 5_000);
@@ -1049,18 +1098,32 @@ mod tests {
         s.last_record.insert(p(1), Instant::now());
         // Partition 2 has no record yet and is not idle: no watermark.
         assert_eq!(s.watermark(100, None), None);
-        // Silent since the start for longer than the idle time, but with records not
-        // read yet (its end unknown, then beyond where the source stands): not idle.
-        s.started_at = Instant::now() - Duration::from_secs(10);
+        // Silent since its assignment for longer than the idle time, but with records
+        // not read yet (its end unknown, then beyond where the source stands): not idle.
+        s.assigned_at
+            .insert(p(2), Instant::now() - Duration::from_secs(6));
         assert_eq!(s.watermark(100, Some(Duration::from_secs(5))), None);
         assert!(!s.read_to_end());
-        let ends = |s: &KafkaSource, e: &[(i32, i64)]| {
-            *s.consumer.context().ends.lock().unwrap() = e.iter().map(|&(i, e)| (p(i), e)).collect()
+        let ends = |s: &KafkaSource, e: &[(i32, i64, i64)]| {
+            *s.consumer.context().ends.lock().unwrap() = e
+                .iter()
+                .map(|&(i, start, end)| (p(i), Bounds { start, end }))
+                .collect()
         };
-        ends(&s, &[(0, 0), (1, 0), (2, 7)]);
+        ends(&s, &[(0, 0, 0), (1, 0, 0), (2, 0, 7)]);
         assert_eq!(s.watermark(100, Some(Duration::from_secs(5))), None);
         // Read to its end and silent: left out, the smallest of the others, 900 − 100 − 1.
-        ends(&s, &[(0, 0), (1, 0), (2, 0)]);
+        ends(&s, &[(0, 0, 0), (1, 0, 0), (2, 0, 0)]);
+        assert!(s.read_to_end());
+        assert_eq!(s.watermark(100, Some(Duration::from_secs(5))), Some(799));
+        // Records retention deleted before the position count as read.
+        ends(&s, &[(0, 0, 0), (1, 0, 0), (2, 7, 7)]);
+        assert!(s.read_to_end());
+        // An end still unknown long after the assignment no longer holds idleness back.
+        ends(&s, &[(0, 0, 0), (1, 0, 0)]);
+        assert!(!s.read_to_end());
+        s.assigned_at
+            .insert(p(2), Instant::now() - END_UNKNOWN_GRACE);
         assert!(s.read_to_end());
         assert_eq!(s.watermark(100, Some(Duration::from_secs(5))), Some(799));
         // Every partition idle: event time stands still.

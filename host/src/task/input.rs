@@ -124,9 +124,10 @@ impl SourceReader {
     /// becomes idle (only its retry time while it has input not read: it is not idle
     /// then however long it has been silent, and must not be polled in a busy loop).
     pub fn wake_at(&self, retry_at: Option<Instant>) -> Option<Instant> {
-        let idle_at = (!self.idle && self.source.read_to_end())
+        let idle_at = (!self.idle)
             .then(|| self.idle_timeout.map(|t| self.last_record + t))
-            .flatten();
+            .flatten()
+            .filter(|at| *at > Instant::now() || self.source.read_to_end());
         match (retry_at, idle_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
