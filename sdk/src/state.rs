@@ -50,9 +50,10 @@ use crate::{Context, Error, Result, from_bytes, to_bytes};
 const MAX_CACHED_ENTRIES: usize = 100_000;
 /// ... or more bytes of keys and values than this.
 const MAX_CACHED_BYTES: usize = 64 << 20;
-/// Writes not yet sent to the host are sent at the end of a call once they carried more
-/// bytes than this (so large values reach the host, and its state limits, soon, and the
-/// guest's memory stays small). Their number is bounded by the cache's.
+/// Writes not yet sent to the host are sent at the end of a call once the entries they
+/// made dirty came to more bytes than this (each counted once at its largest: so large
+/// values reach the host, and its state limits, soon, and the guest's memory stays
+/// small).
 const MAX_DIRTY_BYTES: usize = 4 << 20;
 
 /// One value per key.
@@ -418,6 +419,8 @@ struct MapEntry {
     value: Option<Vec<u8>>,
     /// Written and not yet sent to the host (and so listed in `pending`).
     dirty: bool,
+    /// While dirty: the most bytes it counted towards the call's written bytes.
+    counted: usize,
 }
 
 impl MapEntry {
@@ -426,6 +429,7 @@ impl MapEntry {
         MapEntry {
             value,
             dirty: false,
+            counted: 0,
         }
     }
 
@@ -438,10 +442,16 @@ impl MapEntry {
         key: &[u8],
         user_key: &[u8],
     ) {
+        let size = key.len() + user_key.len() + self.value.as_ref().map_or(0, Vec::len);
         if !self.dirty {
             self.dirty = true;
+            self.counted = size;
             pending.push(key, user_key);
-            *dirty_bytes += key.len() + user_key.len() + self.value.as_ref().map_or(0, Vec::len);
+            *dirty_bytes += size;
+        } else if size > self.counted {
+            // A value that grows counts as it grows.
+            *dirty_bytes += size - self.counted;
+            self.counted = size;
         }
     }
 }
@@ -1423,6 +1433,33 @@ mod tests {
         cache.value_put(&mut effects, slot, b"k", vec![1]).unwrap();
         cache.end_call(true, &mut effects);
         assert!(effects.take().is_empty());
+    }
+
+    #[test]
+    fn a_map_entry_that_grows_large_goes_back_at_the_end_of_the_call() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Map, None);
+        let mut effects = EffectWriter::new();
+        let user_key = to_bytes("w").unwrap();
+        // Dirty while small (and while removed), then large.
+        cache
+            .map_put(&mut effects, slot, b"k", user_key.clone(), vec![1])
+            .unwrap();
+        cache.map_remove(slot, b"k", &user_key).unwrap();
+        cache.end_call(true, &mut effects);
+        assert!(effects.take().is_empty());
+        cache
+            .map_put(
+                &mut effects,
+                slot,
+                b"k",
+                user_key.clone(),
+                vec![1; MAX_DIRTY_BYTES],
+            )
+            .unwrap();
+        cache.end_call(true, &mut effects);
+        let bytes = effects.take();
+        assert_eq!(sluice_codec::EffectReader::new(&bytes).count(), 1);
     }
 
     #[test]
