@@ -1551,26 +1551,12 @@ mod tests {
         cache.write_back(&mut effects);
         // Applied in order, the effects leave exactly the call's final entries.
         let bytes = effects.take();
-        let mut model: BTreeMap<(Vec<u8>, Vec<u8>), Vec<u8>> = BTreeMap::new();
-        let mut puts = 0;
-        for effect in sluice_codec::EffectReader::new(&bytes) {
-            match effect.unwrap() {
-                Effect::Put {
-                    key,
-                    user_key,
-                    value,
-                    ..
-                } => {
-                    puts += 1;
-                    model.insert((key.to_vec(), user_key.to_vec()), value.to_vec());
-                }
-                Effect::Delete { key, user_key, .. } => {
-                    model.remove(&(key.to_vec(), user_key.to_vec()));
-                }
-                Effect::Clear { key, .. } => model.retain(|(k, _), _| k != key),
-                other => panic!("unexpected {other:?}"),
-            }
-        }
+        let host = ModelHost::default();
+        host.apply(&bytes);
+        let model = host.entries.into_inner();
+        let puts = sluice_codec::EffectReader::new(&bytes)
+            .filter(|e| matches!(e, Ok(Effect::Put { .. })))
+            .count();
         let entry = |k: &[u8], m: &str, v: u8| ((k.to_vec(), to_bytes(m).unwrap()), vec![v]);
         assert_eq!(
             model,
@@ -1584,10 +1570,10 @@ mod tests {
         assert_eq!(puts, 3);
     }
 
-    /// A host that keeps map entries and applies a call's effects after it, as the real
-    /// one does.
     type Entries = BTreeMap<(Vec<u8>, Vec<u8>), Vec<u8>>;
 
+    /// A host that keeps map entries and applies a call's effects after it, as the real
+    /// one does.
     #[derive(Default)]
     struct ModelHost {
         entries: std::cell::RefCell<Entries>,

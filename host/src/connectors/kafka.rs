@@ -529,12 +529,7 @@ impl KafkaSource {
         // Records retention deleted before a partition's next offset are never delivered
         // either (the consumer resets to the log's start; its position moves only with a
         // record).
-        let ends = self
-            .consumer
-            .context()
-            .ends
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let ends = self.consumer.context().bounds();
         for (p, next) in &mut self.next {
             if let Some(bounds) = ends.get(p) {
                 *next = (*next).max(bounds.start);
@@ -588,6 +583,13 @@ fn unknown_offset() -> i64 {
     -1
 }
 
+impl SourceStats {
+    /// Each partition's bounds as last told.
+    fn bounds(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, i32), Bounds>> {
+        self.ends.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 impl rdkafka::ClientContext for SourceStats {
     fn stats_raw(&self, json: &[u8]) {
         let stats: Statistics = match serde_json::from_slice(json) {
@@ -597,7 +599,7 @@ impl rdkafka::ClientContext for SourceStats {
                 return;
             }
         };
-        let mut ends = self.ends.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ends = self.bounds();
         for (topic, t) in stats.topics {
             for (partition, p) in t.partitions {
                 // (Partition -1 holds records not yet assigned a partition.)
@@ -646,12 +648,7 @@ impl KafkaSource {
     /// yet is not — for [`END_UNKNOWN_GRACE`] after it was assigned, then it is, as if
     /// ends were not known (a partition without a leader, a broker out of reach).
     fn read_to_end_partitions(&self) -> BTreeSet<(String, i32)> {
-        let ends = self
-            .consumer
-            .context()
-            .ends
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let ends = self.consumer.context().bounds();
         self.positions()
             .into_iter()
             .filter(|(p, at)| match ends.get(p) {
@@ -681,7 +678,7 @@ impl KafkaSource {
         let stats = self.consumer.context();
         if stats.fresh.swap(false, Ordering::Relaxed) {
             let at = self.positions();
-            let ends = stats.ends.lock().unwrap_or_else(|e| e.into_inner());
+            let ends = stats.bounds();
             let lag = at
                 .iter()
                 .filter_map(|(p, next)| {
