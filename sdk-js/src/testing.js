@@ -55,7 +55,9 @@ class Store {
 
 /** One operator instance, opened at construction (or `HarnessError`). */
 export class Harness {
-  constructor(cls, { config = {}, keyed = false, inputs = [['input', false]], subtask = 0, parallelism = 1, maxParallelism = 128, attempt = 0, restore = null, processingTime = 0 } = {}) {
+  constructor(cls, { config = {}, keyed = false, inputs = [['input', false]], subtask = 0, parallelism = 1, maxParallelism = 128, attempt = 0, restore = null, processingTime = 0, maxOutputBytes = 64 * 1024 * 1024 } = {}) {
+    // What one call may return (the host's `max_output_mb`, 64 MiB by default).
+    this.maxOutputBytes = maxOutputBytes;
     const store = new Store(keyed);
     store.processingTime = processingTime;
     if (restore) {
@@ -135,7 +137,14 @@ export class Harness {
 
   _apply(call) {
     const s = this.store;
-    for (const e of decodeEffects(call.effects.w.finish())) {
+    const effects = call.effects.w.finish();
+    const records = call.records.finish();
+    // As the host: a call that returns more than the limit fails, and nothing of it counts.
+    const size = effects.length + records.length;
+    if (size > this.maxOutputBytes) {
+      throw new HarnessError(new CallError(false, `returned ${size} bytes of records and effects from one call; the limit is ${this.maxOutputBytes}`));
+    }
+    for (const e of decodeEffects(effects)) {
       const [kind] = e;
       if (kind === PUT) {
         s.values.set(vkey(e[1], e[2], e[3]), [e[1], e[2].slice(), e[3].slice(), e[4].slice()]);
@@ -154,7 +163,7 @@ export class Harness {
       else if (kind === DELETE_TIMER) s.timers.delete(timerId(e[1], e[2], e[3]));
       else if (kind === COUNTER) s.counters.set(e[1], (s.counters.get(e[1]) ?? 0n) + e[2]);
     }
-    forEachRecord(call.records.finish(), (r) => {
+    forEachRecord(records, (r) => {
       const copy = new Record(r.value.slice(), r.key?.slice() ?? null, r.timestamp, r.headers, r.partition, r.output);
       if (r.output) this.side.push(copy);
       else this.output.push(copy);
@@ -246,6 +255,9 @@ export class Harness {
       state = this.instance.snapshot(checkpointId);
     } catch (e) {
       throw e instanceof CallError ? new HarnessError(e) : e;
+    }
+    if (state.length > this.maxOutputBytes) {
+      throw new HarnessError(new CallError(false, `returned ${state.length} bytes of operator state from \`snapshot\`; the limit is ${this.maxOutputBytes} (keep large state in keyed state)`));
     }
     const s = this.store;
     return {

@@ -205,3 +205,25 @@ test('state with a time-to-live reads as absent once it expired', () => {
   h.process('k', 'd');
   assert.deepEqual(h.takeValues(), ['[null,0]', '["a",1]', '["b",1]', '[null,0]']);
 });
+
+// Emits as many bytes as the record's value says, and keeps that many in its own state.
+class Floods extends Operator {
+  process(record, ctx) {
+    this.size = Number(record.valueText());
+    ctx.emit(null, 'x'.repeat(this.size));
+  }
+  snapshot() {
+    return new Uint8Array(this.size ?? 0);
+  }
+}
+
+test('a call returning more than the output limit fails as on the host', () => {
+  const h = new Harness(Floods, { maxOutputBytes: 1000 });
+  h.process(null, '500');
+  assert.equal(h.takeValues().length, 1);
+  h.snapshot();
+  assert.throws(() => h.process(null, '2000'), (e) => e instanceof HarnessError && !e.invalidConfig && /bytes of records and effects from one call; the limit is 1000/.test(e.message));
+  // Nothing of the failed call counts.
+  assert.deepEqual(h.takeValues(), []);
+  assert.throws(() => h.snapshot(), (e) => e instanceof HarnessError && /the limit is 1000/.test(e.message));
+});

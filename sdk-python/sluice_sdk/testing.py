@@ -144,7 +144,10 @@ class Harness:
         attempt: int = 0,
         restore: Optional[Snapshot] = None,
         processing_time: int = 0,
+        max_output_bytes: int = 64 << 20,
     ):
+        # What one call may return (the host's `max_output_mb`, 64 MiB by default).
+        self.max_output_bytes = max_output_bytes
         self.store = _Store(keyed=keyed, processing_time=processing_time)
         if restore is not None:
             self.store.states = dict(restore.states)
@@ -180,7 +183,19 @@ class Harness:
 
     # Calls.
     def _apply(self, call) -> None:
-        for effect in codec.decode_effects(bytes(call.effects.out)):
+        effects, records = bytes(call.effects.out), bytes(call.records)
+        # As the host: a call that returns more than the limit fails, and nothing of it
+        # counts.
+        size = len(effects) + len(records)
+        if size > self.max_output_bytes:
+            raise HarnessError(
+                CallError(
+                    False,
+                    f"returned {size} bytes of records and effects from one call; "
+                    f"the limit is {self.max_output_bytes}",
+                )
+            )
+        for effect in codec.decode_effects(effects):
             kind = effect[0]
             if kind == codec.PUT:
                 _, s, k, uk, v = effect
@@ -206,7 +221,7 @@ class Harness:
             elif kind == codec.COUNTER:
                 _, name, delta = effect
                 self.store.counters[name] = self.store.counters.get(name, 0) + delta
-        for record in codec.decode_records(bytes(call.records)):
+        for record in codec.decode_records(records):
             if record.output:
                 self.side.append((record.output, record))
             else:
@@ -313,6 +328,14 @@ class Harness:
             state = self.instance.snapshot(checkpoint_id)
         except CallError as e:
             raise HarnessError(e) from None
+        if len(state) > self.max_output_bytes:
+            raise HarnessError(
+                CallError(
+                    False,
+                    f"returned {len(state)} bytes of operator state from `snapshot`; the "
+                    f"limit is {self.max_output_bytes} (keep large state in keyed state)",
+                )
+            )
         return Snapshot(
             state,
             dict(self.store.states),

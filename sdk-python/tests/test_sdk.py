@@ -336,3 +336,36 @@ def test_state_with_a_time_to_live_reads_as_absent_once_it_expired():
     h.set_processing_time(1300)
     h.process(b"k", b"d")
     assert h.take_values() == [b"(None, 0)", b"(b'a', 1)", b"(b'b', 1)", b"(None, 0)"]
+
+
+class Floods(Operator):
+    """Emits as many bytes as the record's value says, and keeps that many in its own state."""
+
+    @classmethod
+    def open(cls, ctx):
+        op = cls()
+        op.size = 0
+        return op
+
+    def process(self, record, ctx):
+        self.size = int(record.value)
+        ctx.emit(None, b"x" * self.size)
+
+    def snapshot(self, checkpoint_id):
+        return b"s" * self.size
+
+
+def test_a_call_returning_more_than_the_output_limit_fails_as_on_the_host():
+    h = Harness(Floods, max_output_bytes=1000)
+    h.process(None, b"500")
+    assert len(h.take_values()) == 1
+    h.snapshot()
+    with pytest.raises(HarnessError) as e:
+        h.process(None, b"2000")
+    assert not e.value.invalid_config
+    assert "bytes of records and effects from one call; the limit is 1000" in e.value.message
+    # Nothing of the failed call counts.
+    assert h.take_values() == []
+    with pytest.raises(HarnessError) as e:
+        h.snapshot()
+    assert "the limit is 1000" in e.value.message
