@@ -376,8 +376,12 @@ pub struct HarnessBuilder<T> {
     config: Vec<(String, String)>,
     restore: Option<Snapshot>,
     processing_time: i64,
+    max_output_bytes: usize,
     _operator: PhantomData<fn() -> T>,
 }
+
+/// What one call may return by default: the host's `max_output_mb` default, 64 MiB.
+const MAX_OUTPUT_BYTES: usize = 64 << 20;
 
 impl<T: Operator> HarnessBuilder<T> {
     fn new() -> Self {
@@ -392,6 +396,7 @@ impl<T: Operator> HarnessBuilder<T> {
             config: Vec::new(),
             restore: None,
             processing_time: 0,
+            max_output_bytes: MAX_OUTPUT_BYTES,
             _operator: PhantomData,
         }
     }
@@ -463,6 +468,13 @@ impl<T: Operator> HarnessBuilder<T> {
         self
     }
 
+    /// Sets how many bytes of records and effects one call may return (the host's
+    /// `max_output_mb`; 64 MiB by default): a call that returns more fails, as on the host.
+    pub fn max_output_bytes(mut self, bytes: usize) -> Self {
+        self.max_output_bytes = bytes;
+        self
+    }
+
     /// Opens the operator.
     ///
     /// # Errors
@@ -506,6 +518,7 @@ impl<T: Operator> HarnessBuilder<T> {
             raw_output: Vec::new(),
             logs: Vec::new(),
             inputs,
+            max_output_bytes: self.max_output_bytes,
         };
         let opened = harness.call(|slot, host| rt::open(slot, host, &info));
         harness.store.opening.set(false);
@@ -527,6 +540,7 @@ pub struct Harness<T: Operator> {
     logs: Vec<LogLine>,
     /// How many inputs the operator has.
     inputs: u32,
+    max_output_bytes: usize,
 }
 
 impl<T: Operator> Harness<T> {
@@ -543,6 +557,15 @@ impl<T: Operator> Harness<T> {
         let result = f(&mut self.slot, &HarnessHost(&self.store));
         self.logs.append(&mut self.store.logs.borrow_mut());
         let output = result?;
+        // As the host: a call that returns more than the limit fails, and nothing of it
+        // counts.
+        let size = output.records.len() + output.effects.len();
+        if size > self.max_output_bytes {
+            return Err(Error::failed(format!(
+                "returned {size} bytes of records and effects from one call; the limit is {}",
+                self.max_output_bytes
+            )));
+        }
         // The harness shows keyed state as the host holds it at a checkpoint: written
         // back after every call.
         let written_back = rt::write_back(&mut self.slot);
@@ -806,6 +829,14 @@ impl<T: Operator> Harness<T> {
     /// timers.
     pub fn snapshot(&mut self, checkpoint_id: u64) -> Result<Snapshot> {
         let (operator_state, effects) = rt::snapshot(&mut self.slot, checkpoint_id)?;
+        let size = operator_state.len() + effects.len();
+        if size > self.max_output_bytes {
+            return Err(Error::failed(format!(
+                "returned {size} bytes of operator state and effects from `snapshot`; the \
+                 limit is {} (keep large state in keyed state)",
+                self.max_output_bytes
+            )));
+        }
         self.apply_effects(&effects)?;
         Ok(Snapshot {
             checkpoint_id,

@@ -655,3 +655,44 @@ fn a_timer_deleted_in_an_earlier_batch_and_registered_again_fires() -> Result<()
     assert_eq!(h.output_values_str(), ["10 k", "20 k"]);
     Ok(())
 }
+
+/// Emits as many bytes as the record's value says, and keeps that many in its own state.
+struct Floods(usize);
+
+impl Operator for Floods {
+    fn open(_ctx: &mut OpenContext<'_>) -> Result<Self> {
+        Ok(Floods(0))
+    }
+
+    fn process(&mut self, record: Record<'_>, ctx: &mut Context<'_>) -> Result<()> {
+        self.0 = record
+            .value_str()?
+            .parse()
+            .map_err(|e: std::num::ParseIntError| Error::failed(e.to_string()))?;
+        ctx.emit(None, &vec![b'x'; self.0]);
+        Ok(())
+    }
+
+    fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>> {
+        Ok(vec![b's'; self.0])
+    }
+}
+
+#[test]
+fn a_call_returning_more_than_the_output_limit_fails_as_on_the_host() -> Result<()> {
+    let mut h = Harness::<Floods>::builder().max_output_bytes(1000).open()?;
+    h.process_value("500")?;
+    assert_eq!(h.take_output().len(), 1);
+    h.snapshot(1)?;
+    let e = h.process_value("2000").unwrap_err();
+    assert!(
+        e.message()
+            .contains("bytes of records and effects from one call; the limit is 1000"),
+        "{e}"
+    );
+    // Nothing of the failed call counts.
+    assert!(h.take_output().is_empty());
+    let e = h.snapshot(2).unwrap_err();
+    assert!(e.message().contains("the limit is 1000"), "{e}");
+    Ok(())
+}
