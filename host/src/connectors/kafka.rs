@@ -211,6 +211,10 @@ pub struct KafkaSource {
     last_record: BTreeMap<(String, i32), Instant>,
     /// When each partition was assigned (since a restore).
     assigned_at: BTreeMap<(String, i32), Instant>,
+    /// As of the last statistics: the partitions whose end they told, and those read to
+    /// it.
+    end_known: BTreeSet<(String, i32)>,
+    read_to_end: BTreeSet<(String, i32)>,
     last_discovery: Instant,
     /// When the partitions were first assigned.
     started_at: Instant,
@@ -283,6 +287,8 @@ impl KafkaSource {
             max_timestamps: BTreeMap::new(),
             last_record: BTreeMap::new(),
             assigned_at: BTreeMap::new(),
+            end_known: BTreeSet::new(),
+            read_to_end: BTreeSet::new(),
             last_discovery: Instant::now(),
             started_at: Instant::now(),
             pending: BTreeMap::new(),
@@ -642,28 +648,52 @@ impl KafkaSource {
         at
     }
 
-    /// The partitions read to their end as librdkafka's statistics last said it (at most
-    /// `statistics.interval.ms` old; a position before the log's start, whose records
+    /// Whether `partition` is read to its end as librdkafka's statistics last said it (at
+    /// most `statistics.interval.ms` old; a position before the log's start, whose records
     /// retention deleted, counts from the start). A partition whose end no fetch has told
     /// yet is not — for [`END_UNKNOWN_GRACE`] after it was assigned, then it is, as if
     /// ends were not known (a partition without a leader, a broker out of reach).
-    fn read_to_end_partitions(&self) -> BTreeSet<(String, i32)> {
-        let ends = self.consumer.context().bounds();
-        self.positions()
-            .into_iter()
-            .filter(|(p, at)| match ends.get(p) {
-                Some(bounds) => (*at).max(bounds.start) >= bounds.end,
-                None => self
+    fn partition_read_to_end(&self, partition: &(String, i32)) -> bool {
+        self.read_to_end.contains(partition)
+            || (!self.end_known.contains(partition)
+                && self
                     .assigned_at
-                    .get(p)
-                    .is_none_or(|t| t.elapsed() >= END_UNKNOWN_GRACE),
-            })
-            .map(|(p, _)| p)
-            .collect()
+                    .get(partition)
+                    .is_none_or(|t| t.elapsed() >= END_UNKNOWN_GRACE))
     }
 
-    /// Adds what a poll read to the source's counters and, when new statistics came,
-    /// sets each partition's lag: records between its next offset and its end.
+    /// Takes in new statistics, if any came: which partitions are read to their end, and
+    /// each one's lag (records between where the source stands and the end).
+    fn take_statistics(&mut self) {
+        if !self.consumer.context().fresh.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let at = self.positions();
+        let ends = self.consumer.context().bounds();
+        self.end_known = at
+            .keys()
+            .filter(|p| ends.contains_key(*p))
+            .cloned()
+            .collect();
+        self.read_to_end = at
+            .iter()
+            .filter(|(p, at)| ends.get(*p).is_some_and(|b| (**at).max(b.start) >= b.end))
+            .map(|(p, _)| p.clone())
+            .collect();
+        if let Some(metrics) = &self.metrics {
+            let lag = at
+                .iter()
+                .filter_map(|(p, next)| {
+                    let bounds = ends.get(p)?;
+                    let behind = bounds.end - (*next).max(bounds.start);
+                    Some((format!("{}/{}", p.0, p.1), behind.max(0) as u64))
+                })
+                .collect();
+            *metrics.lag.lock().unwrap_or_else(|e| e.into_inner()) = lag;
+        }
+    }
+
+    /// Adds what a poll read to the source's counters.
     fn report(&self, records: u64, bytes: usize) {
         let Some(metrics) = &self.metrics else { return };
         if records > 0 {
@@ -674,20 +704,6 @@ impl KafkaSource {
             ] {
                 *counters.entry(name.to_string()).or_default() += delta;
             }
-        }
-        let stats = self.consumer.context();
-        if stats.fresh.swap(false, Ordering::Relaxed) {
-            let at = self.positions();
-            let ends = stats.bounds();
-            let lag = at
-                .iter()
-                .filter_map(|(p, next)| {
-                    let bounds = ends.get(p)?;
-                    let behind = bounds.end - (*next).max(bounds.start);
-                    Some((format!("{}/{}", p.0, p.1), behind.max(0) as u64))
-                })
-                .collect();
-            *metrics.lag.lock().unwrap_or_else(|e| e.into_inner()) = lag;
         }
     }
 }
@@ -836,6 +852,7 @@ impl Source for KafkaSource {
             });
         }
         self.report(records, bytes);
+        self.take_statistics();
         if out.is_empty() {
             if self.config.bounded {
                 self.skip_to_positions()?;
@@ -897,6 +914,8 @@ impl Source for KafkaSource {
         self.max_timestamps = map(position.max_timestamps);
         self.last_record.clear();
         self.assigned_at.clear();
+        self.end_known.clear();
+        self.read_to_end.clear();
         self.next.clear();
         self.started = false;
         Ok(())
@@ -913,7 +932,6 @@ impl Source for KafkaSource {
         }
         let mut min: Option<i64> = None;
         let mut waiting = false;
-        let mut read_to_end = None;
         for (partition, next) in &self.next {
             if self.stops.get(partition).is_some_and(|stop| next >= stop) {
                 continue;
@@ -925,9 +943,7 @@ impl Source for KafkaSource {
                 .copied()
                 .unwrap_or(self.started_at);
             if idle_after.is_some_and(|t| silent_since.elapsed() >= t)
-                && read_to_end
-                    .get_or_insert_with(|| self.read_to_end_partitions())
-                    .contains(partition)
+                && self.partition_read_to_end(partition)
             {
                 continue;
             }
@@ -958,12 +974,11 @@ impl Source for KafkaSource {
     fn read_to_end(&self) -> bool {
         // (An exchange topic's reader is idle when its producers say so, not by silence.)
         self.config.exchange_producers.is_some()
-            || self.started && {
-                let done = self.read_to_end_partitions();
-                self.next.iter().all(|(p, next)| {
-                    done.contains(p) || self.stops.get(p).is_some_and(|stop| next >= stop)
+            || self.started
+                && self.next.iter().all(|(p, next)| {
+                    self.partition_read_to_end(p)
+                        || self.stops.get(p).is_some_and(|stop| next >= stop)
                 })
-            }
     }
 
     fn upstream_idle(&self) -> bool {
@@ -1101,23 +1116,25 @@ mod tests {
             .insert(p(2), Instant::now() - Duration::from_secs(6));
         assert_eq!(s.watermark(100, Some(Duration::from_secs(5))), None);
         assert!(!s.read_to_end());
-        let ends = |s: &KafkaSource, e: &[(i32, i64, i64)]| {
+        let ends = |s: &mut KafkaSource, e: &[(i32, i64, i64)]| {
             *s.consumer.context().ends.lock().unwrap() = e
                 .iter()
                 .map(|&(i, start, end)| (p(i), Bounds { start, end }))
-                .collect()
+                .collect();
+            s.consumer.context().fresh.store(true, Ordering::Relaxed);
+            s.take_statistics();
         };
-        ends(&s, &[(0, 0, 0), (1, 0, 0), (2, 0, 7)]);
+        ends(&mut s, &[(0, 0, 0), (1, 0, 0), (2, 0, 7)]);
         assert_eq!(s.watermark(100, Some(Duration::from_secs(5))), None);
         // Read to its end and silent: left out, the smallest of the others, 900 − 100 − 1.
-        ends(&s, &[(0, 0, 0), (1, 0, 0), (2, 0, 0)]);
+        ends(&mut s, &[(0, 0, 0), (1, 0, 0), (2, 0, 0)]);
         assert!(s.read_to_end());
         assert_eq!(s.watermark(100, Some(Duration::from_secs(5))), Some(799));
         // Records retention deleted before the position count as read.
-        ends(&s, &[(0, 0, 0), (1, 0, 0), (2, 7, 7)]);
+        ends(&mut s, &[(0, 0, 0), (1, 0, 0), (2, 7, 7)]);
         assert!(s.read_to_end());
         // An end still unknown long after the assignment no longer holds idleness back.
-        ends(&s, &[(0, 0, 0), (1, 0, 0)]);
+        ends(&mut s, &[(0, 0, 0), (1, 0, 0)]);
         assert!(!s.read_to_end());
         s.assigned_at
             .insert(p(2), Instant::now() - END_UNKNOWN_GRACE);
