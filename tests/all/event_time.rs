@@ -78,7 +78,8 @@ batch_size = {batch_size}
     )
 }
 
-fn dropped(report: &JobReport) -> u64 {
+/// Records the `window` operator dropped as late, over its subtasks.
+pub(crate) fn dropped(report: &JobReport) -> u64 {
     counter(report, "late-records-dropped")
 }
 

@@ -578,12 +578,7 @@ format = "key-value"
     );
     let report = run_job(&job).expect("the job runs");
     let output = std::fs::read_to_string(dir.join("out.tsv")).unwrap();
-    let dropped: u64 = report
-        .tasks
-        .iter()
-        .flat_map(|t| &t.operators)
-        .filter_map(|o| o.counters.get("late-records-dropped"))
-        .sum();
+    let dropped = crate::event_time::dropped(&report);
     assert!(
         output.lines().any(|l| l == "slow\t0,10000,10") && dropped == 0,
         "{dropped} dropped as late; windows: {output}"

@@ -211,13 +211,10 @@ pub struct KafkaSource {
     last_record: BTreeMap<(String, i32), Instant>,
     /// When each partition was assigned (since a restore).
     assigned_at: BTreeMap<(String, i32), Instant>,
-    /// As of the last statistics: the partitions whose end they told, and those read to
-    /// it.
-    end_known: BTreeSet<(String, i32)>,
-    read_to_end: BTreeSet<(String, i32)>,
+    /// As of the last statistics: for each partition whose end they told, whether the
+    /// source has read to it.
+    read_to_end: BTreeMap<(String, i32), bool>,
     last_discovery: Instant,
-    /// When the partitions were first assigned.
-    started_at: Instant,
     /// Positions taken for checkpoints, until they complete (then committed) or a later
     /// one completes.
     pending: BTreeMap<u64, Vec<(String, i32, i64)>>,
@@ -287,10 +284,8 @@ impl KafkaSource {
             max_timestamps: BTreeMap::new(),
             last_record: BTreeMap::new(),
             assigned_at: BTreeMap::new(),
-            end_known: BTreeSet::new(),
-            read_to_end: BTreeSet::new(),
+            read_to_end: BTreeMap::new(),
             last_discovery: Instant::now(),
-            started_at: Instant::now(),
             pending: BTreeMap::new(),
             producer_watermarks: BTreeMap::new(),
             idle_producers: BTreeSet::new(),
@@ -481,9 +476,6 @@ impl KafkaSource {
         self.consumer
             .assign(&tpl)
             .context("assigning Kafka partitions")?;
-        if !self.started {
-            self.started_at = Instant::now();
-        }
         for p in self.next.keys() {
             self.assigned_at
                 .entry(p.clone())
@@ -654,12 +646,13 @@ impl KafkaSource {
     /// yet is not — for [`END_UNKNOWN_GRACE`] after it was assigned, then it is, as if
     /// ends were not known (a partition without a leader, a broker out of reach).
     fn partition_read_to_end(&self, partition: &(String, i32)) -> bool {
-        self.read_to_end.contains(partition)
-            || (!self.end_known.contains(partition)
-                && self
-                    .assigned_at
-                    .get(partition)
-                    .is_none_or(|t| t.elapsed() >= END_UNKNOWN_GRACE))
+        match self.read_to_end.get(partition) {
+            Some(read) => *read,
+            None => self
+                .assigned_at
+                .get(partition)
+                .is_none_or(|t| t.elapsed() >= END_UNKNOWN_GRACE),
+        }
     }
 
     /// Takes in new statistics, if any came: which partitions are read to their end, and
@@ -670,15 +663,12 @@ impl KafkaSource {
         }
         let at = self.positions();
         let ends = self.consumer.context().bounds();
-        self.end_known = at
-            .keys()
-            .filter(|p| ends.contains_key(*p))
-            .cloned()
-            .collect();
         self.read_to_end = at
             .iter()
-            .filter(|(p, at)| ends.get(*p).is_some_and(|b| (**at).max(b.start) >= b.end))
-            .map(|(p, _)| p.clone())
+            .filter_map(|(p, at)| {
+                let b = ends.get(p)?;
+                Some((p.clone(), (*at).max(b.start) >= b.end))
+            })
             .collect();
         if let Some(metrics) = &self.metrics {
             let lag = at
@@ -914,7 +904,6 @@ impl Source for KafkaSource {
         self.max_timestamps = map(position.max_timestamps);
         self.last_record.clear();
         self.assigned_at.clear();
-        self.end_known.clear();
         self.read_to_end.clear();
         self.next.clear();
         self.started = false;
@@ -936,14 +925,13 @@ impl Source for KafkaSource {
             if self.stops.get(partition).is_some_and(|stop| next >= stop) {
                 continue;
             }
-            let silent_since = self
+            // (Every partition read is assigned: a missing time is never silent.)
+            let silent_for = self
                 .last_record
                 .get(partition)
                 .or_else(|| self.assigned_at.get(partition))
-                .copied()
-                .unwrap_or(self.started_at);
-            if idle_after.is_some_and(|t| silent_since.elapsed() >= t)
-                && self.partition_read_to_end(partition)
+                .map_or(Duration::ZERO, Instant::elapsed);
+            if idle_after.is_some_and(|t| silent_for >= t) && self.partition_read_to_end(partition)
             {
                 continue;
             }
