@@ -8,9 +8,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use sluice_tests::cluster::owned_units;
-use sluice_tests::kafka::{broker, create_topic, read_committed, unique_topic};
+use sluice_tests::kafka::{broker, create_topic, produce_to, read_committed, unique_topic};
 use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE, WINDOW};
-use sluice_tests::{test_dir, write_job};
+use sluice_tests::{
+    expected_word_counts, final_counts_any_order, sample_text, test_dir, write_job,
+};
 
 use crate::kafka::{as_count_lines, assert_counts, topic_of_lines};
 
@@ -18,6 +20,8 @@ use crate::kafka::{as_count_lines, assert_counts, topic_of_lines};
 struct Shape<'a> {
     /// The brokers its source and sink name (none: a server's, from the tenant's grant).
     broker: Option<&'a str>,
+    /// Whether its source ends at the end of its input as the job started.
+    bounded: bool,
     /// How its first operator misbehaves (`slow-process`: 2 ms a line).
     behavior: &'a str,
     /// Whether `tokenize` begins a stage of its own (three stages).
@@ -26,12 +30,13 @@ struct Shape<'a> {
     cluster: &'a str,
 }
 
-/// A word count from `input` (bounded) to `output` over several hosts, written to
+/// A word count from `input` to `output` over several hosts, written to
 /// `dir/name`: an operator that misbehaves (slowly, usually), `tokenize`, then `count`
 /// by word after an exchange topic of 4 partitions.
 fn word_count_job(dir: &Path, name: &str, input: &str, output: &str, shape: Shape<'_>) -> PathBuf {
     let Shape {
         broker,
+        bounded,
         behavior,
         repartition,
         cluster,
@@ -47,7 +52,7 @@ name = "{output}"
 type = "kafka"
 {bootstrap}
 topics = "{input}"
-bounded = true
+bounded = {bounded}
 [[operator]]
 name = "misbehave"
 plugin = "{TEST_MISBEHAVE}"
@@ -127,10 +132,13 @@ fn wait_for_output(dir: &Path, hosts: &mut [Child], broker: &str, topic: &str, r
     }
 }
 
-/// A word count over several hosts: its input (`lines` of sample text in a topic of 4
-/// partitions), its output topic, its folder and job file.
+/// A word count over several hosts, of `lines` lines of sample text in a topic of 4
+/// partitions read unbounded: the first half is written at the start and the second by
+/// [`WordCount::write_rest`], so a test decides when the input is complete and no host
+/// can finish the job before the test has done what it does mid-run.
 struct WordCount {
     broker: String,
+    input: String,
     text: String,
     output: String,
     dir: PathBuf,
@@ -141,32 +149,81 @@ impl WordCount {
     /// `None` without a broker.
     fn new(name: &str, seed: u64, lines: usize, repartition: bool) -> Option<WordCount> {
         let broker = broker()?;
-        let (input, text) = topic_of_lines(&broker, "cluster-in", 4, seed, lines);
+        let input = unique_topic("cluster-in");
+        create_topic(&broker, &input, 4);
+        let text = sample_text(seed, lines);
         let output = unique_topic("cluster-out");
         create_topic(&broker, &output, 2);
         let dir = test_dir(name);
         let shape = Shape {
             broker: Some(&broker),
+            bounded: false,
             behavior: "slow-process",
             repartition,
             cluster: "checkpoints = \"store\"",
         };
         let job = word_count_job(&dir, "job.toml", &input, &output, shape);
-        Some(WordCount {
+        let wc = WordCount {
             broker,
+            input,
             text,
             output,
             dir,
             job,
-        })
+        };
+        wc.write(|half| half == 0);
+        Some(wc)
+    }
+
+    /// Writes the lines of the halves `which` accepts (0 first, 1 second), round-robin
+    /// over the partitions so that each half reaches every one.
+    fn write(&self, which: impl Fn(usize) -> bool) {
+        let lines: Vec<&str> = self.text.lines().collect();
+        for partition in 0..4 {
+            let records: Vec<(Option<&str>, &str, Option<i64>)> = lines
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % 4 == partition && which(i * 2 / lines.len()))
+                .map(|(_, l)| (None, *l, None))
+                .collect();
+            produce_to(&self.broker, &self.input, Some(partition as i32), &records);
+        }
+    }
+
+    /// Writes the second half of the input.
+    fn write_rest(&self) {
+        self.write(|half| half == 1);
     }
 
     fn spawn(&self, n: usize) -> Child {
         spawn_host(&self.dir, &self.job, &self.broker, n)
     }
 
-    /// Checks the committed output against the counts of the input.
-    fn check(&self) {
+    /// Once the committed output counts every line (the whole input written), stops the
+    /// hosts still running (SIGTERM: each leaves the job) and checks that nothing was
+    /// counted twice on the way out. `hosts[n]` is `None` for a host that is gone.
+    fn complete(&self, hosts: &mut [Option<Child>]) {
+        let expected = expected_word_counts(&self.text, 1);
+        let committed =
+            || final_counts_any_order(&as_count_lines(&read_committed(&self.broker, &self.output)));
+        wait_until("every line counted", Duration::from_secs(180), || {
+            for (n, host) in hosts.iter_mut().enumerate() {
+                if let Some(status) = host.as_mut().and_then(|h| h.try_wait().unwrap()) {
+                    panic!("host {n} ended ({status}) early: {}", log_of(&self.dir, n));
+                }
+            }
+            committed().is_ok_and(|counts| counts == expected)
+        });
+        for host in hosts.iter().flatten() {
+            let pid = host.id().to_string();
+            let term = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+            assert!(term.success());
+        }
+        for (n, host) in hosts.iter_mut().enumerate() {
+            if let Some(host) = host {
+                wait_success(&self.dir, host, n, Duration::from_secs(60));
+            }
+        }
         assert_counts(
             &as_count_lines(&read_committed(&self.broker, &self.output)),
             &self.text,
@@ -184,12 +241,13 @@ fn three_hosts_share_a_job_and_a_killed_hosts_units_move() {
     wait_for_output(&wc.dir, &mut hosts, &wc.broker, &wc.output, 200);
     hosts[0].kill().unwrap(); // SIGKILL
     hosts[0].wait().unwrap();
-    for (n, host) in hosts.iter_mut().enumerate().skip(1) {
-        wait_success(&wc.dir, host, n, Duration::from_secs(180));
-    }
-    wc.check();
+    // The rest of the input reaches every partition, the killed host's too.
+    wc.write_rest();
+    let mut hosts: Vec<Option<Child>> = hosts.into_iter().map(Some).collect();
+    hosts[0] = None;
+    wc.complete(&mut hosts);
     let logs = log_of(&wc.dir, 1) + &log_of(&wc.dir, 2);
-    assert!(logs.contains("finished"), "{logs}");
+    assert!(logs.contains("restoring"), "{logs}");
 }
 
 /// Whether host `n`'s log says it owns `units` units.
@@ -234,10 +292,8 @@ fn a_stopped_host_is_fenced_when_it_wakes() {
         owns(dir, 1, 8)
     });
     signal("-CONT");
-    for (n, host) in hosts.iter_mut().enumerate() {
-        wait_success(dir, host, n, Duration::from_secs(180));
-    }
-    wc.check();
+    wc.write_rest();
+    wc.complete(&mut hosts.into_iter().map(Some).collect::<Vec<_>>());
 }
 
 /// A host that joins mid-run takes over units from the one running all; `sluice status`
@@ -252,8 +308,8 @@ fn a_host_added_mid_run_takes_over_units() {
     let mut hosts = vec![wc.spawn(0)];
     wait_for_output(dir, &mut hosts, &wc.broker, &wc.output, 100);
     hosts.push(wc.spawn(1));
-    wait_until("the new host owns units", Duration::from_secs(60), || {
-        owns(dir, 1, 6)
+    wait_until("the new host owns units", Duration::from_secs(120), || {
+        owns(dir, 0, 6) && owns(dir, 1, 6)
     });
     let status = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
         .args(["status"])
@@ -277,10 +333,8 @@ fn a_host_added_mid_run_takes_over_units() {
         shown.contains("stage 2: ") && shown.contains("-> count -> sink"),
         "{shown}"
     );
-    for (n, host) in hosts.iter_mut().enumerate() {
-        wait_success(dir, host, n, Duration::from_secs(180));
-    }
-    wc.check();
+    wc.write_rest();
+    wc.complete(&mut hosts.into_iter().map(Some).collect::<Vec<_>>());
     assert!(
         log_of(dir, 1).contains("restoring"),
         "the new host restored no unit: {}",
@@ -316,7 +370,7 @@ fn windows_over_two_hosts(
             .iter()
             .map(|(k, ts)| (Some(k.as_str()), "x", Some(*ts)))
             .collect();
-        sluice_tests::kafka::produce_to(broker, &input, Some(p), &records);
+        produce_to(broker, &input, Some(p), &records);
     }
     let output = unique_topic("cluster-windows");
     create_topic(broker, &output, 1);
@@ -496,6 +550,7 @@ fn two_servers_share_a_tenants_job() {
     let job = |extra: &str| {
         let shape = Shape {
             broker: None,
+            bounded: true,
             behavior: "slow-process",
             repartition: false,
             cluster: extra,
@@ -615,6 +670,7 @@ fn a_failing_unit_on_a_server_shows_why_and_the_job_cancels() {
     let client = server.client(Some("token-a"));
     let shape = Shape {
         broker: None,
+        bounded: true,
         behavior: "panic-in-process",
         repartition: false,
         cluster: "",
