@@ -81,7 +81,6 @@ use serde::{Deserialize, Serialize};
 use sluice_sdk::{
     Config, Context, Error, MapState, OpenContext, Operator, Record, Result, SideOutput, Timer,
 };
-use smallvec::SmallVec;
 
 // Every config key the operator knows.
 sluice_sdk::config_keys!(
@@ -159,6 +158,9 @@ pub struct Window {
     late: SideOutput,
     /// Per key: window start -> the window's end and aggregate.
     windows: MapState<i64, Accumulator>,
+    /// The latest window start of the last record of fixed windows: the next record's
+    /// too when it falls less than a slide after it, as most do (no division to align).
+    last_start: Option<i64>,
 }
 
 impl Operator for Window {
@@ -204,6 +206,7 @@ impl Operator for Window {
             allowed_lateness,
             late: ctx.side_output("late")?,
             windows: ctx.map_state("windows")?,
+            last_start: None,
         })
     }
 
@@ -223,8 +226,11 @@ impl Operator for Window {
                 slide,
                 offset,
             } => {
+                let start = window_start_after(self.last_start, ts, offset, slide)
+                    .ok_or_else(|| out_of_range(ts))?;
+                self.last_start = Some(start);
                 let windows =
-                    fixed_windows(ts, size, slide, offset).ok_or_else(|| out_of_range(ts))?;
+                    fixed_windows(ts, start, size, slide).ok_or_else(|| out_of_range(ts))?;
                 let mut added = false;
                 for (start, end) in windows {
                     added |= self.add_to_window(ctx, key, start, end, value)?;
@@ -575,25 +581,67 @@ fn window_start(ts: i64, offset: i64, size: i64) -> Option<i64> {
     ts.checked_sub(ts.checked_sub(offset)?.rem_euclid(size))
 }
 
-/// The windows of a record, inline up to four (a tumbling window is one).
-type Windows = SmallVec<[(i64, i64); 4]>;
+/// [`window_start`] of `ts`, taken from `last` (that of an earlier timestamp) when `ts`
+/// falls less than a slide after it, as consecutive records mostly do: no division.
+fn window_start_after(last: Option<i64>, ts: i64, offset: i64, slide: i64) -> Option<i64> {
+    match last {
+        // (`ts - last` fits a `u64` when `ts >= last`; `ts - offset` overflows here when
+        // it does in `window_start`.)
+        Some(last)
+            if ts >= last
+                && (ts.wrapping_sub(last) as u64) < slide as u64
+                && ts.checked_sub(offset).is_some() =>
+        {
+            Some(last)
+        }
+        _ => window_start(ts, offset, slide),
+    }
+}
 
 /// The windows of `size` every `slide` that hold `ts`, as `(start, end)`, latest start
 /// first (Flink's `SlidingEventTimeWindows::assignWindows`; with `slide == size` it yields
-/// the one window of `TumblingEventTimeWindows`). `None` when a bound overflows `i64`.
-fn fixed_windows(ts: i64, size: i64, slide: i64, offset: i64) -> Option<Windows> {
+/// the one window of `TumblingEventTimeWindows`), given the latest start `start` (what
+/// [`window_start`] gives with `slide`). `None` when a bound overflows `i64`.
+fn fixed_windows(ts: i64, start: i64, size: i64, slide: i64) -> Option<FixedWindows> {
     let lowest_excluded = ts.checked_sub(size)?;
-    let mut windows = Windows::new();
-    let mut start = window_start(ts, offset, slide)?;
-    while start > lowest_excluded {
-        windows.push((start, start.checked_add(size)?));
-        match start.checked_sub(slide) {
-            Some(earlier) => start = earlier,
-            // Below `i64::MIN`, so below `lowest_excluded` too.
-            None => break,
-        }
+    if start > lowest_excluded {
+        // The latest window ends last: if its end fits, every end does.
+        start.checked_add(size)?;
     }
-    Some(windows)
+    Some(FixedWindows {
+        start,
+        lowest_excluded,
+        size,
+        slide,
+    })
+}
+
+/// The windows [`fixed_windows`] gives, one after the other.
+#[derive(Debug, Clone, Copy)]
+struct FixedWindows {
+    /// The start of the next window.
+    start: i64,
+    /// Windows starting at or before this one do not hold the timestamp.
+    lowest_excluded: i64,
+    size: i64,
+    slide: i64,
+}
+
+impl Iterator for FixedWindows {
+    type Item = (i64, i64);
+
+    fn next(&mut self) -> Option<(i64, i64)> {
+        if self.start <= self.lowest_excluded {
+            return None;
+        }
+        let window = (self.start, self.start + self.size);
+        // Below `i64::MIN` is below `lowest_excluded` too.
+        self.start = self
+            .start
+            .checked_sub(self.slide)
+            .unwrap_or(self.lowest_excluded);
+        Some(window)
+    }
 }
 
 /// The largest timestamp in the window ending at `end` (exclusive).
@@ -656,6 +704,53 @@ mod tests {
             .iter()
             .map(|(k, v, t)| ((*k).to_owned(), (*v).to_owned(), *t))
             .collect()
+    }
+
+    #[test]
+    fn windows_follow_from_the_last_start_as_from_the_timestamp_alone() {
+        /// The windows holding `ts`, latest first, worked out in `i128`; `None` where a
+        /// bound leaves `i64`.
+        fn by_definition(ts: i64, size: i64, slide: i64, offset: i64) -> Option<Vec<(i64, i64)>> {
+            let (t, size, slide, offset) =
+                (ts as i128, size as i128, slide as i128, offset as i128);
+            let fits = |x: i128| i64::try_from(x).ok();
+            fits(t - size)?;
+            let mut windows = Vec::new();
+            let mut start = t - (t - offset).rem_euclid(slide);
+            while start > t - size {
+                windows.push((fits(start)?, fits(start + size)?));
+                start -= slide;
+            }
+            Some(windows)
+        }
+        // (size, slide, offset): tumbling, sliding, with offsets, with gaps between windows.
+        let shapes = [
+            (10, 10, 0),
+            (10, 5, 0),
+            (10, 3, 2),
+            (10, 10, -4),
+            (4, 10, 3),
+        ];
+        let mut timestamps: Vec<i64> = (-40..40).collect();
+        timestamps.extend([35, 12, 12, -7, 0, 39, 1, 1000, -1000, 999]);
+        timestamps.extend((0..25).map(|d| i64::MIN + d));
+        timestamps.extend((0..25).map(|d| i64::MAX - d));
+        timestamps.extend([i64::MAX - 3, i64::MIN + 2, i64::MAX - 20, 5]);
+        // A start that holds a later timestamp for which `ts - offset` overflows.
+        timestamps.extend([i64::MIN + 2, i64::MIN + 1, i64::MAX - 10, i64::MAX - 2]);
+        for (size, slide, offset) in shapes {
+            let mut last = None;
+            for &ts in &timestamps {
+                let what =
+                    format!("{ts} after {last:?}, size {size} slide {slide} offset {offset}");
+                let start = window_start_after(last, ts, offset, slide);
+                assert_eq!(start, window_start(ts, offset, slide), "{what}");
+                last = start.or(last);
+                let Some(start) = start else { continue };
+                let windows = fixed_windows(ts, start, size, slide).map(Iterator::collect);
+                assert_eq!(windows, by_definition(ts, size, slide, offset), "{what}");
+            }
+        }
     }
 
     #[test]
