@@ -225,7 +225,7 @@ batch_size = {batch}
     let mut times = BTreeMap::new();
     for batch in [1024, 16, 1] {
         let path = job(batch);
-        sluice(&dir, &path, "out.tsv");
+        let (_, report) = sluice_report(&dir, &path, "out.tsv");
         let t = median_time(runs, || {
             sluice(&dir, &path, "out.tsv");
         });
@@ -242,6 +242,17 @@ batch_size = {batch}
             t.as_secs_f64() / plain.as_secs_f64(),
             t.as_secs_f64() / times[&1024].as_secs_f64()
         );
+        // Which task bounds the job: the one busy (not waiting for input or for room
+        // downstream) nearly all the time.
+        for task in &report.tasks {
+            println!(
+                "    {:<28} busy {:>5.2} s, idle {:>5.2} s, backpressured {:>5.2} s",
+                task.task,
+                task.busy.as_secs_f64(),
+                task.idle.as_secs_f64(),
+                task.backpressured.as_secs_f64()
+            );
+        }
     }
 }
 
