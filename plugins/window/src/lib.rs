@@ -416,12 +416,14 @@ impl Window {
     /// (a late firing), else at the end; purge at the cleanup time.
     fn trigger(&self, ctx: &mut Context<'_>, key: &[u8], start: i64, acc: &Accumulator) {
         let max_timestamp = max_timestamp(acc.end);
+        let cleanup_time = self.cleanup_time(acc.end);
         if max_timestamp <= ctx.current_watermark() {
             self.emit(ctx, key, start, acc);
-        } else {
+        } else if max_timestamp < cleanup_time {
             ctx.register_event_timer(key, max_timestamp);
         }
-        ctx.register_event_timer(key, self.cleanup_time(acc.end));
+        // (Without allowed lateness, one timer fires and purges the window.)
+        ctx.register_event_timer(key, cleanup_time);
     }
 
     /// When the state of a window ending at `end` is purged: its max timestamp plus the
