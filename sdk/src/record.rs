@@ -136,6 +136,7 @@ pub fn to_bytes<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
 /// # Errors
 ///
 /// [`Error::Failed`] when `bytes` is not a postcard encoding of `T` or has bytes left over.
+#[inline]
 pub fn from_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     let (value, rest) = postcard::take_from_bytes(bytes)?;
     if !rest.is_empty() {

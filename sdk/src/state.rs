@@ -435,6 +435,7 @@ impl MapEntry {
 
     /// Notes a write of the entry `(key, user_key)`: listed for the next write-back the
     /// first time only, however often it is written until then.
+    #[inline]
     fn written(
         &mut self,
         pending: &mut PairList,
@@ -1121,12 +1122,14 @@ fn decode_value<T: DeserializeOwned>(name: &str, bytes: Option<&[u8]>) -> Result
 }
 
 /// `value` encoded into `buf` (cleared first); the buffer comes back either way.
+#[inline]
 fn encode_into<T: Serialize + ?Sized>(buf: &mut Vec<u8>, value: &T) -> Result<Vec<u8>> {
     let mut bytes = std::mem::take(buf);
     bytes.clear();
     postcard::to_extend(value, bytes).map_err(Error::from)
 }
 
+#[inline]
 fn map_cache<'m>(maps: &'m mut MapCaches, key: &[u8]) -> &'m mut MapCache {
     maps.entry_ref(key).or_default()
 }
@@ -1136,6 +1139,7 @@ fn map_cache<'m>(maps: &'m mut MapCaches, key: &[u8]) -> &'m mut MapCache {
 /// the entry is not in it. The first read of a key loads its whole map in one host call:
 /// later reads of other map keys (a new window, say) are then answered here.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 fn cached_map_entry<'c>(
     host: &dyn Host,
     usage: &mut Usage,
