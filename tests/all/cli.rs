@@ -298,6 +298,12 @@ fn new_plugins_from_every_template_test_build_and_run() {
         let (code, stdout, stderr) = outcome(&sluice(&args));
         assert_eq!(code, Some(0), "{stdout}{stderr}");
         let root = dir.join(&name);
+        // Built as the project's own plugins are: more inlining for the Wasm target.
+        let config = std::fs::read_to_string(root.join(".cargo/config.toml")).unwrap();
+        assert!(
+            config.contains("[target.wasm32-wasip2]") && config.contains("inline-threshold"),
+            "{config}"
+        );
         for build in [
             &["test", "--release", "--quiet"][..],
             &["build", "--release", "--quiet", "--target", "wasm32-wasip2"],

@@ -362,9 +362,14 @@ pub(super) fn create(
             fill(include_str!("../../templates/README.md.in")),
         ),
         (".gitignore", "/target\n/out\n/checkpoints\n".to_string()),
+        (
+            ".cargo/config.toml",
+            include_str!("../../templates/cargo-config.toml").to_string(),
+        ),
     ];
-    std::fs::create_dir_all(root.join("src"))
-        .with_context(|| format!("creating {}", root.display()))?;
+    for dir in [root.join("src"), root.join(".cargo")] {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     for (file, text) in files {
         let path = root.join(file);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
