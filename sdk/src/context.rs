@@ -93,14 +93,21 @@ impl hashbrown::Equivalent<OwnedTimer> for TimerRef<'_> {
 impl TimerSet {
     /// Adds a timer; false when it was already there.
     fn insert(&mut self, domain: TimeDomain, key: &[u8], timestamp: i64) -> bool {
-        if self.contains(domain, key, timestamp) {
-            return false;
-        }
-        self.0.insert(OwnedTimer {
+        let mut added = false;
+        let timer = TimerRef {
             domain,
             timestamp,
-            key: smallvec::SmallVec::from_slice(key),
-        })
+            key,
+        };
+        self.0.get_or_insert_with(&timer, |t| {
+            added = true;
+            OwnedTimer {
+                domain: t.domain,
+                timestamp: t.timestamp,
+                key: smallvec::SmallVec::from_slice(t.key),
+            }
+        });
+        added
     }
 
     /// Removes a timer; false when it was not there.
