@@ -33,8 +33,7 @@ impl<'a> Record<'a> {
     ///
     /// [`Error::Failed`] saying that the record value is not valid UTF-8, and where.
     pub fn value_str(&self) -> Result<&'a str> {
-        std::str::from_utf8(self.value)
-            .map_err(|e| Error::failed(format!("record value is not valid UTF-8: {e}")))
+        utf8(self.value).map_err(|e| Error::failed(format!("record value is not valid UTF-8: {e}")))
     }
 
     /// The key as UTF-8 text.
@@ -43,7 +42,7 @@ impl<'a> Record<'a> {
     ///
     /// [`Error::Failed`] when the record has no key or the key is not valid UTF-8.
     pub fn key_str(&self) -> Result<&'a str> {
-        std::str::from_utf8(self.require_key()?)
+        utf8(self.require_key()?)
             .map_err(|e| Error::failed(format!("record key is not valid UTF-8: {e}")))
     }
 
@@ -126,6 +125,18 @@ impl OwnedRecord {
     }
 }
 
+/// `bytes` as UTF-8 text. Text that is all ASCII (most keys and words) is recognised
+/// by a plain byte test first: compiled to Wasm, std's UTF-8 validation costs several
+/// times more per short string than the test, and its result is the same.
+#[inline]
+fn utf8(bytes: &[u8]) -> std::result::Result<&str, std::str::Utf8Error> {
+    if bytes.is_ascii() {
+        // SAFETY: every ASCII byte sequence is valid UTF-8.
+        return Ok(unsafe { std::str::from_utf8_unchecked(bytes) });
+    }
+    std::str::from_utf8(bytes)
+}
+
 /// Encodes `value` with postcard, the encoding the SDK uses for typed values and state.
 pub fn to_bytes<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
     Ok(postcard::to_stdvec(value)?)
@@ -169,6 +180,37 @@ mod tests {
         let unkeyed = Record::new(b"v");
         assert!(unkeyed.key_str().unwrap_err().message().contains("key_by"));
         assert_eq!(unkeyed.value_str().unwrap(), "v");
+    }
+
+    #[test]
+    fn text_is_checked_as_std_checks_it() {
+        let long = "x".repeat(40);
+        let cases: Vec<Vec<u8>> = vec![
+            b"".to_vec(),
+            b"word".to_vec(),
+            b"\x7f\x00 ascii edges".to_vec(),
+            "wörld".into(),
+            "日本".into(),
+            format!("{long}é").into(),
+            [long.as_bytes(), b"\x80"].concat(),
+            b"\x80".to_vec(),
+            b"caf\xe9".to_vec(),
+            b"\xc3".to_vec(),
+            b"\xed\xa0\x80".to_vec(),
+            b"\xf4\x90\x80\x80".to_vec(),
+        ];
+        for bytes in cases {
+            let ours = utf8(&bytes).map_err(|e| e.to_string());
+            let std = std::str::from_utf8(&bytes).map_err(|e| e.to_string());
+            assert_eq!(ours, std, "{bytes:?}");
+            let record = Record {
+                key: Some(&bytes),
+                value: &bytes,
+                timestamp: None,
+            };
+            assert_eq!(record.value_str().is_ok(), std.is_ok());
+            assert_eq!(record.key_str().is_ok(), std.is_ok());
+        }
     }
 
     #[test]
