@@ -322,10 +322,19 @@ impl<'a> BatchReader<'a> {
     /// [`BatchWriter::extend_encoded`] can copy as they are).
     #[inline]
     pub fn next_with_bytes(&mut self) -> Option<Result<(RecordRef<'a>, &'a [u8]), DecodeError>> {
-        let start = self.cursor.pos;
         let buf = self.cursor.buf;
+        self.next_with_range()
+            .map(|r| r.map(|(record, range)| (record, &buf[range])))
+    }
+
+    /// The next record together with where its encoded bytes lie in the batch.
+    #[inline]
+    pub fn next_with_range(
+        &mut self,
+    ) -> Option<Result<(RecordRef<'a>, std::ops::Range<usize>), DecodeError>> {
+        let start = self.cursor.pos;
         self.next()
-            .map(|r| r.map(|record| (record, &buf[start..self.cursor.pos])))
+            .map(|r| r.map(|record| (record, start..self.cursor.pos)))
     }
 
     #[inline]

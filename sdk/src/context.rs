@@ -2,6 +2,7 @@
 //! other calls that may produce output.
 
 use std::cell::Cell;
+use std::ops::Range;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -546,9 +547,15 @@ pub struct Context<'a> {
     pub(crate) host: &'a dyn Host,
     pub(crate) rt: &'a mut Runtime,
     pub(crate) timestamp: Option<i64>,
-    /// The input record being processed, with its encoded bytes: emitting it unchanged
-    /// copies those bytes instead of encoding it again.
-    pub(crate) input: Option<(RecordRef<'a>, &'a [u8])>,
+    /// The input record being processed, with where its encoded bytes lie in `batch`:
+    /// emitting it unchanged copies those bytes instead of encoding it again.
+    pub(crate) input: Option<(RecordRef<'a>, Range<usize>)>,
+    /// The batch `process` is reading (empty in other calls).
+    pub(crate) batch: &'a [u8],
+    /// Input records emitted unchanged and not copied to the output yet: the bytes
+    /// `batch[range]`, holding `count` records. Consecutive ones (a filter passing a run
+    /// of records) are copied at once, when something else is emitted or the call ends.
+    pub(crate) unchanged: (Range<usize>, usize),
     /// The input the batch being processed came from.
     pub(crate) input_index: u32,
 }
@@ -564,7 +571,8 @@ impl Context<'_> {
     /// Emits a record with the given timestamp (with the input record's headers and
     /// partition, as [`emit`](Self::emit)).
     pub fn emit_at(&mut self, key: Option<&[u8]>, value: &[u8], timestamp: Option<i64>) {
-        match self.input {
+        self.copy_unchanged();
+        match &self.input {
             Some((input, _)) if input.headers.is_some() || input.partition.is_some() => {
                 self.rt.records.push_record(RecordRef {
                     key,
@@ -582,7 +590,8 @@ impl Context<'_> {
     /// Emits a record to side output `output` (timestamp, headers and partition as
     /// [`emit`](Self::emit)).
     pub fn emit_to(&mut self, output: SideOutput, key: Option<&[u8]>, value: &[u8]) {
-        let input = self.input.map(|(input, _)| input);
+        self.copy_unchanged();
+        let input = self.input.as_ref().map(|(input, _)| *input);
         self.rt.records.push_record(RecordRef {
             key,
             value,
@@ -601,6 +610,7 @@ impl Context<'_> {
     /// The headers of the record being processed (a Kafka record's), in order.
     pub fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
         self.input
+            .as_ref()
             .and_then(|(input, _)| input.headers)
             .into_iter()
             .flat_map(|h| h.iter())
@@ -609,6 +619,7 @@ impl Context<'_> {
     /// The value of the first header `name` of the record being processed.
     pub fn header(&self, name: &str) -> Option<&[u8]> {
         self.input
+            .as_ref()
             .and_then(|(input, _)| input.headers)
             .and_then(|h| h.get(name.as_bytes()))
     }
@@ -616,12 +627,12 @@ impl Context<'_> {
     /// The source partition the record being processed was read from, if its source
     /// has partitions (a Kafka source).
     pub fn partition(&self) -> Option<u32> {
-        self.input.and_then(|(input, _)| input.partition)
+        self.input.as_ref().and_then(|(input, _)| input.partition)
     }
 
     /// Emits `record` as it is (for example the input record, unchanged).
     pub fn emit_record(&mut self, record: Record<'_>) {
-        if let Some((input, encoded)) = self.input
+        if let Some((input, encoded)) = &self.input
             && same_slice(record.value, input.value)
             && record.timestamp == input.timestamp
             && match (record.key, input.key) {
@@ -630,10 +641,28 @@ impl Context<'_> {
                 _ => false,
             }
         {
-            self.rt.records.extend_encoded(encoded, 1);
+            let encoded = encoded.clone();
+            let (run, count) = &mut self.unchanged;
+            if *count > 0 && run.end == encoded.start {
+                run.end = encoded.end;
+                *count += 1;
+            } else {
+                self.copy_unchanged();
+                self.unchanged = (encoded, 1);
+            }
             return;
         }
         self.emit_at(record.key, record.value, record.timestamp);
+    }
+
+    /// Copies the input records emitted unchanged so far to the output, so that what is
+    /// emitted next follows them.
+    #[inline]
+    pub(crate) fn copy_unchanged(&mut self) {
+        let (run, count) = std::mem::take(&mut self.unchanged);
+        if count > 0 {
+            self.rt.records.extend_encoded(&self.batch[run], count);
+        }
     }
 
     /// Emits `value` encoded with postcard, readable with [`Record::decode`]; the

@@ -86,9 +86,12 @@ fn run<'c, T: Operator>(
         rt: &mut instance.rt,
         timestamp: None,
         input: None,
+        batch: &[],
+        unchanged: Default::default(),
         input_index: 0,
     };
     let result = f(&mut instance.operator, &mut ctx);
+    ctx.copy_unchanged();
     let output = ctx.rt.end_call(result.is_ok());
     result.map(|()| output)
 }
@@ -120,6 +123,7 @@ pub(crate) fn process<'c, T: Operator>(
         // Most operators emit about as much as they read: one allocation, no regrowth.
         ctx.rt.records.reserve(records.len());
         ctx.input_index = input;
+        ctx.batch = records;
         let mut reader = BatchReader::new(records);
         let mut next = 0;
         let mut n = 0u32;
@@ -135,6 +139,7 @@ pub(crate) fn process<'c, T: Operator>(
                 ctx.timestamp = None;
                 ctx.input = None;
                 operator.process_watermark(watermark, ctx)?;
+                ctx.copy_unchanged();
                 let at = ctx.rt.records.len() as u32;
                 match passed.last_mut() {
                     Some(last) if last.0 == at => last.1 = watermark,
@@ -142,7 +147,7 @@ pub(crate) fn process<'c, T: Operator>(
                 }
                 next += 1;
             }
-            let Some(item) = reader.next_with_bytes() else {
+            let Some(item) = reader.next_with_range() else {
                 break;
             };
             let (record, encoded) = item.map_err(|e| Error::failed(format!("process: {e}")))?;
@@ -394,6 +399,7 @@ mod tests {
     use super::*;
     use crate::Record;
     use crate::host::{Level, StateKind};
+    use sluice_codec::{BatchWriter, RecordRef};
 
     struct Echo;
 
@@ -479,7 +485,7 @@ mod tests {
         host.watermark.set(5);
         let mut slot = Slot::<Watermarks>::new();
         open(&mut slot, &host, &OpenInfo::default()).unwrap();
-        let mut batch = sluice_codec::BatchWriter::new();
+        let mut batch = BatchWriter::new();
         batch.push(None, b"a", None);
         batch.push(None, b"b", None);
         let batch = batch.into_bytes();
@@ -508,6 +514,130 @@ mod tests {
             ["9"; 6]
         );
         assert_eq!(host.reads.get(), 2);
+    }
+
+    /// By the first byte of the value: `p` passes the record on unchanged, `d` passes it on
+    /// twice, `n` emits a new record then passes it on, `t` passes it on with another
+    /// timestamp, anything else drops it; an odd watermark emits `w`.
+    struct Mixed;
+
+    impl Operator for Mixed {
+        fn open(_ctx: &mut OpenContext<'_>) -> Result<Self> {
+            Ok(Mixed)
+        }
+
+        fn process(&mut self, record: Record<'_>, ctx: &mut Context<'_>) -> Result<()> {
+            match record.value.first() {
+                Some(b'p') => ctx.emit_record(record),
+                Some(b'd') => {
+                    ctx.emit_record(record);
+                    ctx.emit_record(record);
+                }
+                Some(b'n') => {
+                    ctx.emit(None, b"new");
+                    ctx.emit_record(record);
+                }
+                Some(b't') => ctx.emit_record(Record {
+                    timestamp: Some(-1),
+                    ..record
+                }),
+                _ => {}
+            }
+            Ok(())
+        }
+
+        fn process_watermark(&mut self, watermark: i64, ctx: &mut Context<'_>) -> Result<()> {
+            if watermark % 2 == 1 {
+                ctx.emit(None, b"w");
+            }
+            Ok(())
+        }
+    }
+
+    /// What [`Mixed`] emits for `batch` with `watermarks`, written record by record, and
+    /// where the watermarks fall in it.
+    fn mixed_model(batch: &[u8], watermarks: &[(u32, i64)]) -> (Vec<u8>, Vec<(u32, i64)>) {
+        let mut out = BatchWriter::new();
+        let mut positions = Vec::new();
+        let records: Vec<_> = BatchReader::new(batch).map(Result::unwrap).collect();
+        for i in 0..=records.len() {
+            for &(_, w) in watermarks.iter().filter(|(b, _)| *b == i as u32) {
+                if w % 2 == 1 {
+                    out.push(None, b"w", None);
+                }
+                positions.push((out.len() as u32, w));
+            }
+            let Some(&record) = records.get(i) else {
+                break;
+            };
+            match record.value[0] {
+                b'p' => out.push_record(record),
+                b'd' => {
+                    out.push_record(record);
+                    out.push_record(record);
+                }
+                b'n' => {
+                    out.push_record(RecordRef {
+                        key: None,
+                        value: b"new",
+                        ..record
+                    });
+                    out.push_record(record);
+                }
+                b't' => out.push_record(RecordRef {
+                    timestamp: Some(-1),
+                    ..record
+                }),
+                _ => {}
+            }
+        }
+        (out.into_bytes(), positions)
+    }
+
+    /// Records passed on unchanged are copied a run at a time: what comes out, in what
+    /// order and where the watermarks fall, is what copying them one by one gives.
+    #[test]
+    fn records_passed_on_unchanged_keep_their_place_among_the_others() {
+        let host = TestHost::default();
+        let mut slot = Slot::<Mixed>::new();
+        open(&mut slot, &host, &OpenInfo::default()).unwrap();
+        let values = [
+            "p1", "p2", "x", "p3", "d4", "p5", "n6", "p7", "t8", "p9", "p10", "x", "p11",
+        ];
+        let headers = sluice_codec::encode_headers([(&b"h"[..], &b"v"[..])]);
+        let mut batch = BatchWriter::new();
+        for (i, value) in values.iter().enumerate() {
+            batch.push_record(RecordRef {
+                key: (i % 3 == 0).then_some(b"k".as_slice()),
+                value: value.as_bytes(),
+                timestamp: (i % 2 == 0).then_some(i as i64),
+                headers: (i == 9).then(|| sluice_codec::Headers::decode(&headers).unwrap()),
+                partition: (i == 10).then_some(3),
+                output: 0,
+            });
+        }
+        let batch = batch.into_bytes();
+        let decoded = |bytes: &[u8]| -> Vec<String> {
+            BatchReader::new(bytes)
+                .map(|r| format!("{:?}", r.unwrap()))
+                .collect()
+        };
+        for watermarks in [
+            &[][..],
+            &[(0, 1), (2, 2), (7, 3), (13, 4)][..],
+            &[(1, 2), (4, 4), (5, 5), (13, 6)][..],
+        ] {
+            let processed = process(&mut slot, &host, 0, &batch, watermarks).unwrap();
+            let (records, positions) = mixed_model(&batch, watermarks);
+            assert_eq!(
+                decoded(&processed.output.records),
+                decoded(&records),
+                "{watermarks:?}"
+            );
+            assert_eq!(processed.output.records, records, "{watermarks:?}");
+            assert_eq!(processed.watermarks, positions, "{watermarks:?}");
+            assert_eq!(processed.stopped_at, None);
+        }
     }
 
     /// Emits `T K` for each timer; the one at 10 deletes the event timer at 20 of its key,
@@ -625,7 +755,7 @@ mod tests {
         fire(&mut slot, &[(10, "k")]);
         assert_eq!(fire(&mut slot, &[(20, "k")]).0, ["20 k"]);
         // Deleted in `process`: likewise.
-        let mut batch = sluice_codec::BatchWriter::new();
+        let mut batch = BatchWriter::new();
         batch.push(Some(b"k"), b"", None);
         process(&mut slot, &TestHost::default(), 0, &batch.into_bytes(), &[]).unwrap();
         assert_eq!(fire(&mut slot, &[(20, "k")]).0, ["20 k"]);
