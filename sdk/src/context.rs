@@ -564,12 +564,14 @@ impl Context<'_> {
     /// Emits a record with the timestamp of what is being processed: the input record's
     /// timestamp in `process`, an event-time timer's time in `on_timer`, and none
     /// otherwise (see [`timestamp`](Self::timestamp)).
+    #[inline]
     pub fn emit(&mut self, key: Option<&[u8]>, value: &[u8]) {
         self.emit_at(key, value, self.timestamp);
     }
 
     /// Emits a record with the given timestamp (with the input record's headers and
     /// partition, as [`emit`](Self::emit)).
+    #[inline]
     pub fn emit_at(&mut self, key: Option<&[u8]>, value: &[u8], timestamp: Option<i64>) {
         self.copy_unchanged();
         match &self.input {
@@ -631,6 +633,7 @@ impl Context<'_> {
     }
 
     /// Emits `record` as it is (for example the input record, unchanged).
+    #[inline]
     pub fn emit_record(&mut self, record: Record<'_>) {
         if let Some((input, encoded)) = &self.input
             && same_slice(record.value, input.value)

@@ -32,8 +32,9 @@ impl<'a> Record<'a> {
     /// # Errors
     ///
     /// [`Error::Failed`] saying that the record value is not valid UTF-8, and where.
+    #[inline]
     pub fn value_str(&self) -> Result<&'a str> {
-        utf8(self.value).map_err(|e| Error::failed(format!("record value is not valid UTF-8: {e}")))
+        utf8(self.value).map_err(|e| not_utf8("value", e))
     }
 
     /// The key as UTF-8 text.
@@ -41,9 +42,9 @@ impl<'a> Record<'a> {
     /// # Errors
     ///
     /// [`Error::Failed`] when the record has no key or the key is not valid UTF-8.
+    #[inline]
     pub fn key_str(&self) -> Result<&'a str> {
-        utf8(self.require_key()?)
-            .map_err(|e| Error::failed(format!("record key is not valid UTF-8: {e}")))
+        utf8(self.require_key()?).map_err(|e| not_utf8("key", e))
     }
 
     /// The key, for operators that need keyed input.
@@ -52,13 +53,9 @@ impl<'a> Record<'a> {
     ///
     /// [`Error::Failed`] when the record has no key, explaining that the input must be
     /// keyed.
+    #[inline]
     pub fn require_key(&self) -> Result<&'a [u8]> {
-        self.key.ok_or_else(|| {
-            Error::failed(
-                "record has no key: this operator needs keyed input \
-                 (partition its input with `key_by` in the job file)",
-            )
-        })
+        self.key.ok_or_else(no_key)
     }
 
     /// The value decoded from postcard, the encoding [`Context::emit_typed`] writes.
@@ -123,6 +120,22 @@ impl OwnedRecord {
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
         from_bytes(&self.value)
     }
+}
+
+/// The error of a record without a key where one is needed.
+#[cold]
+fn no_key() -> Error {
+    Error::failed(
+        "record has no key: this operator needs keyed input \
+         (partition its input with `key_by` in the job file)",
+    )
+}
+
+/// The error of a record's `part` that is not UTF-8 text (out of line: the check is
+/// inlined where it is used, and text usually is UTF-8).
+#[cold]
+fn not_utf8(part: &str, e: std::str::Utf8Error) -> Error {
+    Error::failed(format!("record {part} is not valid UTF-8: {e}"))
 }
 
 /// `bytes` as UTF-8 text. Text that is all ASCII (most keys and words) is recognised
