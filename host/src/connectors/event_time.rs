@@ -83,19 +83,36 @@ impl WatermarkGenerator {
 
 /// The timestamp in field `index` of `value`, or why there is none.
 pub fn timestamp_of(spec: &EventTime, index: usize, value: &[u8]) -> Result<i64> {
-    let text = String::from_utf8_lossy(value);
-    let Some(field) = text.split(spec.separator.as_str()).nth(index) else {
-        bail!(
-            "record {text:?} has no timestamp field {index} (fields separated by {:?})",
-            spec.separator
-        );
+    let parsed = match spec.separator.as_bytes() {
+        // A one-byte separator is ASCII, which never occurs inside a multi-byte
+        // character: the bytes split as the text does, without a string searcher and a
+        // UTF-8 pass per record.
+        &[separator] => value
+            .split(|&b| b == separator)
+            .nth(index)
+            .map(|field| parse_millis(&String::from_utf8_lossy(field))),
+        _ => String::from_utf8_lossy(value)
+            .split(spec.separator.as_str())
+            .nth(index)
+            .map(parse_millis),
     };
-    match field.trim().parse::<i64>() {
-        Ok(ts) => Ok(ts),
-        Err(_) => bail!(
-            "record {text:?}: timestamp field {index} is {field:?}, not a number of milliseconds"
+    match parsed {
+        Some(Ok(ts)) => Ok(ts),
+        Some(Err(field)) => bail!(
+            "record {:?}: timestamp field {index} is {field:?}, not a number of milliseconds",
+            String::from_utf8_lossy(value)
+        ),
+        None => bail!(
+            "record {:?} has no timestamp field {index} (fields separated by {:?})",
+            String::from_utf8_lossy(value),
+            spec.separator
         ),
     }
+}
+
+/// A timestamp field's milliseconds, or the field when it is not a number.
+fn parse_millis(field: &str) -> Result<i64, String> {
+    field.trim().parse().map_err(|_| field.to_owned())
 }
 
 #[cfg(test)]
@@ -107,6 +124,48 @@ mod tests {
             field: Some(0),
             separator: ",".into(),
             out_of_orderness_ms: bound,
+        }
+    }
+
+    /// The timestamp is the field `str::split` gives on the value as (lossy) text,
+    /// whatever the separator; the errors name the record and the field.
+    #[test]
+    fn timestamp_fields_are_split_as_text_splits() {
+        let values: [&[u8]; 8] = [
+            b"100,a",
+            b" 7 ,x",
+            b"a,-5",
+            "wörld,42,日本".as_bytes(),
+            b"\xff,9,\xfe",
+            b"1::2:::3",
+            "é→12→x".as_bytes(),
+            b"",
+        ];
+        for separator in [",", ":", "::", "\t", "→", "é"] {
+            for value in values {
+                for index in 0..4 {
+                    let spec = EventTime {
+                        field: Some(index),
+                        separator: separator.into(),
+                        out_of_orderness_ms: 0,
+                    };
+                    let text = String::from_utf8_lossy(value);
+                    let field = text.split(separator).nth(index);
+                    match (timestamp_of(&spec, index, value), field) {
+                        (Ok(ts), Some(field)) => assert_eq!(Ok(ts), field.trim().parse()),
+                        (Err(e), Some(field)) => {
+                            assert!(field.trim().parse::<i64>().is_err(), "{field:?}");
+                            let e = e.to_string();
+                            assert!(e.contains(&format!("{field:?}")), "{e}");
+                        }
+                        (Err(e), None) => {
+                            let e = e.to_string();
+                            assert!(e.contains("has no timestamp field"), "{e}");
+                        }
+                        (Ok(ts), None) => panic!("{value:?} {separator:?} {index}: {ts}"),
+                    }
+                }
+            }
         }
     }
 
