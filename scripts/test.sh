@@ -55,6 +55,12 @@ cargo test --workspace --release "$@"
 # The SDK stays ready to publish: its package (with sluice-codec's) builds on its own,
 # and its documentation has no broken links or missing docs.
 if [ "$#" -eq 0 ]; then
-  cargo package --quiet -p sluice-codec -p sluice-sdk --allow-dirty
+  # Cargo unpacks the packaged sluice-codec into a registry source folder named after
+  # this checkout's path, and takes a registry package of the same version as built
+  # once built: without both removed, a later run would verify the SDK against an
+  # earlier checkout's codec.
+  rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/sluice-codec-* target/package-check
+  CARGO_TARGET_DIR=target/package-check \
+    cargo package --quiet -p sluice-codec -p sluice-sdk --allow-dirty
   RUSTDOCFLAGS="-D warnings" cargo doc --quiet --release -p sluice-sdk --no-deps
 fi
