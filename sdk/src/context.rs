@@ -662,8 +662,8 @@ impl Context<'_> {
     /// emitted next follows them.
     #[inline]
     pub(crate) fn copy_unchanged(&mut self) {
-        let (run, count) = std::mem::take(&mut self.unchanged);
-        if count > 0 {
+        if self.unchanged.1 > 0 {
+            let (run, count) = std::mem::take(&mut self.unchanged);
             self.rt.records.extend_encoded(&self.batch[run], count);
         }
     }
