@@ -75,9 +75,11 @@ impl WasmEngine {
         let plain = Variant::new(false)?;
         let ticking = Arc::new(Mutex::new(vec![plain.engine.clone()]));
         let ticker_stop = Arc::new(AtomicBool::new(false));
+        let cpu = Arc::new(CpuShares::default());
         {
             let engines = ticking.clone();
             let stop = ticker_stop.clone();
+            let cpu = cpu.clone();
             thread::Builder::new()
                 .name("epoch ticker".into())
                 .spawn(move || {
@@ -86,6 +88,7 @@ impl WasmEngine {
                         for engine in engines.lock().unwrap_or_else(|e| e.into_inner()).iter() {
                             engine.increment_epoch();
                         }
+                        cpu.tick();
                     }
                 })?;
         }
@@ -95,7 +98,7 @@ impl WasmEngine {
             cache: ComponentCache::new(settings.cache_dir).announcing(settings.announce_compiles),
             ticking,
             ticker_stop,
-            cpu: Arc::new(CpuShares::default()),
+            cpu,
         })
     }
 
