@@ -4,7 +4,8 @@
 //! shared machine). Two native baselines: `count` with its counts in a `HashMap`
 //! (plain native code, not checkpointable) and in the host's keyed state (what a native
 //! operator of a checkpointed job does; the Wasm `count` keeps them there too). Prints
-//! lines/s and the ratio Wasm / native against each.
+//! lines/s and the ratio Wasm / native against each. `SLUICE_BENCH_BATCH=N` runs one
+//! batch size only.
 //!
 //! `cargo bench -p sluice-tests --bench chain`
 
@@ -77,7 +78,14 @@ fn main() {
         "{:>6} {:>14} {:>14} {:>14} {:>8} {:>8}",
         "batch", "native", "native+state", "wasm", "vs nat.", "vs n+s"
     );
+    // `SLUICE_BENCH_BATCH=N` measures one batch size only (for profiling).
+    let only: Option<usize> = std::env::var("SLUICE_BENCH_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok());
     for batch_size in [1usize, 64, 1024] {
+        if only.is_some_and(|b| b != batch_size) {
+            continue;
+        }
         let batches: Vec<(Vec<u8>, usize)> = lines
             .chunks(batch_size)
             .map(|chunk| {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use wasmtime::component::{HasSelf, Linker};
-use wasmtime::{Config, Engine, OptLevel};
+use wasmtime::{Config, Engine, OptLevel, ProfilingStrategy};
 
 use super::bindings;
 use super::cache::ComponentCache;
@@ -44,6 +44,10 @@ impl Variant {
         config.epoch_interruption(true);
         config.consume_fuel(fuel);
         config.cranelift_opt_level(OptLevel::Speed);
+        if std::env::var_os("SLUICE_PERF_MAP").is_some_and(|v| v == "1") {
+            // Names the operators' compiled functions for `perf` (in /tmp/perf-PID.map).
+            config.profiler(ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         sandbox::add_wasi_to_linker(&mut linker)?;
