@@ -12,7 +12,7 @@
 use sluice::chain::{Operator, OperatorChain, OperatorState};
 use sluice_codec::BatchWriter;
 use sluice_tests::bench::{
-    keyed_state, open_info, opened_chain, paired, rate, runs, wasm_operator,
+    keyed_state, measures_batch, open_info, opened_chain, paired, rate, runs, wasm_operator,
 };
 use sluice_tests::plugins::{COUNT, FILTER, TOKENIZE};
 use sluice_tests::{native, sample_text};
@@ -78,12 +78,8 @@ fn main() {
         "{:>6} {:>14} {:>14} {:>14} {:>8} {:>8}",
         "batch", "native", "native+state", "wasm", "vs nat.", "vs n+s"
     );
-    // `SLUICE_BENCH_BATCH=N` measures one batch size only (for profiling).
-    let only: Option<usize> = std::env::var("SLUICE_BENCH_BATCH")
-        .ok()
-        .and_then(|v| v.parse().ok());
     for batch_size in [1usize, 64, 1024] {
-        if only.is_some_and(|b| b != batch_size) {
+        if !measures_batch(batch_size) {
             continue;
         }
         let batches: Vec<(Vec<u8>, usize)> = lines

@@ -8,7 +8,7 @@
 
 use sluice::chain::{Operator, OperatorChain, OperatorState};
 use sluice_codec::{BatchWriter, RecordRef};
-use sluice_tests::bench::{open_info, opened_chain, paired, runs, wasm_operator};
+use sluice_tests::bench::{measures_batch, open_info, opened_chain, paired, runs, wasm_operator};
 use sluice_tests::native::{Native, discard};
 use sluice_tests::plugins::TEST_MISBEHAVE;
 
@@ -41,12 +41,8 @@ fn main() {
         "{:>6} {:>14} {:>14} {:>12}",
         "batch", "native ns/rec", "wasm ns/rec", "wasm/native"
     );
-    // `SLUICE_BENCH_BATCH=N` measures one batch size only (for profiling).
-    let only: Option<usize> = std::env::var("SLUICE_BENCH_BATCH")
-        .ok()
-        .and_then(|v| v.parse().ok());
     for batch in [1usize, 4, 16, 64, 256, 1024, 4096] {
-        if only.is_some_and(|b| b != batch) {
+        if !measures_batch(batch) {
             continue;
         }
         let batches: Vec<Vec<u8>> = (0..RECORDS / batch)

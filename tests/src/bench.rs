@@ -89,6 +89,15 @@ pub fn runs(default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// Whether to measure batch size `batch`: every size unless `SLUICE_BENCH_BATCH` names one
+/// (for profiling one size).
+pub fn measures_batch(batch: usize) -> bool {
+    std::env::var("SLUICE_BENCH_BATCH")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .is_none_or(|only| only == batch)
+}
+
 /// The open info of a benchmark operator: subtask 1 of 1, 128 key groups.
 pub fn open_info(name: &str, config: &[(&str, &str)], keyed: bool) -> OpenInfo {
     OpenInfo {
