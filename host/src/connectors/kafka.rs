@@ -222,6 +222,9 @@ pub struct KafkaSource {
     /// said they are idle (both checkpointed).
     producer_watermarks: BTreeMap<u32, i64>,
     idle_producers: BTreeSet<u32>,
+    /// An exchange topic's reader: the largest watermark its producers' records allowed,
+    /// taken record by record as an input gate takes its channels' events (checkpointed).
+    exchange_reached: Option<i64>,
 }
 
 impl KafkaSource {
@@ -289,6 +292,7 @@ impl KafkaSource {
             pending: BTreeMap::new(),
             producer_watermarks: BTreeMap::new(),
             idle_producers: BTreeSet::new(),
+            exchange_reached: None,
         })
     }
 
@@ -488,9 +492,16 @@ impl KafkaSource {
 }
 
 impl KafkaSource {
-    /// An exchange topic's reader: the smallest watermark over its producers not idle,
-    /// once every one has written one (none while all are idle: event time stands still).
+    /// An exchange topic's reader: the largest watermark reached, or the smallest over
+    /// its producers not idle now, once every one has written one (while all are idle,
+    /// event time stands where it is).
     fn exchange_watermark(&self, producers: u32) -> Option<i64> {
+        self.exchange_reached.max(self.exchange_combined(producers))
+    }
+
+    /// The smallest watermark over the producers not idle, once every one has written
+    /// one.
+    fn exchange_combined(&self, producers: u32) -> Option<i64> {
         let known = self.producer_watermarks.range(..producers);
         if known.clone().count() < producers as usize {
             return None;
@@ -499,6 +510,32 @@ impl KafkaSource {
             .filter(|(p, _)| !self.idle_producers.contains(p))
             .map(|(_, w)| *w)
             .min()
+    }
+
+    /// An exchange topic's reader takes a producer's watermark record. As an input gate
+    /// takes a channel's watermark before the idleness that follows it, the watermark
+    /// counts with the producer as active as it was, and only then its idleness: a
+    /// producer that writes its last watermark and its idleness in one record (they
+    /// reached its sink within one checkpoint interval) still moves event time to it.
+    fn take_producer_watermark(
+        &mut self,
+        producers: u32,
+        producer: u32,
+        watermark: i64,
+        idle: bool,
+    ) {
+        let w = self
+            .producer_watermarks
+            .entry(producer)
+            .or_insert(watermark);
+        *w = (*w).max(watermark);
+        self.exchange_reached = self.exchange_watermark(producers);
+        if idle {
+            self.idle_producers.insert(producer);
+        } else {
+            self.idle_producers.remove(&producer);
+        }
+        self.exchange_reached = self.exchange_watermark(producers);
     }
 
     /// An exchange topic's reader: every producer ended its output (`i64::MAX`).
@@ -775,20 +812,11 @@ impl Source for KafkaSource {
                 // A record of a partition no longer assigned (after a reassignment).
                 None => continue,
             }
-            if self.config.exchange_producers.is_some()
+            if let Some(producers) = self.config.exchange_producers
                 && let Some((producer, watermark, idle)) = watermark_record(&message)
                     .with_context(|| format!("exchange topic {}/{}", key.0, key.1))?
             {
-                let w = self
-                    .producer_watermarks
-                    .entry(producer)
-                    .or_insert(watermark);
-                *w = (*w).max(watermark);
-                if idle {
-                    self.idle_producers.insert(producer);
-                } else {
-                    self.idle_producers.remove(&producer);
-                }
+                self.take_producer_watermark(producers, producer, watermark, idle);
                 continue;
             }
             let timestamp = match self.event_time.as_ref().and_then(|e| Some((e, e.field?))) {
@@ -876,7 +904,7 @@ impl Source for KafkaSource {
                 .map(|(p, w)| (*p, *w))
                 .collect();
             let idle: Vec<u32> = self.idle_producers.iter().copied().collect();
-            return postcard::to_allocvec(&(position, watermarks, idle))
+            return postcard::to_allocvec(&(position, watermarks, idle, self.exchange_reached))
                 .expect("a position always encodes");
         }
         postcard::to_allocvec(&position).expect("a position always encodes")
@@ -884,16 +912,22 @@ impl Source for KafkaSource {
 
     fn seek(&mut self, position: &[u8]) -> Result<()> {
         let position: Position = if self.config.exchange_producers.is_some() {
-            // (Positions taken before producers could be idle end after the watermarks.)
-            let (position, watermarks, idle): (Position, Vec<(u32, i64)>, Vec<u32>) =
-                postcard::from_bytes(position)
-                    .or_else(|_| {
-                        postcard::from_bytes::<(Position, Vec<(u32, i64)>)>(position)
-                            .map(|(p, w)| (p, w, Vec::new()))
-                    })
-                    .context("decoding the position of an exchange topic's reader")?;
+            // (Positions taken before producers could be idle end after the watermarks,
+            // those taken before the reached watermark was kept after the idle ones.)
+            type Reader = (Position, Vec<(u32, i64)>, Vec<u32>, Option<i64>);
+            let (position, watermarks, idle, reached): Reader = postcard::from_bytes(position)
+                .or_else(|_| {
+                    postcard::from_bytes::<(Position, Vec<(u32, i64)>, Vec<u32>)>(position)
+                        .map(|(p, w, i)| (p, w, i, None))
+                })
+                .or_else(|_| {
+                    postcard::from_bytes::<(Position, Vec<(u32, i64)>)>(position)
+                        .map(|(p, w)| (p, w, Vec::new(), None))
+                })
+                .context("decoding the position of an exchange topic's reader")?;
             self.producer_watermarks = watermarks.into_iter().collect();
             self.idle_producers = idle.into_iter().collect();
+            self.exchange_reached = reached;
             position
         } else {
             postcard::from_bytes(position).context("decoding a Kafka source position")?
@@ -1187,6 +1221,57 @@ mod tests {
         c.seek(&old).unwrap();
         assert_eq!(c.producer_watermarks, BTreeMap::from([(0, 7)]));
         assert!(c.idle_producers.is_empty());
+    }
+
+    #[test]
+    fn a_producers_last_watermark_counts_though_its_idleness_comes_with_it() {
+        let config = KafkaSourceConfig {
+            exchange_producers: Some(3),
+            ..config(false)
+        };
+        let mut s = KafkaSource::new(config.clone(), 0, 1).unwrap();
+        // Producer 2 never had a record; 0 and 1 move on.
+        s.take_producer_watermark(3, 2, i64::MIN, true);
+        s.take_producer_watermark(3, 0, 4_000, false);
+        assert_eq!(s.watermark(0, None), None);
+        s.take_producer_watermark(3, 1, 2_000, false);
+        assert_eq!(s.watermark(0, None), Some(2_000));
+        // Producer 0 writes its last watermark with its idleness: it counted first.
+        s.take_producer_watermark(3, 0, 6_000, true);
+        assert_eq!(s.watermark(0, None), Some(2_000));
+        s.take_producer_watermark(3, 1, 3_000, false);
+        assert_eq!(s.watermark(0, None), Some(3_000));
+        // The last active producer does the same: event time reaches the smaller of the
+        // two last watermarks, as an input gate taking them in that order would, and
+        // stands there while every producer is idle.
+        s.take_producer_watermark(3, 1, 5_000, true);
+        assert_eq!(s.watermark(0, None), Some(5_000));
+        assert!(s.upstream_idle());
+        // It survives a checkpoint.
+        let mut b = KafkaSource::new(config.clone(), 0, 1).unwrap();
+        b.seek(&s.position()).unwrap();
+        assert_eq!(b.watermark(0, None), Some(5_000));
+        // A producer active again holds event time back only from then on: it never
+        // moves back.
+        s.take_producer_watermark(3, 0, 6_000, false);
+        assert_eq!(s.watermark(0, None), Some(6_000));
+        s.take_producer_watermark(3, 1, 5_500, false);
+        assert_eq!(s.watermark(0, None), Some(6_000));
+        // A position from before the reached watermark was kept still restores.
+        let old = postcard::to_allocvec(&(
+            Position {
+                offsets: Vec::new(),
+                stops: Vec::new(),
+                max_timestamps: Vec::new(),
+            },
+            vec![(0u32, 7i64), (1, 9), (2, 8)],
+            vec![2u32],
+        ))
+        .unwrap();
+        let mut c = KafkaSource::new(config, 0, 1).unwrap();
+        c.seek(&old).unwrap();
+        assert_eq!(c.watermark(0, None), Some(7));
+        assert_eq!(c.idle_producers, BTreeSet::from([2]));
     }
 
     #[test]
