@@ -1,0 +1,857 @@
+//! The Kafka sink: its configuration, its producer and the delivery reports it polls,
+//! and, exactly once, the write-ahead log of checkpoints' records written in one
+//! transaction each, with the markers that name the checkpoints committed.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::Producer as _;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+use sluice_codec::BatchWriter;
+
+use super::exchange::{EXCHANGE_IDLE, EXCHANGE_WATERMARK, ExchangeOutput};
+use crate::chain::{CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState};
+
+/// How a Kafka sink delivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Records are sent as they come; a checkpoint waits until every record sent before
+    /// it is acknowledged. After a failure, records since the last checkpoint are sent
+    /// again.
+    AtLeastOnce,
+    /// Records of each checkpoint interval are written in one Kafka transaction once the
+    /// checkpoint is complete; consumers reading `read_committed` see each record once.
+    ExactlyOnce,
+}
+
+/// The configuration of a Kafka sink, as the job file gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaSinkConfig {
+    /// `host:port,...` of the brokers.
+    pub bootstrap: String,
+    /// The topic written.
+    pub topic: String,
+    /// At least or exactly once.
+    pub delivery: Delivery,
+    /// Prefix of the transactional ids (exactly once): subtask N uses `PREFIX-N`, so a
+    /// restarted subtask fences the one it replaces.
+    pub transactional_id_prefix: String,
+    /// Most bytes of records one subtask holds for checkpoints not yet complete (exactly
+    /// once).
+    pub max_pending_bytes: u64,
+    /// Write each record to the partition it was read from (`partitioner = "record"`),
+    /// not by its key.
+    pub by_record_partition: bool,
+    /// Further librdkafka producer properties.
+    pub properties: BTreeMap<String, String>,
+    /// Write an exchange topic between two stages of a job spread over several hosts
+    /// (exactly once only).
+    pub exchange: Option<ExchangeOutput>,
+    /// What the marker of each committed checkpoint also says (a unit of a job over
+    /// several hosts: where its checkpoints are). With a note, every checkpoint commits a
+    /// transaction, records or not, so the marker always names the newest, and the
+    /// records of every pending checkpoint up to a completed one go in its one
+    /// transaction, so the marker never names a checkpoint that did not complete.
+    pub marker_note: Option<String>,
+    /// When set, `open` (after fencing every earlier producer) checks that the marker is
+    /// still this one — its metadata's note and checkpoint, or no marker at all — and
+    /// fails otherwise: a unit of a job over several hosts restored what that marker
+    /// named, and someone else has committed since.
+    pub expect_marker: Option<Option<(String, u64)>>,
+}
+
+/// The first delivery failure of a producer, reported by librdkafka on a poll.
+#[derive(Default)]
+struct DeliveryReport {
+    failed: Mutex<Option<String>>,
+}
+
+impl rdkafka::ClientContext for DeliveryReport {}
+
+impl rdkafka::producer::ProducerContext for DeliveryReport {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+            failed.get_or_insert_with(|| e.to_string());
+        }
+    }
+}
+
+type Producer = rdkafka::producer::BaseProducer<DeliveryReport>;
+
+/// The checkpointed state of an exactly-once sink subtask: the records of checkpoints
+/// taken but not known to be committed, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct SinkState {
+    /// Which run of the job these checkpoints belong to (fixed at its fresh start), so a
+    /// marker that an earlier run left in the group is not taken for this one's.
+    run: u64,
+    pending: Vec<(u64, Vec<u8>)>,
+}
+
+/// An identity for a fresh run of a sink: the time and the process, hashed.
+pub(crate) fn new_run_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// The metadata a marker commits with a checkpoint's id: the run, then `;` and the
+/// sink's note if it has one.
+fn marker_metadata(run: u64, note: Option<&str>) -> String {
+    match note {
+        Some(note) => format!("sluice-run={run:016x};{note}"),
+        None => format!("sluice-run={run:016x}"),
+    }
+}
+
+/// The checkpoint id and the metadata that the marker group of `consumer` last committed
+/// for `topic`, if any.
+pub fn read_marker(
+    consumer: &BaseConsumer,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Option<(u64, String)>, KafkaError> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, 0);
+    let committed = consumer.committed_offsets(tpl, timeout)?;
+    Ok(committed.elements().first().and_then(|e| match e.offset() {
+        Offset::Offset(o) if o >= 0 => Some((o as u64, e.metadata().to_string())),
+        _ => None,
+    }))
+}
+
+/// A marker as messages name it.
+fn describe_marker(marker: Option<&(String, u64)>) -> String {
+    match marker {
+        Some((note, id)) => format!("checkpoint {id} ({note})"),
+        None => "none".into(),
+    }
+}
+
+/// The run and the note of a marker's metadata.
+pub fn parse_marker_metadata(metadata: &str) -> Option<(u64, Option<&str>)> {
+    let rest = metadata.strip_prefix("sluice-run=")?;
+    let (run, note) = match rest.split_once(';') {
+        Some((run, note)) => (run, Some(note)),
+        None => (rest, None),
+    };
+    Some((u64::from_str_radix(run, 16).ok()?, note))
+}
+
+/// A Kafka sink subtask: the last operator of its chain.
+///
+/// Exactly once is a write-ahead log, because librdkafka cannot resume a transaction
+/// another producer opened (a restarted subtask's `init_transactions` aborts it): the
+/// records of a checkpoint interval are kept, go into the checkpoint, and are written
+/// in one transaction when the checkpoint is complete. The transaction also commits
+/// the checkpoint's id as the offset of the subtask's marker group (`PREFIX-N`), so
+/// after a failure the restored subtask knows which of its pending checkpoints already
+/// reached Kafka and writes only the others.
+pub struct KafkaSink {
+    identity: OperatorIdentity,
+    state: OperatorState,
+    config: KafkaSinkConfig,
+    subtask: u32,
+    producer: Option<Producer>,
+    /// Exactly once: a client of the subtask's marker group (made at open).
+    marker: Option<BaseConsumer>,
+    /// Exactly once: the records since the last checkpoint, as a batch.
+    interval: BatchWriter,
+    sink: SinkState,
+    pending_bytes: u64,
+    /// Restored at another parallelism: the checkpointed states of the old subtasks this
+    /// one takes over (`old % new == this`), by old subtask.
+    adopted: Vec<(u32, Vec<u8>)>,
+    /// With `partitioner = "record"`: the topic's partitions when the sink opened.
+    partitions: Option<u32>,
+    /// An exchange sink: the partition the last record without a key went to.
+    next_partition: usize,
+    /// An exchange sink: the newest watermark, and the newest written; whether its input
+    /// is idle, and whether it was when it last wrote its watermark.
+    watermark: i64,
+    written_watermark: i64,
+    idle: bool,
+    written_idle: bool,
+}
+
+/// How long a flush or a transaction step may take before the sink fails (its job
+/// restarts from the last checkpoint).
+const PRODUCE_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl KafkaSink {
+    /// Subtask `subtask` of a Kafka sink; `adopted`: see [`KafkaSink::adopting`].
+    pub fn new(identity: OperatorIdentity, config: KafkaSinkConfig, subtask: u32) -> Self {
+        Self::adopting(identity, config, subtask, Vec::new())
+    }
+
+    /// Subtask `subtask` of a Kafka sink restored at another parallelism, taking over
+    /// the checkpointed states of old subtasks (`(old subtask, state)`): at `open` it
+    /// fences their producers and writes what their markers say did not reach Kafka.
+    pub fn adopting(
+        identity: OperatorIdentity,
+        config: KafkaSinkConfig,
+        subtask: u32,
+        adopted: Vec<(u32, Vec<u8>)>,
+    ) -> Self {
+        KafkaSink {
+            identity,
+            state: OperatorState::new(None),
+            config,
+            subtask,
+            producer: None,
+            marker: None,
+            interval: BatchWriter::new(),
+            sink: SinkState::default(),
+            pending_bytes: 0,
+            adopted,
+            partitions: None,
+            next_partition: 0,
+            watermark: i64::MIN,
+            written_watermark: i64::MIN,
+            idle: false,
+            written_idle: false,
+        }
+    }
+
+    fn transactional_id(&self) -> String {
+        self.transactional_id_of(self.subtask)
+    }
+
+    /// The transactional id of subtask `subtask` of this sink (its marker group too).
+    fn transactional_id_of(&self, subtask: u32) -> String {
+        format!("{}-{}", self.config.transactional_id_prefix, subtask)
+    }
+
+    fn err(&self, what: &str, e: impl std::fmt::Display) -> CallError {
+        CallError::Failed(format!(
+            "Kafka sink, topic {:?} at {}: {what}: {e}",
+            self.config.topic, self.config.bootstrap
+        ))
+    }
+
+    fn producer(&self) -> Result<&Producer, CallError> {
+        self.producer
+            .as_ref()
+            .ok_or_else(|| CallError::Failed("Kafka sink used before open".into()))
+    }
+
+    /// Sends one record (key, value, timestamp and headers), waiting while librdkafka's
+    /// queue is full.
+    fn send(
+        producer: &Producer,
+        config: &KafkaSinkConfig,
+        record: &sluice_codec::RecordRef<'_>,
+    ) -> Result<(), String> {
+        let by_record = config.by_record_partition || config.exchange.is_some();
+        let partition = match (by_record, record.partition) {
+            (false, _) => None,
+            (true, Some(p)) => Some(i32::try_from(p).unwrap_or(i32::MAX)),
+            (true, None) => {
+                return Err(
+                    "a record without a source partition: this sink writes each record to \
+                     the partition it was read from (`partitioner = \"record\"`), so its \
+                     records must come from a Kafka source"
+                        .to_owned(),
+                );
+            }
+        };
+        let headers = record.headers.map(|h| {
+            let mut owned = rdkafka::message::OwnedHeaders::new_with_capacity(h.len());
+            for (name, value) in h.iter() {
+                owned = owned.insert(rdkafka::message::Header {
+                    key: &String::from_utf8_lossy(name),
+                    value: Some(value),
+                });
+            }
+            owned
+        });
+        loop {
+            let mut r = rdkafka::producer::BaseRecord::<[u8], [u8]>::to(&config.topic)
+                .payload(record.value);
+            if let Some(k) = record.key {
+                r = r.key(k);
+            }
+            if let Some(ts) = record.timestamp {
+                r = r.timestamp(ts);
+            }
+            if let Some(p) = partition {
+                r = r.partition(p);
+            }
+            if let Some(h) = &headers {
+                r = r.headers(h.clone());
+            }
+            match producer.send(r) {
+                Ok(()) => return Ok(()),
+                Err((
+                    KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                    _,
+                )) => {
+                    producer.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => {
+                    return Err(match partition {
+                        Some(p) => format!("to partition {p}: {e}"),
+                        None => e.to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Adds to the sink's counters (shown with the job's operators): records and their
+    /// key and value bytes written, transactions committed and aborted.
+    fn count(&self, records: usize, bytes: usize, committed: u64, aborted: u64) {
+        let mut counters = self
+            .state
+            .counters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (name, delta) in [
+            ("kafka-records-out", records as u64),
+            ("kafka-bytes-out", bytes as u64),
+            ("kafka-transactions-committed", committed),
+            ("kafka-transactions-aborted", aborted),
+        ] {
+            if delta > 0 {
+                *counters.entry(name.to_string()).or_default() += delta;
+            }
+        }
+    }
+
+    fn check_deliveries(&self) -> Result<(), CallError> {
+        self.check_deliveries_of(self.producer()?)
+    }
+
+    /// The first failed delivery `producer` reported, as an error.
+    fn check_deliveries_of(&self, producer: &Producer) -> Result<(), CallError> {
+        let failed = producer
+            .context()
+            .failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match failed {
+            Some(e) => Err(self.err("a record was not delivered", e)),
+            None => Ok(()),
+        }
+    }
+
+    /// The newest checkpoint whose records this subtask committed (its marker group's
+    /// offset), if any.
+    fn committed_checkpoint(&self) -> Result<Option<u64>, CallError> {
+        self.committed_in(self.marker()?, self.sink.run)
+    }
+
+    /// The newest checkpoint of run `run` that the marker group of `consumer` holds.
+    fn committed_in(&self, consumer: &BaseConsumer, run: u64) -> Result<Option<u64>, CallError> {
+        let marker = read_marker(consumer, &self.config.topic, PRODUCE_TIMEOUT)
+            .map_err(|e| self.err("reading the last committed checkpoint", e))?;
+        // A marker of another run (one started fresh since, with checkpoint ids from 1
+        // again) says nothing about this run's checkpoints.
+        Ok(marker.and_then(|(id, metadata)| {
+            parse_marker_metadata(&metadata)
+                .is_some_and(|(r, _)| r == run)
+                .then_some(id)
+        }))
+    }
+
+    fn marker(&self) -> Result<&BaseConsumer, CallError> {
+        self.marker
+            .as_ref()
+            .ok_or_else(|| CallError::Failed("Kafka sink used before open".into()))
+    }
+
+    /// A client of the marker group of subtask `subtask`.
+    fn marker_consumer(&self, subtask: u32) -> Result<BaseConsumer, CallError> {
+        let mut client = ClientConfig::new();
+        // The sink's properties too: the marker group is reached with the same
+        // credentials (SASL, TLS) as the topic.
+        for (k, v) in &self.config.properties {
+            client.set(k, v);
+        }
+        client
+            .set("bootstrap.servers", &self.config.bootstrap)
+            .set("group.id", self.transactional_id_of(subtask))
+            .set("enable.auto.commit", "false")
+            .create()
+            .map_err(|e| self.err("creating the marker consumer", e))
+    }
+
+    /// Takes over old subtask `old` (of a parallelism the job no longer has): fences its
+    /// producer, then writes its pending checkpoints that its marker does not cover, each
+    /// in a transaction that moves its marker — so a restore from the same checkpoint
+    /// again writes nothing twice.
+    fn write_adopted(&mut self, old: u32, state: &[u8]) -> Result<(), CallError> {
+        if state.is_empty() {
+            return Ok(());
+        }
+        let part: SinkState = postcard::from_bytes(state)
+            .map_err(|e| self.err(&format!("decoding the state of old subtask {old}"), e))?;
+        // The old subtask's own transactional id writes its records: initialising it
+        // fences the old subtask and any earlier adopter of it, whatever their ids.
+        let mut client = ClientConfig::new();
+        for (k, v) in &self.config.properties {
+            client.set(k, v);
+        }
+        let producer: Producer = client
+            .set("bootstrap.servers", &self.config.bootstrap)
+            .set("enable.idempotence", "true")
+            .set("transactional.id", self.transactional_id_of(old))
+            .set("transaction.timeout.ms", "900000")
+            .create_with_context(DeliveryReport::default())
+            .map_err(|e| self.err(&format!("taking over old subtask {old}"), e))?;
+        producer
+            .init_transactions(PRODUCE_TIMEOUT)
+            .map_err(|e| self.err(&format!("fencing old subtask {old}"), e))?;
+        let marker = self.marker_consumer(old)?;
+        let committed = self.committed_in(&marker, part.run)?;
+        for (checkpoint, records) in part.pending {
+            if committed.is_none_or(|done| checkpoint > done) {
+                self.write_transaction(&producer, &marker, part.run, checkpoint, &[&records])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the records of pending checkpoints up to `id` in one transaction each,
+    /// with the checkpoint's marker (with a marker note: all in one, marked `id`).
+    fn commit_up_to(&mut self, id: u64) -> Result<(), CallError> {
+        if self.config.marker_note.is_some() {
+            let due = self.sink.pending.partition_point(|(c, _)| *c <= id);
+            let Some(&(last, _)) = due.checked_sub(1).and_then(|i| self.sink.pending.get(i)) else {
+                return Ok(());
+            };
+            let batches: Vec<(u64, Vec<u8>)> = self.sink.pending.drain(..due).collect();
+            let bytes: u64 = batches.iter().map(|(_, r)| r.len() as u64).sum();
+            self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
+            let records: Vec<&[u8]> = batches.iter().map(|(_, r)| r.as_slice()).collect();
+            return self.write_transaction(
+                self.producer()?,
+                self.marker()?,
+                self.sink.run,
+                last,
+                &records,
+            );
+        }
+        while self.sink.pending.first().is_some_and(|(c, _)| *c <= id) {
+            let (checkpoint, records) = self.sink.pending.remove(0);
+            self.pending_bytes = self.pending_bytes.saturating_sub(records.len() as u64);
+            self.write_transaction(
+                self.producer()?,
+                self.marker()?,
+                self.sink.run,
+                checkpoint,
+                &[&records],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// With `expect_marker`: fails unless the marker is still the one expected.
+    fn check_expected_marker(&self) -> Result<(), CallError> {
+        let Some(expected) = &self.config.expect_marker else {
+            return Ok(());
+        };
+        let found = read_marker(self.marker()?, &self.config.topic, PRODUCE_TIMEOUT)
+            .map_err(|e| self.err("reading the last committed checkpoint", e))?
+            .map(|(id, metadata)| {
+                let note = parse_marker_metadata(&metadata).and_then(|(_, note)| note);
+                (note.unwrap_or_default().to_string(), id)
+            });
+        if found != *expected {
+            return Err(CallError::Failed(format!(
+                "Kafka sink, topic {:?}: another owner committed since this one was \
+                 restored (the marker names {}, not {}): it restarts from that",
+                self.config.topic,
+                describe_marker(found.as_ref()),
+                describe_marker(expected.as_ref())
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes the batches `records` of checkpoint `checkpoint` in one transaction that
+    /// also marks the checkpoint (of run `run`) in the marker group of `marker`.
+    fn write_transaction(
+        &self,
+        producer: &Producer,
+        marker: &BaseConsumer,
+        run: u64,
+        checkpoint: u64,
+        records: &[&[u8]],
+    ) -> Result<(), CallError> {
+        producer.begin_transaction().map_err(|e| {
+            self.err(
+                &format!("checkpoint {checkpoint}: beginning the transaction"),
+                e,
+            )
+        })?;
+        match self.fill_and_commit(producer, marker, run, checkpoint, records) {
+            Ok((count, bytes)) => {
+                self.count(count, bytes, 1, 0);
+                self.check_deliveries_of(producer)
+            }
+            Err(e) => {
+                // Aborted at once, the transaction stops holding back `read_committed`
+                // consumers of its partitions (until the restarted subtask's
+                // `init_transactions` would, or for good if the job does not restart).
+                // The checkpoint's records stay in its state, written again on restore.
+                // (librdkafka aborts only once the records sent are reported on, which
+                // a `BaseProducer` must poll for: `flush` does.)
+                let _ = producer.flush(PRODUCE_TIMEOUT);
+                match producer.abort_transaction(PRODUCE_TIMEOUT) {
+                    Ok(()) => {
+                        tracing::info!(
+                            "{}: checkpoint {checkpoint}: transaction aborted",
+                            self.identity.operator
+                        );
+                        self.count(0, 0, 0, 1);
+                    }
+                    Err(abort) => tracing::warn!(
+                        "{}: checkpoint {checkpoint}: aborting the transaction: {abort}",
+                        self.identity.operator
+                    ),
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends a checkpoint's records and marker in the open transaction and commits it;
+    /// returns the records and bytes written.
+    fn fill_and_commit(
+        &self,
+        producer: &Producer,
+        marker_group: &BaseConsumer,
+        run: u64,
+        checkpoint: u64,
+        records: &[&[u8]],
+    ) -> Result<(usize, usize), CallError> {
+        let step = |what: &str, r: Result<(), KafkaError>| {
+            r.map_err(|e| self.err(&format!("checkpoint {checkpoint}: {what}"), e))
+        };
+        let (mut count, mut bytes) = (0, 0);
+        for record in records
+            .iter()
+            .flat_map(|batch| sluice_codec::BatchReader::new(batch))
+        {
+            let record = record.map_err(|e| self.err("reading pending records", e))?;
+            count += 1;
+            bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
+            Self::send(producer, &self.config, &record)
+                .map_err(|e| self.err(&format!("checkpoint {checkpoint}: sending a record"), e))?;
+        }
+        let metadata = marker_group
+            .group_metadata()
+            .ok_or_else(|| self.err("marker group", "no group metadata"))?;
+        let mut marker = TopicPartitionList::new();
+        step(
+            "marking the checkpoint",
+            marker.add_partition_offset(&self.config.topic, 0, Offset::Offset(checkpoint as i64)),
+        )?;
+        if let Some(mut e) = marker.find_partition(&self.config.topic, 0) {
+            e.set_metadata(marker_metadata(run, self.config.marker_note.as_deref()));
+        }
+        step(
+            "marking the checkpoint",
+            producer.send_offsets_to_transaction(&marker, &metadata, PRODUCE_TIMEOUT),
+        )?;
+        crate::failpoint!("kafka-sink::before-commit");
+        step(
+            "committing the transaction",
+            producer.commit_transaction(PRODUCE_TIMEOUT),
+        )?;
+        crate::failpoint!("kafka-sink::after-commit");
+        Ok((count, bytes))
+    }
+}
+
+impl Operator for KafkaSink {
+    fn identity(&self) -> &OperatorIdentity {
+        &self.identity
+    }
+
+    fn state(&mut self) -> &mut OperatorState {
+        &mut self.state
+    }
+
+    fn open(&mut self, info: &OpenInfo) -> Result<CallOutput, CallError> {
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &self.config.bootstrap)
+            // Java clients' partitioner, so keys land where Kafka Streams or Flink put them.
+            .set("partitioner", "murmur2_random")
+            .set("enable.idempotence", "true");
+        if self.config.delivery == Delivery::ExactlyOnce {
+            client
+                .set("transactional.id", self.transactional_id())
+                .set("transaction.timeout.ms", "900000");
+        }
+        for (k, v) in &self.config.properties {
+            client.set(k, v);
+        }
+        let producer: Producer = client
+            .create_with_context(DeliveryReport::default())
+            .map_err(|e| self.err("creating the producer", e))?;
+        if self.config.delivery == Delivery::ExactlyOnce {
+            // Fences an earlier producer of this subtask and aborts its open transaction.
+            producer
+                .init_transactions(PRODUCE_TIMEOUT)
+                .map_err(|e| self.err("initialising transactions", e))?;
+            self.marker = Some(self.marker_consumer(self.subtask)?);
+            self.check_expected_marker()?;
+        }
+        if self.config.by_record_partition {
+            let metadata = producer
+                .client()
+                .fetch_metadata(Some(&self.config.topic), PRODUCE_TIMEOUT)
+                .map_err(|e| self.err("reading the topic's partitions", e))?;
+            let count = metadata
+                .topics()
+                .first()
+                .map_or(0, |t| t.partitions().len() as u32);
+            if count == 0 {
+                return Err(self.err("reading the topic's partitions", "the topic has none"));
+            }
+            self.partitions = Some(count);
+        }
+        self.producer = Some(producer);
+        self.sink.run = new_run_id();
+        if let Some(exchange) = &self.config.exchange {
+            // Producers start their round-robin at different partitions.
+            self.next_partition = exchange.producer as usize;
+        }
+        let mut own = info.restored_state.clone();
+        for (old, bytes) in std::mem::take(&mut self.adopted) {
+            if old == self.subtask {
+                own = Some(bytes);
+            } else {
+                self.write_adopted(old, &bytes)?;
+            }
+        }
+        if let Some(bytes) = own.as_deref().filter(|b| !b.is_empty()) {
+            let restored: SinkState = postcard::from_bytes(bytes)
+                .map_err(|e| self.err("decoding the restored sink state", e))?;
+            self.sink.run = restored.run;
+            let committed = self.committed_checkpoint()?;
+            self.sink.pending = restored
+                .pending
+                .into_iter()
+                .filter(|(c, _)| committed.is_none_or(|done| *c > done))
+                .collect();
+            self.pending_bytes = self.sink.pending.iter().map(|(_, r)| r.len() as u64).sum();
+            if self.config.marker_note.is_some() && !self.sink.pending.is_empty() {
+                // A unit restores the checkpoint its marker names, so nothing restored can
+                // be newer; written now, it would carry this attempt's note with an id of
+                // another attempt's.
+                return Err(self.err(
+                    "restoring",
+                    "the restored checkpoint holds records newer than the marker it was \
+                     restored by",
+                ));
+            }
+            // Checkpoints restored were complete: what is still pending goes out now.
+            let last = self.sink.pending.last().map(|(c, _)| *c);
+            if let Some(last) = last {
+                self.commit_up_to(last)?;
+            }
+        }
+        Ok(CallOutput::default())
+    }
+
+    fn process(&mut self, records: &[u8]) -> Result<CallOutput, CallError> {
+        if let Some(partitions) = self.partitions {
+            // Checked as records arrive, not when their checkpoint's transaction is
+            // written: a checkpoint holding a record that cannot be written would fail
+            // every restore.
+            for record in sluice_codec::BatchReader::new(records) {
+                let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
+                match record.partition {
+                    Some(p) if p < partitions => {}
+                    Some(p) => {
+                        return Err(self.err(
+                            "writing each record to the partition it was read from \
+                             (`partitioner = \"record\"`)",
+                            format!("a record of partition {p}, but the topic has {partitions}"),
+                        ));
+                    }
+                    None => {
+                        return Err(self.err(
+                            "writing each record to the partition it was read from \
+                             (`partitioner = \"record\"`)",
+                            "a record without a source partition: its records must come \
+                             from a Kafka source",
+                        ));
+                    }
+                }
+            }
+        }
+        match self.config.delivery {
+            Delivery::AtLeastOnce => {
+                let producer = self.producer()?;
+                let (mut count, mut bytes) = (0, 0);
+                for record in sluice_codec::BatchReader::new(records) {
+                    let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
+                    Self::send(producer, &self.config, &record)
+                        .map_err(|e| self.err("sending a record", e))?;
+                    count += 1;
+                    bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
+                }
+                self.count(count, bytes, 0, 0);
+                producer.poll(Duration::ZERO);
+                self.check_deliveries()?;
+            }
+            Delivery::ExactlyOnce => {
+                if let Some(exchange) = &self.config.exchange {
+                    for record in sluice_codec::BatchReader::new(records) {
+                        let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
+                        let partition = match &exchange.key {
+                            Some(key) => {
+                                let key = key.key(&record).map_err(|e| {
+                                    self.err("keying a record for the next stage", e)
+                                })?;
+                                crate::network::hash_target(
+                                    key,
+                                    exchange.partitions,
+                                    exchange.partitions,
+                                )
+                            }
+                            None => {
+                                let p = self.next_partition % exchange.partitions as usize;
+                                self.next_partition = p + 1;
+                                p
+                            }
+                        };
+                        self.interval.push_record(sluice_codec::RecordRef {
+                            partition: Some(partition as u32),
+                            ..record
+                        });
+                    }
+                } else {
+                    let count = sluice_codec::BatchReader::count(records)
+                        .map_err(|e| CallError::Contract(e.to_string()))?;
+                    self.interval.extend_encoded(records, count);
+                }
+                let held = self.pending_bytes + self.interval.byte_len() as u64;
+                if held > self.config.max_pending_bytes {
+                    return Err(CallError::Limit(format!(
+                        "Kafka sink, topic {:?}: {held} bytes of records wait for checkpoints \
+                         to complete, more than `max_pending_mb` allows; checkpoint more often \
+                         or raise it",
+                        self.config.topic
+                    )));
+                }
+            }
+        }
+        Ok(CallOutput::default())
+    }
+
+    fn process_watermark(&mut self, watermark: i64) -> Result<CallOutput, CallError> {
+        self.watermark = self.watermark.max(watermark);
+        Ok(CallOutput::default())
+    }
+
+    fn set_idle(&mut self, idle: bool) {
+        self.idle = idle;
+    }
+
+    fn on_timers(&mut self, _: &[u8]) -> Result<CallOutput, CallError> {
+        Ok(CallOutput::default())
+    }
+
+    fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, CallError> {
+        match self.config.delivery {
+            Delivery::AtLeastOnce => {
+                self.producer()?
+                    .flush(PRODUCE_TIMEOUT)
+                    .map_err(|e| self.err("flushing before the checkpoint", e))?;
+                self.check_deliveries()?;
+                Ok(Vec::new())
+            }
+            Delivery::ExactlyOnce => {
+                if let Some(exchange) = &self.config.exchange
+                    && (self.watermark > self.written_watermark || self.idle != self.written_idle)
+                {
+                    // The watermark (and whether the input is idle) goes with the
+                    // interval's records, after them.
+                    let producer = exchange.producer.to_string();
+                    let mut headers = vec![(EXCHANGE_WATERMARK.as_bytes(), producer.as_bytes())];
+                    if self.idle {
+                        headers.push((EXCHANGE_IDLE.as_bytes(), b"1".as_slice()));
+                    }
+                    let headers = sluice_codec::encode_headers(headers);
+                    let headers = sluice_codec::Headers::decode(&headers)
+                        .map_err(|e| CallError::Failed(e.to_string()))?;
+                    let value = self.watermark.to_be_bytes();
+                    for partition in 0..exchange.partitions {
+                        self.interval.push_record(sluice_codec::RecordRef {
+                            key: None,
+                            value: &value,
+                            timestamp: None,
+                            headers: Some(headers),
+                            partition: Some(partition),
+                            output: 0,
+                        });
+                    }
+                    self.written_watermark = self.watermark;
+                    self.written_idle = self.idle;
+                }
+                let records = std::mem::take(&mut self.interval).into_bytes();
+                // An interval without records needs no transaction, unless the marker
+                // must name every checkpoint.
+                if !records.is_empty() || self.config.marker_note.is_some() {
+                    self.pending_bytes += records.len() as u64;
+                    self.sink.pending.push((checkpoint_id, records));
+                }
+                postcard::to_allocvec(&self.sink).map_err(|e| CallError::Failed(e.to_string()))
+            }
+        }
+    }
+
+    fn notify_complete(&mut self, checkpoint_id: u64) -> Result<(), CallError> {
+        if self.config.delivery == Delivery::ExactlyOnce {
+            self.commit_up_to(checkpoint_id)?;
+        }
+        Ok(())
+    }
+
+    fn notify_aborted(&mut self, _: u64) -> Result<(), CallError> {
+        // The aborted checkpoint's records stay pending; the next completed checkpoint
+        // writes them.
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<CallOutput, CallError> {
+        // Exactly once, the tail goes out with the final checkpoint.
+        if self.config.delivery == Delivery::AtLeastOnce {
+            self.producer()?
+                .flush(PRODUCE_TIMEOUT)
+                .map_err(|e| self.err("flushing the last records", e))?;
+            self.check_deliveries()?;
+        }
+        Ok(CallOutput::default())
+    }
+
+    fn close(&mut self) -> Result<CallOutput, CallError> {
+        Ok(CallOutput::default())
+    }
+
+    fn dispose(&mut self) -> Result<(), CallError> {
+        self.producer = None;
+        self.marker = None;
+        Ok(())
+    }
+}
