@@ -30,9 +30,13 @@
 mod api;
 pub mod client;
 mod jobs;
+mod kafka_grant;
 pub mod logs;
+mod metrics;
 mod plugins;
+mod registry;
 mod tls;
+mod views;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -47,7 +51,7 @@ use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
 pub use api::{RunningServer, serve};
-pub use jobs::JobState;
+pub use registry::JobState;
 
 use crate::tenant::{HostConfig, InstanceBudget, TenantConfig};
 use crate::wasm::WasmEngine;
@@ -147,7 +151,7 @@ pub struct Server {
     dir: PathBuf,
     budget: InstanceBudget,
     tokens: Vec<([u8; 32], TenantConfig)>,
-    jobs: jobs::Jobs,
+    jobs: registry::Jobs,
     /// Bytes of plugin uploads under way, by tenant: counted against its quota until
     /// they are stored, so that concurrent uploads cannot pass it together.
     uploads: Mutex<BTreeMap<String, u64>>,
@@ -188,7 +192,7 @@ impl Server {
             dir,
             budget: InstanceBudget::default(),
             tokens,
-            jobs: jobs::Jobs::default(),
+            jobs: registry::Jobs::default(),
             uploads: Mutex::default(),
         });
         server.recover()?;

@@ -1,0 +1,182 @@
+//! The checks of a server job's Kafka use against its tenant's grant.
+
+use std::collections::BTreeMap;
+
+use super::{ApiError, ErrorKind};
+use crate::connectors::kafka::Topics;
+use crate::job::{JobGraph, SourceInput, Vertex};
+use crate::tenant::TenantConfig;
+
+/// Why a job that uses Kafka is refused to a tenant without a grant.
+pub(super) fn no_kafka_grant(tenant: &TenantConfig, what: &str, name: &str) -> ApiError {
+    let what = if name.is_empty() {
+        what.to_string()
+    } else {
+        format!("{what} {name}")
+    };
+    ApiError::new(
+        ErrorKind::Forbidden,
+        format!(
+            "job.toml: {what}: tenant '{}' has no Kafka grant ([tenant.{}.kafka] in the \
+             host configuration)",
+            tenant.name, tenant.name
+        ),
+    )
+}
+
+/// Client properties a server job may set itself: tuning only, each within bounds
+/// (buffers multiply by its subtasks, and all share the server's memory). Anything that
+/// reaches further — brokers, credentials, files on the server, plugins librdkafka would
+/// load, commands it would run (`sasl.kerberos.kinit.cmd`) — is the grant's to set.
+const JOB_PROPERTIES: &[(&str, u64, u64)] = &[
+    ("fetch.min.bytes", 1, 16 << 20),
+    ("fetch.max.bytes", 1, 64 << 20),
+    ("fetch.wait.max.ms", 0, 60_000),
+    ("fetch.queue.backoff.ms", 0, 60_000),
+    ("fetch.error.backoff.ms", 0, 60_000),
+    ("max.partition.fetch.bytes", 1, 16 << 20),
+    ("queued.min.messages", 1, 1_000_000),
+    ("queued.max.messages.kbytes", 1, 64 << 10),
+    ("queue.buffering.max.messages", 1, 1_000_000),
+    ("queue.buffering.max.kbytes", 1, 64 << 10),
+    ("queue.buffering.max.ms", 0, 60_000),
+    ("linger.ms", 0, 60_000),
+    ("batch.num.messages", 1, 1_000_000),
+    ("batch.size", 1, 16 << 20),
+    ("message.max.bytes", 1000, 16 << 20),
+    ("receive.message.max.bytes", 1000, 80 << 20),
+    ("message.timeout.ms", 0, 3_600_000),
+    ("transaction.timeout.ms", 1000, 900_000),
+    ("session.timeout.ms", 1, 3_600_000),
+    ("heartbeat.interval.ms", 1, 3_600_000),
+    ("socket.timeout.ms", 10, 300_000),
+    ("retry.backoff.ms", 1, 60_000),
+    ("retries", 0, 1_000_000),
+    ("statistics.interval.ms", 100, 86_400_000),
+];
+
+/// Compression a server job may choose (`compression.type` or `compression.codec`).
+const COMPRESSIONS: &[&str] = &["none", "gzip", "snappy", "lz4", "zstd"];
+
+/// Why a server job may not set client property `key` to `value`, if it may not.
+fn job_property_refused(key: &str, value: &str) -> Option<String> {
+    if key == "compression.type" || key == "compression.codec" {
+        return (!COMPRESSIONS.contains(&value)).then(|| {
+            format!(
+                "property {key:?} must be one of {}",
+                COMPRESSIONS.join(", ")
+            )
+        });
+    }
+    let Some((_, min, max)) = JOB_PROPERTIES.iter().find(|(k, _, _)| *k == key) else {
+        let known: Vec<&str> = JOB_PROPERTIES.iter().map(|(k, _, _)| *k).collect();
+        return Some(format!(
+            "property {key:?} is not one a server job may set (only tuning: {}, \
+             compression.type)",
+            known.join(", ")
+        ));
+    };
+    match value.trim().parse::<u64>() {
+        Ok(n) if (*min..=*max).contains(&n) => None,
+        _ => Some(format!(
+            "property {key:?} = {value:?} must be a whole number from {min} to {max}"
+        )),
+    }
+}
+
+/// Keeps a server job's Kafka sources, sink and `[cluster]` within its tenant's grant:
+/// brokers and topics it names must be granted (refused with the reason otherwise), a topic pattern
+/// reads only granted topics, group and transactional ids begin with the grant's
+/// `id_prefix` (put in front where they do not), and the grant's client properties go
+/// over the job's own, which may only tune.
+pub(super) fn within_kafka_grant(
+    graph: &mut JobGraph,
+    grant: &crate::tenant::KafkaGrant,
+    tenant: &str,
+) -> Result<(), ApiError> {
+    let forbidden = |what: String| {
+        ApiError::new(
+            ErrorKind::Forbidden,
+            format!("job.toml: {what}, outside tenant '{tenant}''s Kafka grant"),
+        )
+    };
+    let check_common = |what: &str,
+                        bootstrap: &str,
+                        properties: &mut BTreeMap<String, String>|
+     -> Result<(), ApiError> {
+        for broker in bootstrap
+            .split(',')
+            .map(str::trim)
+            .filter(|b| !b.is_empty())
+        {
+            if !grant.bootstrap.iter().any(|b| b == broker) {
+                return Err(forbidden(format!(
+                    "{what}: broker {broker:?} is not one of {:?}",
+                    grant.bootstrap
+                )));
+            }
+        }
+        if let Some(why) = properties
+            .iter()
+            .find_map(|(k, v)| job_property_refused(k, v))
+        {
+            return Err(forbidden(format!("{what}: {why}")));
+        }
+        properties.extend(grant.properties.clone());
+        Ok(())
+    };
+    let prefixed = |id: &mut String| {
+        if !id.starts_with(&grant.id_prefix) {
+            *id = format!("{}{id}", grant.id_prefix);
+        }
+    };
+    for vertex in &mut graph.vertices {
+        match vertex {
+            Vertex::Source(source) => {
+                let SourceInput::Kafka(config) = &mut source.input else {
+                    continue;
+                };
+                let what = format!("source '{}'", source.name);
+                check_common(&what, &config.bootstrap, &mut config.properties)?;
+                if let Topics::Names(names) = &config.topics
+                    && let Some(topic) = names.iter().find(|t| !grant.may_read(t))
+                {
+                    return Err(forbidden(format!(
+                        "{what}: topic {topic:?} may not be read (readable: {:?})",
+                        grant.read
+                    )));
+                }
+                if grant.read.is_empty() {
+                    return Err(forbidden(format!(
+                        "{what}: the grant lets the tenant read no topic (its `read` is empty)"
+                    )));
+                }
+                config.allowed = Some(grant.read.clone());
+                prefixed(&mut config.group);
+            }
+            Vertex::Sink(sink) => {
+                let Some(config) = &mut sink.kafka else {
+                    continue;
+                };
+                let what = format!("sink '{}'", sink.name);
+                check_common(&what, &config.bootstrap, &mut config.properties)?;
+                if !grant.may_write(&config.topic) {
+                    return Err(forbidden(format!(
+                        "{what}: topic {:?} may not be written (writable: {:?})",
+                        config.topic, grant.write
+                    )));
+                }
+                prefixed(&mut config.transactional_id_prefix);
+            }
+            Vertex::Operator(_) => {}
+        }
+    }
+    // A job over several servers meets at granted brokers, and its own clients (the
+    // control group, exchange topics) get the grant's properties too.
+    if let Some(spec) = &mut graph.cluster {
+        let bootstrap = spec.bootstrap.clone().unwrap_or_default();
+        let properties = spec.properties.get_or_insert_with(BTreeMap::new);
+        check_common("[cluster]", &bootstrap, properties)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,427 @@
+//! The server's registry of jobs: what it keeps of each job in memory and on disk
+//! (`record.json`), their checkpoint history, and the tenants' quotas it admits jobs
+//! against and enforces while they run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use anyhow::Result;
+use crossbeam_channel::Sender;
+use serde::{Deserialize, Serialize};
+
+use super::views::{ChainSummary, CheckpointSummary};
+use super::{ApiError, ErrorKind, Server, write_atomic};
+use crate::cluster::HostView;
+use crate::job::{JobControl, JobMonitor};
+use crate::tenant::TenantConfig;
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobState {
+    /// Its tasks run (or it is restarting after a failure).
+    Running,
+    /// Its input ended and all output was committed.
+    Finished,
+    /// Stopped with a savepoint; `start` resumes it.
+    Stopped,
+    /// Cancelled; `start` resumes it from its latest checkpoint.
+    Cancelled,
+    /// Failed past its restart strategy; `start` retries from its latest checkpoint.
+    Failed,
+    /// Not resumed by a restarted server: it was resumed [`QUARANTINE_AFTER`] times
+    /// without reaching a completed checkpoint or an end. `start` runs it again.
+    Quarantined,
+}
+
+/// How many times in a row a restarted server resumes a job that reaches neither a
+/// completed checkpoint nor an end before it quarantines it. Three: one crash of the
+/// server is bad luck, two could be, three in a row with the same job resumed each time
+/// point at the job.
+pub const QUARANTINE_AFTER: u32 = 3;
+
+/// The log lines of a job whose lines left memory, in its folder.
+pub(super) const LOGS_FILE: &str = "logs.txt";
+
+/// What the server keeps of a job on disk (`record.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct JobRecord {
+    pub(super) id: String,
+    pub(super) tenant: String,
+    pub(super) name: String,
+    pub(super) state: JobState,
+    pub(super) submitted_ms: u64,
+    /// Operator name → SHA-256 of the plugin it runs, fixed at submission.
+    pub(super) plugins: BTreeMap<String, String>,
+    /// Output files, relative to the job folder.
+    pub(super) output: Vec<String>,
+    /// The folder name of the last savepoint.
+    pub(super) savepoint: Option<String>,
+    /// Why the job last failed.
+    pub(super) failure: Option<String>,
+    /// Restarts over all runs.
+    pub(super) restarts: u32,
+    /// Times a restarted server resumed the job since it last reached a completed
+    /// checkpoint or an end (saved before each resumption; see [`QUARANTINE_AFTER`]).
+    #[serde(default)]
+    pub(super) recoveries: u32,
+    /// Records its sources read in all its runs, as of the last one's end (a run
+    /// resumed from a checkpoint after a failure reads again what came after it).
+    #[serde(default)]
+    pub(super) records_read: u64,
+    /// Its tasks and the edges between them, for the dashboard's graph.
+    #[serde(default)]
+    pub(super) graph: Vec<ChainSummary>,
+    /// Its last completed checkpoints and savepoints over all runs, oldest first (at
+    /// most [`HISTORY`]), saved every few seconds while it runs and when a run ends.
+    #[serde(default)]
+    pub(super) checkpoints: Vec<CheckpointSummary>,
+    /// Checkpoints completed and aborted over all runs, as of the last save.
+    #[serde(default)]
+    pub(super) checkpoint_counts: (u64, u64),
+    /// Records its sink wrote in all its runs, as of the last one's end.
+    #[serde(default)]
+    pub(super) records_written: u64,
+    /// Whether it runs over several servers (`[cluster]`).
+    #[serde(default)]
+    pub(super) cluster: bool,
+}
+
+/// Completed checkpoints a job's record keeps.
+const HISTORY: usize = 20;
+
+/// A job the server knows.
+pub(super) struct JobEntry {
+    pub(super) dir: PathBuf,
+    pub(super) record: Mutex<JobRecord>,
+    pub(super) monitor: Mutex<Arc<JobMonitor>>,
+    /// Where to send control requests while the job's thread runs.
+    pub(super) run: Mutex<Option<Sender<JobControl>>>,
+    /// Operator instances of its current run.
+    pub(super) instances: AtomicU32,
+    /// Subtasks (threads) of its current run.
+    pub(super) subtasks: AtomicU32,
+    /// When its last run ended, while its metrics and log lines are still in memory.
+    pub(super) ended: Mutex<Option<Instant>>,
+    /// Records read and written by its runs before the current one, which the current
+    /// run's counts add to.
+    pub(super) counted_before: Mutex<(u64, u64)>,
+    /// Its checkpoint history and counts before the current run.
+    pub(super) history_before: Mutex<(Vec<CheckpointSummary>, (u64, u64))>,
+    /// Why the server cancels its run (a quota): the run then ends as failed with it.
+    pub(super) kill_cause: Mutex<Option<String>>,
+    /// What this server's host of a cluster job does, while it runs.
+    pub(super) cluster: Mutex<Option<Arc<Mutex<HostView>>>>,
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The server's jobs, by id.
+#[derive(Default)]
+pub(super) struct Jobs {
+    pub(super) by_id: Mutex<BTreeMap<String, Arc<JobEntry>>>,
+    /// Held while a submission checks quotas and starts its job, so that two submissions
+    /// cannot both take the last slot.
+    pub(super) admission: Mutex<()>,
+    /// Set while the server stops: jobs that end then stay `running` on disk.
+    pub(super) shutting_down: Arc<AtomicBool>,
+    pub(super) next: AtomicU64,
+}
+
+impl Jobs {
+    /// Whether the server is stopping its jobs.
+    pub(super) fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Relaxed)
+    }
+}
+
+impl JobEntry {
+    /// A job kept in `dir`, not running.
+    pub(super) fn new(dir: PathBuf, record: JobRecord) -> Arc<JobEntry> {
+        let history = (record.checkpoints.clone(), record.checkpoint_counts);
+        Arc::new(JobEntry {
+            dir,
+            record: Mutex::new(record),
+            monitor: Mutex::new(Arc::new(JobMonitor::default())),
+            run: Mutex::new(None),
+            instances: AtomicU32::new(0),
+            subtasks: AtomicU32::new(0),
+            ended: Mutex::new(None),
+            kill_cause: Mutex::new(None),
+            cluster: Mutex::new(None),
+            counted_before: Mutex::new((0, 0)),
+            history_before: Mutex::new(history),
+        })
+    }
+
+    pub(super) fn record(&self) -> JobRecord {
+        lock(&self.record).clone()
+    }
+
+    pub(super) fn save(&self, record: &JobRecord) -> Result<()> {
+        let json = serde_json::to_vec_pretty(record).expect("plain data");
+        write_atomic(&self.dir.join("record.json"), &json)
+    }
+
+    pub(super) fn update(&self, f: impl FnOnce(&mut JobRecord)) {
+        let mut record = lock(&self.record);
+        f(&mut record);
+        if let Err(e) = self.save(&record) {
+            tracing::error!("job {}: {e:#}", record.id);
+        }
+    }
+
+    pub(super) fn is_running(&self) -> bool {
+        lock(&self.run).is_some()
+    }
+
+    /// Records read and written: live while it runs, else as of the end of its last run.
+    pub(super) fn records_read_written(&self, record: &JobRecord) -> (u64, u64) {
+        if self.is_running() {
+            let (read, written) = lock(&self.monitor).records_read_written();
+            let (read_before, written_before) = *lock(&self.counted_before);
+            (read_before + read, written_before + written)
+        } else {
+            (record.records_read, record.records_written)
+        }
+    }
+
+    /// Its checkpoint history and counts, over its runs before the current one and the
+    /// current one's so far (what [`JobRecord::checkpoints`] keeps).
+    pub(super) fn checkpoint_history(&self) -> (Vec<CheckpointSummary>, (u64, u64)) {
+        let (mut history, (completed, aborted)) = lock(&self.history_before).clone();
+        let stats = lock(&self.monitor).checkpoints();
+        history.extend(stats.completed.iter().map(|c| CheckpointSummary {
+            id: c.id,
+            kind: format!("{:?}", c.kind).to_lowercase(),
+            name: c.path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            triggered_ms: c.triggered_ms,
+            duration_ms: c.duration.as_secs_f64() * 1e3,
+            max_sync_ms: c.max_sync.as_secs_f64() * 1e3,
+            bytes: c.bytes,
+        }));
+        let drop = history.len().saturating_sub(HISTORY);
+        history.drain(..drop);
+        let counts = (
+            completed + stats.completed.len() as u64,
+            aborted + stats.aborted.len() as u64,
+        );
+        (history, counts)
+    }
+
+    /// Saves the checkpoint history into the record, for a server that starts next
+    /// (written only when it changed).
+    pub(super) fn save_history(&self) {
+        let (history, counts) = self.checkpoint_history();
+        if self.record().checkpoint_counts != counts {
+            self.update(|r| {
+                r.checkpoints = history;
+                r.checkpoint_counts = counts;
+            });
+        }
+    }
+
+    /// Whether its current run completed a checkpoint or savepoint.
+    fn completed_a_checkpoint(&self) -> bool {
+        !lock(&self.monitor).checkpoints().completed.is_empty()
+    }
+}
+
+impl Server {
+    pub(super) fn entry(&self, tenant: &TenantConfig, id: &str) -> Result<Arc<JobEntry>, ApiError> {
+        let entry = lock(&self.jobs.by_id).get(id).cloned();
+        match entry {
+            Some(e) if lock(&e.record).tenant == tenant.name => Ok(e),
+            // Another tenant's job is indistinguishable from no job.
+            _ => Err(ApiError::not_found("job", id)),
+        }
+    }
+
+    /// Checks the tenant's quotas for one more running job. Called under the admission
+    /// lock, which is held until the job is launched, so that what it counts is current.
+    pub(super) fn admit(
+        &self,
+        tenant: &TenantConfig,
+        job: &str,
+        (instances, subtasks): (u32, u32),
+    ) -> Result<(), ApiError> {
+        let (running, in_use, threads) = lock(&self.jobs.by_id)
+            .values()
+            .filter(|e| e.is_running() && lock(&e.record).tenant == tenant.name)
+            .fold((0u32, 0u32, 0u32), |(jobs, instances, subtasks), e| {
+                (
+                    jobs + 1,
+                    instances + e.instances.load(Ordering::Relaxed),
+                    subtasks + e.subtasks.load(Ordering::Relaxed),
+                )
+            });
+        if running >= tenant.max_jobs {
+            return Err(ApiError::new(
+                ErrorKind::Quota,
+                format!(
+                    "tenant '{}' has {running} of its {} jobs running (max_jobs)",
+                    tenant.name, tenant.max_jobs
+                ),
+            ));
+        }
+        if in_use + instances > tenant.max_instances {
+            return Err(ApiError::new(
+                ErrorKind::Quota,
+                format!(
+                    "job '{job}' needs {instances} operator instances, but tenant '{}' has \
+                     {in_use} of its {} in use (max_instances)",
+                    tenant.name, tenant.max_instances
+                ),
+            ));
+        }
+        if threads + subtasks > tenant.max_subtasks {
+            return Err(ApiError::new(
+                ErrorKind::Quota,
+                format!(
+                    "job '{job}' needs {subtasks} subtasks (threads), but tenant '{}' has {threads} \
+                     of its {} in use (max_subtasks)",
+                    tenant.name, tenant.max_subtasks
+                ),
+            ));
+        }
+        let used = self.disk_usage(&tenant.name);
+        if used >= tenant.max_disk_bytes {
+            return Err(ApiError::new(
+                ErrorKind::Quota,
+                disk_quota_message(tenant, used),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Bytes the tenant's job folders and plugins take under the server's folder.
+    pub(super) fn disk_usage(&self, tenant: &str) -> u64 {
+        let dirs: Vec<PathBuf> = lock(&self.jobs.by_id)
+            .values()
+            .filter(|e| lock(&e.record).tenant == tenant)
+            .map(|e| e.dir.clone())
+            .collect();
+        dirs.iter()
+            .map(|d| dir_bytes(d))
+            .sum::<u64>()
+            .saturating_add(dir_bytes(&self.dir.join("plugins").join(tenant)))
+    }
+
+    /// Runs `f` under the lock that submissions and starts take to admit a job.
+    pub(super) fn admitting<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _admission = lock(&self.jobs.admission);
+        f()
+    }
+
+    /// The ids of `tenant`'s jobs that could run plugin `sha256` again (any but finished
+    /// ones).
+    pub(super) fn jobs_using_plugin(&self, tenant: &TenantConfig, sha256: &str) -> Vec<String> {
+        lock(&self.jobs.by_id)
+            .values()
+            .map(|e| e.record())
+            .filter(|r| r.tenant == tenant.name && r.state != JobState::Finished)
+            .filter(|r| r.plugins.values().any(|p| p == sha256))
+            .map(|r| r.id)
+            .collect()
+    }
+
+    /// What the server does every few seconds while it runs: it enforces disk quotas,
+    /// clears the resumption count of jobs that completed a checkpoint, and forgets the
+    /// metrics and log lines of jobs that ended long enough ago.
+    pub(super) fn housekeeping(&self) {
+        let entries: Vec<Arc<JobEntry>> = lock(&self.jobs.by_id).values().cloned().collect();
+        let running: Vec<&Arc<JobEntry>> = entries.iter().filter(|e| e.is_running()).collect();
+
+        for entry in &running {
+            if entry.record().recoveries > 0 && entry.completed_a_checkpoint() {
+                entry.update(|r| r.recoveries = 0);
+            }
+            // A server killed now still shows this run's checkpoints when it comes back.
+            entry.save_history();
+        }
+
+        let tenants: BTreeSet<String> = running.iter().map(|e| e.record().tenant).collect();
+        for tenant in self.tenants().filter(|t| tenants.contains(&t.name)) {
+            let used = self.disk_usage(&tenant.name);
+            if used <= tenant.max_disk_bytes {
+                continue;
+            }
+            let cause = disk_quota_message(tenant, used);
+            tracing::warn!("{cause}: failing its running jobs");
+            for entry in running.iter().filter(|e| e.record().tenant == tenant.name) {
+                *lock(&entry.kill_cause) = Some(cause.clone());
+                if let Some(control) = lock(&entry.run).as_ref() {
+                    let _ = control.send(JobControl::Cancel);
+                }
+            }
+        }
+
+        let settings = &self.host.server;
+        let mut ended: Vec<(Instant, &Arc<JobEntry>)> = entries
+            .iter()
+            .filter_map(|e| lock(&e.ended).map(|at| (at, e)))
+            .collect();
+        // Newest first: the first `keep_ended_jobs` stay, unless ended too long ago.
+        ended.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+        for (i, (at, entry)) in ended.into_iter().enumerate() {
+            if i >= settings.keep_ended_jobs || at.elapsed() > settings.keep_ended_for {
+                self.forget(entry);
+            }
+        }
+    }
+
+    /// Drops the metrics and log lines an ended job keeps in memory; its lines go to its
+    /// folder, where [`Server::job_logs`] reads them and its next run picks them up.
+    pub(super) fn forget(&self, entry: &JobEntry) {
+        // Held throughout, so a launch waits until the lines are on disk.
+        let mut ended = lock(&entry.ended);
+        if entry.is_running() {
+            return;
+        }
+        let id = entry.record().id;
+        if let Some(text) = super::logs::JobLogs::global().take(&id)
+            && let Err(e) = write_atomic(&entry.dir.join(LOGS_FILE), text.as_bytes())
+        {
+            tracing::error!("job {id}: keeping its log lines: {e:#}");
+        }
+        *lock(&entry.monitor) = Arc::new(JobMonitor::default());
+        // The run's checkpoints are in the record now; they are its history.
+        let record = entry.record();
+        *lock(&entry.history_before) = (record.checkpoints, record.checkpoint_counts);
+        *ended = None;
+    }
+}
+
+/// Why a tenant over its disk quota is refused or has its jobs failed.
+fn disk_quota_message(tenant: &TenantConfig, used: u64) -> String {
+    format!(
+        "tenant '{}' takes {used} bytes of the server's disk (job output, checkpoints and \
+         plugins); its quota is {} (max_disk_mb)",
+        tenant.name, tenant.max_disk_bytes
+    )
+}
+
+/// Bytes of the files under `path` (symbolic links are not followed; what cannot be read
+/// counts nothing).
+fn dir_bytes(path: &Path) -> u64 {
+    let Ok(meta) = fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if !meta.is_dir() {
+        return meta.len();
+    }
+    fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| dir_bytes(&e.path()))
+                .fold(0u64, u64::saturating_add)
+        })
+        .unwrap_or(0)
+}
