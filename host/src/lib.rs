@@ -5,6 +5,7 @@ pub mod cli;
 pub mod cluster;
 pub mod connectors;
 pub mod failpoints;
+pub mod guest_text;
 pub mod job;
 pub mod mailbox;
 pub mod metrics;

@@ -431,7 +431,7 @@ impl OperatorState {
         let mut counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
         // Names are printed (metrics, summaries): no control characters.
         let name = String::from_utf8_lossy(name);
-        let name = crate::wasm::printable(&name);
+        let name = crate::guest_text::printable(&name);
         let known = counters.len();
         if let Some(c) = counters.get_mut(name.as_ref()) {
             *c = c.saturating_add(delta);

@@ -11,14 +11,15 @@
 //! job), and [`DISK_BYTES`] of artifacts on disk (a file's modification time marks its
 //! last use).
 
-use std::collections::HashMap;
 use std::fs;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use anyhow::{Context, Result};
+use lru::LruCache;
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -40,13 +41,11 @@ pub struct ComponentCache {
     dir: Option<PathBuf>,
     /// Say on standard error when a large component is compiled.
     announce: bool,
-    memory: Mutex<HashMap<[u8; 32], (Component, u64)>>,
-    /// Increases with every use, to find the least recently used entry.
-    uses: std::sync::atomic::AtomicU64,
+    memory: Mutex<LruCache<[u8; 32], Component>>,
 }
 
 /// Compiled components kept in memory.
-pub const MEMORY_ENTRIES: usize = 256;
+pub const MEMORY_ENTRIES: NonZeroUsize = NonZeroUsize::new(256).expect("not zero");
 /// Bytes of compiled artifacts kept on disk.
 pub const DISK_BYTES: u64 = 2 << 30;
 /// Components larger than this are announced when compiled (a Rust operator is well
@@ -60,8 +59,7 @@ impl ComponentCache {
         ComponentCache {
             dir,
             announce: false,
-            memory: Mutex::new(HashMap::new()),
-            uses: std::sync::atomic::AtomicU64::new(0),
+            memory: Mutex::new(LruCache::new(MEMORY_ENTRIES)),
         }
     }
 
@@ -77,10 +75,7 @@ impl ComponentCache {
         if let Some(dir) = std::env::var_os("SLUICE_CACHE_DIR") {
             return Some(PathBuf::from(dir));
         }
-        if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
-            return Some(PathBuf::from(dir).join("sluice"));
-        }
-        std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache").join("sluice"))
+        dirs::cache_dir().map(|dir| dir.join("sluice"))
     }
 
     /// The directory artifacts are kept in, if any.
@@ -96,15 +91,13 @@ impl ComponentCache {
         what: &Path,
     ) -> Result<(Component, CacheOutcome)> {
         let key = cache_key(engine, bytes);
-        let tick = self.uses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Some((c, used)) = self.lock().get_mut(&key) {
-            *used = tick;
+        if let Some(c) = self.lock().get(&key) {
             return Ok((c.clone(), CacheOutcome::Memory));
         }
         let file = self
             .dir
             .as_ref()
-            .map(|d| d.join(format!("{}.cwasm", hex(&key))));
+            .map(|d| d.join(format!("{}.cwasm", hex::encode(key))));
         if let Some(file) = file.as_ref().filter(|f| f.exists()) {
             // SAFETY: the file was written by `store` below from `Component::serialize`
             // of this very engine configuration (the key covers the engine's
@@ -118,7 +111,7 @@ impl ComponentCache {
                         .append(true)
                         .open(file)
                         .and_then(|f| f.set_modified(std::time::SystemTime::now()));
-                    self.remember(key, c.clone(), tick);
+                    self.lock().put(key, c.clone());
                     return Ok((c, CacheOutcome::Disk));
                 }
                 Err(e) => tracing::warn!(
@@ -154,25 +147,11 @@ impl ComponentCache {
                 ),
             }
         }
-        self.remember(key, component.clone(), tick);
+        self.lock().put(key, component.clone());
         Ok((component, CacheOutcome::Compiled))
     }
 
-    /// Keeps `component` in memory, dropping the least recently used past the bound.
-    fn remember(&self, key: [u8; 32], component: Component, tick: u64) {
-        let mut memory = self.lock();
-        memory.insert(key, (component, tick));
-        while memory.len() > MEMORY_ENTRIES {
-            let oldest = memory
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(k, _)| *k)
-                .expect("not empty");
-            memory.remove(&oldest);
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], (Component, u64)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<[u8; 32], Component>> {
         self.memory.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -218,7 +197,7 @@ fn trim_dir(dir: &Path, max: u64) {
 }
 
 pub fn content_digest(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes).into())
+    hex::encode(Sha256::digest(bytes))
 }
 
 fn cache_key(engine: &Engine, bytes: &[u8]) -> [u8; 32] {
@@ -235,10 +214,6 @@ fn cache_key(engine: &Engine, bytes: &[u8]) -> [u8; 32] {
     h.0.update(bytes);
     engine.precompile_compatibility_hash().hash(&mut h);
     h.0.finalize().into()
-}
-
-fn hex(bytes: &[u8; 32]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -46,7 +46,7 @@ impl Host for StoreState {
             )));
         }
         let Some(backend) = self.operator.keyed.as_mut() else {
-            self.operator.unkeyed_state = Some(crate::wasm::printable(&name).into_owned());
+            self.operator.unkeyed_state = Some(crate::guest_text::printable(&name).into_owned());
             return Ok(Err(format!(
                 "cannot declare keyed state '{name}': the operator's input is not keyed \
                  (set `key_by` for this operator in the job file)"
@@ -62,7 +62,7 @@ impl Host for StoreState {
         {
             return Ok(Err(format!(
                 "declare-state('{}'): an operator may declare at most {MAX_STATES} states",
-                crate::wasm::printable(&name)
+                crate::guest_text::printable(&name)
             )));
         }
         Ok(backend.declare(StateDescriptor { name, kind, ttl_ms }))
@@ -89,7 +89,7 @@ impl Host for StoreState {
     }
 
     fn declare_output(&mut self, name: String) -> wasmtime::Result<Result<u32, String>> {
-        let shown = crate::wasm::printable(&name).into_owned();
+        let shown = crate::guest_text::printable(&name).into_owned();
         if !self.operator.opening {
             return Ok(Err(format!(
                 "declare-output('{shown}') is only allowed during `open`"
@@ -122,7 +122,7 @@ impl Host for StoreState {
         if !output.rate().admit(&id, message.len()) {
             return Ok(());
         }
-        let message = super::guest_text(&message, self.limits.max_guest_string_bytes);
+        let message = crate::guest_text::guest_text(&message, self.limits.max_guest_string_bytes);
         macro_rules! event {
             ($lvl:expr) => {
                 tracing::event!(

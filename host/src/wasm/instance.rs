@@ -4,13 +4,14 @@ use wasmtime::Store;
 
 use super::bindings::{v1, v2};
 use super::limits::MemoryLimitExceeded;
-use super::sandbox::{self, Interrupted, guest_text};
+use super::sandbox::{self, Interrupted};
 use super::stdio::panic_message;
 use super::store::StoreState;
 use crate::chain::{
     CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState, ProcessOutput,
     TrapKind,
 };
+use crate::guest_text::{guest_text, printable};
 use crate::network::BatchWatermark;
 
 /// A component's exports, of the WIT version it was built for.
@@ -204,7 +205,7 @@ impl WasmOperator {
                         .unwrap_or_else(|e| e.into_inner())
                         .stderr_tail();
                     match panic_message(&stderr) {
-                        Some(m) => (TrapKind::Panic, sandbox::printable(&m).into_owned()),
+                        Some(m) => (TrapKind::Panic, printable(&m).into_owned()),
                         None if stderr.trim().is_empty() => (
                             TrapKind::Panic,
                             "the operator aborted (wasm `unreachable` executed) without a message"
@@ -214,7 +215,7 @@ impl WasmOperator {
                             TrapKind::Panic,
                             format!(
                                 "the operator aborted; its stderr: {}",
-                                sandbox::printable(stderr.trim())
+                                printable(stderr.trim())
                             ),
                         ),
                     }

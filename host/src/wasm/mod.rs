@@ -19,5 +19,5 @@ pub use engine::{EPOCH_TICK, EngineSettings, WasmEngine};
 pub use instance::WasmOperator;
 pub use limits::{DirGrant, MemoryLimitExceeded, SandboxLimits};
 pub use plugin::{Plugin, PluginInfo, supported_version};
-pub use sandbox::{Interrupted, guest_text, printable};
+pub use sandbox::Interrupted;
 pub use store::StoreState;

@@ -76,7 +76,7 @@ fn declared_config_keys(bytes: &[u8]) -> Option<Vec<String>> {
             let text = String::from_utf8_lossy(section.data());
             return Some(
                 text.lines()
-                    .map(|l| crate::wasm::printable(l.trim()).into_owned())
+                    .map(|l| crate::guest_text::printable(l.trim()).into_owned())
                     .filter(|l| !l.is_empty())
                     .collect(),
             );
@@ -104,13 +104,14 @@ enum WasmKind {
 }
 
 fn wasm_kind(bytes: &[u8]) -> WasmKind {
-    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
-        return WasmKind::NotWasm;
-    }
-    match bytes[4..8] {
-        [1, 0, 0, 0] => WasmKind::CoreModule,
-        [_, _, 1, 0] => WasmKind::Component,
-        _ => WasmKind::Unknown,
+    if wasmparser::Parser::is_component(bytes) {
+        WasmKind::Component
+    } else if wasmparser::Parser::is_core_wasm(bytes) {
+        WasmKind::CoreModule
+    } else if bytes.len() < 8 || !bytes.starts_with(b"\0asm") {
+        WasmKind::NotWasm
+    } else {
+        WasmKind::Unknown
     }
 }
 

@@ -123,7 +123,7 @@ impl GuestOutput {
             return;
         }
         let line = String::from_utf8_lossy(line);
-        let line = super::printable(&line);
+        let line = crate::guest_text::printable(&line);
         let id = &self.identity;
         let stream = match stream {
             Stream::Stdout => "stdout",
