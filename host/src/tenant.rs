@@ -77,7 +77,7 @@
 //! A server job may use Kafka only within its tenant's grant (`[tenant.NAME.kafka]`):
 //! brokers and topics outside it are refused at submission, group and transactional ids
 //! begin with its `id_prefix`, and its `properties` go over the job's own, which may only
-//! tune (see `server::jobs`). `sluice run` applies no grant: whoever runs it owns the
+//! tune (see `server::kafka_grant`). `sluice run` applies no grant: whoever runs it owns the
 //! machine and its network.
 //!
 //! Every job also stays within the ranges that validation sets for the knobs of a job
@@ -88,92 +88,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
-use serde::Deserialize;
-
+use crate::spec::host_file::{HostFile, KafkaSpec, LimitsSpec, ServerSpec};
 use crate::state::TenantUsage;
 use crate::wasm::{DirGrant, SandboxLimits};
-
-/// The limits fields of `[defaults]` and `[tenant.NAME]`, all optional.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LimitsSpec {
-    memory_mb: Option<u64>,
-    call_deadline_ms: Option<u64>,
-    fuel_per_call: Option<u64>,
-    max_output_mb: Option<u64>,
-    max_instances: Option<u32>,
-    log_lines_per_second: Option<u32>,
-    state_mb: Option<u64>,
-    timers: Option<u64>,
-    counters: Option<usize>,
-    guest_string_kb: Option<usize>,
-    cpu_weight: Option<u32>,
-    tenant_state_mb: Option<u64>,
-    tenant_timers: Option<u64>,
-    #[serde(default)]
-    dirs: Vec<DirSpec>,
-    max_jobs: Option<u32>,
-    max_plugin_mb: Option<u64>,
-    max_subtasks: Option<u32>,
-    max_disk_mb: Option<u64>,
-    token_sha256: Option<String>,
-    kafka: Option<KafkaSpec>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct KafkaSpec {
-    bootstrap: String,
-    #[serde(default)]
-    read: Vec<String>,
-    #[serde(default)]
-    write: Vec<String>,
-    id_prefix: Option<String>,
-    checkpoints: Option<String>,
-    #[serde(default)]
-    properties: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DirSpec {
-    host: PathBuf,
-    guest: String,
-    #[serde(default = "yes")]
-    read_only: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct HostConfigFile {
-    #[serde(default)]
-    strict_tenants: bool,
-    #[serde(default)]
-    jobs: Vec<PathBuf>,
-    #[serde(default)]
-    defaults: LimitsSpec,
-    #[serde(default)]
-    tenant: BTreeMap<String, LimitsSpec>,
-    server: Option<ServerSpec>,
-    cluster: Option<crate::job::ClusterSpec>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ServerSpec {
-    address: Option<String>,
-    dir: Option<PathBuf>,
-    max_upload_mb: Option<u64>,
-    keep_ended_jobs: Option<usize>,
-    keep_ended_minutes: Option<u64>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-}
+use anyhow::{Context, Result, bail};
 
 /// Settings of `sluice serve` (the `[server]` table).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -367,7 +285,7 @@ pub struct HostConfig {
     pub server: ServerSettings,
     /// `[cluster]`: this machine's defaults for the `[cluster]` of every job it runs
     /// with `sluice run --cluster` (its paths resolved against the host file's folder).
-    pub cluster: Option<crate::job::ClusterSpec>,
+    pub cluster: Option<crate::spec::ClusterSpec>,
     defaults: TenantConfig,
     tenants: BTreeMap<String, TenantConfig>,
 }
@@ -403,7 +321,7 @@ impl HostConfig {
     pub fn load(path: &Path) -> Result<HostConfig> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read host configuration {}", path.display()))?;
-        let file: HostConfigFile =
+        let file: HostFile =
             toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         // An absolute path replaces the base.

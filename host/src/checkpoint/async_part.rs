@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, unbounded};
 
-use super::coordinator::{Acknowledgement, CoordinatorMessage};
+use super::protocol::{Acknowledgement, CoordinatorMessage};
 use super::snapshot::{OperatorSnapshot, TaskId};
 use super::storage::{CheckpointStorage, SnapshotKind};
 use crate::network::{Barrier, CheckpointKind};

@@ -1,5 +1,7 @@
-//! Checkpoints: the coordinator, the asynchronous part of a task's snapshot, the state
-//! file format, and storage with restore.
+//! Checkpoints: what tasks and the coordinator tell each other (the coordinator itself
+//! runs with the job, in `job::coordinator`), the asynchronous part of a task's
+//! snapshot, the state file format, storage with restore, and which part of a
+//! checkpoint each subtask of a restored job gets.
 //!
 //! A checkpoint *n* starts at the sources (a mail from the coordinator), travels as a
 //! barrier through the job, and at every task is taken in two parts: a synchronous part on
@@ -9,19 +11,17 @@
 //! checkpoint complete — and notifies every task, so every operator gets
 //! `notify-complete`.
 
+mod assignment;
 mod async_part;
-mod coordinator;
 mod format;
+mod protocol;
 mod snapshot;
 mod storage;
 
+pub use assignment::{OperatorRestore, assign_operator_state};
 pub use async_part::{AsyncPartHandle, AsyncPool, CheckpointLink};
-pub use coordinator::{
-    AckOutcome, Acknowledgement, CheckpointHook, CheckpointSettings, CheckpointStats,
-    CompletedCheckpoint, Coordinator, CoordinatorMessage, CoordinatorSetup, PendingCheckpoint,
-    next_trigger,
-};
 pub use format::{read_operator_state, write_operator_state};
+pub use protocol::{Acknowledgement, CoordinatorMessage};
 pub use snapshot::{OperatorSnapshot, StateHandle, TaskId};
 pub use storage::{
     CheckpointMetadata, CheckpointStorage, FinishedTask, Lineage, LoadedCheckpoint, OperatorMeta,

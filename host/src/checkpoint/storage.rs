@@ -493,7 +493,7 @@ pub fn state_file_name(id: &str, subtask: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::assignment::assign_operator_state;
+    use crate::checkpoint::assign_operator_state;
     use crate::state::key_groups::key_groups_of_subtask;
     use crate::state::{KeyedStateBackend, StateDescriptor, StateKind};
     use crate::timers::TimerQueues;

@@ -18,6 +18,7 @@ use crate::job::{
     SourceInput, SourceVertex, Vertex,
 };
 use crate::network::Partitioner;
+use crate::spec::limits;
 
 /// How long a metadata request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -88,14 +89,12 @@ impl ClusterSettings {
                      directory, or s3://, gs://, az://)"
                 )
             })?;
-        let exchange_partitions = spec.exchange_partitions.unwrap_or(8);
-        if !(1..=1024).contains(&exchange_partitions) {
-            bail!("`[cluster] exchange_partitions` must be 1 to 1024, not {exchange_partitions}");
-        }
-        let session_ms = spec.session_timeout_ms.unwrap_or(10_000);
-        if !(1_000..=3_600_000).contains(&session_ms) {
-            bail!("`[cluster] session_timeout_ms` must be 1,000 to 3,600,000, not {session_ms}");
-        }
+        let exchange_partitions = limits::EXCHANGE_PARTITIONS
+            .resolve(spec.exchange_partitions)
+            .context("[cluster]")?;
+        let session_ms = limits::SESSION_TIMEOUT_MS
+            .resolve(spec.session_timeout_ms)
+            .context("[cluster]")?;
         Ok(ClusterSettings {
             bootstrap,
             checkpoints,

@@ -12,25 +12,24 @@ use std::thread;
 use anyhow::{Context, Result, anyhow, bail};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
+use super::coordinator::{CheckpointStats, Coordinator, CoordinatorSetup};
 use super::graph::{GeneratorShape, JobGraph, SourceInput, SourceVertex, Vertex};
-use super::runner::{Job, RunOptions};
+use super::run::RunOptions;
+use super::runner::Job;
 use super::supervisor::RunningAttempt;
 use crate::chain::{
     ChainOutput, ChainedOperator, OpenInfo, Operator, OperatorChain, OperatorIdentity,
     OperatorState, OutputEdge, undeclared_side_output,
 };
-use crate::checkpoint::{
-    AsyncPool, CheckpointLink, CheckpointStats, CheckpointStorage, Coordinator, CoordinatorSetup,
-    LoadedCheckpoint, TaskId,
-};
+use crate::checkpoint::{AsyncPool, CheckpointLink, CheckpointStorage, LoadedCheckpoint, TaskId};
 use crate::connectors::kafka::{self, Delivery, KafkaSink, KafkaSource};
 use crate::connectors::{
     FileSink, FileSource, Generated, GeneratorSource, Source, StdinSource, StdoutSink,
 };
-use crate::job::file::SinkKind;
 use crate::metrics::{OperatorMetrics, TaskMetrics, TaskMetricsHandle};
 use crate::network::{InputGate, Partitioner, RecordWriter, channel};
-use crate::state::assignment::assign_operator_state;
+use crate::spec::SinkKind;
+use crate::checkpoint::assign_operator_state;
 use crate::state::key_groups::key_groups_of_subtask;
 use crate::state::{Account, InstanceLimits, KeyedStateBackend, TenantUsage};
 use crate::task::{

@@ -1,5 +1,5 @@
 //! Jobs: the job file, its validation into a graph of chained tasks, restart strategies,
-//! and running a job on this machine.
+//! running a job on this machine, and its checkpoint coordinator.
 //!
 //! A job is a graph of sources, operators and sinks; each operator and sink names the
 //! outputs it reads (by default the vertex before it, so a list is a pipeline `source ->
@@ -8,21 +8,32 @@
 //! `rebalance`, `broadcast`, a change of parallelism, a fan-out or a side output — crosses
 //! bounded channels between tasks.
 
+mod chaining;
+mod coordinator;
 mod deploy;
-mod file;
 mod graph;
+
 mod monitor;
 mod restart;
+mod run;
 mod runner;
 mod start;
 mod supervisor;
+mod validate;
 
-pub use file::{ClusterSpec, JobFile, OperatorSpec, SinkKind, SinkSpec, SourceKind, SourceSpec};
+pub use crate::spec::{
+    ClusterSpec, JobFile, OperatorSpec, SinkKind, SinkSpec, SourceKind, SourceSpec,
+};
+pub use coordinator::{
+    AckOutcome, CheckpointHook, CheckpointSettings, CheckpointStats, CompletedCheckpoint,
+    Coordinator, CoordinatorSetup, PendingCheckpoint, next_trigger,
+};
 pub use graph::{
     ChainSpec, Edge, GeneratorShape, JobGraph, OperatorVertex, SinkVertex, SourceInput,
     SourceVertex, Vertex,
 };
 pub use monitor::JobMonitor;
 pub use restart::RestartStrategy;
-pub use runner::{Job, JobControl, JobOutcome, JobReport, RestorePoint, RunOptions, load_graph};
+pub use run::{JobControl, JobOutcome, RestorePoint, RunOptions};
+pub use runner::{Job, JobReport, load_graph};
 pub use supervisor::failure_kind;

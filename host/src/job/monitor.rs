@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::checkpoint::CheckpointStats;
+use super::coordinator::CheckpointStats;
 use crate::metrics::{TaskMetricsHandle, TaskReport};
 
 /// A live view of a running job, for progress lines and status endpoints.

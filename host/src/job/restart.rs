@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use super::file::RestartSpec;
+use anyhow::{Result, bail};
+
+use crate::spec::RestartSpec;
+use crate::spec::limits;
 
 /// What to do when a job fails.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,39 +33,37 @@ pub enum RestartStrategy {
 }
 
 impl RestartStrategy {
-    /// The strategy a `[restart]` table asks for. Without one: three restarts one second
-    /// apart when the job checkpoints (a restart then loses nothing), none otherwise.
-    pub fn from_spec(spec: Option<&RestartSpec>, checkpointing: bool) -> Result<Self, String> {
+    /// The strategy a `[restart]` table asks for, each number within its range (see
+    /// [`limits`]). Without one: [`limits::RESTART_ATTEMPTS`] restarts
+    /// [`limits::RESTART_DELAY_MS`] apart when the job checkpoints (a restart then loses
+    /// nothing), none otherwise.
+    pub fn from_spec(spec: Option<&RestartSpec>, checkpointing: bool) -> Result<Self> {
         let Some(spec) = spec else {
             return Ok(if checkpointing {
                 RestartStrategy::FixedDelay {
-                    attempts: 3,
-                    delay: Duration::from_secs(1),
+                    attempts: limits::RESTART_ATTEMPTS.default,
+                    delay: Duration::from_millis(limits::RESTART_DELAY_MS.default),
                 }
             } else {
                 RestartStrategy::None
             });
         };
-        let attempts = spec.attempts.unwrap_or(3);
-        let delay = Duration::from_millis(spec.delay_ms.unwrap_or(1000));
+        let attempts = limits::RESTART_ATTEMPTS.resolve(spec.attempts)?;
+        let delay = Duration::from_millis(limits::RESTART_DELAY_MS.resolve(spec.delay_ms)?);
+        let max_delay = limits::RESTART_MAX_DELAY_MS.resolve(spec.max_delay_ms)?;
+        let multiplier = limits::RESTART_MULTIPLIER.resolve(spec.multiplier)?;
         match spec.strategy.as_str() {
             "none" => Ok(RestartStrategy::None),
             "fixed-delay" => Ok(RestartStrategy::FixedDelay { attempts, delay }),
-            "exponential" => {
-                let multiplier = spec.multiplier.unwrap_or(2.0);
-                if multiplier.is_nan() || multiplier < 1.0 {
-                    return Err(format!("`multiplier` must be at least 1, not {multiplier}"));
-                }
-                Ok(RestartStrategy::Exponential {
-                    attempts,
-                    initial: delay,
-                    max: Duration::from_millis(spec.max_delay_ms.unwrap_or(60_000)),
-                    multiplier,
-                })
-            }
-            other => Err(format!(
+            "exponential" => Ok(RestartStrategy::Exponential {
+                attempts,
+                initial: delay,
+                max: Duration::from_millis(max_delay),
+                multiplier,
+            }),
+            other => bail!(
                 "`strategy` must be \"none\", \"fixed-delay\" or \"exponential\", not {other:?}"
-            )),
+            ),
         }
     }
 

@@ -3,96 +3,24 @@
 //! `deploy`, its supervision in `supervisor`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 
+use super::coordinator::{CheckpointHook, CheckpointStats};
 use super::graph::JobGraph;
 use super::monitor::{JobMonitor, lock};
+use super::run::{JobControl, JobOutcome, RunOptions};
 use super::start::{check_start, prepare_run};
 use super::supervisor::{AttemptEnd, failure_kind, is_permanent};
-use crate::checkpoint::{
-    CheckpointHook, CheckpointStats, CheckpointStorage, LoadedCheckpoint, SnapshotKind,
-};
+use crate::checkpoint::SnapshotKind;
 use crate::metrics::TaskReport;
 use crate::tenant::{HostConfig, InstanceBudget, TenantConfig};
 use crate::wasm::{Plugin, SandboxLimits, WasmEngine};
-
-/// Where a job starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RestorePoint {
-    /// From scratch. Refused when the job has run before (it has checkpoints or
-    /// output), unless [`RunOptions::move_aside`] is set.
-    Fresh,
-    /// From the newest complete checkpoint or savepoint in the job's checkpoint directory.
-    Latest,
-    /// From this checkpoint or savepoint folder.
-    Path(PathBuf),
-}
-
-/// How a run starts and what it may do to what earlier runs left.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunOptions {
-    /// Where it starts.
-    pub restore: RestorePoint,
-    /// With [`RestorePoint::Fresh`]: move the checkpoints and output of earlier runs
-    /// aside (to `NAME.N`) instead of refusing to start.
-    pub move_aside: bool,
-    /// Restore a checkpoint older than the committed output, keeping the output as it
-    /// was as a new file generation.
-    pub allow_rewind: bool,
-    /// Restore a checkpoint with state of sources or operators the job no longer has
-    /// (that state is dropped).
-    pub allow_non_restored_state: bool,
-}
-
-impl From<RestorePoint> for RunOptions {
-    fn from(restore: RestorePoint) -> Self {
-        RunOptions {
-            restore,
-            move_aside: false,
-            allow_rewind: false,
-            allow_non_restored_state: false,
-        }
-    }
-}
-
-/// Requests to a running job.
-#[derive(Debug)]
-pub enum JobControl {
-    /// Take a savepoint, then finish; `drain` first advances event time to the end.
-    StopWithSavepoint {
-        /// Fire all event-time timers first.
-        drain: bool,
-        /// Gets the savepoint folder, or why it failed.
-        reply: Sender<Result<PathBuf, String>>,
-    },
-    /// Take a savepoint and go on running.
-    Savepoint {
-        /// Gets the savepoint folder, or why it failed.
-        reply: Sender<Result<PathBuf, String>>,
-    },
-    /// Stop now, without a savepoint.
-    Cancel,
-}
-
-/// How a job ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JobOutcome {
-    /// The input ended and everything was committed.
-    Finished,
-    /// Stopped with a savepoint.
-    Stopped {
-        /// The savepoint folder.
-        savepoint: PathBuf,
-    },
-    /// Cancelled.
-    Cancelled,
-}
 
 /// What a finished job reports.
 #[derive(Debug, Clone)]
@@ -301,20 +229,8 @@ impl Job {
         unreachable!("the restart loop returns")
     }
 }
-
-/// Where a run starts: its checkpoint storage, the lineage it records there, and the
-/// checkpoint its first attempt restores.
-pub(super) struct RunStart {
-    /// The job's checkpoint storage, when it checkpoints.
-    pub storage: Option<Arc<CheckpointStorage>>,
-    /// This run's lineage in that storage.
-    pub lineage: Option<crate::checkpoint::Lineage>,
-    /// What the first attempt restores.
-    pub initial: Option<LoadedCheckpoint>,
-}
-
 /// Reads a job file's graph, for commands that need no plugins.
 pub fn load_graph(path: &Path) -> Result<JobGraph> {
-    let file = super::file::JobFile::load(path)?;
+    let file = crate::spec::JobFile::load(path)?;
     JobGraph::from_file(&file, path)
 }

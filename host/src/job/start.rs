@@ -10,13 +10,24 @@ use std::sync::Arc;
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::graph::{JobGraph, SinkVertex, Vertex};
-use super::runner::{RestorePoint, RunOptions, RunStart};
+use super::run::{RestorePoint, RunOptions};
 use crate::checkpoint::{CheckpointStorage, LoadedCheckpoint, load};
 use crate::connectors::file_sink::{
     Recovery, SinkState, next_generation, output_path, plan_recovery, rewind_refusal, staging_path,
 };
-use crate::job::file::SinkKind;
-use crate::state::assignment::assign_operator_state;
+use crate::spec::SinkKind;
+use crate::checkpoint::assign_operator_state;
+
+/// Where a run starts: its checkpoint storage, the lineage it records there, and the
+/// checkpoint its first attempt restores.
+pub(super) struct RunStart {
+    /// The job's checkpoint storage, when it checkpoints.
+    pub storage: Option<Arc<CheckpointStorage>>,
+    /// This run's lineage in that storage.
+    pub lineage: Option<crate::checkpoint::Lineage>,
+    /// What the first attempt restores.
+    pub initial: Option<LoadedCheckpoint>,
+}
 
 /// Whether a run may start as `options` say, without changing anything: what
 /// [`prepare_run`] would refuse, said before a caller commits to the run (the server

@@ -9,7 +9,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender, select, unbounded};
 
 use super::monitor::{JobMonitor, lock};
-use super::runner::{JobControl, JobOutcome};
+use super::run::{JobControl, JobOutcome};
 use crate::chain::{CallError, OperatorFailure};
 use crate::checkpoint::{CoordinatorMessage, TaskId};
 use crate::metrics::TaskMetricsHandle;

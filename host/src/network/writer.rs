@@ -12,6 +12,7 @@ use sluice_codec::{BatchReader, BatchWriter};
 use super::partitioner::hash_target;
 use super::{Barrier, BatchWatermark, Partitioner, StreamElement, push_batch_watermark};
 use crate::metrics::{TaskMetrics, add_duration};
+use crate::spec::limits;
 
 /// Buffering and channel sizes of a job's data exchange.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,9 +29,9 @@ pub struct NetworkSettings {
 impl Default for NetworkSettings {
     fn default() -> Self {
         NetworkSettings {
-            buffer_bytes: 32 << 10,
-            channel_capacity: 8,
-            buffer_timeout: Duration::from_millis(100),
+            buffer_bytes: limits::BUFFER_BYTES.default,
+            channel_capacity: limits::CHANNEL_CAPACITY.default,
+            buffer_timeout: Duration::from_millis(limits::BUFFER_TIMEOUT_MS.default),
         }
     }
 }

@@ -9,7 +9,7 @@
 use std::ops::Range;
 
 /// Default number of key groups (Flink's default for small parallelism).
-pub const DEFAULT_MAX_PARALLELISM: u32 = 128;
+pub const DEFAULT_MAX_PARALLELISM: u32 = crate::spec::limits::MAX_PARALLELISM.default;
 
 /// The key group of `key`. The hash is defined here (not `std`'s, which may change
 /// between Rust releases), so assignments are stable across runs, builds and hosts.

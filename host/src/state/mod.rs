@@ -6,7 +6,6 @@
 //! can redistribute it by key group.
 
 mod account;
-pub mod assignment;
 mod backend;
 pub mod key_groups;
 

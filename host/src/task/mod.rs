@@ -43,6 +43,7 @@ use crate::chain::OperatorChain;
 use crate::checkpoint::{CheckpointLink, TaskId};
 use crate::mailbox::{ActionResult, MailboxProcessor, Priority, TaskMailbox};
 use crate::metrics::{TaskMetrics, add_duration};
+use crate::spec::limits;
 use crate::timers::{ProcessingTimeService, TimerHandle, now_millis};
 
 /// Builds a task's operator chain; runs on the task thread.
@@ -62,8 +63,8 @@ pub struct TaskSettings {
 impl Default for TaskSettings {
     fn default() -> Self {
         TaskSettings {
-            batch_size: 1024,
-            buffer_timeout: Duration::from_millis(100),
+            batch_size: limits::BATCH_SIZE.default,
+            buffer_timeout: Duration::from_millis(limits::BUFFER_TIMEOUT_MS.default),
             timer_shutdown_timeout: Duration::from_secs(5),
         }
     }

@@ -439,10 +439,8 @@ fn mails_are_rejected_once_the_task_has_ended() {
 // ---------------------------------------------------------------------------------------
 // Checkpoints at the task and the coordinator.
 
-use crate::checkpoint::{
-    AsyncPool, CheckpointLink, CheckpointSettings, CheckpointStats, CheckpointStorage, Coordinator,
-    CoordinatorMessage, CoordinatorSetup,
-};
+use crate::checkpoint::{AsyncPool, CheckpointLink, CheckpointStorage, CoordinatorMessage};
+use crate::job::{CheckpointSettings, CheckpointStats, Coordinator, CoordinatorSetup};
 use crate::network::{
     Barrier, CheckpointKind, CheckpointingMode, InputGate, NetworkSettings, Partitioner,
     RecordWriter, StreamElement, channel,

@@ -13,10 +13,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use super::snapshot::{StateHandle, TaskId};
-use super::storage::{
-    CheckpointMetadata, CheckpointStorage, FinishedTask, OperatorMeta, SnapshotKind, SourceMeta,
-    SourcePosition,
+use crate::checkpoint::{
+    Acknowledgement, CheckpointMetadata, CheckpointStorage, CoordinatorMessage, FinishedTask,
+    OperatorMeta, SnapshotKind, SourceMeta, SourcePosition, StateHandle, TaskId,
 };
 use crate::network::{Barrier, CheckpointKind, CheckpointingMode};
 use crate::task::TaskHandle;
@@ -40,61 +39,6 @@ pub struct CheckpointSettings {
     /// Where checkpoints are stored.
     pub dir: PathBuf,
 }
-
-/// A task's report that its part of a checkpoint is written.
-#[derive(Debug, Clone)]
-pub struct Acknowledgement {
-    /// Checkpoint id.
-    pub id: u64,
-    /// The task.
-    pub task: TaskId,
-    /// The source's position, for source tasks.
-    pub source_position: Option<Vec<u8>>,
-    /// Taken after the task's input ended (its operators finished).
-    pub finished: bool,
-    /// The folder the files were written to.
-    pub folder: PathBuf,
-    /// The files written.
-    pub handles: Vec<StateHandle>,
-    /// How long the task thread spent in the synchronous part.
-    pub sync_duration: Duration,
-    /// How long writing took.
-    pub async_duration: Duration,
-    /// Bytes written.
-    pub bytes: u64,
-}
-
-/// What reaches the coordinator.
-#[derive(Debug)]
-pub enum CoordinatorMessage {
-    /// A task finished its part of a checkpoint.
-    Ack(Acknowledgement),
-    /// A task cannot take a checkpoint.
-    Decline {
-        /// Checkpoint id.
-        id: u64,
-        /// The task.
-        task: TaskId,
-        /// Why.
-        reason: String,
-    },
-    /// A task's input ended; it waits for its final checkpoint.
-    InputEnded(TaskId),
-    /// A task ended; it will acknowledge nothing more.
-    TaskFinished(TaskId),
-    /// Take a savepoint now; with `stop` the job finishes once it completes.
-    TriggerSavepoint {
-        /// Stop the job after the savepoint.
-        stop: bool,
-        /// Advance event time to the end first.
-        drain: bool,
-        /// Gets the savepoint's folder, or why it failed.
-        reply: Sender<Result<PathBuf, String>>,
-    },
-    /// The job is over.
-    Shutdown,
-}
-
 /// A completed checkpoint, for reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompletedCheckpoint {

@@ -1,13 +1,14 @@
 //! Which part of a checkpoint each subtask of a restored job gets (Flink's
 //! `StateAssignmentOperation`): its own operator state at the same parallelism, and keyed
-//! state and timers by key group at any parallelism.
+//! state and timers by key group at any parallelism. It reads a loaded checkpoint and
+//! decides; the storage code does the reading.
 
 use anyhow::{Result, bail};
 use sluice_codec::TimeDomain;
 
-use super::KeyedStateSnapshot;
-use super::key_groups::{key_group_of, key_groups_of_subtask};
-use crate::checkpoint::LoadedCheckpoint;
+use super::LoadedCheckpoint;
+use crate::state::KeyedStateSnapshot;
+use crate::state::key_groups::{key_group_of, key_groups_of_subtask};
 use crate::timers::TimerQueues;
 
 /// What an operator instance gets back from a checkpoint.

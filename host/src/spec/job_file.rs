@@ -1,5 +1,5 @@
 //! The job file: what a user writes (TOML). Unknown fields are errors, and every number
-//! has an allowed range that validation checks (`limits` in `graph.rs`: the ranges below).
+//! has an allowed range that validation checks (`limits` in `limits.rs`: the ranges below).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

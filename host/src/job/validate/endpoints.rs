@@ -1,0 +1,325 @@
+//! The `[source]` and `[sink]` tables: the fields of each kind, and the settings of
+//! generator and Kafka sources and of Kafka sinks.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Result, anyhow, bail};
+
+use super::parse_key_by;
+use crate::connectors::EventTime;
+use crate::connectors::kafka::{
+    self, Delivery, KafkaSinkConfig, KafkaSourceConfig, StartFrom, Topics,
+};
+use crate::job::graph::{GeneratorShape, SourceInput, SourceVertex};
+use crate::network::KeySelector;
+use crate::spec::limits::{self, in_range};
+use crate::spec::{SinkKind, SinkSpec, SourceKind, SourceSpec};
+
+/// Checks one `[source]` table against its type.
+pub(super) fn source_vertex(
+    spec: &SourceSpec,
+    job: &str,
+    default_name: String,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<SourceVertex> {
+    let kind = match spec.kind {
+        SourceKind::File => "file",
+        SourceKind::Generator => "generator",
+        SourceKind::Stdin => "stdin",
+        SourceKind::Kafka => "kafka",
+    };
+    let not_for = |field: &str, set: bool| -> Result<()> {
+        if set {
+            bail!("`{field}` does not apply to a {kind} source");
+        }
+        Ok(())
+    };
+    let generator_fields = [
+        ("records", spec.records.is_some()),
+        ("shape", spec.shape.is_some()),
+        ("words_per_record", spec.words_per_record.is_some()),
+        ("vocabulary", spec.vocabulary.is_some()),
+        ("keys", spec.keys.is_some()),
+        ("step_ms", spec.step_ms.is_some()),
+        ("jitter_ms", spec.jitter_ms.is_some()),
+        ("seed", spec.seed.is_some()),
+        ("rate", spec.rate.is_some()),
+        ("parallelism", spec.parallelism.is_some()),
+    ];
+    let kafka_fields = [
+        ("bootstrap", spec.bootstrap.is_some()),
+        ("topics", spec.topics.is_some()),
+        ("start", spec.start.is_some()),
+        ("group", spec.group.is_some()),
+        ("discovery_ms", spec.discovery_ms.is_some()),
+        ("properties", spec.properties.is_some()),
+        ("bounded", spec.bounded.is_some()),
+    ];
+    if spec.kind != SourceKind::Kafka {
+        for (field, set) in kafka_fields {
+            not_for(field, set)?;
+        }
+        if matches!(&spec.timestamp, Some(toml::Value::String(s)) if s == "record") {
+            bail!("`timestamp = \"record\"` needs records that carry a timestamp: a kafka source");
+        }
+    }
+    let name = spec.name.clone().unwrap_or(default_name);
+    let input = match spec.kind {
+        SourceKind::Kafka => {
+            for (field, set) in generator_fields {
+                if field != "parallelism" {
+                    not_for(field, set)?;
+                }
+            }
+            not_for("path", spec.path.is_some())?;
+            SourceInput::Kafka(kafka_source(spec, job, &name)?)
+        }
+        SourceKind::File | SourceKind::Stdin => {
+            for (field, set) in generator_fields {
+                not_for(field, set)?;
+            }
+            match (spec.kind, &spec.path) {
+                (SourceKind::File, Some(p)) => SourceInput::File(resolve(p)),
+                (SourceKind::File, None) => bail!("a file source needs a `path`"),
+                (_, p) => {
+                    not_for("path", p.is_some())?;
+                    SourceInput::Stdin
+                }
+            }
+        }
+        SourceKind::Generator => {
+            not_for("path", spec.path.is_some())?;
+            let records = spec
+                .records
+                .ok_or_else(|| anyhow!("a generator source needs `records`"))?;
+            in_range("records", records, &limits::RECORDS)?;
+            let shape = match spec.shape.as_deref() {
+                None | Some("words") => {
+                    not_for("keys", spec.keys.is_some())?;
+                    not_for("step_ms", spec.step_ms.is_some())?;
+                    not_for("jitter_ms", spec.jitter_ms.is_some())?;
+                    GeneratorShape::Words {
+                        words_per_record: limits::WORDS_PER_RECORD
+                            .resolve(spec.words_per_record)?,
+                        vocabulary: limits::VOCABULARY.resolve(spec.vocabulary)?,
+                    }
+                }
+                Some("events") => {
+                    not_for("words_per_record", spec.words_per_record.is_some())?;
+                    not_for("vocabulary", spec.vocabulary.is_some())?;
+                    GeneratorShape::Events {
+                        keys: limits::KEYS.resolve(spec.keys)?,
+                        step_ms: limits::STEP_MS.resolve(spec.step_ms)?,
+                        jitter_ms: limits::JITTER_MS.resolve(spec.jitter_ms)?,
+                    }
+                }
+                Some(other) => bail!("`shape` must be \"words\" or \"events\", not {other:?}"),
+            };
+            if let Some(rate) = spec.rate {
+                in_range("rate", rate, &limits::RATE)?;
+            }
+            SourceInput::Generator {
+                records,
+                shape,
+                seed: spec.seed.unwrap_or(0),
+                rate: spec.rate,
+            }
+        }
+    };
+    let event_time = spec
+        .timestamp
+        .as_ref()
+        .map(|v| match (v, parse_key_by(v)) {
+            (toml::Value::String(s), _) if s == "record" => Ok(EventTime {
+                field: None,
+                separator: ",".into(),
+                out_of_orderness_ms: spec.out_of_orderness_ms.unwrap_or(0) as i64,
+            }),
+            (_, Ok(KeySelector::Field { index, separator })) => Ok(EventTime {
+                field: Some(index),
+                separator,
+                out_of_orderness_ms: spec.out_of_orderness_ms.unwrap_or(0) as i64,
+            }),
+            _ => Err(anyhow!(
+                "`timestamp` must be {{ field = N, separator = \",\" }} (the field holding the event time in milliseconds) or \"record\" (the timestamp a Kafka record carries)"
+            )),
+        })
+        .transpose()?;
+    if event_time.is_none() && spec.out_of_orderness_ms.is_some() {
+        bail!("`out_of_orderness_ms` needs `timestamp`");
+    }
+    if let Some(ms) = spec.out_of_orderness_ms {
+        in_range("out_of_orderness_ms", ms, &limits::OUT_OF_ORDERNESS_MS)?;
+    }
+    if let Some(ms) = spec.idle_timeout_ms {
+        in_range("idle_timeout_ms", ms, &limits::IDLE_TIMEOUT_MS)?;
+    }
+    Ok(SourceVertex {
+        id: spec.id.clone().unwrap_or_else(|| name.clone()),
+        name,
+        input,
+        parallelism: spec.parallelism.unwrap_or(1),
+        event_time,
+        idle_timeout: spec.idle_timeout_ms.map(Duration::from_millis),
+    })
+}
+
+pub(super) fn sink_kind_name(kind: SinkKind) -> &'static str {
+    match kind {
+        SinkKind::File => "file",
+        SinkKind::Stdout => "stdout",
+        SinkKind::Kafka => "kafka",
+    }
+}
+
+/// The `kafka` fields of the `[sink]` table (`None` for other sinks, which may not set
+/// them).
+pub(super) fn kafka_sink(
+    sink: &SinkSpec,
+    job: &str,
+    id: &str,
+    checkpoints: bool,
+) -> Result<Option<KafkaSinkConfig>> {
+    let fields = [
+        ("bootstrap", sink.bootstrap.is_some()),
+        ("topic", sink.topic.is_some()),
+        ("delivery", sink.delivery.is_some()),
+        (
+            "transactional_id_prefix",
+            sink.transactional_id_prefix.is_some(),
+        ),
+        ("max_pending_mb", sink.max_pending_mb.is_some()),
+        ("partitioner", sink.partitioner.is_some()),
+        ("properties", sink.properties.is_some()),
+    ];
+    if sink.kind != SinkKind::Kafka {
+        if let Some((field, _)) = fields.iter().find(|(_, set)| *set) {
+            bail!(
+                "`{field}` does not apply to a {} sink",
+                sink_kind_name(sink.kind)
+            );
+        }
+        return Ok(None);
+    }
+    if sink.format.is_some() {
+        bail!("`format` does not apply to a kafka sink (records keep their key and value)");
+    }
+    let bootstrap = sink
+        .bootstrap
+        .clone()
+        .filter(|b| !b.trim().is_empty())
+        .ok_or_else(|| anyhow!("a kafka sink needs `bootstrap` (the brokers, host:port)"))?;
+    let topic = sink
+        .topic
+        .clone()
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| anyhow!("a kafka sink needs `topic`"))?;
+    let delivery = match sink.delivery.as_deref() {
+        None if checkpoints => Delivery::ExactlyOnce,
+        None | Some("at-least-once") => Delivery::AtLeastOnce,
+        Some("exactly-once") if checkpoints => Delivery::ExactlyOnce,
+        Some("exactly-once") => bail!(
+            "`delivery = \"exactly-once\"` needs `[checkpoint]`: records are written when \
+             the checkpoint that covers them completes"
+        ),
+        Some(other) => {
+            bail!("`delivery` must be \"exactly-once\" or \"at-least-once\", not {other:?}")
+        }
+    };
+    let max_pending_mb = limits::MAX_PENDING_MB.resolve(sink.max_pending_mb)?;
+    let by_record_partition = match sink.partitioner.as_deref() {
+        None | Some("key") => false,
+        Some("record") => true,
+        Some(other) => bail!("`partitioner` must be \"key\" or \"record\", not {other:?}"),
+    };
+    Ok(Some(KafkaSinkConfig {
+        by_record_partition,
+        bootstrap,
+        topic,
+        delivery,
+        transactional_id_prefix: sink
+            .transactional_id_prefix
+            .clone()
+            .unwrap_or_else(|| format!("sluice-{job}-{id}")),
+        max_pending_bytes: max_pending_mb << 20,
+        properties: sink.properties.clone().unwrap_or_default(),
+        exchange: None,
+        marker_note: None,
+        expect_marker: None,
+    }))
+}
+
+/// The `kafka` fields of a `[source]` table.
+fn kafka_source(spec: &SourceSpec, job: &str, name: &str) -> Result<KafkaSourceConfig> {
+    let bootstrap = spec
+        .bootstrap
+        .clone()
+        .filter(|b| !b.trim().is_empty())
+        .ok_or_else(|| anyhow!("a kafka source needs `bootstrap` (the brokers, host:port)"))?;
+    let topics = match &spec.topics {
+        Some(toml::Value::String(t)) => Topics::Names(vec![t.clone()]),
+        Some(toml::Value::Array(ts)) => Topics::Names(
+            ts.iter()
+                .map(|t| match t {
+                    toml::Value::String(t) => Ok(t.clone()),
+                    other => Err(anyhow!("`topics` must be topic names, not {other}")),
+                })
+                .collect::<Result<_>>()?,
+        ),
+        Some(toml::Value::Table(t)) if t.len() == 1 && t.contains_key("pattern") => {
+            match &t["pattern"] {
+                toml::Value::String(p) if !p.is_empty() => {
+                    kafka::topic_pattern(p)?;
+                    Topics::Pattern(p.clone())
+                }
+                _ => bail!("`topics` = {{ pattern = \"...\" }} needs a regular expression"),
+            }
+        }
+        Some(other) => bail!(
+            "`topics` must be a topic name, a list of them or {{ pattern = \"REGEX\" }}, not {other}"
+        ),
+        None => bail!("a kafka source needs `topics`"),
+    };
+    if let Topics::Names(names) = &topics
+        && (names.is_empty() || names.iter().any(|t| t.is_empty()))
+    {
+        bail!("`topics` must name at least one topic, and no empty one");
+    }
+    let start = match &spec.start {
+        None => StartFrom::Earliest,
+        Some(toml::Value::String(s)) => match s.as_str() {
+            "earliest" => StartFrom::Earliest,
+            "latest" => StartFrom::Latest,
+            "committed" => StartFrom::Committed,
+            other => bail!(
+                "`start` = {other:?}: expected \"earliest\", \"latest\", \"committed\" or {{ timestamp_ms = N }}"
+            ),
+        },
+        Some(toml::Value::Table(t)) if t.len() == 1 => match t.get("timestamp_ms") {
+            Some(toml::Value::Integer(ms)) if *ms >= 0 => StartFrom::Timestamp(*ms),
+            _ => bail!(
+                "`start` = {{ timestamp_ms = N }} needs milliseconds since the epoch (0 or more)"
+            ),
+        },
+        Some(other) => bail!(
+            "`start` = {other}: expected \"earliest\", \"latest\", \"committed\" or {{ timestamp_ms = N }}"
+        ),
+    };
+    let discovery_ms = limits::DISCOVERY_MS.resolve(spec.discovery_ms)?;
+    Ok(KafkaSourceConfig {
+        bootstrap,
+        topics,
+        allowed: None,
+        start,
+        group: spec
+            .group
+            .clone()
+            .unwrap_or_else(|| format!("sluice-{job}-{name}")),
+        discovery: Duration::from_millis(discovery_ms),
+        properties: spec.properties.clone().unwrap_or_default(),
+        bounded: spec.bounded.unwrap_or(false),
+        split: None,
+        exchange_producers: None,
+    })
+}
