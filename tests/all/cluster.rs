@@ -451,8 +451,13 @@ fn committed_windows(broker: &str, output: &str) -> Vec<String> {
 #[test]
 fn event_time_windows_over_two_hosts() {
     let Some(broker) = broker() else { return };
-    let (mut hosts, dir, output, expected) =
-        windows_over_two_hosts("cluster-windows", &broker, &[0, 1, 2], "bounded = true", 100);
+    let (mut hosts, dir, output, expected) = windows_over_two_hosts(
+        "cluster-windows",
+        &broker,
+        &[0, 1, 2],
+        "bounded = true",
+        100,
+    );
     for (n, host) in hosts.iter_mut().enumerate() {
         wait_success(&dir, host, n, Duration::from_secs(180));
     }
