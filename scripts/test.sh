@@ -36,6 +36,10 @@ export SLUICE_KAFKA SLUICE_KAFKA_REQUIRED=1
 # for the tests that run them in jobs, which fail rather than skip without them.
 python3 -m pytest --version >/dev/null 2>&1 || python3 -m pip install --quiet pytest
 python3 -m pytest -q sdk-python/tests
+# The job and host files' JSON Schemas accept the examples, checked by an independent
+# validator (the schemas themselves are checked against the types by `cargo test`).
+python3 -c "import jsonschema" 2>/dev/null || python3 -m pip install --quiet jsonschema
+python3 scripts/check-schemas.py
 for plugin in plugins-python/*.py; do
   scripts/build-python-plugin.sh "$plugin" "target/python-plugins/$(basename "$plugin" .py).wasm" >/dev/null
 done

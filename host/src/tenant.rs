@@ -321,8 +321,7 @@ impl HostConfig {
     pub fn load(path: &Path) -> Result<HostConfig> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read host configuration {}", path.display()))?;
-        let file: HostFile =
-            toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let file: HostFile = crate::spec::from_toml(&text, path)?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         // An absolute path replaces the base.
         let resolve = |p: &Path| base.join(p);

@@ -93,7 +93,10 @@ impl ClusterSettings {
             .resolve(spec.exchange_partitions)
             .context("[cluster]")?;
         let session_ms = limits::SESSION_TIMEOUT_MS
-            .resolve(spec.session_timeout_ms)
+            .resolve(
+                spec.session_timeout_ms
+                    .map(|m| u32::try_from(m.0).unwrap_or(u32::MAX)),
+            )
             .context("[cluster]")?;
         Ok(ClusterSettings {
             bootstrap,
@@ -698,7 +701,7 @@ mod tests {
         let machine = ClusterSpec {
             bootstrap: Some("m:1".into()),
             checkpoints: Some("/mnt/shared".into()),
-            session_timeout_ms: Some(20_000),
+            session_timeout_ms: Some(crate::spec::values::Millis(20_000)),
             work_dir: Some("/var/sluice".into()),
             properties: Some(BTreeMap::from([
                 ("security.protocol".into(), "SASL_SSL".into()),

@@ -16,10 +16,13 @@ use crate::connectors::LineFormat;
 use crate::connectors::kafka::Delivery;
 use crate::network::{CheckpointingMode, KeySelector, NetworkSettings, Partitioner};
 use crate::spec::limits::{self, in_range};
+use crate::spec::values::{CheckpointMode, InputEntry, KeyBy, LineFormatName, Partition};
 use crate::spec::{CheckpointSpec, JobFile, RuntimeSpec, SinkKind};
 use crate::task::TaskSettings;
 
 mod endpoints;
+#[cfg(test)]
+mod tests;
 
 impl JobGraph {
     /// Validates `file` (read from `path`) into a graph.
@@ -84,22 +87,12 @@ impl JobGraph {
                 );
             }
             check_parallelism(&what, op.parallelism)?;
-            let key_by = op
-                .key_by
-                .as_ref()
-                .map(|v| parse_key_by(v).map_err(|e| anyhow!("{job}: {what}: {e}")))
-                .transpose()?;
+            let key_by = op.key_by.as_ref().map(key_selector);
             let config = op
                 .config
                 .iter()
-                .map(|(k, v)| {
-                    config_string(v).map(|s| (k.clone(), s)).ok_or_else(|| {
-                        anyhow!(
-                            "{job}: {what}: config value `{k}` must be a string, number or boolean"
-                        )
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
+                .map(|(k, v)| (k.clone(), v.0.clone()))
+                .collect();
             let inputs = match &op.inputs {
                 Some(list) => parse_inputs(list).map_err(|e| anyhow!("{job}: {what}: {e}"))?,
                 // The first operator reads the union of the sources no other operator
@@ -107,7 +100,7 @@ impl JobGraph {
                 None if i == 0 => {
                     let named = |source: &str| {
                         let entries = file.operators.iter().filter_map(|o| o.inputs.as_ref());
-                        entries.flatten().any(|entry| input_names(entry, source))
+                        entries.flatten().any(|entry| entry.from == source)
                     };
                     let unnamed: Vec<InputSpec> = vertices[..sources]
                         .iter()
@@ -128,7 +121,7 @@ impl JobGraph {
                 vertex: vertices.len(),
                 inputs,
                 key_by: key_by.clone(),
-                partition: op.partition.clone(),
+                partition: op.partition,
             });
             vertices.push(Vertex::Operator(OperatorVertex {
                 name: op.name.clone(),
@@ -161,12 +154,9 @@ impl JobGraph {
                 );
             }
             check_parallelism(&what, sink.parallelism)?;
-            let format = match sink.format.as_deref() {
-                None | Some("value") => LineFormat::Value,
-                Some("key-value") => LineFormat::KeyValue,
-                Some(other) => bail!(
-                    "{job}: {what}: `format` must be \"value\" or \"key-value\", not {other:?}"
-                ),
+            let format = match sink.format {
+                None | Some(LineFormatName::Value) => LineFormat::Value,
+                Some(LineFormatName::KeyValue) => LineFormat::KeyValue,
             };
             let sink_path = match (sink.kind, &sink.path) {
                 (SinkKind::File, Some(p)) => Some(resolve(p)),
@@ -193,7 +183,7 @@ impl JobGraph {
                 vertex: vertices.len(),
                 inputs,
                 key_by: None,
-                partition: sink.partition.clone(),
+                partition: sink.partition,
             });
             vertices.push(Vertex::Sink(SinkVertex {
                 name,
@@ -275,12 +265,9 @@ impl JobGraph {
             .checkpoint
             .as_ref()
             .map(|c| -> Result<CheckpointSettings> {
-                let mode = match c.mode.as_deref() {
-                    None | Some("exactly-once") => CheckpointingMode::ExactlyOnce,
-                    Some("at-least-once") => CheckpointingMode::AtLeastOnce,
-                    Some(other) => bail!(
-                        "{job}: checkpoint: `mode` must be \"exactly-once\" or \"at-least-once\", not {other:?}"
-                    ),
+                let mode = match c.mode {
+                    None | Some(CheckpointMode::ExactlyOnce) => CheckpointingMode::ExactlyOnce,
+                    Some(CheckpointMode::AtLeastOnce) => CheckpointingMode::AtLeastOnce,
                 };
                 let dir = c
                     .dir
@@ -377,19 +364,16 @@ fn checkpoint_settings(
     mode: CheckpointingMode,
     dir: PathBuf,
 ) -> Result<CheckpointSettings> {
-    if c.interval_ms != 0 {
-        in_range(
-            "interval_ms",
-            c.interval_ms,
-            &limits::CHECKPOINT_INTERVAL_MS,
-        )
-        .map_err(|e| anyhow!("{e} (or 0: savepoints only)"))?;
+    let interval = c.interval_ms.0;
+    if interval != 0 {
+        in_range("interval_ms", interval, &limits::CHECKPOINT_INTERVAL_MS)
+            .map_err(|e| anyhow!("{e} (or 0: savepoints only)"))?;
     }
     let ms = Duration::from_millis;
     Ok(CheckpointSettings {
-        interval: ms(c.interval_ms),
-        timeout: ms(limits::CHECKPOINT_TIMEOUT_MS.resolve(c.timeout_ms)?),
-        min_pause: ms(limits::MIN_PAUSE_MS.resolve(c.min_pause_ms)?),
+        interval: ms(interval),
+        timeout: ms(limits::CHECKPOINT_TIMEOUT_MS.resolve(c.timeout_ms.map(|m| m.0))?),
+        min_pause: ms(limits::MIN_PAUSE_MS.resolve(c.min_pause_ms.map(|m| m.0))?),
         max_concurrent: limits::MAX_CONCURRENT.resolve(c.max_concurrent)?,
         retain: limits::RETAIN.resolve(c.retain)?,
         mode,
@@ -461,7 +445,7 @@ struct Reads {
     /// Its own `key_by`, for the inputs that set no `key_by`, `partition` or `broadcast`.
     key_by: Option<KeySelector>,
     /// Its own `partition`, likewise.
-    partition: Option<String>,
+    partition: Option<Partition>,
 }
 
 /// One input of an operator or sink, as its `inputs` says.
@@ -476,7 +460,7 @@ struct InputSpec {
     /// This input's own `key_by`.
     key_by: Option<KeySelector>,
     /// This input's own `partition`.
-    partition: Option<String>,
+    partition: Option<Partition>,
     /// Every record to every subtask.
     broadcast: bool,
 }
@@ -494,75 +478,27 @@ impl InputSpec {
     }
 }
 
-/// True when an `inputs` entry (a name or a table with `from`) reads `vertex`.
-fn input_names(entry: &toml::Value, vertex: &str) -> bool {
-    let name = match entry {
-        toml::Value::String(name) => name.as_str(),
-        toml::Value::Table(t) => t.get("from").and_then(toml::Value::as_str).unwrap_or(""),
-        _ => "",
-    };
-    name.split_once(".side:").map_or(name, |(from, _)| from) == vertex
-}
-
-/// Parses an `inputs` list: names (`op`, `op.side:late`) or tables `{ from, key_by,
-/// partition, broadcast }`, numbered in order.
-fn parse_inputs(list: &[toml::Value]) -> Result<Vec<InputSpec>> {
+/// Numbers an `inputs` list in order; a name may be read once.
+fn parse_inputs(list: &[InputEntry]) -> Result<Vec<InputSpec>> {
     if list.is_empty() {
         bail!("`inputs` is empty; name at least one source or operator");
     }
-    let mut inputs = Vec::with_capacity(list.len());
-    for (n, value) in list.iter().enumerate() {
-        let input = n as u32;
-        let (name, table) = match value {
-            toml::Value::String(name) => (name.as_str(), None),
-            toml::Value::Table(t) => match t.get("from") {
-                Some(toml::Value::String(name)) => (name.as_str(), Some(t)),
-                _ => bail!("`inputs` entry {n}: a table needs `from = \"NAME\"`"),
-            },
-            other => bail!(
-                "`inputs` entry {n} must be a name or {{ from = \"NAME\", ... }}, not {other}"
-            ),
-        };
-        let (from, side) = match name.split_once(".side:") {
-            Some((from, side)) if !side.is_empty() => (from, Some(side.to_string())),
-            Some(_) => bail!("`inputs` entry {name:?}: name the side output after `.side:`"),
-            None => (name, None),
-        };
-        if from.is_empty() {
-            bail!("`inputs` entry {n} names no source or operator");
-        }
-        let mut spec = InputSpec::main(from, input);
-        spec.side = side;
-        if let Some(t) = table {
-            for (k, v) in t {
-                match k.as_str() {
-                    "from" => {}
-                    "key_by" => {
-                        spec.key_by =
-                            Some(parse_key_by(v).map_err(|e| anyhow!("input '{name}': {e}"))?)
-                    }
-                    "partition" => match v {
-                        toml::Value::String(p) => spec.partition = Some(p.clone()),
-                        _ => bail!("input '{name}': `partition` must be a string"),
-                    },
-                    "broadcast" => match v {
-                        toml::Value::Boolean(b) => spec.broadcast = *b,
-                        _ => bail!("input '{name}': `broadcast` must be true or false"),
-                    },
-                    other => bail!(
-                        "input '{name}': unknown field `{other}` (expected `from`, `key_by`, \
-                         `partition` or `broadcast`)"
-                    ),
-                }
-            }
-        }
+    let mut inputs: Vec<InputSpec> = Vec::with_capacity(list.len());
+    for (n, entry) in list.iter().enumerate() {
         if inputs
             .iter()
-            .any(|i: &InputSpec| i.from == spec.from && i.side == spec.side)
+            .any(|i| i.from == entry.from && i.side == entry.side)
         {
-            bail!("`inputs` names '{name}' twice");
+            bail!("`inputs` names '{}' twice", entry.written());
         }
-        inputs.push(spec);
+        inputs.push(InputSpec {
+            from: entry.from.clone(),
+            side: entry.side.clone(),
+            input: n as u32,
+            key_by: entry.key_by.as_ref().map(key_selector),
+            partition: entry.partition,
+            broadcast: entry.broadcast,
+        });
     }
     Ok(inputs)
 }
@@ -570,29 +506,28 @@ fn parse_inputs(list: &[toml::Value]) -> Result<Vec<InputSpec>> {
 /// How records reach a vertex of parallelism `down` from one of parallelism `up`.
 fn partitioner(
     key_by: Option<KeySelector>,
-    partition: Option<&str>,
+    partition: Option<Partition>,
     up: u32,
     down: u32,
     max_parallelism: u32,
 ) -> Result<Partitioner> {
     Ok(match (key_by, partition) {
         (Some(_), Some(p)) => {
-            bail!("`key_by` already partitions by key; remove `partition = {p:?}`")
+            bail!(
+                "`key_by` already partitions by key; remove `partition = {:?}`",
+                p.name()
+            )
         }
         (Some(key), None) => Partitioner::Hash {
             key,
             max_parallelism,
         },
-        (None, Some("forward")) if up != down => bail!(
+        (None, Some(Partition::Forward)) if up != down => bail!(
             "`partition = \"forward\"` needs equal parallelism, but the input has {up} and this has {down}"
         ),
-        (None, Some("forward")) => Partitioner::Forward,
-        (None, Some("rebalance")) => Partitioner::Rebalance,
-        (None, Some("broadcast")) => Partitioner::Broadcast,
-        (None, Some("hash")) => bail!("use `key_by` to partition by key"),
-        (None, Some(other)) => {
-            bail!("`partition` must be \"forward\", \"rebalance\" or \"broadcast\", not {other:?}")
-        }
+        (None, Some(Partition::Forward)) => Partitioner::Forward,
+        (None, Some(Partition::Rebalance)) => Partitioner::Rebalance,
+        (None, Some(Partition::Broadcast)) => Partitioner::Broadcast,
         (None, None) if up == down => Partitioner::Forward,
         (None, None) => Partitioner::Rebalance,
     })
@@ -650,7 +585,7 @@ fn resolve_edges(vertices: &[Vertex], reads: &[Reads], max_parallelism: u32) -> 
             } else if spec.key_by.is_some() || spec.partition.is_some() {
                 partitioner(
                     spec.key_by.clone(),
-                    spec.partition.as_deref(),
+                    spec.partition,
                     up,
                     down,
                     max_parallelism,
@@ -658,7 +593,7 @@ fn resolve_edges(vertices: &[Vertex], reads: &[Reads], max_parallelism: u32) -> 
             } else {
                 partitioner(
                     own_key.clone(),
-                    own_partition.as_deref(),
+                    *own_partition,
                     up,
                     down,
                     max_parallelism,
@@ -702,49 +637,27 @@ fn resolve_edges(vertices: &[Vertex], reads: &[Reads], max_parallelism: u32) -> 
 /// the batch size of sources.
 fn runtime_settings(rt: &RuntimeSpec) -> Result<(NetworkSettings, usize)> {
     let network = NetworkSettings {
-        buffer_bytes: limits::BUFFER_BYTES.resolve(rt.buffer_bytes)?,
+        buffer_bytes: limits::BUFFER_BYTES.resolve(
+            rt.buffer_bytes
+                .map(|b| usize::try_from(b.units()).unwrap_or(usize::MAX)),
+        )?,
         channel_capacity: limits::CHANNEL_CAPACITY.resolve(rt.channel_capacity)?,
         buffer_timeout: Duration::from_millis(
-            limits::BUFFER_TIMEOUT_MS.resolve(rt.buffer_timeout_ms)?,
+            limits::BUFFER_TIMEOUT_MS.resolve(rt.buffer_timeout_ms.map(|m| m.0))?,
         ),
     };
     let batch_size = limits::BATCH_SIZE.resolve(rt.batch_size)?;
     Ok((network, batch_size))
 }
 
-fn parse_key_by(v: &toml::Value) -> Result<KeySelector> {
-    match v {
-        toml::Value::String(s) if s == "key" => Ok(KeySelector::RecordKey),
-        toml::Value::String(s) if s == "value" => Ok(KeySelector::Value),
-        toml::Value::Table(t) => {
-            for k in t.keys() {
-                if k != "field" && k != "separator" {
-                    bail!("unknown field `{k}` (expected `field` and `separator`)");
-                }
-            }
-            let index = match t.get("field") {
-                Some(toml::Value::Integer(i)) if *i >= 0 => *i as usize,
-                _ => bail!("`field` must be a field index (0 or more)"),
-            };
-            let separator = match t.get("separator") {
-                None => ",".to_string(),
-                Some(toml::Value::String(s)) if !s.is_empty() => s.clone(),
-                Some(_) => bail!("`separator` must be a non-empty string"),
-            };
-            Ok(KeySelector::Field { index, separator })
-        }
-        other => bail!(
-            "`key_by` must be \"key\", \"value\" or {{ field = N, separator = \",\" }}, not {other}"
-        ),
-    }
-}
-
-fn config_string(v: &toml::Value) -> Option<String> {
-    match v {
-        toml::Value::String(s) => Some(s.clone()),
-        toml::Value::Integer(i) => Some(i.to_string()),
-        toml::Value::Float(f) => Some(f.to_string()),
-        toml::Value::Boolean(b) => Some(b.to_string()),
-        _ => None,
+/// The runtime's key selector for what a job file's `key_by` says.
+fn key_selector(key_by: &KeyBy) -> KeySelector {
+    match key_by {
+        KeyBy::Key => KeySelector::RecordKey,
+        KeyBy::Value => KeySelector::Value,
+        KeyBy::Field(f) => KeySelector::Field {
+            index: f.field,
+            separator: f.separator.clone(),
+        },
     }
 }

@@ -7,12 +7,13 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::job_file::ClusterSpec;
 
 /// A host file.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HostFile {
     /// Refuse jobs of tenants not listed under `[tenant.NAME]` (default false).
@@ -35,7 +36,7 @@ pub struct HostFile {
 }
 
 /// The fields of `[defaults]` and `[tenant.NAME]`, all optional.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsSpec {
     /// Linear memory per operator instance, MiB (default 256).
@@ -83,7 +84,7 @@ pub struct LimitsSpec {
 }
 
 /// `[tenant.NAME.kafka]`: the Kafka a tenant's server jobs may use.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSpec {
     /// The only brokers its jobs may name, `host:port[,host:port...]`.
@@ -105,7 +106,7 @@ pub struct KafkaSpec {
 }
 
 /// A host directory granted to a tenant's operators.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DirSpec {
     /// The directory on the host (relative to the host file).
@@ -122,7 +123,7 @@ fn yes() -> bool {
 }
 
 /// `[server]`: settings of `sluice serve`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerSpec {
     /// Where the HTTP API listens (default `127.0.0.1:8600`).

@@ -1,14 +1,28 @@
-//! The job file: what a user writes (TOML). Unknown fields are errors, and every number
-//! has an allowed range that validation checks (`limits` in `limits.rs`: the ranges below).
+//! The job file: what a user writes (TOML). Unknown fields are errors, every value is
+//! typed (see `values`), and every number has an allowed range that validation checks
+//! (`limits`: the ranges below). Durations (`*_ms`) also take a string with units under
+//! the name without `_ms` (`interval = "10s"`), sizes (`*_mb`, `*_bytes`) likewise
+//! (`max_pending = "64MiB"`).
+//!
+//! A source's or sink's fields are one table whatever its `type`: a field that does not
+//! apply to the type is refused by validation with that said (`` `topics` does not apply
+//! to a file source ``), which tells a user more than a list of the fields allowed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::values::{
+    CheckpointMode, ConfigValue, DeliveryName, GeneratorShapeName, InputEntry, KeyBy,
+    LineFormatName, Millis, MiBSize, ByteSize, Partition, RestartStrategyName, SinkPartitioner,
+    StartSpec, Timestamp, TopicsSpec,
+};
+
 /// A job file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobFile {
     /// Job name.
@@ -21,12 +35,14 @@ pub struct JobFile {
     pub max_parallelism: Option<u32>,
     /// Where records come from: `[source]`, or several `[[source]]`.
     #[serde(deserialize_with = "one_or_many")]
+    #[schemars(schema_with = "one_or_many_schema::<SourceSpec>")]
     pub source: Vec<SourceSpec>,
     /// The operators, in order.
     #[serde(default, rename = "operator")]
     pub operators: Vec<OperatorSpec>,
     /// Where records go: `[sink]`, or several `[[sink]]`.
     #[serde(deserialize_with = "one_or_many")]
+    #[schemars(schema_with = "one_or_many_schema::<SinkSpec>")]
     pub sink: Vec<SinkSpec>,
     /// Checkpointing; absent means no checkpoints.
     pub checkpoint: Option<CheckpointSpec>,
@@ -42,7 +58,7 @@ pub struct JobFile {
 
 /// `[cluster]`: how the hosts of a job spread over several machines meet and where they
 /// keep checkpoints.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSpec {
     /// The Kafka brokers the hosts meet at (`--cluster` overrides it).
@@ -56,7 +72,8 @@ pub struct ClusterSpec {
     pub exchange_partitions: Option<u32>,
     /// How long a silent host keeps its units (Kafka's `session.timeout.ms`, default
     /// 10,000).
-    pub session_timeout_ms: Option<u32>,
+    #[serde(alias = "session_timeout")]
+    pub session_timeout_ms: Option<Millis>,
     /// Where this host keeps its units' local checkpoints (default: next to the job
     /// file, `NAME.cluster-work`).
     pub work_dir: Option<PathBuf>,
@@ -74,7 +91,7 @@ fn one() -> u32 {
 
 /// A source of a job: `[source]`, or one `[[source]]` table per source (read by the
 /// operators that name them in `inputs`; without any, united at the first operator).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SourceSpec {
     /// `file`, `generator`, `stdin` or `kafka`.
@@ -91,7 +108,7 @@ pub struct SourceSpec {
     pub records: Option<u64>,
     /// `generator`: `words` (default: lines of pseudo-words) or `events` (lines
     /// `timestamp,key,value`).
-    pub shape: Option<String>,
+    pub shape: Option<GeneratorShapeName>,
     /// `generator`, `words`: words per line (default 8, at most 1024).
     pub words_per_record: Option<usize>,
     /// `generator`, `words`: distinct words (default 1000, 1 to 10^9).
@@ -100,10 +117,12 @@ pub struct SourceSpec {
     pub keys: Option<u64>,
     /// `generator`, `events`: event time between consecutive records (default 10 ms, at
     /// most an hour).
-    pub step_ms: Option<i64>,
+    #[serde(alias = "step")]
+    pub step_ms: Option<Millis>,
     /// `generator`, `events`: up to this much earlier than in order (default 0, at most a
     /// day).
-    pub jitter_ms: Option<i64>,
+    #[serde(alias = "jitter")]
+    pub jitter_ms: Option<Millis>,
     /// `generator`: seed (default 0).
     pub seed: Option<u64>,
     /// `generator`: records per second per subtask (default: as fast as possible; 0.001 to
@@ -115,15 +134,16 @@ pub struct SourceSpec {
     /// `kafka`: the brokers, `host:port[,host:port...]`.
     pub bootstrap: Option<String>,
     /// `kafka`: the topic, or a list of topics, to read.
-    pub topics: Option<toml::Value>,
+    pub topics: Option<TopicsSpec>,
     /// `kafka`: where to start in partitions a checkpoint does not name: `earliest`
     /// (default), `latest`, `committed` (the group's offsets) or `{ timestamp_ms = N }`.
-    pub start: Option<toml::Value>,
+    pub start: Option<StartSpec>,
     /// `kafka`: the consumer group offsets are committed to on each completed checkpoint,
     /// for monitoring (default `sluice-JOB-SOURCE`).
     pub group: Option<String>,
     /// `kafka`: how often to look for new partitions (default 10 s, 100 ms to a day).
-    pub discovery_ms: Option<u64>,
+    #[serde(alias = "discovery")]
+    pub discovery_ms: Option<Millis>,
     /// `kafka`: further librdkafka consumer properties, as strings.
     pub properties: Option<BTreeMap<String, String>>,
     /// `kafka`: read each partition only up to its end when the job first starts, then
@@ -131,17 +151,19 @@ pub struct SourceSpec {
     pub bounded: Option<bool>,
     /// Where a record's event time (milliseconds) is: `{ field = N, separator = "," }`,
     /// or `"record"` for the timestamp a Kafka record carries.
-    pub timestamp: Option<toml::Value>,
+    pub timestamp: Option<Timestamp>,
     /// Bounded out-of-orderness of event time: watermark = max timestamp − this − 1 (at
     /// most a week).
-    pub out_of_orderness_ms: Option<u64>,
+    #[serde(alias = "out_of_orderness")]
+    pub out_of_orderness_ms: Option<Millis>,
     /// After this long without records the source is idle: downstream tasks leave it out
     /// of their watermark until it sends records again (at most a day).
-    pub idle_timeout_ms: Option<u64>,
+    #[serde(alias = "idle_timeout")]
+    pub idle_timeout_ms: Option<Millis>,
 }
 
 /// Kinds of sources.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum SourceKind {
     /// A text file.
@@ -154,24 +176,47 @@ pub enum SourceKind {
     Kafka,
 }
 
-/// Accepts one table or an array of tables.
+/// Accepts one table or an array of tables. Each is read where it stands (not through
+/// an intermediate value), so a mistake in one keeps its line and its path.
 fn one_or_many<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
-    T: serde::de::DeserializeOwned,
+    T: Deserialize<'de>,
 {
-    match toml::Value::deserialize(d)? {
-        value @ toml::Value::Array(_) => {
-            Vec::<T>::deserialize(value).map_err(serde::de::Error::custom)
+    use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+
+    struct OneOrMany<T>(std::marker::PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for OneOrMany<T> {
+        type Value = Vec<T>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a table or an array of tables")
         }
-        value => T::deserialize(value)
-            .map(|s| vec![s])
-            .map_err(serde::de::Error::custom),
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Vec<T>, A::Error> {
+            T::deserialize(MapAccessDeserializer::new(map)).map(|t| vec![t])
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Vec<T>, A::Error> {
+            Vec::<T>::deserialize(SeqAccessDeserializer::new(seq))
+        }
     }
+
+    d.deserialize_any(OneOrMany(std::marker::PhantomData))
+}
+
+/// The schema of a field [`one_or_many`] reads: one table or an array of them.
+fn one_or_many_schema<T: JsonSchema>(
+    generator: &mut schemars::SchemaGenerator,
+) -> schemars::Schema {
+    let one = generator.subschema_for::<T>();
+    let many = generator.subschema_for::<Vec<T>>();
+    schemars::json_schema!({ "anyOf": [one, many] })
 }
 
 /// One operator.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OperatorSpec {
     /// Name, unique in the job.
@@ -183,22 +228,22 @@ pub struct OperatorSpec {
     pub plugin: PathBuf,
     /// Configuration passed to `open` as strings.
     #[serde(default)]
-    pub config: BTreeMap<String, toml::Value>,
+    pub config: BTreeMap<String, ConfigValue>,
     /// Parallel subtasks (default 1, at most 1024).
     #[serde(default = "one")]
     pub parallelism: u32,
     /// Partition the input by key: `"key"` (the record's key), `"value"`, or
     /// `{ field = N, separator = "," }`. Makes keyed state and timers available.
-    pub key_by: Option<toml::Value>,
+    pub key_by: Option<KeyBy>,
     /// How the input is spread when not keyed: `forward`, `rebalance` or `broadcast`.
-    pub partition: Option<String>,
+    pub partition: Option<Partition>,
     /// What the operator reads, each entry one input (numbered from 0 in this order): the
     /// name of a source or operator (its main output), `NAME.side:OUTPUT` (a side output
     /// operator NAME declared), or a table `{ from = "NAME", key_by = ..., partition =
     /// ..., broadcast = true }` that partitions this input its own way. Default: the
     /// operator before it in the file; the first operator reads all sources (their union,
     /// one input).
-    pub inputs: Option<Vec<toml::Value>>,
+    pub inputs: Option<Vec<InputEntry>>,
     /// Over several hosts (`sluice run --cluster`), begin a new stage here even though the
     /// input is not keyed: the records before it cross an exchange topic, spread evenly
     /// over its partitions (a keyed input always does). Changes nothing on one host.
@@ -207,7 +252,7 @@ pub struct OperatorSpec {
 }
 
 /// The sink of a job.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SinkSpec {
     /// `file`, `stdout` or `kafka`.
@@ -218,40 +263,41 @@ pub struct SinkSpec {
     /// Stable id under which checkpoints keep the sink's state (default: the name).
     pub id: Option<String>,
     /// What the sink writes, as an operator's `inputs` (default: the last operator).
-    pub inputs: Option<Vec<toml::Value>>,
+    pub inputs: Option<Vec<InputEntry>>,
     /// Output file for `file` sinks, relative to the job file.
     pub path: Option<PathBuf>,
     /// `value` (default) or `key-value` (key, tab, value).
-    pub format: Option<String>,
+    pub format: Option<LineFormatName>,
     /// Parallel subtasks (default 1, at most 1024; a file sink then writes one file per
     /// subtask).
     #[serde(default = "one")]
     pub parallelism: u32,
     /// How the input is spread: `forward`, `rebalance` or `broadcast`.
-    pub partition: Option<String>,
+    pub partition: Option<Partition>,
     /// `kafka`: the brokers, `host:port[,host:port...]`.
     pub bootstrap: Option<String>,
     /// `kafka`: the topic written.
     pub topic: Option<String>,
     /// `kafka`: `exactly-once` (the default with checkpoints: each checkpoint's records
     /// in one transaction once it completes) or `at-least-once` (the default without).
-    pub delivery: Option<String>,
+    pub delivery: Option<DeliveryName>,
     /// `kafka`, exactly once: prefix of the transactional ids (default
     /// `sluice-JOB-SINK`); subtask N uses `PREFIX-N`. Unique per job writing to a cluster.
     pub transactional_id_prefix: Option<String>,
     /// `kafka`, exactly once: most MiB of records a subtask holds for checkpoints not
     /// yet complete (default 256, 1 to 65536).
-    pub max_pending_mb: Option<u64>,
+    #[serde(alias = "max_pending")]
+    pub max_pending_mb: Option<MiBSize>,
     /// `kafka`: which partition a record goes to: `key` (the default: the murmur2 hash
     /// of its key, as Kafka's Java clients; keyless records spread) or `record` (the
     /// partition it was read from, for topic-to-topic jobs that keep partitioning).
-    pub partitioner: Option<String>,
+    pub partitioner: Option<SinkPartitioner>,
     /// `kafka`: further librdkafka producer properties, as strings.
     pub properties: Option<BTreeMap<String, String>>,
 }
 
 /// Kinds of sinks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum SinkKind {
     /// A file, exactly once with checkpoints.
@@ -263,19 +309,22 @@ pub enum SinkKind {
 }
 
 /// The `[checkpoint]` table.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointSpec {
     /// Milliseconds between checkpoints (10 to a day); 0 takes only savepoints.
-    pub interval_ms: u64,
+    #[serde(alias = "interval")]
+    pub interval_ms: Millis,
     /// Directory, relative to the job file (default `checkpoints/<job name>`).
     pub dir: Option<PathBuf>,
     /// `exactly-once` (default) or `at-least-once`.
-    pub mode: Option<String>,
+    pub mode: Option<CheckpointMode>,
     /// Abort a checkpoint not complete after this long (default 10 minutes, at most a day).
-    pub timeout_ms: Option<u64>,
+    #[serde(alias = "timeout")]
+    pub timeout_ms: Option<Millis>,
     /// Least pause between checkpoints (default 0, at most a day).
-    pub min_pause_ms: Option<u64>,
+    #[serde(alias = "min_pause")]
+    pub min_pause_ms: Option<Millis>,
     /// Most checkpoints in flight (default 1, at most 16).
     pub max_concurrent: Option<usize>,
     /// Complete checkpoints to keep (default 3, at most 100).
@@ -283,32 +332,36 @@ pub struct CheckpointSpec {
 }
 
 /// The `[restart]` table.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RestartSpec {
     /// `none`, `fixed-delay` or `exponential`.
-    pub strategy: String,
+    pub strategy: RestartStrategyName,
     /// Most restarts (at most a million).
     pub attempts: Option<u32>,
     /// Delay before a restart (the first one, for `exponential`; at most a day).
-    pub delay_ms: Option<u64>,
+    #[serde(alias = "delay")]
+    pub delay_ms: Option<Millis>,
     /// Longest delay for `exponential` (at most a day).
-    pub max_delay_ms: Option<u64>,
+    #[serde(alias = "max_delay")]
+    pub max_delay_ms: Option<Millis>,
     /// Growth factor for `exponential` (default 2, 1 to 10).
     pub multiplier: Option<f64>,
 }
 
 /// The `[runtime]` table.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeSpec {
     /// Records a source reads per batch (default 1024, at most 65,536).
     pub batch_size: Option<usize>,
     /// Bytes after which a channel buffer is sent (default 32 KiB, at most 4 MiB).
-    pub buffer_bytes: Option<usize>,
+    #[serde(alias = "buffer")]
+    pub buffer_bytes: Option<ByteSize>,
     /// Milliseconds after which a partly filled buffer is sent (default 100, at most a
     /// minute).
-    pub buffer_timeout_ms: Option<u64>,
+    #[serde(alias = "buffer_timeout")]
+    pub buffer_timeout_ms: Option<Millis>,
     /// Buffers per channel before backpressure (default 8, at most 1024). A channel may
     /// hold at most 64 MiB ((`channel_capacity` + 1) × the larger of `buffer_bytes` and a
     /// source batch), and all the channels of a job 2 GiB.
@@ -318,7 +371,7 @@ pub struct RuntimeSpec {
 impl JobFile {
     /// Parses `text`, naming `path` in errors.
     pub fn parse(text: &str, path: &Path) -> Result<JobFile> {
-        toml::from_str(text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+        super::from_toml(text, path)
     }
 
     /// Reads and parses the job file at `path`.

@@ -6,14 +6,15 @@ use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
 
-use super::parse_key_by;
 use crate::connectors::EventTime;
 use crate::connectors::kafka::{
     self, Delivery, KafkaSinkConfig, KafkaSourceConfig, StartFrom, Topics,
 };
 use crate::job::graph::{GeneratorShape, SourceInput, SourceVertex};
-use crate::network::KeySelector;
 use crate::spec::limits::{self, in_range};
+use crate::spec::values::{
+    DeliveryName, GeneratorShapeName, Millis, SinkPartitioner, StartSpec, Timestamp, TopicsSpec,
+};
 use crate::spec::{SinkKind, SinkSpec, SourceKind, SourceSpec};
 
 /// Checks one `[source]` table against its type.
@@ -60,7 +61,7 @@ pub(super) fn source_vertex(
         for (field, set) in kafka_fields {
             not_for(field, set)?;
         }
-        if matches!(&spec.timestamp, Some(toml::Value::String(s)) if s == "record") {
+        if spec.timestamp == Some(Timestamp::Record) {
             bail!("`timestamp = \"record\"` needs records that carry a timestamp: a kafka source");
         }
     }
@@ -94,8 +95,8 @@ pub(super) fn source_vertex(
                 .records
                 .ok_or_else(|| anyhow!("a generator source needs `records`"))?;
             in_range("records", records, &limits::RECORDS)?;
-            let shape = match spec.shape.as_deref() {
-                None | Some("words") => {
+            let shape = match spec.shape {
+                None | Some(GeneratorShapeName::Words) => {
                     not_for("keys", spec.keys.is_some())?;
                     not_for("step_ms", spec.step_ms.is_some())?;
                     not_for("jitter_ms", spec.jitter_ms.is_some())?;
@@ -105,16 +106,15 @@ pub(super) fn source_vertex(
                         vocabulary: limits::VOCABULARY.resolve(spec.vocabulary)?,
                     }
                 }
-                Some("events") => {
+                Some(GeneratorShapeName::Events) => {
                     not_for("words_per_record", spec.words_per_record.is_some())?;
                     not_for("vocabulary", spec.vocabulary.is_some())?;
                     GeneratorShape::Events {
                         keys: limits::KEYS.resolve(spec.keys)?,
-                        step_ms: limits::STEP_MS.resolve(spec.step_ms)?,
-                        jitter_ms: limits::JITTER_MS.resolve(spec.jitter_ms)?,
+                        step_ms: limits::STEP_MS.resolve(spec.step_ms.map(signed))?,
+                        jitter_ms: limits::JITTER_MS.resolve(spec.jitter_ms.map(signed))?,
                     }
                 }
-                Some(other) => bail!("`shape` must be \"words\" or \"events\", not {other:?}"),
             };
             if let Some(rate) = spec.rate {
                 in_range("rate", rate, &limits::RATE)?;
@@ -127,32 +127,26 @@ pub(super) fn source_vertex(
             }
         }
     };
-    let event_time = spec
-        .timestamp
-        .as_ref()
-        .map(|v| match (v, parse_key_by(v)) {
-            (toml::Value::String(s), _) if s == "record" => Ok(EventTime {
-                field: None,
-                separator: ",".into(),
-                out_of_orderness_ms: spec.out_of_orderness_ms.unwrap_or(0) as i64,
-            }),
-            (_, Ok(KeySelector::Field { index, separator })) => Ok(EventTime {
-                field: Some(index),
-                separator,
-                out_of_orderness_ms: spec.out_of_orderness_ms.unwrap_or(0) as i64,
-            }),
-            _ => Err(anyhow!(
-                "`timestamp` must be {{ field = N, separator = \",\" }} (the field holding the event time in milliseconds) or \"record\" (the timestamp a Kafka record carries)"
-            )),
-        })
-        .transpose()?;
-    if event_time.is_none() && spec.out_of_orderness_ms.is_some() {
+    let out_of_orderness_ms = spec.out_of_orderness_ms.map(|m| m.0);
+    let idle_timeout_ms = spec.idle_timeout_ms.map(|m| m.0);
+    let event_time = spec.timestamp.as_ref().map(|t| {
+        let (field, separator) = match t {
+            Timestamp::Record => (None, ",".to_string()),
+            Timestamp::Field(f) => (Some(f.field), f.separator.clone()),
+        };
+        EventTime {
+            field,
+            separator,
+            out_of_orderness_ms: out_of_orderness_ms.unwrap_or(0) as i64,
+        }
+    });
+    if event_time.is_none() && out_of_orderness_ms.is_some() {
         bail!("`out_of_orderness_ms` needs `timestamp`");
     }
-    if let Some(ms) = spec.out_of_orderness_ms {
+    if let Some(ms) = out_of_orderness_ms {
         in_range("out_of_orderness_ms", ms, &limits::OUT_OF_ORDERNESS_MS)?;
     }
-    if let Some(ms) = spec.idle_timeout_ms {
+    if let Some(ms) = idle_timeout_ms {
         in_range("idle_timeout_ms", ms, &limits::IDLE_TIMEOUT_MS)?;
     }
     Ok(SourceVertex {
@@ -161,7 +155,7 @@ pub(super) fn source_vertex(
         input,
         parallelism: spec.parallelism.unwrap_or(1),
         event_time,
-        idle_timeout: spec.idle_timeout_ms.map(Duration::from_millis),
+        idle_timeout: idle_timeout_ms.map(Duration::from_millis),
     })
 }
 
@@ -215,24 +209,17 @@ pub(super) fn kafka_sink(
         .clone()
         .filter(|t| !t.is_empty())
         .ok_or_else(|| anyhow!("a kafka sink needs `topic`"))?;
-    let delivery = match sink.delivery.as_deref() {
+    let delivery = match sink.delivery {
         None if checkpoints => Delivery::ExactlyOnce,
-        None | Some("at-least-once") => Delivery::AtLeastOnce,
-        Some("exactly-once") if checkpoints => Delivery::ExactlyOnce,
-        Some("exactly-once") => bail!(
+        None | Some(DeliveryName::AtLeastOnce) => Delivery::AtLeastOnce,
+        Some(DeliveryName::ExactlyOnce) if checkpoints => Delivery::ExactlyOnce,
+        Some(DeliveryName::ExactlyOnce) => bail!(
             "`delivery = \"exactly-once\"` needs `[checkpoint]`: records are written when \
              the checkpoint that covers them completes"
         ),
-        Some(other) => {
-            bail!("`delivery` must be \"exactly-once\" or \"at-least-once\", not {other:?}")
-        }
     };
-    let max_pending_mb = limits::MAX_PENDING_MB.resolve(sink.max_pending_mb)?;
-    let by_record_partition = match sink.partitioner.as_deref() {
-        None | Some("key") => false,
-        Some("record") => true,
-        Some(other) => bail!("`partitioner` must be \"key\" or \"record\", not {other:?}"),
-    };
+    let max_pending_mb = limits::MAX_PENDING_MB.resolve(sink.max_pending_mb.map(|m| m.units()))?;
+    let by_record_partition = sink.partitioner == Some(SinkPartitioner::Record);
     Ok(Some(KafkaSinkConfig {
         by_record_partition,
         bootstrap,
@@ -258,55 +245,20 @@ fn kafka_source(spec: &SourceSpec, job: &str, name: &str) -> Result<KafkaSourceC
         .filter(|b| !b.trim().is_empty())
         .ok_or_else(|| anyhow!("a kafka source needs `bootstrap` (the brokers, host:port)"))?;
     let topics = match &spec.topics {
-        Some(toml::Value::String(t)) => Topics::Names(vec![t.clone()]),
-        Some(toml::Value::Array(ts)) => Topics::Names(
-            ts.iter()
-                .map(|t| match t {
-                    toml::Value::String(t) => Ok(t.clone()),
-                    other => Err(anyhow!("`topics` must be topic names, not {other}")),
-                })
-                .collect::<Result<_>>()?,
-        ),
-        Some(toml::Value::Table(t)) if t.len() == 1 && t.contains_key("pattern") => {
-            match &t["pattern"] {
-                toml::Value::String(p) if !p.is_empty() => {
-                    kafka::topic_pattern(p)?;
-                    Topics::Pattern(p.clone())
-                }
-                _ => bail!("`topics` = {{ pattern = \"...\" }} needs a regular expression"),
-            }
+        Some(TopicsSpec::Names(names)) => Topics::Names(names.clone()),
+        Some(TopicsSpec::Pattern(p)) => {
+            kafka::topic_pattern(p)?;
+            Topics::Pattern(p.clone())
         }
-        Some(other) => bail!(
-            "`topics` must be a topic name, a list of them or {{ pattern = \"REGEX\" }}, not {other}"
-        ),
         None => bail!("a kafka source needs `topics`"),
     };
-    if let Topics::Names(names) = &topics
-        && (names.is_empty() || names.iter().any(|t| t.is_empty()))
-    {
-        bail!("`topics` must name at least one topic, and no empty one");
-    }
-    let start = match &spec.start {
-        None => StartFrom::Earliest,
-        Some(toml::Value::String(s)) => match s.as_str() {
-            "earliest" => StartFrom::Earliest,
-            "latest" => StartFrom::Latest,
-            "committed" => StartFrom::Committed,
-            other => bail!(
-                "`start` = {other:?}: expected \"earliest\", \"latest\", \"committed\" or {{ timestamp_ms = N }}"
-            ),
-        },
-        Some(toml::Value::Table(t)) if t.len() == 1 => match t.get("timestamp_ms") {
-            Some(toml::Value::Integer(ms)) if *ms >= 0 => StartFrom::Timestamp(*ms),
-            _ => bail!(
-                "`start` = {{ timestamp_ms = N }} needs milliseconds since the epoch (0 or more)"
-            ),
-        },
-        Some(other) => bail!(
-            "`start` = {other}: expected \"earliest\", \"latest\", \"committed\" or {{ timestamp_ms = N }}"
-        ),
+    let start = match spec.start {
+        None | Some(StartSpec::Earliest) => StartFrom::Earliest,
+        Some(StartSpec::Latest) => StartFrom::Latest,
+        Some(StartSpec::Committed) => StartFrom::Committed,
+        Some(StartSpec::Timestamp(ms)) => StartFrom::Timestamp(ms),
     };
-    let discovery_ms = limits::DISCOVERY_MS.resolve(spec.discovery_ms)?;
+    let discovery_ms = limits::DISCOVERY_MS.resolve(spec.discovery_ms.map(|m| m.0))?;
     Ok(KafkaSourceConfig {
         bootstrap,
         topics,
@@ -322,4 +274,10 @@ fn kafka_source(spec: &SourceSpec, job: &str, name: &str) -> Result<KafkaSourceC
         split: None,
         exchange_producers: None,
     })
+}
+
+/// A duration as the generator's signed event-time arithmetic takes it (past `i64::MAX`
+/// milliseconds, which no range allows, the largest).
+fn signed(ms: Millis) -> i64 {
+    i64::try_from(ms.0).unwrap_or(i64::MAX)
 }
