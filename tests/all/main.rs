@@ -8,6 +8,7 @@ mod cli;
 mod cluster;
 mod compat;
 mod dashboard;
+mod docs;
 mod event_time;
 mod exactly_once;
 mod failpoints;
