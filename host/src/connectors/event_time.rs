@@ -83,19 +83,8 @@ impl WatermarkGenerator {
 
 /// The timestamp in field `index` of `value`, or why there is none.
 pub fn timestamp_of(spec: &EventTime, index: usize, value: &[u8]) -> Result<i64> {
-    let parsed = match spec.separator.as_bytes() {
-        // A one-byte separator is ASCII, which never occurs inside a multi-byte
-        // character: the bytes split as the text does, without a string searcher and a
-        // UTF-8 pass per record.
-        &[separator] => value
-            .split(|&b| b == separator)
-            .nth(index)
-            .map(|field| parse_millis(&String::from_utf8_lossy(field))),
-        _ => String::from_utf8_lossy(value)
-            .split(spec.separator.as_str())
-            .nth(index)
-            .map(parse_millis),
-    };
+    let parsed = crate::network::field_of(value, &spec.separator, index)
+        .map(|field| parse_millis(&String::from_utf8_lossy(field)));
     match parsed {
         Some(Ok(ts)) => Ok(ts),
         Some(Err(field)) => bail!(

@@ -14,7 +14,7 @@ mod writer;
 
 pub use alignment::{AlignAction, BarrierAligner, CheckpointingMode};
 pub use gate::{GateEvent, InputGate, UpstreamFailed};
-pub use partitioner::{KeySelector, Partitioner, hash_target};
+pub use partitioner::{KeySelector, Partitioner, field_of, hash_target};
 pub use writer::{DownstreamGone, NetworkSettings, RecordWriter};
 
 use crossbeam_channel::{Receiver, Sender, bounded};

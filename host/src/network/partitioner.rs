@@ -37,17 +37,7 @@ impl KeySelector {
                 let value = std::str::from_utf8(record.value).map_err(|_| {
                     anyhow::anyhow!("cannot take field {index} of a value that is not UTF-8")
                 })?;
-                let field = match separator.as_bytes() {
-                    // A one-byte separator is ASCII, which never occurs inside a
-                    // multi-byte character: the bytes split as the text does, without a
-                    // string searcher per record.
-                    &[separator] => record.value.split(|&b| b == separator).nth(*index),
-                    _ => value
-                        .split(separator.as_str())
-                        .nth(*index)
-                        .map(str::as_bytes),
-                };
-                match field {
+                match field_of(record.value, separator, *index) {
                     Some(field) => Ok(field),
                     None => bail!(
                         "record {value:?} has no field {index} (fields separated by {separator:?})"
@@ -60,6 +50,30 @@ impl KeySelector {
     /// True when the selected key is already the record's key (no re-encoding needed).
     pub fn is_record_key(&self) -> bool {
         matches!(self, KeySelector::RecordKey)
+    }
+}
+
+/// Field `index` (from 0) of `value` split by `separator`, as `str::split` gives it for
+/// text: the separator's bytes never occur inside another character's encoding in UTF-8,
+/// so splitting the bytes splits the text. A one-byte separator (always ASCII) is found
+/// without a searcher; an empty one splits nothing.
+pub fn field_of<'a>(value: &'a [u8], separator: &str, index: usize) -> Option<&'a [u8]> {
+    let find = |haystack: &[u8], needle: &[u8]| {
+        haystack
+            .windows(needle.len())
+            .position(|window| window == needle)
+    };
+    match separator.as_bytes() {
+        [] => (index == 0).then_some(value),
+        &[separator] => value.split(|&b| b == separator).nth(index),
+        separator => {
+            let mut rest = value;
+            for _ in 0..index {
+                let at = find(rest, separator)?;
+                rest = &rest[at + separator.len()..];
+            }
+            Some(find(rest, separator).map_or(rest, |at| &rest[..at]))
+        }
     }
 }
 
