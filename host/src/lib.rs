@@ -13,7 +13,7 @@
 //!
 //! | floor | modules | what lives there |
 //! |---|---|---|
-//! | ground | [`spec`], [`guest_text`], [`failpoints`], [`metrics`], [`mailbox`] | what users write (the job file, the host file, every knob's default and range); guest strings made safe to print; fault injection; counters; the task mailbox |
+//! | ground | [`spec`], [`guest_text`], [`durable`], [`failpoints`], [`metrics`], [`mailbox`] | what users write (the job file, the host file, every knob's default and range); guest strings made safe to print; files written whole or not at all; fault injection; counters; the task mailbox |
 //! | time and state | [`timers`], [`state`] | the processing-time service and timer queues; host-managed keyed state, key groups, accounting |
 //! | exchange | [`network`] | stream elements, bounded channels, partitioners, the input gate, barrier alignment |
 //! | checkpoints | [`checkpoint`] | snapshots, the asynchronous part, the state file format, storage and restore, state assignment |
@@ -66,6 +66,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod cluster;
 pub mod connectors;
+pub mod durable;
 pub mod failpoints;
 pub mod guest_text;
 pub mod job;

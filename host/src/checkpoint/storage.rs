@@ -21,10 +21,12 @@
 //! metadata; an incomplete or corrupt checkpoint is skipped in favour of the previous one.
 
 use std::fs::{self, File};
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, BufWriter, Read};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+
+use crate::durable::write_atomically;
 use serde::{Deserialize, Serialize};
 
 use super::format::{CrcWriter, read_operator_state, write_operator_state};
@@ -345,19 +347,6 @@ pub struct Lineage {
     pub first_id: u64,
     /// The checkpoint or savepoint the run restored, if it restored one.
     pub started_from: Option<PathBuf>,
-}
-
-/// Writes `bytes` to `path` durably: a temporary file, fsync, rename, fsync the folder.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    fs::rename(&tmp, path).with_context(|| format!("renaming {}", tmp.display()))?;
-    if let Some(parent) = path.parent() {
-        File::open(parent)?.sync_all()?;
-    }
-    Ok(())
 }
 
 /// Loads and checks the checkpoint or savepoint in `path`.

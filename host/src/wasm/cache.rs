@@ -13,7 +13,6 @@
 
 use std::fs;
 use std::hash::{Hash, Hasher};
-use std::io::Write;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -159,13 +158,7 @@ impl ComponentCache {
 fn store(file: &Path, component: &Component) -> Result<()> {
     let dir = file.parent().expect("cache files live in a directory");
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let bytes = component.serialize()?;
-    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-    let mut f = fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    f.write_all(&bytes)?;
-    f.sync_all()?;
-    fs::rename(&tmp, file).with_context(|| format!("renaming {} into place", tmp.display()))?;
-    Ok(())
+    crate::durable::write_atomically(file, &component.serialize()?)
 }
 
 /// SHA-256 of the bytes, hex-encoded: how plugins are identified in logs and checkpoints.
