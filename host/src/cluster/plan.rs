@@ -91,13 +91,13 @@ impl ClusterSettings {
             })?;
         let exchange_partitions = limits::EXCHANGE_PARTITIONS
             .resolve(spec.exchange_partitions)
-            .context("[cluster]")?;
+            .map_err(|e| anyhow!("[cluster]: {e}"))?;
         let session_ms = limits::SESSION_TIMEOUT_MS
             .resolve(
                 spec.session_timeout_ms
                     .map(|m| u32::try_from(m.0).unwrap_or(u32::MAX)),
             )
-            .context("[cluster]")?;
+            .map_err(|e| anyhow!("[cluster]: {e}"))?;
         Ok(ClusterSettings {
             bootstrap,
             checkpoints,
