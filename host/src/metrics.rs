@@ -2,9 +2,11 @@
 //! (the progress line, the end-of-run report, a metrics endpoint).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 /// Counters of one operator instance.
 #[derive(Debug, Default)]
@@ -178,9 +180,6 @@ impl TaskMetricsHandle {
 impl OperatorMetrics {
     /// Copies the current values.
     pub fn report(&self, operator: &str, subtask: u32) -> OperatorReport {
-        let lock = |m: &'_ Mutex<BTreeMap<String, u64>>| {
-            m.lock().unwrap_or_else(|e| e.into_inner()).clone()
-        };
         OperatorReport {
             operator: operator.to_string(),
             subtask,
@@ -188,10 +187,10 @@ impl OperatorMetrics {
             records_out: self.records_out.load(Relaxed),
             batches: self.batches.load(Relaxed),
             busy: Duration::from_nanos(self.busy_ns.load(Relaxed)),
-            counters: lock(&self.counters),
+            counters: self.counters.lock().clone(),
             memory_bytes: self.memory_bytes.load(Relaxed),
             log_lines_dropped: self.log_lines_dropped.load(Relaxed),
-            lag: lock(&self.lag),
+            lag: self.lag.lock().clone(),
             is_sink: self.is_sink,
         }
     }

@@ -85,13 +85,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::spec::host_file::{HostFile, KafkaSpec, LimitsSpec, ServerSpec};
 use crate::state::TenantUsage;
 use crate::wasm::{DirGrant, SandboxLimits};
 use anyhow::{Context, Result, bail};
+use parking_lot::Mutex;
 
 /// Settings of `sluice serve` (the `[server]` table).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -552,7 +553,7 @@ pub struct Reservation {
 impl InstanceBudget {
     /// Reserves `instances` for `tenant`, or says why not.
     pub fn reserve(&self, tenant: &TenantConfig, instances: u32, job: &str) -> Result<Reservation> {
-        let mut in_use = self.in_use.lock().unwrap_or_else(|e| e.into_inner());
+        let mut in_use = self.in_use.lock();
         let used = in_use.entry(tenant.name.clone()).or_default();
         if *used + instances > tenant.max_instances {
             bail!(
@@ -573,7 +574,7 @@ impl InstanceBudget {
 
     /// The host resources `tenant`'s instances hold, shared by all of them.
     pub fn usage(&self, tenant: &TenantConfig) -> Arc<TenantUsage> {
-        let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        let mut usage = self.usage.lock();
         usage
             .entry(tenant.name.clone())
             .or_insert_with(|| {
@@ -588,14 +589,14 @@ impl InstanceBudget {
 
     /// Instances `tenant` has in use.
     pub fn in_use(&self, tenant: &str) -> u32 {
-        let in_use = self.in_use.lock().unwrap_or_else(|e| e.into_inner());
+        let in_use = self.in_use.lock();
         in_use.get(tenant).copied().unwrap_or(0)
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        let mut in_use = self.budget.in_use.lock().unwrap_or_else(|e| e.into_inner());
+        let mut in_use = self.budget.in_use.lock();
         if let Some(used) = in_use.get_mut(&self.tenant) {
             *used = used.saturating_sub(self.instances);
         }

@@ -370,7 +370,6 @@ impl OperatorChain {
         if dropped > 0 {
             let state = self.operators[i].operator.state();
             let mut counters = state.counters.lock();
-            let counters = counters.as_mut().unwrap_or_else(|e| e.get_mut());
             *counters.entry(SIDE_OUTPUT_DROPPED.into()).or_default() += dropped as u64;
         }
         Ok(emitted)

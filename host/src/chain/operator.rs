@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use sluice_codec::{Effect, EffectReader};
 
 use crate::network::BatchWatermark;
@@ -428,7 +429,7 @@ impl OperatorState {
                 limits.string_bytes
             )));
         }
-        let mut counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        let mut counters = self.counters.lock();
         // Names are printed (metrics, summaries): no control characters.
         let name = String::from_utf8_lossy(name);
         let name = crate::guest_text::printable(&name);
@@ -585,7 +586,7 @@ mod tests {
         let keyed = state.keyed.as_ref().unwrap();
         assert_eq!(&*keyed.get(s, b"k", b"", 0).unwrap().unwrap(), b"1");
         assert_eq!(state.timers.next(TimeDomain::EventTime), Some(5));
-        assert_eq!(state.counters.lock().unwrap()["seen"], 5);
+        assert_eq!(state.counters.lock()["seen"], 5);
     }
 
     #[test]

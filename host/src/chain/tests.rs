@@ -1,7 +1,8 @@
 //! The chain's handling of watermarks inside batches, with scripted operators.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use sluice_codec::{BatchReader, BatchWriter, TimeDomain, TimerReader};
 
 use super::*;
@@ -25,7 +26,6 @@ impl Scripted {
     fn note(&self, what: String) {
         self.log
             .lock()
-            .unwrap()
             .push(format!("{} {what}", self.identity.operator));
     }
 }
@@ -151,7 +151,7 @@ fn a_batch_is_cut_where_a_watermark_makes_a_timer_due() {
     c.process(0, batch(&["r0", "r1", "r2"]), 3, vec![at(1, 5), at(2, 12)])
         .unwrap();
     assert_eq!(
-        *log.lock().unwrap(),
+        *log.lock(),
         [
             r#"a process ["r0", "r1"] ["5@1"]"#,
             "a timers [10]",
@@ -182,7 +182,7 @@ fn watermarks_reach_the_next_operator_when_one_emits_nothing() {
     ]);
     d.process(0, batch(&["r2"]), 1, vec![at(1, 9)]).unwrap();
     assert_eq!(
-        *log.lock().unwrap(),
+        *log.lock(),
         [
             r#"a process ["r0", "r1"] ["7@1"]"#,
             "b watermark 7",
@@ -279,7 +279,7 @@ fn watermarks_already_seen_or_at_one_position_reach_an_operator_once() {
         vec![at(0, 3), at(0, 4), at(1, 6), at(1, 8)],
     )
     .unwrap();
-    assert_eq!(*log.lock().unwrap(), [r#"a process ["r0", "r1"] ["8@1"]"#]);
+    assert_eq!(*log.lock(), [r#"a process ["r0", "r1"] ["8@1"]"#]);
 }
 
 #[test]

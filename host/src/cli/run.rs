@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use crossbeam_channel::{Sender, unbounded};
+use parking_lot::Mutex;
 
 use super::progress::{Followed, InputSize, show_progress};
 use super::{Cli, Command, control, engine};
@@ -206,7 +207,7 @@ fn run_jobs(
     if let Some(p) = progress {
         let _ = p.join();
     }
-    let reports = std::mem::take(&mut *savepoint_reports.lock().unwrap_or_else(|e| e.into_inner()));
+    let reports = std::mem::take(&mut *savepoint_reports.lock());
     for report in reports {
         let _ = report.join();
     }
@@ -349,10 +350,7 @@ fn watch_signals(
                         }
                         Err(_) => {}
                     });
-                    spawned
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(report);
+                    spawned.lock().push(report);
                 }
             }
         })?;

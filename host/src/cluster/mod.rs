@@ -25,13 +25,14 @@ pub mod store;
 pub mod unit;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -305,7 +306,7 @@ impl ClusterHost {
         let mut retry_at: BTreeMap<u32, (Instant, u32)> = BTreeMap::new();
         let fail = |retry_at: &mut BTreeMap<u32, (Instant, u32)>, unit: u32, why: String| {
             {
-                let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
+                let mut view = self.view.lock();
                 view.failures += 1;
                 view.last_failure = Some(why);
             }
@@ -424,7 +425,7 @@ impl ClusterHost {
                 }
             }
             {
-                let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
+                let mut view = self.view.lock();
                 view.owned = owned.iter().copied().collect();
                 view.running = running.keys().copied().collect();
                 view.finished = finished.iter().copied().collect();

@@ -79,7 +79,7 @@ impl Source for FileSource {
     fn poll(&mut self, out: &mut BatchWriter, max: usize) -> Result<SourceStatus> {
         let status = self.read_lines(out, max);
         if let Some(metrics) = &self.metrics {
-            let mut counters = metrics.counters.lock().unwrap_or_else(|e| e.into_inner());
+            let mut counters = metrics.counters.lock();
             match counters.get_mut("bytes-read") {
                 Some(offset) => *offset = self.offset,
                 None => {

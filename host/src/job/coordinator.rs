@@ -7,11 +7,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use parking_lot::Mutex;
 
 use crate::checkpoint::{
     Acknowledgement, CheckpointMetadata, CheckpointStorage, CoordinatorMessage, FinishedTask,
@@ -560,11 +561,7 @@ impl Coordinator {
         {
             tracing::warn!("retention of checkpoints failed: {e:#}");
         }
-        self.stats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .completed
-            .push(completed);
+        self.stats.lock().completed.push(completed);
     }
 
     /// Adds to `acks` what the newest completed checkpoint has of the tasks that ended
@@ -620,11 +617,7 @@ impl Coordinator {
         if let Some(reply) = pending.reply {
             let _ = reply.send(Err(reason.clone()));
         }
-        self.stats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .aborted
-            .push((id, reason));
+        self.stats.lock().aborted.push((id, reason));
     }
 
     fn shutdown(mut self) {

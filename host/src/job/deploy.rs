@@ -5,12 +5,13 @@
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
 use std::thread;
 
 use anyhow::{Context, Result, anyhow, bail};
 use crossbeam_channel::{Receiver, Sender, unbounded};
+use parking_lot::Mutex;
 
 use super::coordinator::{CheckpointStats, Coordinator, CoordinatorSetup};
 use super::graph::{GeneratorShape, JobGraph, SourceInput, SourceVertex, Vertex};
@@ -21,6 +22,7 @@ use crate::chain::{
     ChainOutput, ChainedOperator, OpenInfo, Operator, OperatorChain, OperatorIdentity,
     OperatorState, OutputEdge, undeclared_side_output,
 };
+use crate::checkpoint::assign_operator_state;
 use crate::checkpoint::{AsyncPool, CheckpointLink, CheckpointStorage, LoadedCheckpoint, TaskId};
 use crate::connectors::kafka::{self, Delivery, KafkaSink, KafkaSource};
 use crate::connectors::{
@@ -29,7 +31,6 @@ use crate::connectors::{
 use crate::metrics::{OperatorMetrics, TaskMetrics, TaskMetricsHandle};
 use crate::network::{InputGate, Partitioner, RecordWriter, channel};
 use crate::spec::SinkKind;
-use crate::checkpoint::assign_operator_state;
 use crate::state::key_groups::key_groups_of_subtask;
 use crate::state::{Account, InstanceLimits, KeyedStateBackend, TenantUsage};
 use crate::task::{

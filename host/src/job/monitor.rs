@@ -1,9 +1,11 @@
 //! A live view of a running job, shared with progress lines and status endpoints.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+use parking_lot::Mutex;
 
 use super::coordinator::CheckpointStats;
 use crate::metrics::{TaskMetricsHandle, TaskReport};
@@ -24,7 +26,8 @@ pub struct JobMonitor {
 impl JobMonitor {
     /// Metrics of the current attempt's tasks.
     pub fn tasks(&self) -> Vec<TaskReport> {
-        lock(&self.tasks)
+        self.tasks
+            .lock()
             .iter()
             .map(TaskMetricsHandle::report)
             .collect()
@@ -49,7 +52,7 @@ impl JobMonitor {
 
     /// Checkpoints of the current attempt.
     pub fn checkpoints(&self) -> CheckpointStats {
-        lock(&lock(&self.checkpoints)).clone()
+        self.checkpoints.lock().lock().clone()
     }
 
     /// Current attempt (0 before any restart).
@@ -64,20 +67,16 @@ impl JobMonitor {
 
     /// Failures of attempts so far, by kind.
     pub fn failures_by_kind(&self) -> BTreeMap<String, u64> {
-        lock(&self.failures_by_kind).clone()
+        self.failures_by_kind.lock().clone()
     }
 
     /// When the supervisor last learned that a task failed (the start of a recovery).
     pub fn last_failure_at(&self) -> Option<Instant> {
-        *lock(&self.last_failure_at)
+        *self.last_failure_at.lock()
     }
 
     /// The error that ended the last failed attempt.
     pub fn last_failure(&self) -> Option<String> {
-        lock(&self.last_failure).clone()
+        self.last_failure.lock().clone()
     }
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -106,13 +106,15 @@ mod tests {
 
     #[test]
     fn strategies_give_delays_until_attempts_run_out() {
-        let fixed = RestartStrategy::from_spec(Some(&spec(RestartStrategyName::FixedDelay)), false).unwrap();
+        let fixed = RestartStrategy::from_spec(Some(&spec(RestartStrategyName::FixedDelay)), false)
+            .unwrap();
         let ms = Duration::from_millis;
         assert_eq!(
             (1..=4).map(|r| fixed.delay_before(r)).collect::<Vec<_>>(),
             vec![Some(ms(100)), Some(ms(100)), Some(ms(100)), None]
         );
-        let exp = RestartStrategy::from_spec(Some(&spec(RestartStrategyName::Exponential)), false).unwrap();
+        let exp = RestartStrategy::from_spec(Some(&spec(RestartStrategyName::Exponential)), false)
+            .unwrap();
         assert_eq!(
             (1..=4).map(|r| exp.delay_before(r)).collect::<Vec<_>>(),
             vec![Some(ms(100)), Some(ms(200)), Some(ms(250)), None]
@@ -127,7 +129,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(many.delay_before(5_000), Some(ms(250)));
-        let none = RestartStrategy::from_spec(Some(&spec(RestartStrategyName::None)), true).unwrap();
+        let none =
+            RestartStrategy::from_spec(Some(&spec(RestartStrategyName::None)), true).unwrap();
         assert_eq!(none.delay_before(1), None);
     }
 

@@ -4,16 +4,17 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use crossbeam_channel::Receiver;
+use parking_lot::Mutex;
 
 use super::coordinator::{CheckpointHook, CheckpointStats};
 use super::graph::JobGraph;
-use super::monitor::{JobMonitor, lock};
+use super::monitor::JobMonitor;
 use super::run::{JobControl, JobOutcome, RunOptions};
 use super::start::{check_start, prepare_run};
 use super::supervisor::{AttemptEnd, failure_kind, is_permanent};
@@ -166,7 +167,7 @@ impl Job {
                 );
             }
             let stats = Arc::new(Mutex::new(CheckpointStats::default()));
-            *lock(&monitor.checkpoints) = stats.clone();
+            *monitor.checkpoints.lock() = stats.clone();
             let end = match self.deploy(
                 attempt,
                 checkpoint.clone().map(Arc::new),
@@ -183,19 +184,21 @@ impl Job {
                 restarts: attempt,
                 duration: started.elapsed(),
                 tasks: monitor.tasks(),
-                checkpoints: lock(&stats).clone(),
+                checkpoints: stats.lock().clone(),
                 failures: failures.clone(),
-                interrupted: lock(&monitor.interrupted).clone(),
+                interrupted: monitor.interrupted.lock().clone(),
                 failures_by_kind: monitor.failures_by_kind(),
             };
             let error = match end {
                 AttemptEnd::Outcome(outcome) => return Ok(report(outcome, &failures)),
                 AttemptEnd::Failed(e) => e,
             };
-            *lock(&monitor.failures_by_kind)
+            *monitor
+                .failures_by_kind
+                .lock()
                 .entry(failure_kind(&error).to_string())
                 .or_default() += 1;
-            *lock(&monitor.last_failure) = Some(format!("{error:#}"));
+            *monitor.last_failure.lock() = Some(format!("{error:#}"));
             let restart = attempt + 1;
             let delay = if is_permanent(&error) {
                 None

@@ -11,12 +11,12 @@ use anyhow::{Context, Result, anyhow, bail};
 
 use super::graph::{JobGraph, SinkVertex, Vertex};
 use super::run::{RestorePoint, RunOptions};
+use crate::checkpoint::assign_operator_state;
 use crate::checkpoint::{CheckpointStorage, LoadedCheckpoint, load};
 use crate::connectors::file_sink::{
     Recovery, SinkState, next_generation, output_path, plan_recovery, rewind_refusal, staging_path,
 };
 use crate::spec::SinkKind;
-use crate::checkpoint::assign_operator_state;
 
 /// Where a run starts: its checkpoint storage, the lineage it records there, and the
 /// checkpoint its first attempt restores.

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender, select, unbounded};
 
-use super::monitor::{JobMonitor, lock};
+use super::monitor::JobMonitor;
 use super::run::{JobControl, JobOutcome};
 use crate::chain::{CallError, OperatorFailure};
 use crate::checkpoint::{CoordinatorMessage, TaskId};
@@ -42,8 +42,8 @@ impl RunningAttempt {
         control: &Receiver<JobControl>,
         monitor: &JobMonitor,
     ) -> AttemptEnd {
-        *lock(&monitor.tasks) = self.metrics.clone();
-        lock(&monitor.interrupted).clear();
+        *monitor.tasks.lock() = self.metrics.clone();
+        monitor.interrupted.lock().clear();
         monitor.running.store(true, Ordering::Relaxed);
         let mut remaining = self.handles.len();
         let mut first_error: Option<anyhow::Error> = None;
@@ -64,11 +64,11 @@ impl RunningAttempt {
                             let _ = self.coordinator_tx.send(CoordinatorMessage::TaskFinished(id));
                         }
                         Ok(TaskOutcome::Cancelled { interrupted }) => {
-                            lock(&monitor.interrupted).extend(interrupted);
+                            monitor.interrupted.lock().extend(interrupted);
                         }
                         Err(e) => match &first_error {
                             None if !cancelled => {
-                                *lock(&monitor.last_failure_at) = Some(Instant::now());
+                                *monitor.last_failure_at.lock() = Some(Instant::now());
                                 tracing::info!("{e:#}");
                                 first_error = Some(e);
                                 cancel_all(&self.handles);

@@ -591,13 +591,7 @@ fn resolve_edges(vertices: &[Vertex], reads: &[Reads], max_parallelism: u32) -> 
                     max_parallelism,
                 )
             } else {
-                partitioner(
-                    own_key.clone(),
-                    *own_partition,
-                    up,
-                    down,
-                    max_parallelism,
-                )
+                partitioner(own_key.clone(), *own_partition, up, down, max_parallelism)
             }
             .map_err(|e| anyhow!("{me}: input '{name}': {e}"))?;
             edges.push(Edge {

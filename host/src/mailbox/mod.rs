@@ -28,11 +28,12 @@ pub use processor::{ActionResult, MailboxProcessor};
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::{Result, bail};
 use crossbeam_channel::{Receiver, Sender, bounded};
+use parking_lot::{Mutex, MutexGuard};
 
 /// An action to run on the task thread, with exclusive access to the task `T`.
 pub type Mail<T> = Box<dyn FnOnce(&mut T) -> Result<()> + Send>;
@@ -321,7 +322,7 @@ impl<T> TaskMailbox<T> {
     fn lock(&self) -> MutexGuard<'_, Queue<T>> {
         // A panic while holding this lock can only come from VecDeque itself; the
         // queue stays structurally valid, so keep using it.
-        self.inner.queue.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.queue.lock()
     }
 }
 

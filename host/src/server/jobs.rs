@@ -35,7 +35,7 @@ use serde_json::json;
 
 use super::kafka_grant::{no_kafka_grant, within_kafka_grant};
 use super::plugins::now_ms;
-use super::registry::{JobEntry, JobRecord, JobState, LOGS_FILE, QUARANTINE_AFTER, lock};
+use super::registry::{JobEntry, JobRecord, JobState, LOGS_FILE, QUARANTINE_AFTER};
 use super::views::{graph_summary, output_files, state_name, summary};
 use super::{ApiError, ErrorKind, Object, Server, hex, is_plain_name, write_atomic};
 use crate::checkpoint::CheckpointStorage;
@@ -283,7 +283,7 @@ impl Server {
         let mut plugins = BTreeMap::new();
         let (run, output) = self.prepare(tenant, text, &dir, &mut plugins)?;
         let needs = run.needs()?;
-        let _admission = lock(&self.jobs.admission);
+        let _admission = self.jobs.admission.lock();
         // A plugin deleted since `prepare` found it (deletions take the same lock).
         if let Some((op, _)) = plugins
             .iter()
@@ -323,7 +323,7 @@ impl Server {
             let _ = fs::remove_dir_all(&dir);
             return Err(ApiError::internal(e));
         }
-        lock(&self.jobs.by_id).insert(id.clone(), entry.clone());
+        self.jobs.by_id.lock().insert(id.clone(), entry.clone());
         self.launch(&entry, run, needs, RestorePoint::Fresh);
         tracing::info!(tenant = %tenant.name, job = %id, name = %record.name, "job submitted");
         Ok(summary(&record, true))
@@ -342,26 +342,26 @@ impl Server {
     ) {
         let options = options.into();
         let (tenant, id) = {
-            let record = lock(&entry.record);
+            let record = entry.record.lock();
             (record.tenant.clone(), record.id.clone())
         };
         // Waits for a `forget` under way; afterwards the job's lines are in memory again.
-        *lock(&entry.ended) = None;
-        *lock(&entry.kill_cause) = None;
+        *entry.ended.lock() = None;
+        *entry.kill_cause.lock() = None;
         if let Ok(text) = fs::read_to_string(entry.dir.join(LOGS_FILE)) {
             super::logs::JobLogs::global().restore(&id, &text);
         }
         entry.instances.store(needs.0, Ordering::Relaxed);
         entry.subtasks.store(needs.1, Ordering::Relaxed);
         let monitor = Arc::new(JobMonitor::default());
-        *lock(&entry.monitor) = monitor.clone();
+        *entry.monitor.lock() = monitor.clone();
         {
-            let record = lock(&entry.record);
-            *lock(&entry.counted_before) = (record.records_read, record.records_written);
-            *lock(&entry.history_before) = (record.checkpoints.clone(), record.checkpoint_counts);
+            let record = entry.record.lock();
+            *entry.counted_before.lock() = (record.records_read, record.records_written);
+            *entry.history_before.lock() = (record.checkpoints.clone(), record.checkpoint_counts);
         }
         let (control, control_rx) = unbounded();
-        let mut run = lock(&entry.run);
+        let mut run = entry.run.lock();
         let finished = entry.clone();
         let shutting_down = self.jobs.shutting_down.clone();
         let (engine, host, budget) = (
@@ -388,7 +388,7 @@ impl Server {
                         let (instances, subtasks) = units_need(host.plan(), &settings)?;
                         finished.instances.store(instances, Ordering::Relaxed);
                         finished.subtasks.store(subtasks, Ordering::Relaxed);
-                        *lock(&finished.cluster) = Some(host.view());
+                        *finished.cluster.lock() = Some(host.view());
                         Ok(match host.run(&control_rx)? {
                             HostEnd::JobFinished => JobOutcome::Finished,
                             HostEnd::Stopped => JobOutcome::Cancelled,
@@ -420,9 +420,9 @@ fn finished_run(
     stopping_server: bool,
 ) {
     let restarts = monitor.attempt();
-    let kill_cause = lock(&entry.kill_cause).take();
+    let kill_cause = entry.kill_cause.lock().take();
     let (read, written) = monitor.records_read_written();
-    let (read_before, written_before) = *lock(&entry.counted_before);
+    let (read_before, written_before) = *entry.counted_before.lock();
     let checkpointed = !monitor.checkpoints().completed.is_empty();
     entry.update(|r| {
         r.restarts += restarts;
@@ -466,13 +466,13 @@ fn finished_run(
         restarts = record.restarts, failure = record.failure.as_deref().unwrap_or(""),
         "job ended"
     );
-    *lock(&entry.ended) = Some(Instant::now());
-    lock(&entry.run).take();
+    *entry.ended.lock() = Some(Instant::now());
+    entry.run.lock().take();
 }
 
 impl Server {
     fn control(&self, entry: &JobEntry, what: &str) -> Result<Sender<JobControl>, ApiError> {
-        match lock(&entry.run).as_ref() {
+        match entry.run.lock().as_ref() {
             Some(control) => Ok(control.clone()),
             None => {
                 let r = entry.record();
@@ -587,7 +587,7 @@ impl Server {
         allow_rewind: bool,
     ) -> Result<Object, ApiError> {
         let entry = self.entry(tenant, id)?;
-        let _admission = lock(&self.jobs.admission);
+        let _admission = self.jobs.admission.lock();
         let record = entry.record();
         if entry.is_running() || record.state == JobState::Finished {
             return Err(ApiError::new(
@@ -664,8 +664,8 @@ impl Server {
         let entry = self.entry(tenant, id)?;
         // Under the admission lock, so that no `start` launches it meanwhile, and with
         // its lines' lock, so that no `forget` writes them into the folder meanwhile.
-        let _admission = lock(&self.jobs.admission);
-        let _ended = lock(&entry.ended);
+        let _admission = self.jobs.admission.lock();
+        let _ended = entry.ended.lock();
         if entry.is_running() {
             return Err(ApiError::new(
                 ErrorKind::Conflict,
@@ -673,7 +673,7 @@ impl Server {
             ));
         }
         let summary = summary(&entry.record(), false);
-        lock(&self.jobs.by_id).remove(id);
+        self.jobs.by_id.lock().remove(id);
         super::logs::JobLogs::global().take(id);
         fs::remove_dir_all(&entry.dir).map_err(|e| {
             ApiError::internal(anyhow::anyhow!(
@@ -706,7 +706,10 @@ impl Server {
                 }
             };
             let entry = JobEntry::new(dir.clone(), record.clone());
-            lock(&self.jobs.by_id).insert(record.id.clone(), entry.clone());
+            self.jobs
+                .by_id
+                .lock()
+                .insert(record.id.clone(), entry.clone());
             if record.state != JobState::Running {
                 continue;
             }
@@ -771,10 +774,10 @@ impl Server {
     /// `timeout`.
     pub fn shutdown(&self, timeout: Duration) {
         self.jobs.shutting_down.store(true, Ordering::Relaxed);
-        let entries: Vec<Arc<JobEntry>> = lock(&self.jobs.by_id).values().cloned().collect();
+        let entries: Vec<Arc<JobEntry>> = self.jobs.by_id.lock().values().cloned().collect();
         let mut answers = Vec::new();
         for entry in &entries {
-            if let Some(control) = lock(&entry.run).as_ref() {
+            if let Some(control) = entry.run.lock().as_ref() {
                 let (reply, answer) = unbounded();
                 let _ = control.send(JobControl::StopWithSavepoint {
                     drain: false,

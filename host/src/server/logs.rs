@@ -7,9 +7,10 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::{self, Write as _};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use parking_lot::Mutex;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id};
 use tracing::{Event, Subscriber};
@@ -85,8 +86,8 @@ impl JobLogs {
         LOGS.get_or_init(Arc::default)
     }
 
-    fn jobs(&self) -> std::sync::MutexGuard<'_, HashMap<String, JobLog>> {
-        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    fn jobs(&self) -> parking_lot::MutexGuard<'_, HashMap<String, JobLog>> {
+        self.jobs.lock()
     }
 
     fn push(&self, job: &str, line: String) {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::Server;
 use super::plugins::now_ms;
-use super::registry::{JobEntry, lock};
+use super::registry::JobEntry;
 use super::views::state_name;
 use crate::tenant::TenantConfig;
 
@@ -13,7 +13,7 @@ impl Server {
     /// Per tenant, job and operator metrics of `tenant`, in Prometheus' text format.
     pub fn metrics(&self, tenant: &TenantConfig) -> String {
         let mut m = super::api::Metrics::default();
-        let entries: Vec<Arc<JobEntry>> = lock(&self.jobs.by_id).values().cloned().collect();
+        let entries: Vec<Arc<JobEntry>> = self.jobs.by_id.lock().values().cloned().collect();
         let t = tenant.name.as_str();
         let mut states: BTreeMap<&'static str, u64> = BTreeMap::new();
         for entry in entries {
@@ -22,7 +22,7 @@ impl Server {
                 continue;
             }
             *states.entry(state_name(record.state)).or_default() += 1;
-            let monitor = lock(&entry.monitor).clone();
+            let monitor = entry.monitor.lock().clone();
             let job = [("tenant", t), ("job", record.id.as_str())];
             m.add(
                 "sluice_job_restarts_total",

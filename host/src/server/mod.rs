@@ -43,11 +43,12 @@ use std::fmt;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 pub use api::{RunningServer, serve};

@@ -199,7 +199,7 @@ impl Server {
         sha256: &str,
         bytes: u64,
     ) -> Result<UploadReservation<'_>, ApiError> {
-        let mut uploads = self.uploads.lock().unwrap_or_else(|e| e.into_inner());
+        let mut uploads = self.uploads.lock();
         let pending = uploads.get(&tenant.name).copied().unwrap_or(0);
         let stored: u64 = self
             .list_plugins(tenant)
@@ -239,11 +239,7 @@ impl Server {
 
 impl Drop for UploadReservation<'_> {
     fn drop(&mut self) {
-        let mut uploads = self
-            .server
-            .uploads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut uploads = self.server.uploads.lock();
         if let Some(pending) = uploads.get_mut(&self.tenant) {
             *pending = pending.saturating_sub(self.bytes);
         }

@@ -5,12 +5,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use anyhow::Result;
 use crossbeam_channel::Sender;
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::views::{ChainSummary, CheckpointSummary};
@@ -118,10 +119,6 @@ pub(super) struct JobEntry {
     pub(super) cluster: Mutex<Option<Arc<Mutex<HostView>>>>,
 }
 
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// The server's jobs, by id.
 #[derive(Default)]
 pub(super) struct Jobs {
@@ -161,7 +158,7 @@ impl JobEntry {
     }
 
     pub(super) fn record(&self) -> JobRecord {
-        lock(&self.record).clone()
+        self.record.lock().clone()
     }
 
     pub(super) fn save(&self, record: &JobRecord) -> Result<()> {
@@ -170,7 +167,7 @@ impl JobEntry {
     }
 
     pub(super) fn update(&self, f: impl FnOnce(&mut JobRecord)) {
-        let mut record = lock(&self.record);
+        let mut record = self.record.lock();
         f(&mut record);
         if let Err(e) = self.save(&record) {
             tracing::error!("job {}: {e:#}", record.id);
@@ -178,14 +175,14 @@ impl JobEntry {
     }
 
     pub(super) fn is_running(&self) -> bool {
-        lock(&self.run).is_some()
+        self.run.lock().is_some()
     }
 
     /// Records read and written: live while it runs, else as of the end of its last run.
     pub(super) fn records_read_written(&self, record: &JobRecord) -> (u64, u64) {
         if self.is_running() {
-            let (read, written) = lock(&self.monitor).records_read_written();
-            let (read_before, written_before) = *lock(&self.counted_before);
+            let (read, written) = self.monitor.lock().records_read_written();
+            let (read_before, written_before) = *self.counted_before.lock();
             (read_before + read, written_before + written)
         } else {
             (record.records_read, record.records_written)
@@ -195,8 +192,8 @@ impl JobEntry {
     /// Its checkpoint history and counts, over its runs before the current one and the
     /// current one's so far (what [`JobRecord::checkpoints`] keeps).
     pub(super) fn checkpoint_history(&self) -> (Vec<CheckpointSummary>, (u64, u64)) {
-        let (mut history, (completed, aborted)) = lock(&self.history_before).clone();
-        let stats = lock(&self.monitor).checkpoints();
+        let (mut history, (completed, aborted)) = self.history_before.lock().clone();
+        let stats = self.monitor.lock().checkpoints();
         history.extend(stats.completed.iter().map(|c| CheckpointSummary {
             id: c.id,
             kind: format!("{:?}", c.kind).to_lowercase(),
@@ -229,15 +226,15 @@ impl JobEntry {
 
     /// Whether its current run completed a checkpoint or savepoint.
     fn completed_a_checkpoint(&self) -> bool {
-        !lock(&self.monitor).checkpoints().completed.is_empty()
+        !self.monitor.lock().checkpoints().completed.is_empty()
     }
 }
 
 impl Server {
     pub(super) fn entry(&self, tenant: &TenantConfig, id: &str) -> Result<Arc<JobEntry>, ApiError> {
-        let entry = lock(&self.jobs.by_id).get(id).cloned();
+        let entry = self.jobs.by_id.lock().get(id).cloned();
         match entry {
-            Some(e) if lock(&e.record).tenant == tenant.name => Ok(e),
+            Some(e) if e.record.lock().tenant == tenant.name => Ok(e),
             // Another tenant's job is indistinguishable from no job.
             _ => Err(ApiError::not_found("job", id)),
         }
@@ -251,9 +248,12 @@ impl Server {
         job: &str,
         (instances, subtasks): (u32, u32),
     ) -> Result<(), ApiError> {
-        let (running, in_use, threads) = lock(&self.jobs.by_id)
+        let (running, in_use, threads) = self
+            .jobs
+            .by_id
+            .lock()
             .values()
-            .filter(|e| e.is_running() && lock(&e.record).tenant == tenant.name)
+            .filter(|e| e.is_running() && e.record.lock().tenant == tenant.name)
             .fold((0u32, 0u32, 0u32), |(jobs, instances, subtasks), e| {
                 (
                     jobs + 1,
@@ -302,9 +302,12 @@ impl Server {
 
     /// Bytes the tenant's job folders and plugins take under the server's folder.
     pub(super) fn disk_usage(&self, tenant: &str) -> u64 {
-        let dirs: Vec<PathBuf> = lock(&self.jobs.by_id)
+        let dirs: Vec<PathBuf> = self
+            .jobs
+            .by_id
+            .lock()
             .values()
-            .filter(|e| lock(&e.record).tenant == tenant)
+            .filter(|e| e.record.lock().tenant == tenant)
             .map(|e| e.dir.clone())
             .collect();
         dirs.iter()
@@ -315,14 +318,16 @@ impl Server {
 
     /// Runs `f` under the lock that submissions and starts take to admit a job.
     pub(super) fn admitting<T>(&self, f: impl FnOnce() -> T) -> T {
-        let _admission = lock(&self.jobs.admission);
+        let _admission = self.jobs.admission.lock();
         f()
     }
 
     /// The ids of `tenant`'s jobs that could run plugin `sha256` again (any but finished
     /// ones).
     pub(super) fn jobs_using_plugin(&self, tenant: &TenantConfig, sha256: &str) -> Vec<String> {
-        lock(&self.jobs.by_id)
+        self.jobs
+            .by_id
+            .lock()
             .values()
             .map(|e| e.record())
             .filter(|r| r.tenant == tenant.name && r.state != JobState::Finished)
@@ -335,7 +340,7 @@ impl Server {
     /// clears the resumption count of jobs that completed a checkpoint, and forgets the
     /// metrics and log lines of jobs that ended long enough ago.
     pub(super) fn housekeeping(&self) {
-        let entries: Vec<Arc<JobEntry>> = lock(&self.jobs.by_id).values().cloned().collect();
+        let entries: Vec<Arc<JobEntry>> = self.jobs.by_id.lock().values().cloned().collect();
         let running: Vec<&Arc<JobEntry>> = entries.iter().filter(|e| e.is_running()).collect();
 
         for entry in &running {
@@ -355,8 +360,8 @@ impl Server {
             let cause = disk_quota_message(tenant, used);
             tracing::warn!("{cause}: failing its running jobs");
             for entry in running.iter().filter(|e| e.record().tenant == tenant.name) {
-                *lock(&entry.kill_cause) = Some(cause.clone());
-                if let Some(control) = lock(&entry.run).as_ref() {
+                *entry.kill_cause.lock() = Some(cause.clone());
+                if let Some(control) = entry.run.lock().as_ref() {
                     let _ = control.send(JobControl::Cancel);
                 }
             }
@@ -365,7 +370,7 @@ impl Server {
         let settings = &self.host.server;
         let mut ended: Vec<(Instant, &Arc<JobEntry>)> = entries
             .iter()
-            .filter_map(|e| lock(&e.ended).map(|at| (at, e)))
+            .filter_map(|e| e.ended.lock().map(|at| (at, e)))
             .collect();
         // Newest first: the first `keep_ended_jobs` stay, unless ended too long ago.
         ended.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
@@ -380,7 +385,7 @@ impl Server {
     /// folder, where [`Server::job_logs`] reads them and its next run picks them up.
     pub(super) fn forget(&self, entry: &JobEntry) {
         // Held throughout, so a launch waits until the lines are on disk.
-        let mut ended = lock(&entry.ended);
+        let mut ended = entry.ended.lock();
         if entry.is_running() {
             return;
         }
@@ -390,10 +395,10 @@ impl Server {
         {
             tracing::error!("job {id}: keeping its log lines: {e:#}");
         }
-        *lock(&entry.monitor) = Arc::new(JobMonitor::default());
+        *entry.monitor.lock() = Arc::new(JobMonitor::default());
         // The run's checkpoints are in the record now; they are its history.
         let record = entry.record();
-        *lock(&entry.history_before) = (record.checkpoints, record.checkpoint_counts);
+        *entry.history_before.lock() = (record.checkpoints, record.checkpoint_counts);
         *ended = None;
     }
 }

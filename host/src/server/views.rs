@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::registry::{JobEntry, JobRecord, JobState, LOGS_FILE, lock};
+use super::registry::{JobEntry, JobRecord, JobState, LOGS_FILE};
 use super::{ApiError, ErrorKind, Object, Server};
 use crate::job::JobGraph;
 use crate::tenant::TenantConfig;
@@ -84,7 +84,7 @@ pub(super) fn summary(record: &JobRecord, running: bool) -> Object {
 impl Server {
     /// `tenant`'s jobs, oldest first.
     pub fn list_jobs(&self, tenant: &TenantConfig) -> Vec<Object> {
-        let entries: Vec<Arc<JobEntry>> = lock(&self.jobs.by_id).values().cloned().collect();
+        let entries: Vec<Arc<JobEntry>> = self.jobs.by_id.lock().values().cloned().collect();
         let mut jobs: Vec<(u64, Object)> = entries
             .iter()
             .map(|e| (e.record(), e))
@@ -94,7 +94,7 @@ impl Server {
                 let (read, written) = e.records_read_written(&r);
                 o.insert("records_read".into(), json!(read));
                 o.insert("records_written".into(), json!(written));
-                let monitor = lock(&e.monitor).clone();
+                let monitor = e.monitor.lock().clone();
                 o.insert("tenant".into(), json!(r.tenant));
                 o.insert("restarts".into(), json!(r.restarts + monitor.attempt()));
                 let last = monitor
@@ -114,11 +114,13 @@ impl Server {
     pub fn job_detail(&self, tenant: &TenantConfig, id: &str) -> Result<Object, ApiError> {
         let entry = self.entry(tenant, id)?;
         let record = entry.record();
-        let monitor = lock(&entry.monitor).clone();
-        let cluster = lock(&entry.cluster)
+        let monitor = entry.monitor.lock().clone();
+        let cluster = entry
+            .cluster
+            .lock()
             .as_ref()
             .filter(|_| record.cluster)
-            .map(|view| lock(view).clone());
+            .map(|view| view.lock().clone());
         let mut o = summary(&record, entry.is_running());
         let (read, written) = entry.records_read_written(&record);
         let checkpoints = monitor.checkpoints();

@@ -16,9 +16,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::values::{
-    CheckpointMode, ConfigValue, DeliveryName, GeneratorShapeName, InputEntry, KeyBy,
-    LineFormatName, Millis, MiBSize, ByteSize, Partition, RestartStrategyName, SinkPartitioner,
-    StartSpec, Timestamp, TopicsSpec,
+    ByteSize, CheckpointMode, ConfigValue, DeliveryName, GeneratorShapeName, InputEntry, KeyBy,
+    LineFormatName, MiBSize, Millis, Partition, RestartStrategyName, SinkPartitioner, StartSpec,
+    Timestamp, TopicsSpec,
 };
 
 /// A job file.

@@ -138,7 +138,12 @@ mod tests {
     #[test]
     fn the_schema_knows_both_names_of_a_knob() {
         let schema = super::job_file_schema().to_string();
-        for name in ["\"interval_ms\"", "\"interval\"", "\"max_pending\"", "\"buffer\""] {
+        for name in [
+            "\"interval_ms\"",
+            "\"interval\"",
+            "\"max_pending\"",
+            "\"buffer\"",
+        ] {
             assert!(schema.contains(name), "{name} not in the job file's schema");
         }
     }

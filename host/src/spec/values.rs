@@ -240,9 +240,9 @@ impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match toml::Value::deserialize(d)? {
             toml::Value::String(s) if s == "record" => Ok(Timestamp::Record),
-            toml::Value::Table(t) if field_spec(&t).is_ok() => {
-                field_spec(&t).map(Timestamp::Field).map_err(D::Error::custom)
-            }
+            toml::Value::Table(t) if field_spec(&t).is_ok() => field_spec(&t)
+                .map(Timestamp::Field)
+                .map_err(D::Error::custom),
             _ => Err(D::Error::custom(
                 "`timestamp` must be { field = N, separator = \",\" } (the field holding the \
                  event time in milliseconds) or \"record\" (the timestamp a Kafka record carries)",
@@ -452,7 +452,9 @@ impl InputEntry {
                 "from" => {}
                 "key_by" => entry.key_by = Some(KeyBy::from_toml(&v).map_err(field)?),
                 "partition" => {
-                    entry.partition = Some(Partition::deserialize(v).map_err(|e| field(e.message().to_string()))?)
+                    entry.partition = Some(
+                        Partition::deserialize(v).map_err(|e| field(e.message().to_string()))?,
+                    )
                 }
                 "broadcast" => match v {
                     toml::Value::Boolean(b) => entry.broadcast = b,
@@ -649,16 +651,35 @@ mod tests {
     #[test]
     fn durations_and_sizes_take_numbers_or_units() {
         let t = parse("d = 1500\nb = 2048\nm = 64").unwrap();
-        assert_eq!((t.d, t.b, t.m), (Some(Millis(1500)), Some(Bytes(2048)), Some(Bytes(64))));
+        assert_eq!(
+            (t.d, t.b, t.m),
+            (Some(Millis(1500)), Some(Bytes(2048)), Some(Bytes(64)))
+        );
         let t = parse("d = \"1m 30s\"\nb = \"32KiB\"\nm = \"1GiB\"").unwrap();
         assert_eq!(
             (t.d, t.b, t.m),
-            (Some(Millis(90_000)), Some(Bytes(32 << 10)), Some(Bytes(1024)))
+            (
+                Some(Millis(90_000)),
+                Some(Bytes(32 << 10)),
+                Some(Bytes(1024))
+            )
         );
-        assert!(parse("d = \"soon\"").unwrap_err().contains("is not a duration"));
+        assert!(
+            parse("d = \"soon\"")
+                .unwrap_err()
+                .contains("is not a duration")
+        );
         assert!(parse("d = -5").unwrap_err().contains("expected u64"));
-        assert!(parse("m = \"1500KiB\"").unwrap_err().contains("whole number of MiB"));
-        assert!(parse("b = true").unwrap_err().contains("expected a number or a size"));
+        assert!(
+            parse("m = \"1500KiB\"")
+                .unwrap_err()
+                .contains("whole number of MiB")
+        );
+        assert!(
+            parse("b = true")
+                .unwrap_err()
+                .contains("expected a number or a size")
+        );
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! Lifecycle tests with native operators that record the calls they receive.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use parking_lot::Mutex;
 use sluice_codec::{BatchWriter, Effect, EffectWriter, TimeDomain};
 
 use super::*;
@@ -86,7 +87,6 @@ impl Recording {
     fn note(&self, call: Call) -> Result<(), CallError> {
         self.log
             .lock()
-            .unwrap()
             .push(format!("{}:{}", self.identity.operator, call));
         if self.behavior.fail_in == Some(call) {
             return Err(CallError::Failed(format!(
@@ -231,7 +231,7 @@ fn two_ops(head: Behavior, tail: Behavior) -> Vec<(&'static str, Behavior)> {
 }
 
 fn taken(log: &Log) -> Vec<String> {
-    std::mem::take(&mut *log.lock().unwrap())
+    std::mem::take(&mut *log.lock())
 }
 
 #[test]
@@ -323,12 +323,12 @@ fn a_task_cancelled_while_it_cleans_up_after_its_own_failure_reports_that_failur
     };
     let tail = Behavior {
         on_dispose: Some(Arc::new(move || {
-            cancel.lock().unwrap().as_ref().unwrap().cancel();
+            cancel.lock().as_ref().unwrap().cancel();
         })),
         ..Behavior::default()
     };
     let task = task_with(Box::new(source), two_ops(head, tail), &log);
-    *handle.lock().unwrap() = Some(task.handle());
+    *handle.lock() = Some(task.handle());
     let err = task.run().unwrap_err();
     assert!(format!("{err:#}").contains("a fails in process"), "{err:#}");
 }
@@ -656,7 +656,7 @@ impl Stuck {
     fn wait_for_aborts(&self, n: usize) -> Vec<(u64, String)> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let aborted = self.stats.lock().unwrap().aborted.clone();
+            let aborted = self.stats.lock().aborted.clone();
             if aborted.len() >= n || Instant::now() > deadline {
                 return aborted;
             }
@@ -685,7 +685,7 @@ fn a_checkpoint_not_acknowledged_in_time_is_aborted_and_operators_hear_of_it() {
         aborted[0].1.contains("not complete after the timeout"),
         "{aborted:?}"
     );
-    assert!(job.stats.lock().unwrap().completed.is_empty());
+    assert!(job.stats.lock().completed.is_empty());
     thread::sleep(Duration::from_millis(100));
     job.stop();
     let calls = taken(&log);

@@ -3,9 +3,11 @@
 use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 /// Wall-clock milliseconds since the Unix epoch: Sluice's processing time.
 pub fn now_millis() -> i64 {
@@ -67,7 +69,7 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 }
 
@@ -173,12 +175,7 @@ impl ProcessingTimeService {
             if left.is_zero() {
                 return false;
             }
-            s = self
-                .shared
-                .changed
-                .wait_timeout(s, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            self.shared.changed.wait_for(&mut s, left);
         }
         true
     }
@@ -197,12 +194,7 @@ impl ProcessingTimeService {
             if left.is_zero() {
                 return false;
             }
-            s = self
-                .shared
-                .changed
-                .wait_timeout(s, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            self.shared.changed.wait_for(&mut s, left);
         }
         drop(s);
         if let Some(t) = self.thread.take() {
@@ -227,17 +219,13 @@ fn run(shared: &Shared) {
             break;
         }
         let Some(&Reverse((at, id))) = s.queue.peek() else {
-            s = shared.changed.wait(s).unwrap_or_else(|e| e.into_inner());
+            shared.changed.wait(&mut s);
             continue;
         };
         let now = now_millis();
         if at > now {
             let wait = Duration::from_millis((at - now) as u64);
-            s = shared
-                .changed
-                .wait_timeout(s, wait)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            shared.changed.wait_for(&mut s, wait);
             continue;
         }
         s.queue.pop();

@@ -11,11 +11,11 @@
 //! job), and [`DISK_BYTES`] of artifacts on disk (a file's modification time marks its
 //! last use).
 
+use parking_lot::Mutex;
 use std::fs;
 use std::hash::{Hash, Hasher};
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 use lru::LruCache;
@@ -150,8 +150,8 @@ impl ComponentCache {
         Ok((component, CacheOutcome::Compiled))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<[u8; 32], Component>> {
-        self.memory.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, LruCache<[u8; 32], Component>> {
+        self.memory.lock()
     }
 }
 

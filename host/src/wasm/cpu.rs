@@ -18,9 +18,11 @@
 //!   runs more calls at once than there are cores (the rest of its tasks' work, outside
 //!   calls, is not held back).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 /// How long after its last call a tenant still counts as active (keeps its share).
 pub const ACTIVE_WINDOW: Duration = Duration::from_millis(50);
@@ -155,7 +157,7 @@ impl CpuShares {
     }
 
     fn lock(&self) -> MutexGuard<'_, Tenants> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     /// Starts a call of `tenant`, after waiting for its turn if it has to; returns how long
@@ -182,11 +184,7 @@ impl CpuShares {
         self.waiting.fetch_add(1, Ordering::Relaxed);
         let started = loop {
             // Woken when a call ends; also when a neighbour may have gone quiet.
-            state = self
-                .turn
-                .wait_timeout(state, ACTIVE_WINDOW)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            self.turn.wait_for(&mut state, ACTIVE_WINDOW);
             let at = Instant::now();
             if may_run(&state, &tenant.name, self.cores, at) {
                 break at;

@@ -2,11 +2,12 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::Duration;
 
 use anyhow::Result;
+use parking_lot::Mutex;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, OptLevel, ProfilingStrategy};
 
@@ -89,7 +90,7 @@ impl WasmEngine {
                 .spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
                         thread::sleep(EPOCH_TICK);
-                        for engine in engines.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                        for engine in engines.lock().iter() {
                             engine.increment_epoch();
                         }
                         cpu.tick();
@@ -116,10 +117,7 @@ impl WasmEngine {
         let v = Variant::new(true)?;
         let engine = v.engine.clone();
         if self.metered.set(v).is_ok() {
-            self.ticking
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(engine);
+            self.ticking.lock().push(engine);
         }
         Ok(self.metered.get().expect("set above"))
     }

@@ -117,7 +117,7 @@ impl Host for StoreState {
     }
 
     fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
-        let mut output = self.output.lock().unwrap_or_else(|e| e.into_inner());
+        let mut output = self.output.lock();
         let id = output.identity().clone();
         if !output.rate().admit(&id, message.len()) {
             return Ok(());

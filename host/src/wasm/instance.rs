@@ -127,12 +127,7 @@ impl WasmOperator {
                 message: format!("instance is unusable after an earlier trap ({reason})"),
             });
         }
-        self.store
-            .data_mut()
-            .output
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear_stderr_tail();
+        self.store.data_mut().output.lock().clear_stderr_tail();
         let (cpu, tenant) = {
             let data = self.store.data();
             (data.cpu.clone(), data.cpu_tenant.clone())
@@ -197,13 +192,7 @@ impl WasmOperator {
                     (TrapKind::Fuel, "ran out of fuel for this call".into())
                 }
                 wasmtime::Trap::UnreachableCodeReached => {
-                    let stderr = self
-                        .store
-                        .data()
-                        .output
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .stderr_tail();
+                    let stderr = self.store.data().output.lock().stderr_tail();
                     match panic_message(&stderr) {
                         Some(m) => (TrapKind::Panic, printable(&m).into_owned()),
                         None if stderr.trim().is_empty() => (
@@ -247,13 +236,7 @@ impl Operator for WasmOperator {
     }
 
     fn log_lines_dropped(&self) -> u64 {
-        self.store
-            .data()
-            .output
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .rate()
-            .dropped
+        self.store.data().output.lock().rate().dropped
     }
 
     fn open(&mut self, info: &OpenInfo) -> Result<CallOutput, CallError> {

@@ -5,11 +5,12 @@
 use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
@@ -195,10 +196,7 @@ impl GuestPipe {
     }
 
     fn write_bytes(&self, bytes: &[u8]) {
-        self.output
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .write(self.stream, bytes);
+        self.output.lock().write(self.stream, bytes);
     }
 }
 
@@ -285,7 +283,7 @@ mod tests {
             },
             0,
         );
-        let mut out = out.lock().unwrap();
+        let mut out = out.lock();
         out.write(Stream::Stderr, &vec![b'a'; TAIL_BYTES]);
         out.write(Stream::Stderr, b"end");
         let tail = out.stderr_tail();

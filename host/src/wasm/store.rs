@@ -1,9 +1,10 @@
 //! What a Wasm operator's `Store` holds.
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use parking_lot::Mutex;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
@@ -83,11 +84,7 @@ impl StoreState {
 
     /// The instance's identity.
     pub fn identity(&self) -> OperatorIdentity {
-        self.output
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .identity()
-            .clone()
+        self.output.lock().identity().clone()
     }
 }
 

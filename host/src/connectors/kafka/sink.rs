@@ -2,8 +2,8 @@
 //! and, exactly once, the write-ahead log of checkpoints' records written in one
 //! transaction each, with the markers that name the checkpoints committed.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -77,7 +77,7 @@ impl rdkafka::producer::ProducerContext for DeliveryReport {
 
     fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
         if let Err((e, _)) = result {
-            let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+            let mut failed = self.failed.lock();
             failed.get_or_insert_with(|| e.to_string());
         }
     }
@@ -314,11 +314,7 @@ impl KafkaSink {
     /// Adds to the sink's counters (shown with the job's operators): records and their
     /// key and value bytes written, transactions committed and aborted.
     fn count(&self, records: usize, bytes: usize, committed: u64, aborted: u64) {
-        let mut counters = self
-            .state
-            .counters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut counters = self.state.counters.lock();
         for (name, delta) in [
             ("kafka-records-out", records as u64),
             ("kafka-bytes-out", bytes as u64),
@@ -337,12 +333,7 @@ impl KafkaSink {
 
     /// The first failed delivery `producer` reported, as an error.
     fn check_deliveries_of(&self, producer: &Producer) -> Result<(), CallError> {
-        let failed = producer
-            .context()
-            .failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let failed = producer.context().failed.lock().clone();
         match failed {
             Some(e) => Err(self.err("a record was not delivered", e)),
             None => Ok(()),

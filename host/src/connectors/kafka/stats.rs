@@ -2,8 +2,8 @@
 //! how far behind the source is (its lag) and whether it has read a partition to its
 //! end (for idleness).
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -64,8 +64,8 @@ fn unknown_offset() -> i64 {
 
 impl SourceStats {
     /// Each partition's bounds as last told.
-    pub(super) fn bounds(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, i32), Bounds>> {
-        self.ends.lock().unwrap_or_else(|e| e.into_inner())
+    pub(super) fn bounds(&self) -> parking_lot::MutexGuard<'_, BTreeMap<(String, i32), Bounds>> {
+        self.ends.lock()
     }
 }
 
@@ -160,7 +160,7 @@ impl KafkaSource {
                     Some((format!("{}/{}", p.0, p.1), behind.max(0) as u64))
                 })
                 .collect();
-            *metrics.lag.lock().unwrap_or_else(|e| e.into_inner()) = lag;
+            *metrics.lag.lock() = lag;
         }
     }
 
@@ -168,7 +168,7 @@ impl KafkaSource {
     pub(super) fn report(&self, records: u64, bytes: usize) {
         let Some(metrics) = &self.metrics else { return };
         if records > 0 {
-            let mut counters = metrics.counters.lock().unwrap_or_else(|e| e.into_inner());
+            let mut counters = metrics.counters.lock();
             for (name, delta) in [
                 ("kafka-records-in", records),
                 ("kafka-bytes-in", bytes as u64),

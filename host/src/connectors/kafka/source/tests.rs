@@ -44,7 +44,7 @@ fn the_watermark_is_the_smallest_of_the_partitions_not_idle_or_finished() {
     assert_eq!(s.watermark(100, Some(Duration::from_secs(5))), None);
     assert!(!s.read_to_end());
     let ends = |s: &mut KafkaSource, e: &[(i32, i64, i64)]| {
-        *s.consumer.context().ends.lock().unwrap() = e
+        *s.consumer.context().ends.lock() = e
             .iter()
             .map(|&(i, start, end)| (p(i), Bounds { start, end }))
             .collect();
