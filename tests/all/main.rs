@@ -9,6 +9,7 @@ mod cluster;
 mod compat;
 mod dashboard;
 mod docs;
+mod edges;
 mod event_time;
 mod exactly_once;
 mod failpoints;

@@ -137,11 +137,15 @@ fn run_jobs(
     let mut loaded = Vec::new();
     for path in paths {
         let job = Job::load_with(path, &engine, host)?.with_budget(budget.clone());
-        loaded.push((path.clone(), job));
+        // Owning the job before anything runs: a job another run holds is refused here.
+        let locks = job.lock()?;
+        loaded.push((path.clone(), job, locks));
     }
-    let checkpointing = loaded.iter().all(|(_, j)| j.graph().checkpoint.is_some());
-    let sizes: Vec<Option<InputSize>> = loaded.iter().map(|(_, j)| InputSize::of(j)).collect();
-    let to_stdout = loaded.iter().any(|(_, j)| {
+    let checkpointing = loaded
+        .iter()
+        .all(|(_, j, _)| j.graph().checkpoint.is_some());
+    let sizes: Vec<Option<InputSize>> = loaded.iter().map(|(_, j, _)| InputSize::of(j)).collect();
+    let to_stdout = loaded.iter().any(|(_, j, _)| {
         j.graph()
             .vertices
             .iter()
@@ -149,7 +153,7 @@ fn run_jobs(
     });
     let mut controls = Vec::new();
     let mut running = Vec::new();
-    for (path, job) in loaded {
+    for (path, job, locks) in loaded {
         let (control_tx, control_rx) = unbounded();
         controls.push(control_tx.clone());
         let monitor = Arc::new(JobMonitor::default());
@@ -157,6 +161,7 @@ fn run_jobs(
         let tenant = job.tenant().name.clone();
         let options = options.clone();
         let m = monitor.clone();
+        // The job is ours (locked above), and so is the control socket in its folder.
         let listener = match &job.graph().checkpoint {
             Some(c) => control::listen(&c.dir, control_tx.clone()),
             None => None,
@@ -164,7 +169,9 @@ fn run_jobs(
         let thread = thread::Builder::new()
             .name(format!("job {name}"))
             .spawn(move || {
-                let result = job.run(options, &control_rx, &m).map(|r| (job, r));
+                let result = job
+                    .run_locked(locks, options, &control_rx, &m)
+                    .map(|r| (job, r));
                 drop(listener);
                 result
             })?;

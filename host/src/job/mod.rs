@@ -14,6 +14,7 @@ mod deploy;
 mod graph;
 
 mod monitor;
+mod ownership;
 mod restart;
 mod run;
 mod runner;
@@ -33,6 +34,7 @@ pub use graph::{
     SourceVertex, Vertex,
 };
 pub use monitor::JobMonitor;
+pub use ownership::{InUse, RunLocks, lock_path, lock_run};
 pub use restart::RestartStrategy;
 pub use run::{JobControl, JobOutcome, RestorePoint, RunOptions};
 pub use runner::{Job, JobReport, load_graph};

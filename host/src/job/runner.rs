@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use super::coordinator::{CheckpointHook, CheckpointStats};
 use super::graph::JobGraph;
 use super::monitor::JobMonitor;
+use super::ownership::{RunLocks, lock_run};
 use super::run::{JobControl, JobOutcome, RunOptions};
 use super::start::{check_start, prepare_run};
 use super::supervisor::{AttemptEnd, failure_kind, is_permanent};
@@ -142,13 +143,31 @@ impl Job {
         control: &Receiver<JobControl>,
         monitor: &JobMonitor,
     ) -> Result<JobReport> {
+        self.run_locked(self.lock()?, options, control, monitor)
+    }
+
+    /// Takes what a run of the job owns while it lasts (its checkpoint folder, its file
+    /// sinks' output), or says which other process holds it ([`InUse`](super::InUse)).
+    pub fn lock(&self) -> Result<RunLocks> {
+        lock_run(&self.graph)
+    }
+
+    /// [`Job::run`] with the locks already taken by [`Job::lock`] (for a caller that
+    /// starts something that belongs to the run only once it owns the job).
+    pub fn run_locked(
+        &self,
+        locks: RunLocks,
+        options: impl Into<RunOptions>,
+        control: &Receiver<JobControl>,
+        monitor: &JobMonitor,
+    ) -> Result<JobReport> {
         let options = options.into();
         let graph = &self.graph;
         let _instances = self
             .budget
             .reserve(&self.tenant, self.instances(), &graph.name)?;
         let started = Instant::now();
-        let run = prepare_run(graph, &options)?;
+        let run = prepare_run(graph, &options, locks)?;
         let mut failures = Vec::new();
         let mut checkpoint = run.initial.clone();
         for attempt in 0u32.. {

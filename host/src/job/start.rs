@@ -10,6 +10,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::graph::{JobGraph, SinkVertex, Vertex};
+use super::ownership::{RunLocks, lock_run};
 use super::run::{RestorePoint, RunOptions};
 use crate::checkpoint::assign_operator_state;
 use crate::checkpoint::{CheckpointStorage, LoadedCheckpoint, load};
@@ -21,6 +22,8 @@ use crate::spec::SinkKind;
 /// Where a run starts: its checkpoint storage, the lineage it records there, and the
 /// checkpoint its first attempt restores.
 pub(super) struct RunStart {
+    /// What the run owns while it lasts (see [`super::ownership`]).
+    pub _locks: RunLocks,
     /// The job's checkpoint storage, when it checkpoints.
     pub storage: Option<Arc<CheckpointStorage>>,
     /// This run's lineage in that storage.
@@ -33,12 +36,17 @@ pub(super) struct RunStart {
 /// [`prepare_run`] would refuse, said before a caller commits to the run (the server
 /// answers a start request with it).
 pub(super) fn check_start(graph: &JobGraph, options: &RunOptions) -> Result<()> {
+    drop(lock_run(graph)?);
     let storage = storage(graph)?;
     decide(graph, storage.as_deref(), options).map(|_| ())
 }
 
 /// Prepares a run as `options` say; see the module docs.
-pub(super) fn prepare_run(graph: &JobGraph, options: &RunOptions) -> Result<RunStart> {
+pub(super) fn prepare_run(
+    graph: &JobGraph,
+    options: &RunOptions,
+    locks: RunLocks,
+) -> Result<RunStart> {
     let storage = storage(graph)?;
     let (initial, earlier) = decide(graph, storage.as_deref(), options)?;
     if !earlier.is_empty() {
@@ -62,6 +70,7 @@ pub(super) fn prepare_run(graph: &JobGraph, options: &RunOptions) -> Result<RunS
         None => None,
     };
     Ok(RunStart {
+        _locks: locks,
         storage,
         lineage,
         initial,

@@ -1,0 +1,72 @@
+//! Exactly-once at the edges: paths that random kills rarely reach. Each test is named
+//! after the promise it keeps, and fails without the code that keeps it.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::unbounded;
+use sluice::connectors::generated_line;
+use sluice::job::{JobControl, JobOutcome, RestorePoint};
+use sluice_tests::plugins::{TEST_MISBEHAVE, TEST_RECORDER};
+use sluice_tests::{
+    TestJob, expected_word_counts, final_counts, has_complete_checkpoint, test_dir,
+    throttled_wordcount, write_job,
+};
+
+use crate::checkpoints::spawn_sluice;
+use crate::cli::{outcome, sluice};
+
+/// The counts of `throttled_wordcount`'s generator over `records` lines.
+fn throttled_counts(records: u64) -> BTreeMap<String, u64> {
+    let mut text = String::new();
+    let mut line = String::new();
+    for index in 0..records {
+        generated_line(5, index, 6, 300, &mut line);
+        text.push_str(&line);
+        text.push('\n');
+    }
+    expected_word_counts(&text, 1)
+}
+
+#[test]
+fn a_second_run_of_a_running_job_is_refused_and_the_first_ends_as_if_alone() {
+    let dir = test_dir("edges-two-runs");
+    let records = 3000;
+    let job = write_job(&dir, &throttled_wordcount(2, records, 1500.0));
+    let mut first = spawn_sluice(&job, &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !has_complete_checkpoint(&dir.join("checkpoints")) {
+        assert!(Instant::now() < deadline, "no checkpoint within a minute");
+        assert!(
+            first.try_wait().unwrap().is_none(),
+            "the first run ended before its first checkpoint"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    let second = sluice(&[
+        "run",
+        "--quiet",
+        job.to_str().unwrap(),
+        "--from-checkpoint",
+        "latest",
+    ]);
+    let (code, _, stderr) = outcome(&second);
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("is in use by another run"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("pid {}", first.id())),
+        "the holder's pid is named: {stderr}"
+    );
+    // Only then did the first run go on: it must end as a run alone would.
+    assert!(
+        first.try_wait().unwrap().is_none(),
+        "the first run ended before the second was refused: the test proves nothing"
+    );
+    let status = first.wait().unwrap();
+    assert!(status.success(), "the first run failed");
+    let output = fs::read_to_string(dir.join("out/counts.tsv")).unwrap();
+    assert_eq!(final_counts(&output).unwrap(), throttled_counts(records));
+}
+
