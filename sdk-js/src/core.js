@@ -25,6 +25,9 @@ import {
 } from './codec.js';
 
 const ABSENT = Symbol('absent');
+// Why `close` may not emit (the host refuses it too).
+const CLOSE_EMITTED =
+  "emitted records from `close`, which may not emit: the job's output was committed before it; emit buffered records in `finish`";
 
 /** An error the operator reports on purpose. */
 export class SluiceError extends Error {}
@@ -522,7 +525,10 @@ export class Instance {
   }
   close(host) {
     const op = this._op('close');
-    return this._run('close', host, (call) => op.close(new Context(call)));
+    return this._run('close', host, (call) => {
+      op.close(new Context(call));
+      if (call.count) throw new Failed(CLOSE_EMITTED);
+    });
   }
   dispose() {
     try {

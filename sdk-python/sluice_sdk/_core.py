@@ -128,6 +128,13 @@ class _Cache:
             self.put(state, key, user_key, value)
 
 
+# Why `close` may not emit (the host refuses it too).
+CLOSE_EMITTED = (
+    "emitted records from `close`, which may not emit: the job's output was committed "
+    "before it; emit buffered records in `finish`"
+)
+
+
 class _Call:
     """What one call builds up: its output records, effects and state overlay."""
 
@@ -635,7 +642,13 @@ class Instance:
 
     def close(self, host: Any) -> _Call:
         operator = self._operator("close")
-        return self._run("close", host, lambda call: operator.close(Context(call, self.outputs)))
+
+        def run(call: _Call) -> None:
+            operator.close(Context(call, self.outputs))
+            if call.count:
+                raise Failed(CLOSE_EMITTED)
+
+        return self._run("close", host, run)
 
     def dispose(self) -> None:
         if self.operator is not None:

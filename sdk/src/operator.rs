@@ -71,7 +71,9 @@ pub trait Operator: Sized + 'static {
         Ok(())
     }
 
-    /// Clean shutdown after `finish`. May still emit.
+    /// Clean shutdown after `finish`: release what [`dispose`](Self::dispose) would not.
+    /// Must not emit: when the job checkpoints, its output was committed before `close`,
+    /// so the call fails if it emits. Flush buffered records in [`finish`](Self::finish).
     fn close(&mut self, ctx: &mut Context<'_>) -> Result<()> {
         let _ = ctx;
         Ok(())

@@ -252,7 +252,15 @@ pub(crate) fn finish<T: Operator>(slot: &mut Slot<T>, host: &dyn Host) -> Result
 }
 
 pub(crate) fn close<T: Operator>(slot: &mut Slot<T>, host: &dyn Host) -> Result<CallOutput> {
-    run(slot, host, "close", |operator, ctx| operator.close(ctx))
+    let output = run(slot, host, "close", |operator, ctx| operator.close(ctx))?;
+    if !output.records.is_empty() {
+        // The host refuses it too; saying so here lets the harness catch it in tests.
+        return Err(Error::failed(
+            "emitted records from `close`, which may not emit: the job's output was \
+             committed before it; emit buffered records in `finish`",
+        ));
+    }
+    Ok(output)
 }
 
 pub(crate) fn dispose<T: Operator>(slot: &mut Slot<T>) {

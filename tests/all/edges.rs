@@ -70,3 +70,47 @@ fn a_second_run_of_a_running_job_is_refused_and_the_first_ends_as_if_alone() {
     assert_eq!(final_counts(&output).unwrap(), throttled_counts(records));
 }
 
+/// `close` runs after the final checkpoint committed the output, so what it emitted
+/// reached no commit: it is an error naming the operator and the call, and the output
+/// committed before it stays.
+#[test]
+fn records_emitted_in_close_fail_the_job_by_name_and_lose_nothing_committed() {
+    let dir = test_dir("edges-close");
+    fs::write(dir.join("in.txt"), "a b\nc\n").unwrap();
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "close"
+[source]
+type = "file"
+path = "in.txt"
+[[operator]]
+name = "suspect"
+plugin = "{TEST_MISBEHAVE}"
+config = {{ behavior = "emit-in-close" }}
+[sink]
+type = "file"
+path = "out.txt"
+[checkpoint]
+interval_ms = 50
+[restart]
+strategy = "none"
+"#
+        ),
+    );
+    let (code, _, stderr) = outcome(&sluice(&["run", "--quiet", job.to_str().unwrap()]));
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("operator 'suspect' (subtask 1/1) of job 'close'"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("failed in `close`"), "{stderr}");
+    // The SDK refuses it first; the host would too (the chain's own tests).
+    assert!(
+        stderr.contains("from `close`, which may not emit"),
+        "{stderr}"
+    );
+    assert_eq!(fs::read_to_string(dir.join("out.txt")).unwrap(), "a b\nc\n");
+}
+

@@ -330,8 +330,25 @@ impl OperatorChain {
         let contract = |m: String| fail(CallError::Contract(m), &*link.operator);
         let scan =
             BatchReader::scan(&output.records).map_err(|e| contract(format!("returned {e}")))?;
-        if call == Call::Open && scan.count > 0 {
-            return Err(contract("emitted records from `open`, which may not emit".into()).into());
+        if scan.count > 0 {
+            match call {
+                Call::Open => {
+                    return Err(
+                        contract("emitted records from `open`, which may not emit".into()).into(),
+                    );
+                }
+                // The final checkpoint committed the job's output before `close`: what
+                // it emitted would reach no sink's commit, so it would be lost.
+                Call::Close => {
+                    return Err(contract(format!(
+                        "emitted {} record(s) from `close`, which may not emit: the job's \
+                         output was committed before it; emit buffered records in `finish`",
+                        scan.count
+                    ))
+                    .into());
+                }
+                _ => {}
+            }
         }
         check_watermark_positions(&watermarks, scan.count).map_err(&contract)?;
         let mut emitted = Emitted {

@@ -20,6 +20,8 @@ struct Scripted {
     log: Log,
     takes_watermarks: bool,
     script: Script,
+    /// What `close` emits.
+    close_emits: Vec<&'static str>,
 }
 
 impl Scripted {
@@ -90,7 +92,10 @@ impl Operator for Scripted {
         Ok(CallOutput::default())
     }
     fn close(&mut self) -> Result<CallOutput, CallError> {
-        Ok(CallOutput::default())
+        Ok(CallOutput {
+            records: batch(&self.close_emits),
+            effects: Vec::new(),
+        })
     }
     fn dispose(&mut self) -> Result<(), CallError> {
         Ok(())
@@ -111,6 +116,7 @@ fn scripted(name: &str, takes_watermarks: bool, log: &Log, script: Script) -> Ch
             log: log.clone(),
             takes_watermarks,
             script,
+            close_emits: Vec::new(),
         }),
         state_id: name.into(),
         open_info: OpenInfo::default(),
@@ -326,5 +332,38 @@ fn the_last_watermark_of_a_batch_reaches_the_output_alone_when_its_buffer_holds_
             "records [BatchWatermark { before: 1, watermark: 5 }]".to_owned(),
             "Watermark(9)".to_owned()
         ]
+    );
+}
+
+/// `close` runs after the final checkpoint committed the output: records it emits would
+/// reach no commit, so the chain refuses them by operator and call, whatever the plugin's
+/// language or SDK.
+#[test]
+fn records_emitted_in_close_fail_the_call() {
+    let log = Log::default();
+    let closer = ChainedOperator {
+        operator: Box::new(Scripted {
+            identity: OperatorIdentity {
+                tenant: "t".into(),
+                job: "j".into(),
+                operator: "closer".into(),
+                subtask: 0,
+                parallelism: 1,
+            },
+            state: OperatorState::new(None),
+            log: log.clone(),
+            takes_watermarks: false,
+            script: silent(),
+            close_emits: vec!["late", "later"],
+        }),
+        ..scripted("closer", false, &log, silent())
+    };
+    let mut c = chain(vec![scripted("quiet", false, &log, silent()), closer]);
+    let e = format!("{:#}", c.close_all().unwrap_err());
+    assert!(e.contains("operator 'closer'"), "{e}");
+    assert!(e.contains("failed in `close`"), "{e}");
+    assert!(
+        e.contains("emitted 2 record(s) from `close`, which may not emit"),
+        "{e}"
     );
 }

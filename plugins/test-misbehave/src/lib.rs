@@ -11,8 +11,8 @@
 //! - `flood-bytes` (default 64 MiB): how many value bytes `emit-flood` emits.
 //!
 //! `error-in-open`, `invalid-config` and `panic-in-open` happen in `open`;
-//! `panic-in-snapshot`, `slow-snapshot`, `panic-in-finish` and `panic-in-close` in those
-//! calls, every time. All other behaviours are triggered by record number `after` (counting
+//! `panic-in-snapshot`, `slow-snapshot`, `panic-in-finish`, `panic-in-close` and
+//! `emit-in-close` (one record, which `close` may not emit) in those calls, every time. All other behaviours are triggered by record number `after` (counting
 //! from 0) and happen once per instance: the fatal ones end the call; the reporting ones
 //! (`read-file`, `open-socket`, `read-env`) emit one record `<behavior>: <result>` and the
 //! flooding ones emit, log or print their flood, after which the triggering record and all
@@ -40,6 +40,7 @@ pub const BEHAVIORS: &[&str] = &[
     "slow-snapshot",
     "slow-process",
     "panic-in-close",
+    "emit-in-close",
     "panic-in-finish",
     "memory-bomb",
     "stack-overflow",
@@ -143,9 +144,11 @@ impl Operator for Misbehave {
         Ok(())
     }
 
-    fn close(&mut self, _ctx: &mut Context<'_>) -> Result<()> {
-        if self.behavior == "panic-in-close" {
-            panic!("test-misbehave: deliberate panic in close");
+    fn close(&mut self, ctx: &mut Context<'_>) -> Result<()> {
+        match self.behavior {
+            "panic-in-close" => panic!("test-misbehave: deliberate panic in close"),
+            "emit-in-close" => ctx.emit(None, b"emitted in close"),
+            _ => {}
         }
         Ok(())
     }
