@@ -114,3 +114,72 @@ strategy = "none"
     assert_eq!(fs::read_to_string(dir.join("out.txt")).unwrap(), "a b\nc\n");
 }
 
+/// Drained, a stop-with-savepoint finishes the operators before the savepoint, so what
+/// `finish` flushes is committed with it (after it, no sink would commit anything).
+#[test]
+fn a_drained_stop_commits_what_finish_flushes() {
+    let dir = test_dir("edges-drain");
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "drain"
+[source]
+type = "generator"
+records = 100000000
+rate = 2000.0
+[[operator]]
+name = "recorder"
+plugin = "{TEST_RECORDER}"
+[sink]
+type = "file"
+path = "out.txt"
+format = "key-value"
+[checkpoint]
+interval_ms = 100
+dir = "checkpoints"
+"#
+        ),
+    );
+    let test_job = TestJob::load(&job).unwrap();
+    let control = test_job.control.clone();
+    let checkpoints = dir.join("checkpoints");
+    let stopper = thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !has_complete_checkpoint(&checkpoints) {
+            if Instant::now() > deadline {
+                control.send(JobControl::Cancel).unwrap();
+                panic!("no checkpoint within a minute");
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        let (reply, answer) = unbounded();
+        control
+            .send(JobControl::StopWithSavepoint { drain: true, reply })
+            .unwrap();
+        answer.recv().unwrap()
+    });
+    let report = test_job.run(RestorePoint::Fresh).unwrap();
+    stopper.join().unwrap().expect("the savepoint succeeds");
+    assert!(
+        matches!(report.outcome, JobOutcome::Stopped { .. }),
+        "{:?}",
+        report.outcome
+    );
+    let out = fs::read_to_string(dir.join("out.txt")).unwrap();
+    let calls: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("calls\t"))
+        .collect();
+    assert_eq!(
+        calls.len(),
+        1,
+        "finish's record was committed once: {out:.400}"
+    );
+    assert!(calls[0].contains(",finish"), "{}", calls[0]);
+    assert!(
+        calls[0].contains(&format!("watermark({})", i64::MAX)),
+        "event time reached its end before finish: {}",
+        calls[0]
+    );
+}

@@ -55,9 +55,18 @@ impl StreamTask {
         }
         if let CheckpointKind::Savepoint { stop: true, drain } = barrier.kind {
             self.sync_savepoint = Some((barrier.id, drain));
-            if drain && matches!(self.input, TaskInput::Source(_)) {
-                // Fire every event-time timer and window before the savepoint.
-                self.chain().advance_watermark(i64::MAX)?;
+            if drain && !self.finished {
+                // Drained, the savepoint is the task's final checkpoint (Flink's
+                // FLIP-147): event time goes to its end (a source advances it; the other
+                // tasks got it before this barrier) and the operators finish, so what
+                // they flush goes out before the barrier and into the savepoint's commit.
+                if self.is_source() {
+                    self.chain().advance_watermark(i64::MAX)?;
+                }
+                if !self.finished_on_restore {
+                    self.chain().finish_all()?;
+                }
+                self.finished = true;
             }
         }
         // Forward the barrier first, so downstream alignment is not delayed by our

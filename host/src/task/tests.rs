@@ -929,6 +929,34 @@ fn an_aborted_savepoint_with_drain_fails_the_task_and_without_drain_it_goes_on()
     assert!(runner.join().unwrap().is_ok());
 }
 
+/// Drained, a stop-with-savepoint is the task's final checkpoint: the operators finish
+/// before the snapshot, so what `finish` flushes goes out before the barrier and is
+/// committed with the savepoint (after it, no sink would commit it), and they are not
+/// finished a second time when the task ends.
+#[test]
+fn a_drained_stop_finishes_the_operators_before_the_savepoint() {
+    let log = Log::default();
+    let source = linked_source(&log, endless(), Behavior::default(), "drain-finish");
+    let (handle, runner) = in_savepoint_loop(source.task, &source.coordinator, true);
+    let sent: Vec<StreamElement> = source.downstream.try_iter().collect();
+    assert!(
+        sent.contains(&StreamElement::Barrier(savepoint(1, true))),
+        "{sent:?}"
+    );
+    handle.notify_complete(1).unwrap();
+    assert_eq!(runner.join().unwrap().unwrap(), TaskOutcome::Finished);
+    let calls = taken(&log);
+    let position = |call: &str| calls.iter().position(|c| c == call);
+    let finish = position("op0:finish").expect("finish was called");
+    let snapshot = position("op0:snapshot").expect("the savepoint's snapshot");
+    assert!(finish < snapshot, "{calls:?}");
+    assert_eq!(
+        calls.iter().filter(|c| *c == "op0:finish").count(),
+        1,
+        "{calls:?}"
+    );
+}
+
 /// A source stopped by a full output channel must go on as soon as the channel has room,
 /// even when the receiver made that room after the source looked: it then finds no full
 /// channel to wait on, and before waited for a mail instead, which without a buffer
