@@ -278,6 +278,11 @@ export class Harness {
     this._call(() => this.instance.finish(this.host));
   }
 
+  /** Clean shutdown: `close` (which may not emit). */
+  close() {
+    this._call(() => this.instance.close(this.host));
+  }
+
   takeOutput() {
     const out = this.output;
     this.output = [];

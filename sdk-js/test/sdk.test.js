@@ -94,6 +94,18 @@ test('an exception fails the call with its stack', () => {
   assert.throws(() => h.process(null, 'x'), (e) => !e.invalidConfig && /`process` threw TypeError/.test(e.message) && /sdk\.test\.js/.test(e.message));
 });
 
+class EmitsInClose extends Operator {
+  close(ctx) {
+    ctx.emit(null, 'late');
+  }
+}
+
+test('emitting in close fails the call, as on the host', () => {
+  const h = new Harness(EmitsInClose);
+  h.finish();
+  assert.throws(() => h.close(), (e) => /from `close`, which may not emit/.test(e.message));
+});
+
 class Timed extends Operator {
   process(record, ctx) {
     ctx.registerEventTimer(record.key, record.timestamp + 1);

@@ -121,6 +121,19 @@ def test_an_exception_fails_the_call_with_its_traceback():
     assert "Traceback" in e.value.message and "test_sdk.py" in e.value.message
 
 
+class EmitsInClose(Operator):
+    def close(self, ctx):
+        ctx.emit(None, b"late")
+
+
+def test_emitting_in_close_fails_the_call_as_on_the_host():
+    h = Harness(EmitsInClose)
+    h.finish()
+    with pytest.raises(HarnessError) as e:
+        h.close()
+    assert "from `close`, which may not emit" in e.value.message
+
+
 class BadConfig(Operator):
     @classmethod
     def open(cls, ctx):
