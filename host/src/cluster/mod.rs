@@ -453,9 +453,84 @@ impl ClusterHost {
 }
 
 /// What `sluice status --cluster` shows: the members of a cluster job's group and the
-/// units each owns, and the units that finished.
-pub fn status(graph: &JobGraph, settings: ClusterSettings) -> Result<String> {
-    use std::fmt::Write as _;
+/// units each owns, and the units that finished. Printed as it is (`Display`) or as
+/// JSON.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ClusterStatus {
+    /// The job's name.
+    pub job: String,
+    /// The Kafka brokers asked.
+    pub bootstrap: String,
+    /// Units of the job.
+    pub units: u32,
+    /// Stages of the job.
+    pub stages: usize,
+    /// The state of the job's consumer group, when there is one (`Stable`, ...).
+    pub group_state: Option<String>,
+    /// The hosts in the group.
+    pub hosts: Vec<ClusterMember>,
+    /// Units whose input ended and whose output is committed.
+    pub finished_units: Vec<u32>,
+    /// Units neither finished nor run by a host.
+    pub waiting_units: Vec<u32>,
+}
+
+/// A host of a cluster job, as its group knows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ClusterMember {
+    /// Its client id (`sluice-HOSTNAME-PID`).
+    pub client_id: String,
+    /// Where it connects from.
+    pub host: String,
+    /// The units it runs.
+    pub units: Vec<ClusterUnit>,
+}
+
+/// A unit a host runs.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ClusterUnit {
+    /// Its number.
+    pub unit: u32,
+    /// Its stage, input and operators (`stage 0: words/1 -> count -> sink`).
+    pub runs: String,
+}
+
+impl std::fmt::Display for ClusterStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "job '{}' at {}: {} units in {} stages, {} hosts{}",
+            self.job,
+            self.bootstrap,
+            self.units,
+            self.stages,
+            self.hosts.len(),
+            self.group_state
+                .as_ref()
+                .map_or(String::new(), |s| format!(" (group {s})"))
+        )?;
+        for host in &self.hosts {
+            writeln!(
+                f,
+                "host {} ({}): {} units",
+                host.client_id,
+                host.host,
+                host.units.len()
+            )?;
+            for u in &host.units {
+                writeln!(f, "  unit {}: {}", u.unit, u.runs)?;
+            }
+        }
+        writeln!(f, "finished units: {:?}", self.finished_units)?;
+        if !self.waiting_units.is_empty() {
+            writeln!(f, "units no host runs: {:?}", self.waiting_units)?;
+        }
+        Ok(())
+    }
+}
+
+/// Asks the job's group and checkpoint store who runs what (`sluice status --cluster`).
+pub fn status(graph: &JobGraph, settings: ClusterSettings) -> Result<ClusterStatus> {
     let plan = Plan::new(graph, &settings)?;
     let store = CheckpointStore::open(&settings.checkpoints, &graph.base_dir)?;
     let consumer: BaseConsumer = settings
@@ -465,20 +540,10 @@ pub fn status(graph: &JobGraph, settings: ClusterSettings) -> Result<String> {
     let groups = consumer
         .fetch_group_list(Some(&plan.group), REQUEST_TIMEOUT)
         .context("reading the job's group")?;
-    let mut out = String::new();
     let group = groups.groups().first();
     let members = group.map_or(&[][..], |g| g.members());
-    writeln!(
-        out,
-        "job '{}' at {}: {} units in {} stages, {} hosts{}",
-        graph.name,
-        settings.bootstrap,
-        plan.units(),
-        plan.stages.len(),
-        members.len(),
-        group.map_or(String::new(), |g| format!(" (group {})", g.state()))
-    )?;
     let mut owned = BTreeSet::new();
+    let mut hosts = Vec::new();
     for m in members {
         let units = m
             .assignment()
@@ -486,27 +551,32 @@ pub fn status(graph: &JobGraph, settings: ClusterSettings) -> Result<String> {
             .transpose()
             .map_err(|e| anyhow!("member {}: {e}", m.client_id()))?
             .unwrap_or_default();
-        writeln!(
-            out,
-            "host {} ({}): {} units",
-            m.client_id(),
-            m.client_host(),
-            units.len()
-        )?;
-        for u in units {
-            owned.insert(u);
-            writeln!(out, "  unit {u}: {}", plan.describe(u))?;
-        }
+        owned.extend(units.iter().copied());
+        hosts.push(ClusterMember {
+            client_id: m.client_id().to_string(),
+            host: m.client_host().to_string(),
+            units: units
+                .into_iter()
+                .map(|unit| ClusterUnit {
+                    unit,
+                    runs: plan.describe(unit),
+                })
+                .collect(),
+        });
     }
     let done = store.finished_units(&plan.prefix)?;
-    let waiting: Vec<u32> = (0..plan.units())
-        .filter(|u| !done.contains(u) && !owned.contains(u))
-        .collect();
-    writeln!(out, "finished units: {:?}", done.iter().collect::<Vec<_>>())?;
-    if !waiting.is_empty() {
-        writeln!(out, "units no host runs: {waiting:?}")?;
-    }
-    Ok(out)
+    Ok(ClusterStatus {
+        job: graph.name.clone(),
+        bootstrap: settings.bootstrap.clone(),
+        units: plan.units(),
+        stages: plan.stages.len(),
+        group_state: group.map(|g| g.state().to_string()),
+        hosts,
+        finished_units: done.iter().copied().collect(),
+        waiting_units: (0..plan.units())
+            .filter(|u| !done.contains(u) && !owned.contains(u))
+            .collect(),
+    })
 }
 
 /// The partitions of `topic` in a consumer group member's assignment (Kafka's
@@ -573,6 +643,40 @@ fn block_on<F: Future>(future: F) -> F::Output {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `sluice status --cluster` prints, as text and as JSON.
+    #[test]
+    fn a_cluster_status_reads_as_text_and_as_json() {
+        let status = ClusterStatus {
+            job: "wc".into(),
+            bootstrap: "k:9092".into(),
+            units: 3,
+            stages: 2,
+            group_state: Some("Stable".into()),
+            hosts: vec![ClusterMember {
+                client_id: "sluice-a-1".into(),
+                host: "/10.0.0.1".into(),
+                units: vec![ClusterUnit {
+                    unit: 1,
+                    runs: "stage 0: words/1 -> tokenize".into(),
+                }],
+            }],
+            finished_units: vec![0],
+            waiting_units: vec![2],
+        };
+        assert_eq!(
+            status.to_string(),
+            "job 'wc' at k:9092: 3 units in 2 stages, 1 hosts (group Stable)\n\
+             host sluice-a-1 (/10.0.0.1): 1 units\n  \
+             unit 1: stage 0: words/1 -> tokenize\n\
+             finished units: [0]\n\
+             units no host runs: [2]\n"
+        );
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["hosts"][0]["units"][0]["unit"], 1);
+        assert_eq!(json["group_state"], "Stable");
+        assert_eq!(json["waiting_units"], serde_json::json!([2]));
+    }
 
     #[test]
     fn assignments_are_read_as_kafka_writes_them() {
