@@ -52,6 +52,7 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 pub use api::{RunningServer, serve};
+pub use metrics::{JobSample, jobs_metrics};
 pub use registry::JobState;
 
 use crate::tenant::{HostConfig, InstanceBudget, TenantConfig};
