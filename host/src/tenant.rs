@@ -551,18 +551,17 @@ pub struct Reservation {
 }
 
 impl InstanceBudget {
-    /// Reserves `instances` for `tenant`, or says why not.
+    /// Reserves `instances` for `tenant`, or says why not (a [`crate::job::StartRefused`]).
     pub fn reserve(&self, tenant: &TenantConfig, instances: u32, job: &str) -> Result<Reservation> {
         let mut in_use = self.in_use.lock();
         let used = in_use.entry(tenant.name.clone()).or_default();
         if *used + instances > tenant.max_instances {
-            bail!(
+            return Err(crate::job::StartRefused(format!(
                 "job '{job}' needs {instances} operator instances, but tenant '{}' has {} of its \
                  {} in use",
-                tenant.name,
-                used,
-                tenant.max_instances
-            );
+                tenant.name, used, tenant.max_instances
+            ))
+            .into());
         }
         *used += instances;
         Ok(Reservation {

@@ -36,6 +36,6 @@ pub use graph::{
 pub use monitor::JobMonitor;
 pub use ownership::{InUse, RunLocks, lock_path, lock_run};
 pub use restart::RestartStrategy;
-pub use run::{JobControl, JobOutcome, RestorePoint, RunOptions};
+pub use run::{JobControl, JobFailed, JobOutcome, RestorePoint, RunOptions, StartRefused};
 pub use runner::{Job, JobReport, load_graph};
 pub use supervisor::failure_kind;

@@ -1,6 +1,7 @@
 //! What a run of a job is asked to do and how it ends: where it starts, the requests
 //! a running job takes, and its outcome.
 
+use std::fmt;
 use std::path::PathBuf;
 
 use crossbeam_channel::Sender;
@@ -75,4 +76,46 @@ pub enum JobOutcome {
     },
     /// Cancelled.
     Cancelled,
+}
+
+/// A run that may not start as asked, and nothing was changed: the job ran before and
+/// the run neither resumes nor starts over, the checkpoint to restore does not fit the
+/// job or would take back committed output, or the tenant's instances are in use. The
+/// message says what was found and what would let the run start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartRefused(pub String);
+
+impl fmt::Display for StartRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StartRefused {}
+
+/// A job that failed and was not restarted again: its restart strategy was spent, or
+/// the failure was one a restart cannot fix. Its cause is the last attempt's failure.
+#[derive(Debug)]
+pub struct JobFailed {
+    /// The job's name.
+    pub job: String,
+    /// Restarts before the last attempt.
+    pub restarts: u32,
+    /// Why the last attempt failed.
+    pub cause: anyhow::Error,
+}
+
+impl fmt::Display for JobFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.restarts {
+            0 => write!(f, "job '{}' failed", self.job),
+            n => write!(f, "job '{}' failed after {n} restarts", self.job),
+        }
+    }
+}
+
+impl std::error::Error for JobFailed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.cause.as_ref())
+    }
 }

@@ -16,7 +16,7 @@ use super::coordinator::{CheckpointHook, CheckpointStats};
 use super::graph::JobGraph;
 use super::monitor::JobMonitor;
 use super::ownership::{RunLocks, lock_run};
-use super::run::{JobControl, JobOutcome, RunOptions};
+use super::run::{JobControl, JobFailed, JobOutcome, RunOptions};
 use super::start::{check_start, prepare_run};
 use super::supervisor::{AttemptEnd, failure_kind, is_permanent};
 use crate::checkpoint::SnapshotKind;
@@ -225,12 +225,12 @@ impl Job {
                 graph.restart.delay_before(restart)
             };
             let Some(delay) = delay else {
-                let context = if attempt == 0 {
-                    format!("job '{}' failed", graph.name)
-                } else {
-                    format!("job '{}' failed after {attempt} restarts", graph.name)
-                };
-                return Err(error.context(context));
+                return Err(JobFailed {
+                    job: graph.name.clone(),
+                    restarts: attempt,
+                    cause: error,
+                }
+                .into());
             };
             tracing::warn!(
                 "job '{}' failed (attempt {}): {error:#}; restarting in {delay:?}",

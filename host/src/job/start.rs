@@ -2,16 +2,17 @@
 //! refuses to take over what an earlier run left (or moves it aside when asked), a
 //! restore must fit the job (every piece of state finds its source or operator, by id)
 //! and must not take back committed output. Only then is the run's lineage recorded.
+//! What it refuses is a [`StartRefused`].
 
 use std::fs;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result};
 
 use super::graph::{JobGraph, SinkVertex, Vertex};
 use super::ownership::{RunLocks, lock_run};
-use super::run::{RestorePoint, RunOptions};
+use super::run::{RestorePoint, RunOptions, StartRefused};
 use crate::checkpoint::assign_operator_state;
 use crate::checkpoint::{CheckpointStorage, LoadedCheckpoint, load};
 use crate::connectors::file_sink::{
@@ -77,6 +78,13 @@ pub(super) fn prepare_run(
     })
 }
 
+/// Refuses the start: returns a [`StartRefused`] with the `format!` message.
+macro_rules! refuse {
+    ($($message:tt)*) => {
+        return Err(StartRefused(format!($($message)*)).into())
+    };
+}
+
 fn storage(graph: &JobGraph) -> Result<Option<Arc<CheckpointStorage>>> {
     graph
         .checkpoint
@@ -97,20 +105,23 @@ fn decide(
         RestorePoint::Fresh => {
             earlier = earlier_run(graph, storage)?;
             if !earlier.is_empty() && !options.move_aside {
-                bail!("{}", refusal(graph, &earlier));
+                refuse!("{}", refusal(graph, &earlier));
             }
             None
         }
         RestorePoint::Latest => {
-            let storage = storage.ok_or_else(|| {
-                anyhow!("--from-checkpoint needs checkpointing: add a [checkpoint] table to the job file")
-            })?;
-            Some(storage.find_latest()?.ok_or_else(|| {
-                anyhow!(
+            let Some(storage) = storage else {
+                refuse!(
+                    "--from-checkpoint needs checkpointing: add a [checkpoint] table to the job file"
+                );
+            };
+            match storage.find_latest()? {
+                Some(latest) => Some(latest),
+                None => refuse!(
                     "no complete checkpoint to restore from in {}",
                     storage.dir().display()
-                )
-            })?)
+                ),
+            }
         }
         RestorePoint::Path(p) => Some(load(p)?),
     };
@@ -185,7 +196,7 @@ pub(super) fn check_restorable(
     allow_non_restored_state: bool,
 ) -> Result<()> {
     if c.metadata.max_parallelism != graph.max_parallelism {
-        bail!(
+        refuse!(
             "{} was taken with max_parallelism {}, but the job has {}; key groups cannot be remapped",
             c.path.display(),
             c.metadata.max_parallelism,
@@ -222,7 +233,7 @@ pub(super) fn check_restorable(
             );
         } else {
             let ids: Vec<&str> = graph.vertices.iter().map(Vertex::id).collect();
-            bail!(
+            refuse!(
                 "{} has state for {}, which job '{}' does not have (its ids: {}). If a source or \
                  operator was renamed, give it `id = \"OLD NAME\"` in the job file; to drop that \
                  state, pass --allow-non-restored-state",
@@ -275,7 +286,7 @@ fn check_file_sink_restore(
             .filter(|s| !s.is_empty());
         let Some(bytes) = state else {
             if current.is_some() {
-                bail!(
+                refuse!(
                     "{} has no state for sink '{}', but {} exists; it is left as it is (move it \
                      away, or restore a checkpoint of this job)",
                     c.path.display(),
@@ -290,13 +301,13 @@ fn check_file_sink_restore(
         match plan_recovery(current.unwrap_or(0), &state) {
             Recovery::Appended(_) => {}
             Recovery::Rewind { .. } if allow_rewind => {}
-            Recovery::Rewind { target } => bail!(
+            Recovery::Rewind { target } => refuse!(
                 "restoring {} refused: {} {}",
                 c.path.display(),
                 output.display(),
                 rewind_refusal(current.unwrap_or(0), target)
             ),
-            Recovery::Missing => bail!(
+            Recovery::Missing => refuse!(
                 "restoring {} refused: {} has {} bytes, but the checkpoint says {} were committed \
                  (was it moved or changed by someone else?)",
                 c.path.display(),
