@@ -152,8 +152,8 @@ impl Account {
                 "keyed state limit exceeded: tenant '{}' holds {} of keyed state in this host \
                  (limit {}, `tenant_state_mb`)",
                 t.tenant,
-                mib(held),
-                mib(t.max_state_bytes)
+                size(held),
+                size(t.max_state_bytes)
             ));
         }
         if let (Some(t), Some(held)) = (tenant, tenant_timers)
@@ -183,8 +183,8 @@ fn state_over(held: u64, limit: u64) -> String {
     format!(
         "keyed state limit exceeded: the instance holds {} of keyed state (limit {} per \
          instance, `state_mb`)",
-        mib(held),
-        mib(limit)
+        size(held),
+        size(limit)
     )
 }
 
@@ -206,12 +206,8 @@ fn adjust(total: &AtomicU64, before: u64, now: u64) -> u64 {
     }
 }
 
-fn mib(bytes: u64) -> String {
-    if bytes < 1 << 20 {
-        format!("{bytes} bytes")
-    } else {
-        format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
-    }
+fn size(bytes: u64) -> String {
+    bytesize::ByteSize(bytes).display().iec().to_string()
 }
 
 #[cfg(test)]
@@ -239,7 +235,7 @@ mod tests {
         a.charge(holding(100, 10)).unwrap();
         let err = a.charge(holding(101, 10)).unwrap_err();
         assert!(
-            err.contains("holds 101 bytes of keyed state (limit 100 bytes per instance"),
+            err.contains("holds 101 B of keyed state (limit 100 B per instance"),
             "{err}"
         );
         let err = a.charge(holding(50, 11)).unwrap_err();
@@ -260,9 +256,7 @@ mod tests {
         a.charge(holding(100, 1)).unwrap();
         let err = b.charge(holding(60, 1)).unwrap_err();
         assert!(
-            err.contains(
-                "tenant 'acme' holds 160 bytes of keyed state in this host (limit 150 bytes"
-            ),
+            err.contains("tenant 'acme' holds 160 B of keyed state in this host (limit 150 B"),
             "{err}"
         );
         assert_eq!(tenant.state_bytes(), 160);

@@ -92,17 +92,17 @@ impl std::fmt::Display for MemoryLimitExceeded {
         write!(
             f,
             "memory limit exceeded: tried to grow linear memory from {} to {} (limit {})",
-            mib(self.current),
-            mib(self.desired),
-            mib(self.limit)
+            size(self.current),
+            size(self.desired),
+            size(self.limit)
         )
     }
 }
 
 impl std::error::Error for MemoryLimitExceeded {}
 
-fn mib(bytes: usize) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+fn size(bytes: usize) -> String {
+    bytesize::ByteSize(bytes as u64).display().iec().to_string()
 }
 
 impl MemoryLimiter {
