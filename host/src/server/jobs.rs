@@ -37,7 +37,7 @@ use super::kafka_grant::{no_kafka_grant, within_kafka_grant};
 use super::plugins::now_ms;
 use super::registry::{JobEntry, JobRecord, JobState, LOGS_FILE, QUARANTINE_AFTER};
 use super::views::{graph_summary, output_files, state_name, summary};
-use super::{ApiError, ErrorKind, Object, Server, hex, is_plain_name, write_atomic};
+use super::{ApiError, ErrorKind, Object, Server, is_plain_name, write_atomic};
 use crate::checkpoint::CheckpointStorage;
 use crate::cluster::plan::is_topic_char;
 use crate::cluster::{ClusterHost, ClusterSettings, HostEnd, Plan};
@@ -276,9 +276,8 @@ impl Server {
                 "the server is shutting down",
             ));
         }
-        let seq = self.jobs.next.fetch_add(1, Ordering::Relaxed);
-        let seed = format!("{}/{}/{seq}/{}", tenant.name, now_ms(), std::process::id());
-        let id = hex(&super::token_sha256(&seed)[..8]);
+        // 64 random bits: no two jobs of a server meet.
+        let id = format!("{:016x}", uuid::Uuid::new_v4().as_u64_pair().0);
         let dir = self.dir.join("jobs").join(&id);
         let mut plugins = BTreeMap::new();
         let (run, output) = self.prepare(tenant, text, &dir, &mut plugins)?;

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Instant;
 
 use anyhow::Result;
@@ -128,7 +128,6 @@ pub(super) struct Jobs {
     pub(super) admission: Mutex<()>,
     /// Set while the server stops: jobs that end then stay `running` on disk.
     pub(super) shutting_down: Arc<AtomicBool>,
-    pub(super) next: AtomicU64,
 }
 
 impl Jobs {

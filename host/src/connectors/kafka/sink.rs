@@ -95,17 +95,9 @@ struct SinkState {
     pending: Vec<(u64, Vec<u8>)>,
 }
 
-/// An identity for a fresh run of a sink: the time and the process, hashed.
+/// An identity for a fresh run of a sink: 64 random bits.
 pub(crate) fn new_run_id() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.write_u32(std::process::id());
-    h.finish()
+    uuid::Uuid::new_v4().as_u64_pair().0
 }
 
 /// The metadata a marker commits with a checkpoint's id: the run, then `;` and the
