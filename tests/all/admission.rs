@@ -239,7 +239,7 @@ fn absurd_knobs_are_refused_with_the_file_field_value_and_range_named() {
     // `sluice validate` says the same, and the process exits cleanly (no abort).
     let path = write_job(&dir, &cases[0].0);
     let (code, _, stderr) = outcome(&sluice(&["validate", path.to_str().unwrap()]));
-    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(code, Some(65), "{stderr}");
     assert!(stderr.contains(cases[0].1), "{stderr}");
 }
 

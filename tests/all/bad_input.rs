@@ -31,10 +31,21 @@ path = "out.txt"
     job.to_str().unwrap().to_string()
 }
 
-/// Runs `sluice run` and checks the common expectations; returns stderr.
+/// Runs `sluice run` and checks the common expectations of a bad job or plugin file;
+/// returns stderr.
 fn fails(job: &str) -> String {
+    fails_with(job, 65)
+}
+
+/// Runs `sluice run` and checks the common expectations of a job that fails with exit
+/// status `status`; returns stderr.
+fn fails_with(job: &str, status: i32) -> String {
     let (code, _, stderr) = outcome(&sluice(&["run", job]));
-    assert_eq!(code, Some(1), "expected failure, got {code:?}: {stderr}");
+    assert_eq!(
+        code,
+        Some(status),
+        "expected failure, got {code:?}: {stderr}"
+    );
     assert!(
         stderr.starts_with("error: ") || stderr.contains("\nerror: "),
         "{stderr}"
@@ -106,11 +117,11 @@ fn component_of_another_world() {
 #[test]
 fn open_returns_an_error() {
     let dir = test_dir("bad-open");
-    let stderr = fails(&job_with(
-        &dir,
-        TEST_MISBEHAVE,
-        r#"behavior = "error-in-open""#,
-    ));
+    // It fails while running: not the file's fault.
+    let stderr = fails_with(
+        &job_with(&dir, TEST_MISBEHAVE, r#"behavior = "error-in-open""#),
+        70,
+    );
     assert!(
         stderr.contains(
             "operator 'suspect' (subtask 1/1) of job 'bad' (tenant 'default') failed in `open`: \
@@ -136,11 +147,14 @@ fn invalid_config_is_reported_as_such() {
 #[test]
 fn panic_in_process_names_the_call_and_quotes_the_panic() {
     let dir = test_dir("bad-panic");
-    let stderr = fails(&job_with(
-        &dir,
-        TEST_MISBEHAVE,
-        r#"behavior = "panic-in-process", after = 1"#,
-    ));
+    let stderr = fails_with(
+        &job_with(
+            &dir,
+            TEST_MISBEHAVE,
+            r#"behavior = "panic-in-process", after = 1"#,
+        ),
+        70,
+    );
     assert!(
         stderr.contains(
             "operator 'suspect' (subtask 1/1) of job 'bad' (tenant 'default') failed in `process`"
@@ -224,7 +238,7 @@ fn job_file_operator_without_plugin() {
 #[test]
 fn job_file_that_does_not_exist() {
     let (code, _, stderr) = outcome(&sluice(&["run", "/nonexistent/job.toml"]));
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(65), "{stderr}");
     assert!(
         stderr.contains("cannot read job file /nonexistent/job.toml"),
         "{stderr}"

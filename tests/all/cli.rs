@@ -153,7 +153,7 @@ path = "out/counts.tsv"
     ] {
         let path = job(config, key_by);
         let (code, stdout, stderr) = outcome(&sluice(&["validate", path.to_str().unwrap()]));
-        assert_eq!(code, Some(1), "{stdout}{stderr}");
+        assert_eq!(code, Some(65), "{stdout}{stderr}");
         assert!(stderr.contains(expected), "{stderr}");
         assert!(!stdout.contains("is valid"), "{stdout}");
         // Nothing ran: no output, no checkpoint.
@@ -187,7 +187,8 @@ delay_ms = 10
         ),
     );
     let (code, _, stderr) = outcome(&sluice(&["run", "--quiet", job.to_str().unwrap()]));
-    assert_eq!(code, Some(1), "{stderr}");
+    // A configuration its operator refuses is a bad job file, here as in `validate`.
+    assert_eq!(code, Some(65), "{stderr}");
     assert!(!stderr.contains("restarting"), "{stderr}");
     // Printed once: the final error, not also a log line of the task.
     assert_eq!(
@@ -516,7 +517,8 @@ config = { behavior = "error-in-process" }"#,
         "--host-config",
         host.to_str().unwrap(),
     ]));
-    assert_eq!(code, Some(1), "{stderr}");
+    // The status of the job that failed.
+    assert_eq!(code, Some(70), "{stderr}");
     assert!(stderr.contains("error: job 'bad'"), "{stderr}");
     assert!(stderr.contains("deliberate error in process"), "{stderr}");
     assert!(stderr.contains("job 'one' finished"), "{stderr}");
@@ -574,7 +576,7 @@ type = "stdout"
         "--host-config",
         host.to_str().unwrap(),
     ]));
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(75), "{stderr}");
     assert!(
         stderr.contains(
             "job 'wide' needs 3 operator instances, but tenant 'small' has 0 of its 2 in use"
@@ -592,7 +594,7 @@ type = "stdout"
         "--host-config",
         host.to_str().unwrap(),
     ]));
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(65), "{stderr}");
     assert!(
         stderr.contains("tenant 'small' is not configured in"),
         "{stderr}"
@@ -632,9 +634,416 @@ fn a_client_command_without_a_server_says_where_it_looked() {
         "--token",
         "t",
     ]));
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(69));
     assert!(
         stderr.contains("http://127.0.0.1:9/jobs") && stderr.contains("SLUICE_SERVER"),
         "{stderr}"
     );
+}
+
+/// `--json` prints one JSON document on stdout with the facts the text shows: for
+/// `validate` (also when the job is not valid), `inspect` and `run`.
+#[test]
+fn validate_inspect_and_run_print_json_for_programs() {
+    let dir = test_dir("cli-json");
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "j"
+[source]
+type = "generator"
+records = 500
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[[operator]]
+name = "count"
+plugin = "{COUNT}"
+parallelism = 2
+key_by = "key"
+[sink]
+type = "file"
+path = "out/counts.tsv"
+[checkpoint]
+interval_ms = 50
+dir = "checkpoints"
+"#
+        ),
+    );
+    let job = job.to_str().unwrap();
+    let json = |args: &[&str], status: i32| -> serde_json::Value {
+        let (code, stdout, stderr) = outcome(&sluice(args));
+        assert_eq!(code, Some(status), "{args:?}: {stdout}{stderr}");
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"))
+    };
+
+    let v = json(&["validate", job, "--json"], 0);
+    assert_eq!(v["valid"], true, "{v:#}");
+    assert_eq!((&v["job"], &v["tenant"]), (&"j".into(), &"default".into()));
+    assert_eq!(v["tasks"][0]["name"], "source -> tokenize", "{v:#}");
+    let count = &v["tasks"][1];
+    assert_eq!(
+        (&count["name"], &count["parallelism"]),
+        (&"count".into(), &2.into())
+    );
+    let input = &count["inputs"][0];
+    assert_eq!(
+        (
+            &input["from_task"],
+            &input["from"],
+            &input["partitioner"],
+            &input["into"]
+        ),
+        (
+            &0.into(),
+            &"tokenize".into(),
+            &"hash".into(),
+            &"count".into()
+        )
+    );
+    assert_eq!(v["operators"][1]["operator"], "count", "{v:#}");
+    assert_eq!(v["operators"][1]["plugin"], COUNT, "{v:#}");
+    assert_eq!(v["checkpoint"]["interval_ms"], 50, "{v:#}");
+    assert_eq!(v["checkpoint"]["mode"], "exactly-once", "{v:#}");
+
+    let bad = write_job(
+        &test_dir("cli-json-bad"),
+        "name = \"j\"\n[source]\ntype = \"generator\"\nrecords = -1\n",
+    );
+    let v = json(&["validate", bad.to_str().unwrap(), "--json"], 65);
+    assert_eq!(v["valid"], false, "{v:#}");
+    assert!(v["error"].as_str().unwrap().contains("records"), "{v:#}");
+
+    let v = json(&["inspect", COUNT, "--json"], 0);
+    assert_eq!(
+        v["exports"], "sluice:operator/stream-operator@0.2.0",
+        "{v:#}"
+    );
+    assert_eq!(
+        v["config_keys"],
+        serde_json::json!(["format", "emit"]),
+        "{v:#}"
+    );
+    assert!(
+        v["calls"].as_array().unwrap().contains(&"open".into()),
+        "{v:#}"
+    );
+    assert_eq!(v["sha256"].as_str().unwrap().len(), 64, "{v:#}");
+    assert!(v["size"].as_u64().unwrap() > 0, "{v:#}");
+
+    let v = json(&["run", job, "--json"], 0);
+    assert_eq!(v["exit_code"], 0, "{v:#}");
+    let run = &v["jobs"][0];
+    assert_eq!(
+        (&run["job"], &run["outcome"]),
+        (&"j".into(), &"finished".into())
+    );
+    assert_eq!(run["records_read"], 500, "{v:#}");
+    assert!(run["records_written"].as_u64().unwrap() > 500, "{v:#}");
+    assert!(
+        run["checkpoints"]["completed"].as_u64().unwrap() >= 1,
+        "{v:#}"
+    );
+    let output = dir.join("out/counts.tsv");
+    assert_eq!(run["outputs"][0]["path"], output.to_str().unwrap(), "{v:#}");
+    let operators: Vec<&str> = run["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["operators"].as_array().unwrap())
+        .map(|o| o["operator"].as_str().unwrap())
+        .collect();
+    assert_eq!(operators, ["tokenize", "count", "count", "sink"], "{v:#}");
+    assert_eq!(v["tenants"][0]["tenant"], "default", "{v:#}");
+    assert_eq!(v["tenants"][0]["records_read"], 500, "{v:#}");
+
+    // Run again: refused, and the document says so.
+    let v = json(&["run", job, "--json"], 75);
+    assert_eq!(v["exit_code"], 75, "{v:#}");
+    assert_eq!(v["jobs"][0]["outcome"], "refused", "{v:#}");
+    assert!(
+        v["jobs"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("has run before"),
+        "{v:#}"
+    );
+
+    // A stdout sink would mix its records into the document.
+    let to_stdout = write_job(
+        &test_dir("cli-json-stdout"),
+        &format!(
+            "name = \"s\"\n[source]\ntype = \"generator\"\nrecords = 1\n[[operator]]\n\
+             name = \"tokenize\"\nplugin = \"{TOKENIZE}\"\n[sink]\ntype = \"stdout\"\n"
+        ),
+    );
+    let (code, stdout, stderr) = outcome(&sluice(&["run", to_stdout.to_str().unwrap(), "--json"]));
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("--json prints the summary on stdout"),
+        "{stderr}"
+    );
+}
+
+/// The commands `sluice --help` lists (but `help`).
+fn commands() -> Vec<String> {
+    let (code, help, _) = outcome(&sluice(&["--help"]));
+    assert_eq!(code, Some(0));
+    let commands: Vec<String> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_string)
+        .collect();
+    assert!(commands.len() > 10, "{help}");
+    commands
+}
+
+#[test]
+fn completions_and_the_manual_know_every_command() {
+    let commands = commands();
+    let (code, bash, stderr) = outcome(&sluice(&["completions", "bash"]));
+    assert_eq!(code, Some(0), "{stderr}");
+    for command in &commands {
+        assert!(bash.contains(command.as_str()), "{command} not in:\n{bash}");
+    }
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let (code, script, stderr) = outcome(&sluice(&["completions", shell]));
+        assert_eq!(code, Some(0), "{shell}: {stderr}");
+        assert!(script.contains("delete-plugin"), "{shell}: {script}");
+    }
+
+    let (code, page, stderr) = outcome(&sluice(&["man"]));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        page.starts_with(".ie") && page.contains(".TH sluice 1"),
+        "{page}"
+    );
+    // roff writes a hyphen as `\-`.
+    let text = page.replace("\\-", "-");
+    for command in &commands {
+        assert!(
+            text.contains(&format!("sluice-{command}(1)")),
+            "{command} not in:\n{page}"
+        );
+    }
+    assert!(
+        text.contains(".SH \"EXIT STATUS\"") && text.contains("\\fB75\\fR"),
+        "{page}"
+    );
+
+    let dir = test_dir("cli-man");
+    let (code, _, stderr) = outcome(&sluice(&["man", "--dir", dir.to_str().unwrap()]));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(dir.join("sluice.1").is_file());
+    for command in &commands {
+        let page = std::fs::read_to_string(dir.join(format!("sluice-{command}.1")))
+            .unwrap_or_else(|e| panic!("sluice-{command}.1: {e}"));
+        assert!(page.contains(".TH sluice-"), "{page}");
+    }
+}
+
+/// Every `--host-config` also reads `SLUICE_HOST_CONFIG`.
+#[test]
+fn the_host_configuration_can_come_from_sluice_host_config() {
+    let dir = test_dir("cli-host-env");
+    let job = write_job(
+        &dir,
+        &format!(
+            "name = \"e\"\ntenant = \"e\"\n[source]\ntype = \"generator\"\nrecords = 1\n\
+             [[operator]]\n\
+             name = \"tokenize\"\nplugin = \"{TOKENIZE}\"\n[sink]\ntype = \"stdout\"\n"
+        ),
+    );
+    let host = dir.join("strict.toml");
+    std::fs::write(&host, "strict_tenants = true\n[tenant.other]\n").unwrap();
+    let validate = |env: Option<&Path>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"));
+        command
+            .args(["validate", job.to_str().unwrap()])
+            .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
+            .env_remove("SLUICE_HOST_CONFIG");
+        if let Some(host) = env {
+            command.env("SLUICE_HOST_CONFIG", host);
+        }
+        outcome(&command.output().unwrap())
+    };
+    let (code, _, stderr) = validate(None);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, _, stderr) = validate(Some(&host));
+    assert_eq!(code, Some(65), "{stderr}");
+    assert!(
+        stderr.contains("tenant 'e' is not configured in") && stderr.contains("strict.toml"),
+        "{stderr}"
+    );
+    // Shown in each command's help.
+    for command in ["run", "validate", "serve", "status"] {
+        let (_, help, _) = outcome(&sluice(&[command, "--help"]));
+        assert!(help.contains("SLUICE_HOST_CONFIG"), "{command}: {help}");
+    }
+}
+
+/// Whether `text` has an ANSI colour (SGR) sequence: `ESC [ digits;... m`.
+fn has_colour(text: &str) -> bool {
+    text.match_indices("\u{1b}[").any(|(at, _)| {
+        let rest = &text[at + 2..];
+        let params = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == ';'))
+            .unwrap_or(rest.len());
+        rest[params..].starts_with('m')
+    })
+}
+
+/// `NO_COLOR` set to anything but nothing: no colour anywhere on a terminal (log lines,
+/// progress line, summary); unset or empty, log lines are coloured there.
+#[test]
+fn no_color_turns_colours_off_on_a_terminal() {
+    assert!(has_colour("a \u{1b}[2m b") && has_colour("\u{1b}[0;33mx"));
+    assert!(!has_colour("\u{1b}[2K\u{1b}[1A plain"));
+    let dir = test_dir("cli-no-color");
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "colours"
+[source]
+type = "generator"
+records = 2000
+rate = 4000.0
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[sink]
+type = "file"
+path = "out/words.txt"
+"#
+        ),
+    );
+    // Each run after the first moves the output aside, and logs a warning saying so.
+    let (code, _, stderr) = outcome(&sluice(&["run", "--quiet", job.to_str().unwrap()]));
+    assert_eq!(code, Some(0), "{stderr}");
+    let on_terminal = |no_color: Option<&str>| {
+        let command = format!(
+            "{} run --fresh {}",
+            env!("CARGO_BIN_EXE_sluice-test-cli"),
+            job.display()
+        );
+        let mut script = Command::new("script");
+        script
+            .args(["-qec", &command, "/dev/null"])
+            .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
+            .env_remove("NO_COLOR");
+        if let Some(value) = no_color {
+            script.env("NO_COLOR", value);
+        }
+        let out = script
+            .output()
+            .expect("`script` (util-linux) runs a command on a terminal");
+        let drawn = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{drawn}");
+        assert!(
+            drawn.contains("moved") && drawn.contains("aside"),
+            "{drawn}"
+        );
+        assert!(drawn.contains("job 'colours' finished"), "{drawn}");
+        drawn
+    };
+    let drawn = on_terminal(None);
+    assert!(has_colour(&drawn), "no colour without NO_COLOR: {drawn:?}");
+    let drawn = on_terminal(Some(""));
+    assert!(has_colour(&drawn), "an empty NO_COLOR is unset: {drawn:?}");
+    let drawn = on_terminal(Some("1"));
+    assert!(!has_colour(&drawn), "colour with NO_COLOR=1: {drawn:?}");
+}
+
+/// `sluice run --metrics ADDR` serves the jobs' metrics while they run, named as a
+/// server's.
+#[test]
+fn run_serves_its_jobs_metrics_while_they_run() {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+    let dir = test_dir("cli-metrics");
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "metered"
+[source]
+type = "generator"
+records = 20000
+rate = 4000.0
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[sink]
+type = "file"
+path = "out/words.txt"
+"#
+        ),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .args(["run", "--quiet", "--metrics", "127.0.0.1:0"])
+        .arg(&job)
+        .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (lines_tx, lines) = crossbeam_channel::unbounded();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let url = loop {
+        let line = lines
+            .recv_deadline(deadline)
+            .expect("no `sluice: metrics at` line on stderr");
+        if let Some(url) = line.strip_prefix("sluice: metrics at ") {
+            break url.to_string();
+        }
+    };
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.ends_with("/metrics"),
+        "{url}"
+    );
+    let records_in = |text: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with("sluice_operator_records_in_total{"))
+            .filter(|l| {
+                l.contains("tenant=\"default\"")
+                    && l.contains("job=\"metered\"")
+                    && l.contains("operator=\"tokenize\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let mut last = String::new();
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "no records counted at {url}:\n{last}"
+        );
+        if let Ok(mut answer) = ureq::get(&url).call() {
+            last = answer.body_mut().read_to_string().unwrap_or_default();
+            if records_in(&last) > 0.0 {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        last.contains("# TYPE sluice_operator_records_in counter"),
+        "{last}"
+    );
+    assert!(last.contains("sluice_job_restarts_total{"), "{last}");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    // The endpoint ends with the jobs.
+    assert!(ureq::get(&url).call().is_err());
 }

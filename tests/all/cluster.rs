@@ -333,6 +333,27 @@ fn a_host_added_mid_run_takes_over_units() {
         shown.contains("stage 2: ") && shown.contains("-> count -> sink"),
         "{shown}"
     );
+    // The same, for programs.
+    let status = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .args(["status"])
+        .arg(&wc.job)
+        .args(["--cluster", &wc.broker, "--json"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&status.stderr)));
+    assert_eq!(
+        (&json["units"], &json["stages"]),
+        (&12.into(), &3.into()),
+        "{json:#}"
+    );
+    let members = json["hosts"].as_array().unwrap();
+    assert_eq!(members.len(), 2, "{json:#}");
+    let units: usize = members
+        .iter()
+        .map(|h| h["units"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(units, 12, "{json:#}");
     wc.write_rest();
     wc.complete(&mut hosts.into_iter().map(Some).collect::<Vec<_>>());
     assert!(

@@ -125,7 +125,8 @@ fn a_rerun_refuses_to_take_over_committed_output_and_fresh_moves_it_aside() {
     let committed = fs::read(dir.join("out/counts.tsv")).unwrap();
 
     let again = run_cli(&job, &[]);
-    assert_eq!(again.status.code(), Some(1));
+    // Refused.
+    assert_eq!(again.status.code(), Some(75));
     let err = stderr(&again);
     assert!(err.contains("--from-checkpoint latest"), "{err}");
     assert!(err.contains("--fresh"), "{err}");
@@ -156,7 +157,8 @@ fn a_job_that_fails_in_open_leaves_an_existing_file_at_its_sink_path_alone() {
     );
     for _ in 0..3 {
         let run = run_cli(&job, &[]);
-        assert_eq!(run.status.code(), Some(1), "{}", stderr(&run));
+        // Refused: the output was there before.
+        assert_eq!(run.status.code(), Some(75), "{}", stderr(&run));
         assert_eq!(
             fs::read_to_string(dir.join("out/counts.tsv")).unwrap(),
             "someone's data\n"
@@ -169,7 +171,7 @@ fn a_job_that_fails_in_open_leaves_an_existing_file_at_its_sink_path_alone() {
     )
     .unwrap();
     let run = run_cli(&job, &[]);
-    assert_eq!(run.status.code(), Some(1), "{}", stderr(&run));
+    assert_eq!(run.status.code(), Some(75), "{}", stderr(&run));
     assert_eq!(
         fs::read_to_string(dir.join("out/counts.tsv")).unwrap(),
         "someone's data\n"
@@ -213,7 +215,7 @@ fn restoring_an_older_savepoint_is_refused_unless_rewinding_which_keeps_the_outp
     assert_eq!(totals, 6_000 * 6);
 
     let refused = run_cli(&job, &["--from-checkpoint", &savepoint]);
-    assert_eq!(refused.status.code(), Some(1));
+    assert_eq!(refused.status.code(), Some(75));
     assert!(
         stderr(&refused).contains("--allow-rewind"),
         "{}",
@@ -414,7 +416,7 @@ fn savepoint_without_stopping_needs_a_running_job() {
     let dir = test_dir("savepoint-nothing-runs");
     let job = write_job(&dir, &throttled_wordcount(1, 100, 1000.0));
     let out = sluice(&["savepoint", job.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(69));
     assert!(
         stderr(&out).contains("no running job answers"),
         "{}",

@@ -12,6 +12,7 @@ mod docs;
 mod edges;
 mod event_time;
 mod exactly_once;
+mod exit_status;
 mod failpoints;
 mod graphs;
 mod guest_time;

@@ -15,6 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use crossbeam_channel::{Sender, unbounded};
 
+use super::exit::{Exit, bad_input, mark};
 use crate::job::{JobControl, load_graph};
 
 const SOCKET: &str = "_control.sock";
@@ -121,7 +122,7 @@ pub(super) fn request_savepoint(job: &Path) -> Result<PathBuf> {
     let dir = if job.is_dir() {
         job.to_path_buf()
     } else {
-        let graph = load_graph(job)?;
+        let graph = load_graph(job).map_err(bad_input)?;
         graph.checkpoint.map(|c| c.dir).ok_or_else(|| {
             anyhow!(
                 "{}: the job does not checkpoint, so it takes no savepoints",
@@ -130,12 +131,14 @@ pub(super) fn request_savepoint(job: &Path) -> Result<PathBuf> {
         })?
     };
     let path = dir.join(SOCKET);
-    let mut stream = UnixStream::connect(&path).with_context(|| {
-        format!(
-            "no running job answers at {} (is `sluice run` running it?)",
-            path.display()
-        )
-    })?;
+    let mut stream = UnixStream::connect(&path)
+        .with_context(|| {
+            format!(
+                "no running job answers at {} (is `sluice run` running it?)",
+                path.display()
+            )
+        })
+        .map_err(|e| mark(Exit::Unavailable, e))?;
     stream.set_read_timeout(Some(SAVEPOINT_TIMEOUT))?;
     stream.write_all(b"savepoint\n")?;
     let mut line = String::new();

@@ -1,10 +1,15 @@
 //! The `sluice` command line.
 
 mod control;
+mod describe;
+mod exit;
+mod manual;
+mod metrics;
 mod new;
 mod progress;
 mod remote;
 mod run;
+mod summary;
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -15,15 +20,16 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
-use crate::job::{Job, Vertex};
+pub use exit::Exit;
+
 use crate::server::Server;
 use crate::server::client::Client;
 use crate::tenant::HostConfig;
-use crate::wasm::{ComponentCache, EngineSettings, Plugin, WasmEngine, supported_version};
+use crate::wasm::{ComponentCache, EngineSettings, WasmEngine};
 
 /// Runs stream operators as sandboxed WebAssembly components.
 #[derive(Debug, Parser)]
-#[command(name = "sluice", version, about)]
+#[command(name = "sluice", version, about, after_long_help = Exit::help())]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -52,7 +58,7 @@ enum Command {
         /// Job files (more may come from the host configuration's `jobs`).
         jobs: Vec<PathBuf>,
         /// Tenants' limits and capabilities, and jobs to run.
-        #[arg(long, value_name = "HOST.toml")]
+        #[arg(long, value_name = "HOST.toml", env = "SLUICE_HOST_CONFIG")]
         host_config: Option<PathBuf>,
         /// Resume from `latest` (the newest checkpoint of the job's last run, or the point
         /// that run started from) or from a checkpoint or savepoint folder. Without it a
@@ -79,6 +85,16 @@ enum Command {
         /// No progress line and no summary.
         #[arg(long, short)]
         quiet: bool,
+        /// Print the summary as one JSON document on stdout instead (and no progress
+        /// line): each job's outcome, error, exit code, tasks, operators, checkpoints
+        /// and output, and each tenant's totals.
+        #[arg(long)]
+        json: bool,
+        /// Serve the jobs' metrics while they run at `http://ADDR/metrics`, in
+        /// Prometheus' text format (port 0 picks a free port; the address is printed on
+        /// stderr).
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
         /// Run the job together with the other hosts that run it with these Kafka
         /// brokers (or `[cluster] bootstrap` when none is given): the hosts share its
         /// units, and take over those of a host that dies. Runs until the whole job
@@ -88,7 +104,7 @@ enum Command {
             value_name = "HOST:PORT",
             num_args = 0..=1,
             default_missing_value = "",
-            conflicts_with_all = ["from_checkpoint", "fresh", "drain_on_stop"]
+            conflicts_with_all = ["from_checkpoint", "fresh", "drain_on_stop", "json", "metrics"]
         )]
         cluster: Option<String>,
     },
@@ -104,8 +120,12 @@ enum Command {
         /// The job file.
         job: PathBuf,
         /// Tenants' limits and capabilities (the job's tenant's apply to its `open`).
-        #[arg(long, value_name = "HOST.toml")]
+        #[arg(long, value_name = "HOST.toml", env = "SLUICE_HOST_CONFIG")]
         host_config: Option<PathBuf>,
+        /// Print what was found as JSON, for programs (`valid` false and the `error`
+        /// when the job is not valid).
+        #[arg(long)]
+        json: bool,
     },
     /// Create a plugin crate from a template: `cargo test` and `cargo build --release
     /// --target wasm32-wasip2` work at once, and its `job.toml` runs it.
@@ -131,12 +151,15 @@ enum Command {
     Inspect {
         /// The `.wasm` file.
         plugin: PathBuf,
+        /// Print it as JSON, for programs.
+        #[arg(long)]
+        json: bool,
     },
     /// Run a multi-tenant job server with an HTTP API until SIGTERM or Ctrl-C (which stop
     /// its jobs with savepoints; they resume when it starts again).
     Serve {
         /// Tenants (with `token_sha256`), their limits and quotas, and `[server]`.
-        #[arg(long, value_name = "HOST.toml")]
+        #[arg(long, value_name = "HOST.toml", env = "SLUICE_HOST_CONFIG")]
         host_config: PathBuf,
         /// Listen here instead of `[server] address`.
         #[arg(long)]
@@ -165,7 +188,7 @@ enum Command {
         cluster: Option<String>,
         /// With `--cluster`: the host configuration whose `[cluster]` fills in what the
         /// job file's leaves out.
-        #[arg(long, value_name = "HOST.toml", requires = "cluster")]
+        #[arg(long, value_name = "HOST.toml", env = "SLUICE_HOST_CONFIG")]
         host_config: Option<PathBuf>,
         #[command(flatten)]
         remote: Remote,
@@ -244,6 +267,20 @@ enum Command {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Print a shell's completion script, e.g. `sluice completions bash >
+    /// ~/.local/share/bash-completion/completions/sluice`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page sluice(1) (roff: `sluice man | man -l -`), or write it and a
+    /// page per command to a folder.
+    Man {
+        /// Write `sluice.1` and a `sluice-COMMAND.1` per command here instead (e.g.
+        /// `/usr/local/share/man/man1`).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// Which server, as which tenant.
@@ -290,17 +327,13 @@ impl Remote {
         &self,
         answer: &serde_json::Value,
         human: fn(&serde_json::Value) -> String,
-    ) -> Result<ExitCode> {
+    ) -> Result<Exit> {
         if self.json {
-            writeln!(
-                std::io::stdout(),
-                "{}",
-                serde_json::to_string_pretty(answer)?
-            )?;
+            print_json(answer)?;
         } else {
             write!(std::io::stdout(), "{}", human(answer))?;
         }
-        Ok(ExitCode::SUCCESS)
+        Ok(Exit::Success)
     }
 }
 
@@ -312,14 +345,15 @@ macro_rules! out {
     };
 }
 
-/// Parses the arguments, runs the command, maps the result to an exit code.
+/// Parses the arguments, runs the command, maps the result to an exit status
+/// ([`Exit`]).
 pub fn main() -> ExitCode {
     crate::failpoints::setup();
     let cli = Cli::parse();
     let serving = matches!(cli.command, Command::Serve { .. });
     init_logging(&cli.log, cli.log_format, serving);
     match run(cli) {
-        Ok(code) => code,
+        Ok(exit) => exit.into(),
         Err(e)
             if e.downcast_ref::<std::io::Error>()
                 .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
@@ -328,8 +362,47 @@ pub fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            Exit::of(&e).into()
         }
+    }
+}
+
+/// Whether to colour what goes to a stream that `is_terminal` or not: only a terminal,
+/// and never when `NO_COLOR` is set to anything but nothing (<https://no-color.org>).
+fn colour(is_terminal: bool) -> bool {
+    is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Prints `value` on stdout as one JSON document.
+fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    writeln!(std::io::stdout(), "{text}")?;
+    Ok(())
+}
+
+/// A table for people: no borders and no colours, columns two spaces apart, the
+/// `numbers` columns aligned right. Printed with `trim_fmt`.
+fn table(header: &[&str], numbers: std::ops::Range<usize>) -> comfy_table::Table {
+    use comfy_table::{CellAlignment, Table, presets};
+    let mut table = Table::new();
+    table
+        .load_style(presets::NOTHING)
+        .set_header(header.to_vec());
+    let last = header.len().saturating_sub(1);
+    for (i, column) in table.column_iter_mut().enumerate() {
+        column.set_padding((0, if i == last { 0 } else { 2 }));
+        if numbers.contains(&i) {
+            column.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    table
+}
+
+/// The host configuration at `path` (the defaults without one).
+fn host_config(path: Option<&Path>) -> Result<HostConfig> {
+    match path {
+        Some(path) => HostConfig::load(path).map_err(exit::bad_input),
+        None => Ok(HostConfig::default()),
     }
 }
 
@@ -351,7 +424,7 @@ fn init_logging(filter: &str, format: LogFormat, job_logs: bool) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(colour(std::io::stderr().is_terminal()))
         .with_target(false);
     let stderr = match format {
         LogFormat::Text => stderr.boxed(),
@@ -380,16 +453,20 @@ fn engine(cli: &Cli) -> Result<Arc<WasmEngine>> {
     })?))
 }
 
-fn run(cli: Cli) -> Result<ExitCode> {
+fn run(cli: Cli) -> Result<Exit> {
     match &cli.command {
         Command::Run { .. } => run::run_command(&cli),
         Command::Savepoint { job } => {
             let path = control::request_savepoint(job)?;
             out!("{}", path.display());
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
-        Command::Validate { job, host_config } => validate(&cli, job, host_config.as_deref()),
-        Command::Inspect { plugin } => inspect(&cli, plugin),
+        Command::Validate {
+            job,
+            host_config,
+            json,
+        } => describe::validate(&cli, job, host_config.as_deref(), *json),
+        Command::Inspect { plugin, json } => describe::inspect(&cli, plugin, *json),
         Command::New {
             name,
             template,
@@ -403,7 +480,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     "created {} (its README says how to test, build and run it)",
                     root.display()
                 );
-                return Ok(ExitCode::SUCCESS);
+                return Ok(Exit::Success);
             }
             let root = new::create(dir, name, *template, sdk.as_deref())?;
             out!("created {}", root.display());
@@ -412,7 +489,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 root.display()
             );
             out!("  sluice run job.toml");
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
         Command::Serve {
             host_config,
@@ -425,14 +502,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Status {
             id,
             cluster: Some(bootstrap),
-            host_config,
-            ..
+            host_config: host_path,
+            remote,
         } => {
-            let graph = crate::job::load_graph(Path::new(id))?;
-            let host = match host_config {
-                Some(path) => HostConfig::load(path)?,
-                None => HostConfig::default(),
-            };
+            let graph = crate::job::load_graph(Path::new(id)).map_err(exit::bad_input)?;
+            let host = host_config(host_path.as_deref())?;
             let settings = crate::cluster::ClusterSettings::of(
                 &graph,
                 Some(bootstrap)
@@ -440,13 +514,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     .map(String::as_str),
                 host.cluster.as_ref(),
             )
-            .with_context(|| id.clone())?;
-            write!(
-                std::io::stdout(),
-                "{}",
-                crate::cluster::status(&graph, settings)?
-            )?;
-            Ok(ExitCode::SUCCESS)
+            .with_context(|| id.clone())
+            .map_err(exit::bad_input)?;
+            let status = crate::cluster::status(&graph, settings)?;
+            if remote.json {
+                print_json(&status)?;
+            } else {
+                write!(std::io::stdout(), "{status}")?;
+            }
+            Ok(Exit::Success)
         }
         Command::Status {
             id,
@@ -475,7 +551,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 std::io::stdout().write_all(&client.logs(id)?)?;
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
         Command::Delete { id, remote } => remote.print(&remote.client()?.delete_job(id)?, |v| {
             format!("deleted {}\n", remote::job_line(v))
@@ -494,20 +570,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Metrics { remote } => {
             std::io::stdout().write_all(&remote.client()?.metrics()?)?;
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
         Command::Output { id, file, remote } => {
             let output = remote.client()?.output(id, file.as_deref())?;
             std::io::stdout().write_all(&output)?;
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
+        Command::Completions { shell } => manual::completions(*shell),
+        Command::Man { dir } => manual::man(dir.as_deref()),
     }
 }
 
 /// `sluice serve`: answers until SIGTERM or SIGINT, then stops the jobs with savepoints.
-fn serve(cli: &Cli, host_config: &Path, address: Option<&str>) -> Result<ExitCode> {
+fn serve(cli: &Cli, host_config_path: &Path, address: Option<&str>) -> Result<Exit> {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let host = HostConfig::load(host_config)?;
+    let host = host_config(Some(host_config_path))?;
     let address = address.unwrap_or(&host.server.address).to_string();
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
         .context("installing signal handlers")?;
@@ -519,83 +597,7 @@ fn serve(cli: &Cli, host_config: &Path, address: Option<&str>) -> Result<ExitCod
         eprintln!("sluice: stopping (signal {signal}): savepoints, then exit");
     }
     running.shutdown(Duration::from_secs(120))?;
-    Ok(ExitCode::SUCCESS)
-}
-fn validate(cli: &Cli, path: &Path, host_config: Option<&Path>) -> Result<ExitCode> {
-    let host = match host_config {
-        Some(p) => HostConfig::load(p)?,
-        None => HostConfig::default(),
-    };
-    let job = Job::load_with(path, &*engine(cli)?, &host)?;
-    job.check_open()
-        .with_context(|| format!("{}", path.display()))?;
-    let graph = job.graph();
-    out!("job '{}' (tenant '{}') is valid", graph.name, graph.tenant);
-    for (i, chain) in graph.chains.iter().enumerate() {
-        out!("  task {i}: {} x{}", chain.name(graph), chain.parallelism);
-        for edge in &chain.inputs {
-            let tail = *graph.chains[edge.from]
-                .vertices
-                .last()
-                .expect("a chain has vertices");
-            let from = match &edge.side {
-                Some(side) => format!("{}.side:{side}", graph.vertices[tail].name()),
-                None => graph.vertices[tail].name().to_string(),
-            };
-            let head = graph.vertices[chain.vertices[0]].name();
-            out!(
-                "    <- task {} '{from}' ({}) into {head} input {}",
-                edge.from,
-                edge.partitioner.name(),
-                edge.input
-            );
-        }
-    }
-    for v in &graph.vertices {
-        if let Vertex::Operator(o) = v {
-            let plugin = &job.plugins()[&o.name];
-            out!(
-                "  operator '{}': {} ({} bytes, {})",
-                o.name,
-                plugin.path.display(),
-                plugin.size,
-                plugin.info.interface
-            );
-        }
-    }
-    match &graph.checkpoint {
-        Some(c) => out!(
-            "  checkpoints every {:?} ({:?}) in {}",
-            c.interval,
-            c.mode,
-            c.dir.display()
-        ),
-        None => out!("  checkpoints: off"),
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn inspect(cli: &Cli, path: &Path) -> Result<ExitCode> {
-    let engine = engine(cli)?;
-    let plugin = Plugin::load(&engine, path, false)?;
-    out!("file:      {}", plugin.path.display());
-    out!("size:      {} bytes", plugin.size);
-    out!("sha256:    {}", plugin.digest);
-    out!(
-        "world:     sluice:operator/operator (host supports {})",
-        supported_version()
-    );
-    out!("exports:   {}", plugin.info.interface);
-    out!("calls:     {}", plugin.info.calls.join(", "));
-    out!("types:     {}", plugin.info.types.join(", "));
-    out!("imports:   {}", plugin.info.imports.join(", "));
-    match &plugin.info.config_keys {
-        Some(keys) if keys.is_empty() => out!("config:    none (it takes no config keys)"),
-        Some(keys) => out!("config:    {}", keys.join(", ")),
-        None => out!("config:    not declared (the SDK's `config_keys!` declares them)"),
-    }
-    out!("compiled:  {:?}", plugin.compiled);
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! What the server's client commands print for people: a job in a few lines, its tasks
-//! as a table. `--json` prints the server's answer as it is instead.
+//! as a table (`comfy-table`, sizes with `bytesize`). `--json` prints the server's
+//! answer as it is instead.
 
 use std::io::Write;
 use std::time::Duration;
@@ -61,12 +62,9 @@ pub(super) fn job_detail(job: &Value) -> String {
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default();
-    if !tasks.is_empty() {
-        line(format!(
-            "  {:<36} {:>10} {:>10} {:>6} {:>6} {:>6}",
-            "task", "in", "out", "busy", "idle", "back"
-        ));
-    }
+    let mut table = super::table(&["task", "in", "out", "busy", "idle", "back"], 1..6);
+    // Below its task's row: its source's and operators' lag and counters.
+    let mut details: Vec<Vec<String>> = Vec::new();
     for task in tasks {
         let (busy, idle, back) = (
             task["busy_ms"].as_f64().unwrap_or(0.0),
@@ -75,28 +73,38 @@ pub(super) fn job_detail(job: &Value) -> String {
         );
         let total = (busy + idle + back).max(1.0);
         let share = |ms: f64| format!("{:.0}%", 100.0 * ms / total);
-        line(format!(
-            "  {:<36} {:>10} {:>10} {:>6} {:>6} {:>6}",
+        table.add_row(vec![
             text(&task["task"]),
-            count(&task["records_in"]),
-            count(&task["records_out"]),
+            count(&task["records_in"]).to_string(),
+            count(&task["records_out"]).to_string(),
             share(busy),
             share(idle),
-            share(back)
-        ));
+            share(back),
+        ]);
+        let mut below = Vec::new();
         let source = &task["source"];
         if source.is_object() {
             if let Some(lag) = pairs(&source["lag"]) {
-                line(format!("    {} lag: {lag}", text(&source["source"])));
+                below.push(format!("    {} lag: {lag}", text(&source["source"])));
             }
             if let Some(counters) = pairs(&source["counters"]) {
-                line(format!("    {}: {counters}", text(&source["source"])));
+                below.push(format!("    {}: {counters}", text(&source["source"])));
             }
         }
         for op in task["operators"].as_array().into_iter().flatten() {
             if let Some(counters) = pairs(&op["counters"]) {
-                line(format!("    {}: {counters}", text(&op["operator"])));
+                below.push(format!("    {}: {counters}", text(&op["operator"])));
             }
+        }
+        details.push(below);
+    }
+    if !tasks.is_empty() {
+        let rows = table.trim_fmt();
+        let mut rows = rows.lines();
+        line(format!("  {}", rows.next().unwrap_or_default()));
+        for (row, below) in rows.zip(&details) {
+            line(format!("  {row}"));
+            below.iter().for_each(|l| line(l.clone()));
         }
     }
     out
@@ -104,40 +112,32 @@ pub(super) fn job_detail(job: &Value) -> String {
 
 /// `sluice list`: one row per job.
 pub(super) fn job_table(jobs: &Value) -> String {
-    let mut out = format!(
-        "{:<18} {:<24} {:<12} {:>12} {:>12}\n",
-        "id", "name", "state", "read", "written"
-    );
+    let mut table = super::table(&["id", "name", "state", "read", "written"], 3..5);
     for job in jobs["jobs"].as_array().into_iter().flatten() {
-        out.push_str(&format!(
-            "{:<18} {:<24} {:<12} {:>12} {:>12}\n",
+        table.add_row(vec![
             text(&job["id"]),
             text(&job["name"]),
             text(&job["state"]),
-            count(&job["records_read"]),
-            count(&job["records_written"])
-        ));
+            count(&job["records_read"]).to_string(),
+            count(&job["records_written"]).to_string(),
+        ]);
     }
-    out
+    table.trim_fmt() + "\n"
 }
 
 /// `sluice plugins`: one row per plugin.
 pub(super) fn plugin_table(plugins: &Value) -> String {
-    let mut out = format!(
-        "{:<24} {:<16} {:>10}  {}\n",
-        "name", "sha256", "bytes", "interface"
-    );
+    let mut table = super::table(&["name", "sha256", "size", "interface"], 2..3);
     for p in plugins["plugins"].as_array().into_iter().flatten() {
         let sha = text(&p["sha256"]);
-        out.push_str(&format!(
-            "{:<24} {:<16} {:>10}  {}\n",
+        table.add_row(vec![
             text(&p["name"]),
-            &sha[..sha.len().min(16)],
-            count(&p["size"]),
-            text(&p["interface"])
-        ));
+            sha[..sha.len().min(16)].to_string(),
+            bytes(count(&p["size"])),
+            text(&p["interface"]),
+        ]);
     }
-    out
+    table.trim_fmt() + "\n"
 }
 
 /// `sluice logs --follow`: prints the job's log lines as they come, until the job is
@@ -195,12 +195,7 @@ fn pairs(v: &Value) -> Option<String> {
 }
 
 fn bytes(n: u64) -> String {
-    match n {
-        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
-        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
-        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
-        n => format!("{n} B"),
-    }
+    bytesize::ByteSize(n).display().iec().to_string()
 }
 
 #[cfg(test)]

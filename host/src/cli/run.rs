@@ -1,37 +1,38 @@
 //! `sluice run`: jobs run in this process, or this host's share of a job run over
 //! several hosts.
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
-use std::time::Duration;
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use crossbeam_channel::{Sender, unbounded};
 use parking_lot::Mutex;
 
+use super::exit::{Exit, bad_input, mark};
+use super::metrics::Scraped;
 use super::progress::{Followed, InputSize, show_progress};
-use super::{Cli, Command, control, engine};
-use crate::job::{
-    Job, JobControl, JobMonitor, JobOutcome, JobReport, RestorePoint, RunOptions, SinkKind, Vertex,
-};
+use super::summary::{Ended, JobSummary, RunSummary};
+use super::{Cli, Command, control, engine, host_config, print_json};
+use crate::job::{Job, JobControl, JobMonitor, RestorePoint, RunOptions, SinkKind, Vertex};
 use crate::tenant::{HostConfig, InstanceBudget};
 
 /// `sluice run`, with `cli`'s arguments.
-pub(super) fn run_command(cli: &Cli) -> Result<ExitCode> {
+pub(super) fn run_command(cli: &Cli) -> Result<Exit> {
     let Command::Run {
         jobs,
-        host_config,
+        host_config: host_path,
         from_checkpoint,
         fresh,
         allow_rewind,
         allow_non_restored_state,
         drain_on_stop,
         quiet,
+        json,
+        metrics,
         cluster,
     } = &cli.command
     else {
@@ -39,9 +40,12 @@ pub(super) fn run_command(cli: &Cli) -> Result<ExitCode> {
     };
     if let Some(bootstrap) = cluster {
         let [job] = &jobs[..] else {
-            anyhow::bail!("--cluster runs one job file");
+            return Err(mark(
+                Exit::Usage,
+                anyhow::anyhow!("--cluster runs one job file"),
+            ));
         };
-        return run_cluster(cli, job, host_config.as_deref(), bootstrap);
+        return run_cluster(cli, job, host_path.as_deref(), bootstrap);
     }
     let restore = match from_checkpoint.as_deref() {
         None => RestorePoint::Fresh,
@@ -54,41 +58,49 @@ pub(super) fn run_command(cli: &Cli) -> Result<ExitCode> {
         allow_rewind: *allow_rewind,
         allow_non_restored_state: *allow_non_restored_state,
     };
-    let host = match host_config {
-        Some(path) => HostConfig::load(path)?,
-        None => HostConfig::default(),
-    };
+    let host = host_config(host_path.as_deref())?;
     let mut jobs = jobs.clone();
     jobs.extend(host.jobs.iter().cloned());
+    let usage = |message: &str| mark(Exit::Usage, anyhow::anyhow!("{message}"));
     if jobs.is_empty() {
-        anyhow::bail!("no job to run: name a job file, or list `jobs` in a host configuration");
+        return Err(usage(
+            "no job to run: name a job file, or list `jobs` in a host configuration",
+        ));
     }
     if jobs.len() > 1 && options.restore != RestorePoint::Fresh {
-        anyhow::bail!("--from-checkpoint applies to one job at a time");
+        return Err(usage("--from-checkpoint applies to one job at a time"));
     }
-    run_jobs(cli, &host, &jobs, options, *drain_on_stop, *quiet)
+    let report = Report {
+        quiet: *quiet,
+        json: *json,
+        metrics: metrics.clone(),
+    };
+    run_jobs(cli, &host, &jobs, options, *drain_on_stop, &report)
+}
+
+/// What a run shows while its jobs run and when they end.
+struct Report {
+    /// No progress line and no summary.
+    quiet: bool,
+    /// The summary as JSON on stdout, and no progress line.
+    json: bool,
+    /// Where to serve the jobs' metrics.
+    metrics: Option<String>,
 }
 
 /// `sluice run --cluster`: this host's share of a job run over several hosts, until the
 /// whole job finished or SIGTERM / SIGINT.
-fn run_cluster(
-    cli: &Cli,
-    job: &Path,
-    host_config: Option<&Path>,
-    bootstrap: &str,
-) -> Result<ExitCode> {
+fn run_cluster(cli: &Cli, job: &Path, host_path: Option<&Path>, bootstrap: &str) -> Result<Exit> {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let host = match host_config {
-        Some(path) => HostConfig::load(path)?,
-        None => HostConfig::default(),
-    };
-    let graph = crate::job::load_graph(job)?;
+    let host = host_config(host_path)?;
+    let graph = crate::job::load_graph(job).map_err(bad_input)?;
     let settings = crate::cluster::ClusterSettings::of(
         &graph,
         Some(bootstrap).filter(|b| !b.is_empty()),
         host.cluster.as_ref(),
     )
-    .with_context(|| format!("{}", job.display()))?;
+    .with_context(|| format!("{}", job.display()))
+    .map_err(bad_input)?;
     let cluster_host =
         crate::cluster::ClusterHost::new(&graph, settings, engine(cli)?, Arc::new(host))?;
     let (stop, stopped) = crossbeam_channel::bounded(1);
@@ -113,7 +125,7 @@ fn run_cluster(
             eprintln!("host {} left job '{}'", cluster_host.client_id, graph.name);
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 /// One job of a run.
 struct RunningJob {
@@ -121,6 +133,7 @@ struct RunningJob {
     name: String,
     tenant: String,
     monitor: Arc<JobMonitor>,
+    started: Instant,
 }
 
 fn run_jobs(
@@ -129,14 +142,16 @@ fn run_jobs(
     paths: &[PathBuf],
     options: RunOptions,
     drain: bool,
-    quiet: bool,
-) -> Result<ExitCode> {
+    report: &Report,
+) -> Result<Exit> {
     let engine = engine(cli)?;
     let budget = InstanceBudget::default();
     // Load every job first: a bad job file or plugin fails the run before anything runs.
     let mut loaded = Vec::new();
     for path in paths {
-        let job = Job::load_with(path, &engine, host)?.with_budget(budget.clone());
+        let job = Job::load_with(path, &engine, host)
+            .map_err(bad_input)?
+            .with_budget(budget.clone());
         // Owning the job before anything runs: a job another run holds is refused here.
         let locks = job.lock()?;
         loaded.push((path.clone(), job, locks));
@@ -145,12 +160,24 @@ fn run_jobs(
         .iter()
         .all(|(_, j, _)| j.graph().checkpoint.is_some());
     let sizes: Vec<Option<InputSize>> = loaded.iter().map(|(_, j, _)| InputSize::of(j)).collect();
-    let to_stdout = loaded.iter().any(|(_, j, _)| {
+    let writing_to_stdout = loaded.iter().find(|(_, j, _)| {
         j.graph()
             .vertices
             .iter()
             .any(|v| matches!(v, Vertex::Sink(s) if s.kind == SinkKind::Stdout))
     });
+    let to_stdout = writing_to_stdout.is_some();
+    if let (true, Some((path, job, _))) = (report.json, writing_to_stdout) {
+        return Err(mark(
+            Exit::Usage,
+            anyhow::anyhow!(
+                "--json prints the summary on stdout, where job '{}' ({}) writes its output: \
+                 give it another sink, or leave out --json",
+                job.graph().name,
+                path.display()
+            ),
+        ));
+    }
     let mut controls = Vec::new();
     let mut running = Vec::new();
     for (path, job, locks) in loaded {
@@ -181,14 +208,32 @@ fn run_jobs(
                 name,
                 tenant,
                 monitor,
+                started: Instant::now(),
             },
             thread,
         ));
     }
+    let endpoint = match &report.metrics {
+        Some(address) => {
+            let scraped = running
+                .iter()
+                .map(|(j, _)| Scraped {
+                    tenant: j.tenant.clone(),
+                    job: j.name.clone(),
+                    monitor: j.monitor.clone(),
+                })
+                .collect();
+            let endpoint = super::metrics::serve(address, scraped)?;
+            eprintln!("sluice: metrics at http://{}/metrics", endpoint.address);
+            Some(endpoint)
+        }
+        None => None,
+    };
     let savepoint_reports = watch_signals(controls, checkpointing, drain)?;
     let done = Arc::new(AtomicBool::new(false));
     // Never drawn between the lines of a stdout sink.
-    let progress = (!quiet && !to_stdout && std::io::stderr().is_terminal()).then(|| {
+    let drawn = !report.quiet && !report.json && !to_stdout;
+    let progress = (drawn && std::io::stderr().is_terminal()).then(|| {
         let jobs: Vec<Followed> = running
             .iter()
             .zip(&sizes)
@@ -214,101 +259,40 @@ fn run_jobs(
     if let Some(p) = progress {
         let _ = p.join();
     }
+    drop(endpoint);
     let reports = std::mem::take(&mut *savepoint_reports.lock());
     for report in reports {
         let _ = report.join();
     }
     let several = results.len() > 1;
-    let mut code = ExitCode::SUCCESS;
-    let mut tenants: BTreeMap<String, TenantTotals> = BTreeMap::new();
+    let mut jobs = Vec::new();
     for (job, result) in &results {
-        let totals = tenants.entry(job.tenant.clone()).or_default();
-        totals.jobs += 1;
-        for (kind, n) in job.monitor.failures_by_kind() {
-            *totals.failures.entry(kind).or_default() += n;
-        }
-        match result {
-            Ok((loaded, report)) => {
-                totals.add(report);
-                if !quiet {
-                    print_summary(loaded, report, &job.path);
-                }
-                if report.outcome == JobOutcome::Cancelled && code == ExitCode::SUCCESS {
-                    code = ExitCode::from(130);
-                }
-            }
-            Err(e) => {
-                totals.failed += 1;
-                totals.restarts += job.monitor.attempt();
-                if several {
-                    eprintln!("error: job '{}' ({}): {e:#}", job.name, job.path.display());
-                } else {
-                    eprintln!("error: {e:#}");
-                }
-                code = ExitCode::FAILURE;
-            }
-        }
-    }
-    if several && !quiet {
-        print_tenants(&tenants);
-    }
-    Ok(code)
-}
-
-/// What a tenant's jobs did in a run.
-#[derive(Default)]
-struct TenantTotals {
-    jobs: u32,
-    failed: u32,
-    restarts: u32,
-    records_read: u64,
-    records_written: u64,
-    busy: Duration,
-    peak_memory: u64,
-    failures: BTreeMap<String, u64>,
-}
-
-impl TenantTotals {
-    fn add(&mut self, report: &JobReport) {
-        self.restarts += report.restarts;
-        for task in &report.tasks {
-            if task.is_source {
-                self.records_read += task.records_in;
-            }
-            self.busy += task.busy;
-            for op in &task.operators {
-                if op.is_sink {
-                    self.records_written += op.records_in;
-                }
-                self.peak_memory = self.peak_memory.max(op.memory_bytes);
-            }
-        }
-    }
-}
-
-fn print_tenants(tenants: &BTreeMap<String, TenantTotals>) {
-    eprintln!(
-        "{:<16} {:>5} {:>7} {:>9} {:>12} {:>12} {:>9} {:>11}  failures",
-        "tenant", "jobs", "failed", "restarts", "read", "written", "busy", "peak mem"
-    );
-    for (name, t) in tenants {
-        let failures: Vec<String> = t.failures.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        eprintln!(
-            "{name:<16} {:>5} {:>7} {:>9} {:>12} {:>12} {:>8.2}s {:>8.1}MiB  {}",
-            t.jobs,
-            t.failed,
-            t.restarts,
-            t.records_read,
-            t.records_written,
-            t.busy.as_secs_f64(),
-            t.peak_memory as f64 / (1 << 20) as f64,
-            if failures.is_empty() {
-                "-".to_string()
+        if let Err(e) = result {
+            if several {
+                eprintln!("error: job '{}' ({}): {e:#}", job.name, job.path.display());
             } else {
-                failures.join(" ")
+                eprintln!("error: {e:#}");
             }
-        );
+        }
+        jobs.push(JobSummary::of(Ended {
+            file: &job.path,
+            name: &job.name,
+            tenant: &job.tenant,
+            result,
+            restarts: job.monitor.attempt(),
+            failures: job.monitor.failures_by_kind(),
+            tasks: job.monitor.tasks(),
+            checkpoints: job.monitor.checkpoints(),
+            duration: job.started.elapsed(),
+        }));
     }
+    let summary = RunSummary::of(jobs);
+    if report.json {
+        print_json(&summary)?;
+    } else if !report.quiet {
+        summary.print();
+    }
+    Ok(summary.exit_code)
 }
 
 /// The threads that report how a stop's savepoints went: joined before the command
@@ -362,102 +346,4 @@ fn watch_signals(
             }
         })?;
     Ok(reports)
-}
-fn print_summary(job: &Job, report: &JobReport, path: &Path) {
-    let graph = job.graph();
-    let outcome = match &report.outcome {
-        JobOutcome::Finished => "finished".to_string(),
-        JobOutcome::Stopped { savepoint } => {
-            format!("stopped with savepoint {}", savepoint.display())
-        }
-        JobOutcome::Cancelled => "cancelled".to_string(),
-    };
-    eprintln!(
-        "job '{}' {outcome} in {:.2}s{}",
-        graph.name,
-        report.duration.as_secs_f64(),
-        if report.restarts > 0 {
-            format!(" after {} restarts", report.restarts)
-        } else {
-            String::new()
-        }
-    );
-    if let JobOutcome::Stopped { savepoint } = &report.outcome {
-        eprintln!(
-            "  resume it with: sluice run {} --from-checkpoint {}",
-            path.display(),
-            savepoint.display()
-        );
-    }
-    eprintln!(
-        "  {:<28} {:>12} {:>12} {:>10} {:>10}",
-        "operator (subtask)", "records in", "records out", "batches", "busy"
-    );
-    for task in &report.tasks {
-        for op in &task.operators {
-            eprintln!(
-                "  {:<28} {:>12} {:>12} {:>10} {:>9.2}s",
-                format!("{} ({})", op.operator, op.subtask + 1),
-                op.records_in,
-                op.records_out,
-                op.batches,
-                op.busy.as_secs_f64()
-            );
-        }
-    }
-    for op in report
-        .tasks
-        .iter()
-        .flat_map(|t| t.source.iter().chain(&t.operators))
-    {
-        if !op.lag.is_empty() {
-            let lag: Vec<String> = op.lag.iter().map(|(p, n)| format!("{p}={n}")).collect();
-            eprintln!(
-                "  {:<28} {}",
-                format!("{} ({}) lag", op.operator, op.subtask + 1),
-                lag.join(" ")
-            );
-        }
-        if !op.counters.is_empty() {
-            let counters: Vec<String> = op
-                .counters
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            eprintln!(
-                "  {:<28} {}",
-                format!("{} ({}) counters", op.operator, op.subtask + 1),
-                counters.join(" ")
-            );
-        }
-    }
-    for task in &report.tasks {
-        eprintln!(
-            "  task {:<40} busy {:.2}s  idle {:.2}s  backpressured {:.2}s  mails {}",
-            task.task,
-            task.busy.as_secs_f64(),
-            task.idle.as_secs_f64(),
-            task.backpressured.as_secs_f64(),
-            task.mails
-        );
-    }
-    if !report.checkpoints.completed.is_empty() || !report.checkpoints.aborted.is_empty() {
-        eprintln!(
-            "  checkpoints: {} completed, {} aborted",
-            report.checkpoints.completed.len(),
-            report.checkpoints.aborted.len()
-        );
-    }
-    for sink in graph.sinks().filter(|s| s.kind == SinkKind::File) {
-        let path = sink.path.as_ref().expect("file sinks have a path");
-        if sink.parallelism > 1 {
-            eprintln!(
-                "output written to {} ({} files, one per subtask)",
-                path.display(),
-                sink.parallelism
-            );
-        } else {
-            eprintln!("output written to {}", path.display());
-        }
-    }
 }
