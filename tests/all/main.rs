@@ -8,6 +8,7 @@ mod cli;
 mod cluster;
 mod compat;
 mod dashboard;
+mod deploy;
 mod docs;
 mod edges;
 mod event_time;
