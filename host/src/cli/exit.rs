@@ -8,7 +8,7 @@ use std::fmt;
 use std::process::ExitCode;
 
 use crate::chain::{CallError, OperatorFailure};
-use crate::job::{JobFailed, StartRefused};
+use crate::job::{InUse, JobFailed, StartRefused};
 
 /// An exit status of `sluice`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -90,7 +90,7 @@ impl Exit {
                     Some(marked.exit)
                 } else if cause.is::<JobFailed>() {
                     Some(Exit::JobFailed)
-                } else if cause.is::<StartRefused>() {
+                } else if cause.is::<StartRefused>() || cause.is::<InUse>() {
                     Some(Exit::Refused)
                 } else {
                     cause
