@@ -109,10 +109,26 @@ enum Command {
         cluster: Option<String>,
     },
     /// Take a savepoint of a job that `sluice run` is running, without stopping it; prints
-    /// the savepoint's folder.
+    /// the savepoint's folder. With `--server`, of a job on that server: triggers it,
+    /// waits until it is written and prints its name (for `start --savepoint`).
     Savepoint {
-        /// The job file, or its checkpoint folder.
+        /// The job file, or its checkpoint folder; with `--server`, the job's id there.
         job: PathBuf,
+        /// The server whose job JOB is (given here only: SLUICE_SERVER does not turn a
+        /// local savepoint into a server's).
+        #[arg(long)]
+        server: Option<String>,
+        /// Your tenant's bearer token, with `--server`.
+        #[arg(
+            long,
+            env = "SLUICE_TOKEN",
+            hide_env_values = true,
+            requires = "server"
+        )]
+        token: Option<String>,
+        /// Trust this certificate authority (PEM) for an `https://` server.
+        #[arg(long, env = "SLUICE_CA_CERT", value_name = "PEM", requires = "server")]
+        ca_cert: Option<PathBuf>,
     },
     /// Check a job file and its plugins without running it: the file, the graph, and
     /// each operator's `open` with its config (one instance each, then disposed).
@@ -323,11 +339,7 @@ impl Remote {
     }
 
     /// Prints `answer` as JSON with `--json`, else as `human` renders it.
-    fn print(
-        &self,
-        answer: &serde_json::Value,
-        human: fn(&serde_json::Value) -> String,
-    ) -> Result<Exit> {
+    fn print<T: serde::Serialize>(&self, answer: &T, human: fn(&T) -> String) -> Result<Exit> {
         if self.json {
             print_json(answer)?;
         } else {
@@ -456,9 +468,33 @@ fn engine(cli: &Cli) -> Result<Arc<WasmEngine>> {
 fn run(cli: Cli) -> Result<Exit> {
     match &cli.command {
         Command::Run { .. } => run::run_command(&cli),
-        Command::Savepoint { job } => {
+        Command::Savepoint {
+            job, server: None, ..
+        } => {
             let path = control::request_savepoint(job)?;
             out!("{}", path.display());
+            Ok(Exit::Success)
+        }
+        Command::Savepoint {
+            job,
+            server: Some(server),
+            token,
+            ca_cert,
+        } => {
+            let remote = Remote {
+                server: server.clone(),
+                token: token.clone(),
+                json: false,
+                ca_cert: ca_cert.clone(),
+            };
+            let id = job.to_string_lossy();
+            // The server fails a savepoint not written within 5 minutes: it answers first.
+            let name = remote.client()?.savepoint_polled(
+                &id,
+                Duration::from_millis(100),
+                Duration::from_secs(600),
+            )?;
+            out!("{name}");
             Ok(Exit::Success)
         }
         Command::Validate {
@@ -559,15 +595,10 @@ fn run(cli: Cli) -> Result<Exit> {
         Command::Plugins { remote } => {
             remote.print(&remote.client()?.plugins()?, remote::plugin_table)
         }
-        Command::DeletePlugin { plugin, remote } => {
-            remote.print(&remote.client()?.delete_plugin(plugin)?, |v| {
-                format!(
-                    "deleted plugin {} ({})\n",
-                    v["name"].as_str().unwrap_or("?"),
-                    v["sha256"].as_str().unwrap_or("?")
-                )
-            })
-        }
+        Command::DeletePlugin { plugin, remote } => remote
+            .print(&remote.client()?.delete_plugin(plugin)?, |p| {
+                format!("deleted plugin {} ({})\n", p.name, p.sha256)
+            }),
         Command::Metrics { remote } => {
             std::io::stdout().write_all(&remote.client()?.metrics()?)?;
             Ok(Exit::Success)
@@ -589,10 +620,16 @@ fn serve(cli: &Cli, host_config_path: &Path, address: Option<&str>) -> Result<Ex
     let address = address.unwrap_or(&host.server.address).to_string();
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
         .context("installing signal handlers")?;
-    let server = Server::open(host, engine(cli)?)?;
-    let running = crate::server::serve(server, &address)?;
+    // Answering first (`/livez`; `/readyz` and the API answer 503 meanwhile), then
+    // resuming the jobs, which can take a while.
+    let server = Server::load(host, engine(cli)?)?;
+    let running = crate::server::serve(server.clone(), &address)?;
     out!("sluice: serving {}", running.url());
     std::io::stdout().flush()?;
+    server.resume_jobs()?;
+    // (Not fatal: a reader of the first line alone may have closed the pipe.)
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "sluice: ready").and_then(|()| stdout.flush());
     if let Some(signal) = signals.forever().next() {
         eprintln!("sluice: stopping (signal {signal}): savepoints, then exit");
     }

@@ -1,104 +1,95 @@
 //! What the server's client commands print for people: a job in a few lines, its tasks
 //! as a table (`comfy-table`, sizes with `bytesize`). `--json` prints the server's
-//! answer as it is instead.
+//! answer (the same types, as JSON) instead.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Result;
-use serde_json::Value;
 
 use crate::server::client::Client;
+use crate::server::model::{JobDetail, JobList, JobSummary, PluginList};
 
 /// One line: a job's id, name and state (what `submit`, `stop`, `start` and `cancel`
-/// answer), with the savepoint a stop took.
-pub(super) fn job_line(job: &Value) -> String {
-    let mut line = format!(
-        "job {} '{}': {}",
-        text(&job["id"]),
-        text(&job["name"]),
-        text(&job["state"])
-    );
-    if let Some(savepoint) = job["savepoint"].as_str() {
-        line.push_str(&format!(" (savepoint {savepoint})"));
-    }
-    line
+/// answer).
+pub(super) fn job_line(job: &JobSummary) -> String {
+    format!("job {} '{}': {}", job.id, job.name, state(job))
+}
+
+fn state(job: &JobSummary) -> String {
+    serde_json::to_value(job.state)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }
 
 /// `sluice status`: the job, its checkpoints, its last failure and its tasks.
-pub(super) fn job_detail(job: &Value) -> String {
+pub(super) fn job_detail(job: &JobDetail) -> String {
     let mut out = String::new();
     let mut line = |s: String| {
         out.push_str(&s);
         out.push('\n');
     };
-    line(job_line(job));
+    let mut first = job_line(&job.job);
+    if let Some(savepoint) = &job.savepoint {
+        first.push_str(&format!(" (savepoint {savepoint})"));
+    }
+    line(first);
     line(format!(
         "  records read {}, written {}; restarts {}",
-        count(&job["records_read"]),
-        count(&job["records_written"]),
-        count(&job["restarts"])
+        job.records_read, job.records_written, job.restarts
     ));
-    let checkpoints = &job["checkpoints"];
+    let checkpoints = &job.checkpoints;
     let mut cp = format!(
         "  checkpoints: {} completed, {} aborted",
-        count(&checkpoints["completed"]),
-        count(&checkpoints["aborted"])
+        checkpoints.completed, checkpoints.aborted
     );
-    if let Some(last) = checkpoints["last"].as_array().and_then(|l| l.first()) {
+    if let Some(last) = checkpoints.last.first() {
         cp.push_str(&format!(
             "; last #{} ({}) took {:.0} ms, {}",
-            count(&last["id"]),
-            text(&last["kind"]),
-            last["duration_ms"].as_f64().unwrap_or(0.0),
-            bytes(last["bytes"].as_u64().unwrap_or(0))
+            last.id,
+            last.kind,
+            last.duration_ms,
+            bytes(last.bytes)
         ));
     }
     line(cp);
-    if let Some(failure) = job["last_failure"].as_str() {
+    if let Some(failure) = &job.last_failure {
         line(format!("  last failure: {failure}"));
     }
-    let tasks = job["tasks"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
     let mut table = super::table(&["task", "in", "out", "busy", "idle", "back"], 1..6);
     // Below its task's row: its source's and operators' lag and counters.
     let mut details: Vec<Vec<String>> = Vec::new();
-    for task in tasks {
-        let (busy, idle, back) = (
-            task["busy_ms"].as_f64().unwrap_or(0.0),
-            task["idle_ms"].as_f64().unwrap_or(0.0),
-            task["backpressured_ms"].as_f64().unwrap_or(0.0),
-        );
-        let total = (busy + idle + back).max(1.0);
-        let share = |ms: f64| format!("{:.0}%", 100.0 * ms / total);
+    for task in &job.tasks {
+        let (busy, idle, back) = (task.busy_ms, task.idle_ms, task.backpressured_ms);
+        let total = (busy + idle + back).max(1) as f64;
+        let share = |ms: u64| format!("{:.0}%", 100.0 * ms as f64 / total);
         table.add_row(vec![
-            text(&task["task"]),
-            count(&task["records_in"]).to_string(),
-            count(&task["records_out"]).to_string(),
+            task.task.clone(),
+            task.records_in.to_string(),
+            task.records_out.to_string(),
             share(busy),
             share(idle),
             share(back),
         ]);
         let mut below = Vec::new();
-        let source = &task["source"];
-        if source.is_object() {
-            if let Some(lag) = pairs(&source["lag"]) {
-                below.push(format!("    {} lag: {lag}", text(&source["source"])));
+        if let Some(source) = &task.source {
+            if let Some(lag) = pairs(&source.lag) {
+                below.push(format!("    {} lag: {lag}", source.source));
             }
-            if let Some(counters) = pairs(&source["counters"]) {
-                below.push(format!("    {}: {counters}", text(&source["source"])));
+            if let Some(counters) = pairs(&source.counters) {
+                below.push(format!("    {}: {counters}", source.source));
             }
         }
-        for op in task["operators"].as_array().into_iter().flatten() {
-            if let Some(counters) = pairs(&op["counters"]) {
-                below.push(format!("    {}: {counters}", text(&op["operator"])));
+        for op in &task.operators {
+            if let Some(counters) = pairs(&op.counters) {
+                below.push(format!("    {}: {counters}", op.operator));
             }
         }
         details.push(below);
     }
-    if !tasks.is_empty() {
+    if !job.tasks.is_empty() {
         let rows = table.trim_fmt();
         let mut rows = rows.lines();
         line(format!("  {}", rows.next().unwrap_or_default()));
@@ -111,30 +102,29 @@ pub(super) fn job_detail(job: &Value) -> String {
 }
 
 /// `sluice list`: one row per job.
-pub(super) fn job_table(jobs: &Value) -> String {
+pub(super) fn job_table(jobs: &JobList) -> String {
     let mut table = super::table(&["id", "name", "state", "read", "written"], 3..5);
-    for job in jobs["jobs"].as_array().into_iter().flatten() {
+    for job in &jobs.jobs {
         table.add_row(vec![
-            text(&job["id"]),
-            text(&job["name"]),
-            text(&job["state"]),
-            count(&job["records_read"]).to_string(),
-            count(&job["records_written"]).to_string(),
+            job.job.id.clone(),
+            job.job.name.clone(),
+            state(&job.job),
+            job.records_read.to_string(),
+            job.records_written.to_string(),
         ]);
     }
     table.trim_fmt() + "\n"
 }
 
 /// `sluice plugins`: one row per plugin.
-pub(super) fn plugin_table(plugins: &Value) -> String {
+pub(super) fn plugin_table(plugins: &PluginList) -> String {
     let mut table = super::table(&["name", "sha256", "size", "interface"], 2..3);
-    for p in plugins["plugins"].as_array().into_iter().flatten() {
-        let sha = text(&p["sha256"]);
+    for p in &plugins.plugins {
         table.add_row(vec![
-            text(&p["name"]),
-            sha[..sha.len().min(16)].to_string(),
-            bytes(count(&p["size"])),
-            text(&p["interface"]),
+            p.name.clone(),
+            p.sha256[..p.sha256.len().min(16)].to_string(),
+            bytes(p.size),
+            p.interface.clone(),
         ]);
     }
     table.trim_fmt() + "\n"
@@ -146,7 +136,7 @@ pub(super) fn follow_logs(client: &Client, id: &str, out: &mut dyn Write) -> Res
     let mut printed: Vec<String> = Vec::new();
     loop {
         // Asked before the lines, so that the lines read after it ended are its last.
-        let running = client.status(id)?["running"].as_bool().unwrap_or(false);
+        let running = client.status(id)?.job.running;
         let text = String::from_utf8_lossy(&client.logs(id)?).into_owned();
         let lines: Vec<String> = text.lines().map(str::to_string).collect();
         for line in &lines[new_lines_from(&printed, &lines)..] {
@@ -171,27 +161,14 @@ fn new_lines_from(before: &[String], now: &[String]) -> usize {
         .unwrap_or(0)
 }
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    }
-}
-
-fn count(v: &Value) -> u64 {
-    v.as_u64().unwrap_or(0)
-}
-
-/// `k=v k=v` of an object, or `None` when it has no entries.
-fn pairs(v: &Value) -> Option<String> {
-    let map = v.as_object().filter(|m| !m.is_empty())?;
-    Some(
+/// `k=v k=v` of a map, or `None` when it has no entries.
+fn pairs(map: &BTreeMap<String, u64>) -> Option<String> {
+    (!map.is_empty()).then(|| {
         map.iter()
-            .map(|(k, v)| format!("{k}={}", text(v)))
+            .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
-            .join(" "),
-    )
+            .join(" ")
+    })
 }
 
 fn bytes(n: u64) -> String {
@@ -219,16 +196,26 @@ mod tests {
 
     #[test]
     fn a_job_reads_in_a_few_lines() {
-        let job = serde_json::json!({
-            "id": "ab12", "name": "wc", "state": "running", "records_read": 10,
-            "records_written": 4, "restarts": 1,
-            "checkpoints": {"completed": 3, "aborted": 0,
-                "last": [{"id": 3, "kind": "checkpoint", "duration_ms": 12.4, "bytes": 2048}]},
+        let job: JobDetail = serde_json::from_value(serde_json::json!({
+            "id": "ab12", "name": "wc", "state": "running", "running": true,
+            "submitted_ms": 0, "submitted": "1970-01-01T00:00:00.000Z", "tenant": "t",
+            "plugins": {}, "records_read": 10, "records_written": 4, "restarts": 1,
+            "failures_by_kind": {}, "last_failure": null, "savepoint": null,
+            "checkpoints": {"completed": 3, "aborted": 0, "last_aborted": [],
+                "last": [{"status": "completed", "id": 3, "kind": "checkpoint", "name": null,
+                    "triggered_ms": 0, "triggered": "1970-01-01T00:00:00.000Z",
+                    "duration_ms": 12.4, "max_sync_ms": 1.0, "bytes": 2048}]},
             "tasks": [{"task": "source -> tokenize (1/1)", "records_in": 10, "records_out": 40,
-                "busy_ms": 10, "idle_ms": 30, "backpressured_ms": 0,
-                "source": {"source": "source", "lag": {"t/0": 5}, "counters": {}},
-                "operators": [{"operator": "tokenize", "counters": {"seen": 2}}]}],
-        });
+                "busy_ms": 10, "idle_ms": 30, "backpressured_ms": 0, "mailbox_depth": 0,
+                "watermark": null,
+                "source": {"source": "source", "subtask": 0, "records_out": 10,
+                    "lag": {"t/0": 5}, "counters": {}},
+                "operators": [{"operator": "tokenize", "subtask": 0, "records_in": 10,
+                    "records_out": 40, "busy_ms": 10, "memory_bytes": 0,
+                    "counters": {"seen": 2}}]}],
+            "graph": [], "output": [], "cluster": false,
+        }))
+        .unwrap();
         let text = job_detail(&job);
         assert!(text.starts_with("job ab12 'wc': running\n"), "{text}");
         assert!(

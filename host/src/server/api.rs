@@ -1,9 +1,14 @@
-//! The HTTP API of a server (JSON; see the README for each route with curl).
+//! The HTTP API of a server (JSON; [the server's page](../../docs/server.md) shows each
+//! route with curl).
 //!
-//! The routes are described in OpenAPI 3.0 in `openapi.json` (served at
-//! `/openapi.json`). Every route but `/health` and that needs `Authorization: Bearer TOKEN`; a request sees only
-//! its tenant's jobs, plugins and metrics. Work that blocks (compiling a plugin, waiting
-//! for a savepoint) runs off the async threads.
+//! Every route is declared once, by a handler's `#[utoipa::path]`, and registered with
+//! `routes!` in [`routes`]: the router and the OpenAPI document (served at
+//! `/v1/openapi.json`) both come from that table, and the answers' types from
+//! [`super::model`]. The API is under `/v1`; its unprefixed paths of before are served by
+//! the same handlers and documented as deprecated. Every route but the dashboard, the
+//! probes and the document needs `Authorization: Bearer TOKEN`; a request sees only its
+//! tenant's jobs, plugins and metrics. Work that blocks (compiling a plugin, stopping a
+//! job) runs off the async threads.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
@@ -11,8 +16,8 @@ use std::io::Read;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, LazyLock};
 use std::task::{Context as TaskContext, Poll, ready};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
@@ -25,7 +30,6 @@ use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -33,8 +37,16 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use serde::Deserialize;
-use serde_json::json;
+use utoipa::OpenApi;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::openapi::{Deprecated, OpenApi as OpenApiDocument};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+use super::model::{
+    ErrorBody, JobDetail, JobList, JobSummary, Plugin, PluginList, Probe, ProbeStatus,
+    SavepointStatus, SavepointTaken, SavepointTriggered, TriggerStatus,
+};
 use super::{ApiError, ErrorKind, Server};
 use crate::tenant::TenantConfig;
 
@@ -49,14 +61,17 @@ impl ErrorKind {
             ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::Quota => StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response =
-            (self.kind.status(), Json(json!({ "error": self.message }))).into_response();
+        let body = ErrorBody {
+            error: self.message,
+        };
+        let mut response = (self.kind.status(), Json(body)).into_response();
         if self.kind == ErrorKind::Unauthorized {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -67,7 +82,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The tenant a request authenticated as.
+/// The tenant a request authenticated as, once the server is ready.
 struct Tenant(TenantConfig);
 
 impl FromRequestParts<Arc<Server>> for Tenant {
@@ -88,11 +103,19 @@ impl FromRequestParts<Arc<Server>> for Tenant {
                     "no bearer token: send `Authorization: Bearer TOKEN`",
                 )
             })?;
-        server
+        let tenant = server
             .authenticate(token.trim())
             .cloned()
-            .map(Tenant)
-            .ok_or_else(|| ApiError::new(ErrorKind::Unauthorized, "the token is not valid"))
+            .ok_or_else(|| ApiError::new(ErrorKind::Unauthorized, "the token is not valid"))?;
+        // Before its jobs are resumed, quotas would count too few and lists show too few.
+        if server.readiness() == ProbeStatus::Starting {
+            return Err(ApiError::new(
+                ErrorKind::Unavailable,
+                "the server is starting: it is resuming the jobs of its registry (GET /readyz \
+                 answers 200 once it is done)",
+            ));
+        }
+        Ok(Tenant(tenant))
     }
 }
 
@@ -121,24 +144,103 @@ fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     })
 }
 
-/// The routes.
+/// The document's frame: what the API is, and how a tenant authenticates.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Sluice server",
+        description = "A multi-tenant job service running stream jobs whose operators are \
+            sandboxed WebAssembly components. The API is under /v1; its unprefixed paths \
+            answer the same but are deprecated. Every route but the dashboard, the probes \
+            and this document needs a tenant's bearer token; a tenant sees only its own \
+            jobs, plugins, logs and metrics (another tenant's job is 404). Errors are JSON \
+            objects with one field, error. A time comes as milliseconds since the Unix \
+            epoch (NAME_ms) and as the same instant in RFC 3339 (NAME)."
+    ),
+    modifiers(&BearerToken),
+    security(("bearer" = [])),
+    tags(
+        (name = "jobs", description = "Submitting, watching and controlling jobs"),
+        (name = "savepoints", description = "Savepoints of running jobs"),
+        (name = "plugins", description = "Uploaded operator components"),
+        (name = "server", description = "Probes, metrics, the dashboard and this document")
+    )
+)]
+struct ApiDoc;
+
+/// Declares the bearer token scheme the document's `security` names.
+struct BearerToken;
+
+impl utoipa::Modify for BearerToken {
+    fn modify(&self, openapi: &mut OpenApiDocument) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+    }
+}
+
+/// The API's routes, each served at `/v1` + its path.
+fn api() -> OpenApiRouter<Arc<Server>> {
+    OpenApiRouter::new()
+        .routes(routes!(openapi_document))
+        .routes(routes!(metrics))
+        .routes(routes!(list_plugins, upload_plugin))
+        .routes(routes!(delete_plugin))
+        .routes(routes!(list_jobs, submit))
+        .routes(routes!(job_detail, delete_job))
+        .routes(routes!(job_output))
+        .routes(routes!(job_logs))
+        .routes(routes!(cancel))
+        .routes(routes!(stop))
+        .routes(routes!(savepoint))
+        .routes(routes!(trigger_savepoint))
+        .routes(routes!(savepoint_status))
+        .routes(routes!(start))
+}
+
+/// Every route the server serves, with its description: the table both the router and
+/// the OpenAPI document are made from (nothing is routed past it but the fallback).
+fn routes() -> OpenApiRouter<Arc<Server>> {
+    let mut unversioned = api();
+    for item in unversioned.get_openapi_mut().paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.options,
+            &mut item.head,
+            &mut item.patch,
+            &mut item.trace,
+        ];
+        for operation in operations.into_iter().flatten() {
+            operation.deprecated = Some(Deprecated::True);
+            // (Operation ids are unique: they stay with the `/v1` paths.)
+            operation.operation_id = None;
+        }
+    }
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(dashboard))
+        .routes(routes!(health))
+        .routes(routes!(livez))
+        .routes(routes!(readyz))
+        .nest("/v1", api())
+        .merge(unversioned)
+}
+
+/// The API described in OpenAPI 3.1, generated from the route table and the answers'
+/// types.
+pub fn openapi() -> OpenApiDocument {
+    routes().into_openapi()
+}
+
+/// The routes, on `server`.
 pub fn router(server: Arc<Server>) -> axum::Router {
     let limit = server.host.server.max_upload_bytes;
-    axum::Router::new()
-        .route("/", get(dashboard))
-        .route("/health", get(health))
-        .route("/openapi.json", get(openapi))
-        .route("/metrics", get(metrics))
-        .route("/plugins", get(list_plugins).post(upload_plugin))
-        .route("/plugins/{key}", delete(delete_plugin))
-        .route("/jobs", get(list_jobs).post(submit))
-        .route("/jobs/{id}", get(job_detail).delete(delete_job))
-        .route("/jobs/{id}/output", get(job_output))
-        .route("/jobs/{id}/logs", get(job_logs))
-        .route("/jobs/{id}/cancel", post(cancel))
-        .route("/jobs/{id}/stop", post(stop))
-        .route("/jobs/{id}/savepoint", post(savepoint))
-        .route("/jobs/{id}/start", post(start))
+    let (router, _) = routes().split_for_parts();
+    router
         .fallback(|| async { ApiError::new(ErrorKind::NotFound, "no such route") })
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn(move |request, next| {
@@ -177,6 +279,8 @@ async fn refuse_large_bodies(
 /// same API as the client (embedded in the binary; nothing comes from elsewhere).
 const DASHBOARD: &str = include_str!("dashboard.html");
 
+#[utoipa::path(get, path = "/", tag = "server", security(),
+    responses((status = 200, description = "The dashboard's page", body = String, content_type = "text/html")))]
 async fn dashboard() -> Response {
     let policy = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
                   connect-src 'self'; img-src 'self' data:; form-action 'none'; frame-ancestors 'none'";
@@ -190,82 +294,210 @@ async fn dashboard() -> Response {
         .into_response()
 }
 
-async fn health() -> Json<serde_json::Value> {
-    Json(json!({ "status": "ok" }))
+#[utoipa::path(get, path = "/health", tag = "server", security(),
+    responses((status = 200, description = "The process answers (as `/livez`)", body = Probe)))]
+async fn health() -> Json<Probe> {
+    Json(Probe {
+        status: ProbeStatus::Ok,
+    })
 }
 
-/// The API described in OpenAPI 3.0.
-const OPENAPI: &str = include_str!("openapi.json");
-
-async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+#[utoipa::path(get, path = "/livez", tag = "server", security(),
+    responses((status = 200, description = "The process answers", body = Probe)))]
+async fn livez() -> Json<Probe> {
+    Json(Probe {
+        status: ProbeStatus::Ok,
+    })
 }
 
+#[utoipa::path(get, path = "/readyz", tag = "server", security(),
+    responses(
+        (status = 200, description = "It resumed its jobs and accepts requests", body = Probe),
+        (status = 503, description = "It is starting (resuming its jobs) or shutting down", body = Probe),
+    ))]
+async fn readyz(State(server): State<Arc<Server>>) -> (StatusCode, Json<Probe>) {
+    let status = server.readiness();
+    let code = match status {
+        ProbeStatus::Ready => StatusCode::OK,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (code, Json(Probe { status }))
+}
+
+/// The document, written once.
+static OPENAPI_JSON: LazyLock<String> = LazyLock::new(|| {
+    openapi()
+        .to_pretty_json()
+        .unwrap_or_else(|e| format!("{{\"error\": \"cannot write the OpenAPI document: {e}\"}}"))
+});
+
+#[utoipa::path(get, path = "/openapi.json", tag = "server", security(),
+    responses((status = 200, description = "This document (OpenAPI 3.1)", body = Object)))]
+async fn openapi_document() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        OPENAPI_JSON.as_str(),
+    )
+        .into_response()
+}
+
+#[utoipa::path(get, path = "/metrics", tag = "server",
+    responses(
+        (status = 200, description = "The tenant's metrics (OpenMetrics text)", body = String,
+            content_type = "application/openmetrics-text"),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 503, description = "The server is starting", body = ErrorBody),
+    ))]
 async fn metrics(State(server): State<Arc<Server>>, Tenant(t): Tenant) -> Response {
     let text = server.metrics(&t);
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     ([(header::CONTENT_TYPE, content_type)], text).into_response()
 }
 
-async fn list_plugins(
-    State(server): State<Arc<Server>>,
-    Tenant(t): Tenant,
-) -> Json<serde_json::Value> {
-    Json(json!({ "plugins": server.list_plugins(&t) }))
+#[utoipa::path(get, path = "/plugins", tag = "plugins",
+    responses(
+        (status = 200, description = "The tenant's plugins, newest first", body = PluginList),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 503, description = "The server is starting", body = ErrorBody),
+    ))]
+async fn list_plugins(State(server): State<Arc<Server>>, Tenant(t): Tenant) -> Json<PluginList> {
+    Json(server.plugins(&t))
 }
 
+/// `?name=`: the name a plugin is uploaded under.
 #[derive(Deserialize)]
 struct UploadQuery {
     name: Option<String>,
 }
 
+#[utoipa::path(post, path = "/plugins", tag = "plugins", params(("name" = Option<String>, Query, description = "A file name ending in `.wasm` (default `plugin.wasm`); job files may name the plugin by it")),
+    request_body(content = Vec<u8>, description = "The component's bytes", content_type = "application/wasm"),
+    responses(
+        (status = 201, description = "Checked and stored (the same bytes again only rename it)", body = Plugin),
+        (status = 400, description = "Not a component this host runs, or a bad name", body = ErrorBody),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 413, description = "Larger than the server accepts (max_upload_mb)", body = ErrorBody),
+        (status = 429, description = "Past the tenant's plugin or disk quota", body = ErrorBody),
+        (status = 503, description = "The server is starting", body = ErrorBody),
+    ))]
 async fn upload_plugin(
     State(server): State<Arc<Server>>,
     Tenant(t): Tenant,
     Query(q): Query<UploadQuery>,
     bytes: Result<Bytes, BytesRejection>,
-) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+) -> Result<(StatusCode, Json<Plugin>), ApiError> {
     let bytes = body(bytes)?;
     let name = q.name.unwrap_or_else(|| "plugin.wasm".into());
-    let entry = blocking(move || server.upload_plugin(&t, &name, &bytes)).await?;
-    Ok((StatusCode::CREATED, Json(json!(entry))))
+    let plugin = blocking(move || server.upload_plugin(&t, &name, &bytes)).await?;
+    Ok((StatusCode::CREATED, Json(plugin)))
 }
 
-async fn list_jobs(
+#[utoipa::path(delete, path = "/plugins/{key}", tag = "plugins",
+    params(("key" = String, Path, description = "The plugin's SHA-256, or the name it was uploaded under")),
+    responses(
+        (status = 200, description = "Deleted: what it was", body = Plugin),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 404, description = "No such plugin of the tenant", body = ErrorBody),
+        (status = 409, description = "A job that could run uses it", body = ErrorBody),
+        (status = 503, description = "The server is starting", body = ErrorBody),
+    ))]
+async fn delete_plugin(
     State(server): State<Arc<Server>>,
     Tenant(t): Tenant,
-) -> Json<serde_json::Value> {
-    Json(json!({ "jobs": server.list_jobs(&t) }))
+    Path(key): Path<String>,
+) -> Result<Json<Plugin>, ApiError> {
+    Ok(Json(
+        blocking(move || server.delete_plugin(&t, &key)).await?,
+    ))
 }
 
+#[utoipa::path(get, path = "/jobs", tag = "jobs",
+    responses(
+        (status = 200, description = "The tenant's jobs, oldest first", body = JobList),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 503, description = "The server is starting", body = ErrorBody),
+    ))]
+async fn list_jobs(State(server): State<Arc<Server>>, Tenant(t): Tenant) -> Json<JobList> {
+    Json(server.list_jobs(&t))
+}
+
+#[utoipa::path(post, path = "/jobs", tag = "jobs",
+    request_body(content = String, description = "A job file (TOML) naming uploaded plugins by name or as sha256:HEX",
+        content_type = "application/toml"),
+    responses(
+        (status = 201, description = "Stored and started", body = JobSummary),
+        (status = 400, description = "The job file is not valid: the error names the line and key", body = ErrorBody),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 403, description = "It names another tenant, or Kafka outside the tenant's grant", body = ErrorBody),
+        (status = 409, description = "The server is shutting down", body = ErrorBody),
+        (status = 413, description = "Larger than the server accepts (max_upload_mb)", body = ErrorBody),
+        (status = 429, description = "Past one of the tenant's quotas, named", body = ErrorBody),
+        (status = 503, description = "The server is starting", body = ErrorBody),
+    ))]
 async fn submit(
     State(server): State<Arc<Server>>,
     Tenant(t): Tenant,
     bytes: Result<Bytes, BytesRejection>,
-) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+) -> Result<(StatusCode, Json<JobSummary>), ApiError> {
     let bytes = body(bytes)?;
     let text = String::from_utf8(bytes.to_vec())
         .map_err(|_| ApiError::bad("the job file must be UTF-8 text (TOML)"))?;
     let job = blocking(move || server.submit(&t, &text)).await?;
-    Ok((StatusCode::CREATED, Json(json!(job))))
+    Ok((StatusCode::CREATED, Json(job)))
 }
 
+#[utoipa::path(get, path = "/jobs/{id}", tag = "jobs",
+    params(("id" = String, Path, description = "A job id, as `POST /v1/jobs` answered")),
+    responses(
+        (status = 200, description = "Everything about the job", body = JobDetail),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 404, description = "No such job of the tenant", body = ErrorBody),
+        (status = 503, description = "The server is starting", body = ErrorBody),
+    ))]
 async fn job_detail(
     State(server): State<Arc<Server>>,
     Tenant(t): Tenant,
     Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(json!(server.job_detail(&t, &id)?)))
+) -> Result<Json<JobDetail>, ApiError> {
+    Ok(Json(server.job_detail(&t, &id)?))
 }
 
-/// Streams the output files: the server holds a chunk or so of them at a time, however
-/// large they are.
+#[utoipa::path(delete, path = "/jobs/{id}", tag = "jobs",
+    params(("id" = String, Path, description = "A job id")),
+    responses(
+        (status = 200, description = "Deleted with its folder (checkpoints, output, logs): what it was", body = JobSummary),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 404, description = "No such job of the tenant", body = ErrorBody),
+        (status = 409, description = "It is running", body = ErrorBody),
+        (status = 503, description = "The server is starting", body = ErrorBody),
+    ))]
+async fn delete_job(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Path(id): Path<String>,
+) -> Result<Json<JobSummary>, ApiError> {
+    Ok(Json(blocking(move || server.delete(&t, &id)).await?))
+}
+
 /// `?file=`: one of a job's output files.
 #[derive(Deserialize)]
 struct OutputQuery {
     file: Option<String>,
 }
 
+/// Streams the output files: the server holds a chunk or so of them at a time, however
+/// large they are.
+#[utoipa::path(get, path = "/jobs/{id}/output", tag = "jobs",
+    params(
+        ("id" = String, Path, description = "A job id"),
+        ("file" = Option<String>, Query, description = "One of the files its `output` lists (e.g. `output/late.tsv`); all of them one after the other without it"),
+    ),
+    responses(
+        (status = 200, description = "The committed output", body = String, content_type = "text/plain"),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 404, description = "No such job of the tenant, or no such output file", body = ErrorBody),
+        (status = 503, description = "The server is starting", body = ErrorBody),
+    ))]
 async fn job_output(
     State(server): State<Arc<Server>>,
     Tenant(t): Tenant,
@@ -277,6 +509,14 @@ async fn job_output(
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }
 
+#[utoipa::path(get, path = "/jobs/{id}/logs", tag = "jobs",
+    params(("id" = String, Path, description = "A job id")),
+    responses(
+        (status = 200, description = "Its last 1,000 log lines, oldest first", body = String, content_type = "text/plain"),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 404, description = "No such job of the tenant", body = ErrorBody),
+        (status = 503, description = "The server is starting", body = ErrorBody),
+    ))]
 async fn job_logs(
     State(server): State<Arc<Server>>,
     Tenant(t): Tenant,
@@ -284,6 +524,161 @@ async fn job_logs(
 ) -> Result<Response, ApiError> {
     let text = blocking(move || server.job_logs(&t, &id)).await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+}
+
+#[utoipa::path(post, path = "/jobs/{id}/cancel", tag = "jobs",
+    params(("id" = String, Path, description = "A job id")),
+    responses(
+        (status = 200, description = "Cancelled (no savepoint)", body = JobSummary),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 404, description = "No such job of the tenant", body = ErrorBody),
+        (status = 409, description = "It is not running", body = ErrorBody),
+        (status = 503, description = "The server is starting", body = ErrorBody),
+    ))]
+async fn cancel(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Path(id): Path<String>,
+) -> Result<Json<JobSummary>, ApiError> {
+    Ok(Json(blocking(move || server.cancel(&t, &id)).await?))
+}
+
+/// `?drain=`: whether to fire all event-time timers first.
+#[derive(Deserialize)]
+struct StopQuery {
+    #[serde(default)]
+    drain: bool,
+}
+
+#[utoipa::path(post, path = "/jobs/{id}/stop", tag = "jobs",
+    params(
+        ("id" = String, Path, description = "A job id"),
+        ("drain" = Option<bool>, Query, description = "Advance event time to the end before the savepoint (fires all timers and windows)"),
+    ),
+    responses(
+        (status = 200, description = "Stopped with a savepoint (answered once it is written)", body = JobSummary),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 404, description = "No such job of the tenant", body = ErrorBody),
+        (status = 409, description = "It is not running, or its savepoint failed", body = ErrorBody),
+        (status = 503, description = "The server is starting", body = ErrorBody),
+    ))]
+async fn stop(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Path(id): Path<String>,
+    Query(q): Query<StopQuery>,
+) -> Result<Json<JobSummary>, ApiError> {
+    Ok(Json(blocking(move || server.stop(&t, &id, q.drain)).await?))
+}
+
+/// How often a waiting `POST .../savepoint` looks at its request.
+const SAVEPOINT_POLL: Duration = Duration::from_millis(10);
+
+/// Takes a savepoint as [`trigger_savepoint`] does, and answers once it is written. The
+/// wait holds no thread: it looks at the request every [`SAVEPOINT_POLL`].
+#[utoipa::path(post, path = "/jobs/{id}/savepoint", tag = "savepoints",
+    params(("id" = String, Path, description = "A job id")),
+    responses(
+        (status = 200, description = "Written, the job running on", body = SavepointTaken),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 404, description = "No such job of the tenant", body = ErrorBody),
+        (status = 409, description = "It is not running, or the savepoint failed", body = ErrorBody),
+        (status = 429, description = "It has as many savepoints in progress as it may", body = ErrorBody),
+        (status = 503, description = "The server is starting", body = ErrorBody),
+    ))]
+async fn savepoint(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Path(id): Path<String>,
+) -> Result<Json<SavepointTaken>, ApiError> {
+    let request = server.trigger_savepoint(&t, &id)?.request_id;
+    loop {
+        let status = server.savepoint_status(&t, &id, &request)?;
+        match (status.status, status.location, status.error) {
+            (TriggerStatus::InProgress, ..) => tokio::time::sleep(SAVEPOINT_POLL).await,
+            (TriggerStatus::Completed, Some(savepoint), _) => {
+                return Ok(Json(SavepointTaken { savepoint }));
+            }
+            (_, _, error) => {
+                let message =
+                    error.unwrap_or_else(|| format!("the savepoint of job '{id}' failed"));
+                return Err(ApiError::new(ErrorKind::Conflict, message));
+            }
+        }
+    }
+}
+
+#[utoipa::path(post, path = "/jobs/{id}/savepoints", tag = "savepoints",
+    params(("id" = String, Path, description = "A job id")),
+    responses(
+        (status = 202, description = "Triggered: ask about it with its request id", body = SavepointTriggered),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 404, description = "No such job of the tenant", body = ErrorBody),
+        (status = 409, description = "It is not running, or runs over several servers", body = ErrorBody),
+        (status = 429, description = "It has as many savepoints in progress as it may (4)", body = ErrorBody),
+        (status = 503, description = "The server is starting", body = ErrorBody),
+    ))]
+async fn trigger_savepoint(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<SavepointTriggered>), ApiError> {
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(server.trigger_savepoint(&t, &id)?),
+    ))
+}
+
+#[utoipa::path(get, path = "/jobs/{id}/savepoints/{request_id}", tag = "savepoints",
+    params(
+        ("id" = String, Path, description = "A job id"),
+        ("request_id" = String, Path, description = "What `POST /v1/jobs/{id}/savepoints` answered"),
+    ),
+    responses(
+        (status = 200, description = "Where the savepoint is", body = SavepointStatus),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 404, description = "No such job of the tenant, or no such request (any more)", body = ErrorBody),
+        (status = 503, description = "The server is starting", body = ErrorBody),
+    ))]
+async fn savepoint_status(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Path((id, request)): Path<(String, String)>,
+) -> Result<Json<SavepointStatus>, ApiError> {
+    Ok(Json(server.savepoint_status(&t, &id, &request)?))
+}
+
+/// `?savepoint=&allow_rewind=`: where a start resumes from.
+#[derive(Deserialize)]
+struct StartQuery {
+    savepoint: Option<String>,
+    #[serde(default)]
+    allow_rewind: bool,
+}
+
+#[utoipa::path(post, path = "/jobs/{id}/start", tag = "jobs",
+    params(
+        ("id" = String, Path, description = "A job id"),
+        ("savepoint" = Option<String>, Query, description = "A savepoint's name (its `savepoint`, or a `name` of its checkpoints); its latest complete checkpoint or savepoint without it"),
+        ("allow_rewind" = Option<bool>, Query, description = "Restore a savepoint older than the output already committed (which stays aside as a new file generation)"),
+    ),
+    responses(
+        (status = 200, description = "Started again", body = JobSummary),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 404, description = "No such job of the tenant, or no such savepoint", body = ErrorBody),
+        (status = 409, description = "It is running or finished, the savepoint does not fit, or the server is shutting down", body = ErrorBody),
+        (status = 429, description = "Past one of the tenant's quotas, named", body = ErrorBody),
+        (status = 503, description = "The server is starting", body = ErrorBody),
+    ))]
+async fn start(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+    Path(id): Path<String>,
+    Query(q): Query<StartQuery>,
+) -> Result<Json<JobSummary>, ApiError> {
+    Ok(Json(
+        blocking(move || server.start(&t, &id, q.savepoint.as_deref(), q.allow_rewind)).await?,
+    ))
 }
 
 /// Bytes read from a file per chunk of a streamed answer.
@@ -370,77 +765,6 @@ impl futures_core::Stream for FileChunks {
     }
 }
 
-async fn delete_job(
-    State(server): State<Arc<Server>>,
-    Tenant(t): Tenant,
-    Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(json!(blocking(move || server.delete(&t, &id)).await?)))
-}
-
-async fn delete_plugin(
-    State(server): State<Arc<Server>>,
-    Tenant(t): Tenant,
-    Path(key): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(json!(
-        blocking(move || server.delete_plugin(&t, &key)).await?
-    )))
-}
-
-async fn cancel(
-    State(server): State<Arc<Server>>,
-    Tenant(t): Tenant,
-    Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(json!(blocking(move || server.cancel(&t, &id)).await?)))
-}
-
-#[derive(Deserialize)]
-struct StopQuery {
-    #[serde(default)]
-    drain: bool,
-}
-
-async fn stop(
-    State(server): State<Arc<Server>>,
-    Tenant(t): Tenant,
-    Path(id): Path<String>,
-    Query(q): Query<StopQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(json!(
-        blocking(move || server.stop(&t, &id, q.drain)).await?
-    )))
-}
-
-async fn savepoint(
-    State(server): State<Arc<Server>>,
-    Tenant(t): Tenant,
-    Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(json!(
-        blocking(move || server.savepoint(&t, &id)).await?
-    )))
-}
-
-#[derive(Deserialize)]
-struct StartQuery {
-    savepoint: Option<String>,
-    #[serde(default)]
-    allow_rewind: bool,
-}
-
-async fn start(
-    State(server): State<Arc<Server>>,
-    Tenant(t): Tenant,
-    Path(id): Path<String>,
-    Query(q): Query<StartQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(json!(
-        blocking(move || server.start(&t, &id, q.savepoint.as_deref(), q.allow_rewind)).await?
-    )))
-}
-
 /// A server answering on a socket, on threads of its own.
 pub struct RunningServer {
     address: SocketAddr,
@@ -518,12 +842,12 @@ impl RunningServer {
         &self.server
     }
 
-    /// Stops answering, then stops the jobs so that they resume when a server opens the
-    /// registry again (waiting at most `timeout` for their savepoints).
+    /// Stops the jobs so that they resume when a server opens the registry again
+    /// (waiting at most `timeout` for their savepoints), then stops answering. Meanwhile
+    /// `/readyz` answers 503 and no job is submitted or started.
     pub fn shutdown(mut self, timeout: Duration) -> Result<()> {
-        self.stop_http()?;
         self.server.shutdown(timeout);
-        Ok(())
+        self.stop_http()
     }
 
     fn stop_http(&mut self) -> Result<()> {
@@ -647,6 +971,82 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `(path, method, deprecated, open)` of every operation of the document.
+    fn operations(doc: &serde_json::Value) -> Vec<(String, String, bool, bool)> {
+        let mut out = Vec::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("a path item") {
+                out.push((
+                    path.clone(),
+                    method.clone(),
+                    operation["deprecated"] == true,
+                    operation["security"] == serde_json::json!([]),
+                ));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_api_route_is_under_v1_and_unprefixed_as_deprecated() {
+        let doc = serde_json::to_value(openapi()).unwrap();
+        let operations = operations(&doc);
+        let probes = ["/", "/health", "/livez", "/readyz"];
+        for (path, method, deprecated, open) in &operations {
+            if probes.contains(&path.as_str()) {
+                assert!(!deprecated && *open, "{method} {path}");
+                continue;
+            }
+            let twin = match path.strip_prefix("/v1") {
+                Some(unprefixed) => {
+                    assert!(!deprecated, "{method} {path}");
+                    unprefixed.to_string()
+                }
+                None => {
+                    assert!(
+                        deprecated,
+                        "{method} {path} is not under /v1 nor deprecated"
+                    );
+                    format!("/v1{path}")
+                }
+            };
+            assert!(
+                operations
+                    .iter()
+                    .any(|(p, m, _, o)| *p == twin && m == method && o == open),
+                "{method} {path} has no twin {method} {twin}"
+            );
+            // Only the document itself is open among the API's routes.
+            assert_eq!(*open, path.ends_with("/openapi.json"), "{method} {path}");
+        }
+        for (path, method) in [
+            ("/v1/jobs", "post"),
+            ("/v1/jobs/{id}", "delete"),
+            ("/v1/jobs/{id}/savepoints", "post"),
+            ("/v1/jobs/{id}/savepoints/{request_id}", "get"),
+            ("/v1/jobs/{id}/savepoint", "post"),
+            ("/v1/openapi.json", "get"),
+        ] {
+            assert!(
+                operations.iter().any(|(p, m, ..)| p == path && m == method),
+                "{method} {path} is not in the document"
+            );
+        }
+        // Every schema an answer refers to is in the document.
+        let text = doc.to_string();
+        for reference in text.split("\"#/components/schemas/").skip(1) {
+            let name = reference.split('"').next().unwrap();
+            assert!(
+                doc["components"]["schemas"][name].is_object(),
+                "no schema {name}"
+            );
+        }
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearer"]["scheme"],
+            "bearer"
+        );
+    }
 
     #[test]
     fn label_values_from_tenants_cannot_break_the_text_format() {

@@ -1,10 +1,17 @@
-//! A client of a server's API, behind `sluice submit|list|status|cancel|stop|start|output`.
+//! A client of a server's API, behind `sluice submit|list|status|cancel|stop|start|output`
+//! and `sluice savepoint ID --server URL`: it speaks `/v1` and reads the answers as the
+//! types of [`super::model`].
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use serde_json::Value;
+use serde::de::DeserializeOwned;
+
+use super::model::{
+    ErrorBody, JobDetail, JobList, JobSummary, Plugin, PluginList, Probe, SavepointStatus,
+    SavepointTaken, SavepointTriggered, TriggerStatus,
+};
 
 /// Talks to one server as one tenant.
 pub struct Client {
@@ -104,23 +111,32 @@ impl Client {
         Ok((status, bytes))
     }
 
-    /// Sends a request and parses a successful JSON answer; an error status becomes an
-    /// error with the server's message.
-    fn json(&self, method: &str, path: &str, body: Option<&[u8]>) -> Result<Value> {
+    /// Sends a request and reads a successful JSON answer as a `T`; an error status
+    /// becomes an error with the server's message.
+    fn json<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> Result<T> {
         let (status, bytes) = self.request(method, path, body)?;
-        let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         if status >= 400 {
-            let message = value["error"]
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
-            bail!("{method} {path}: {status}: {message}");
+            bail!("{method} {path}: {status}: {}", error_message(&bytes));
         }
-        Ok(value)
+        serde_json::from_slice(&bytes).with_context(|| {
+            format!(
+                "{method} {path}: the server's answer is not what this client reads ({}): {}",
+                std::any::type_name::<T>()
+                    .rsplit("::")
+                    .next()
+                    .unwrap_or("?"),
+                String::from_utf8_lossy(&bytes[..bytes.len().min(512)])
+            )
+        })
     }
 
-    /// Uploads a plugin component; returns its entry (with `sha256`).
-    pub fn upload_plugin(&self, path: &Path) -> Result<Value> {
+    /// Uploads a plugin component; returns what the server stored.
+    pub fn upload_plugin(&self, path: &Path) -> Result<Plugin> {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let name = path
             .file_name()
@@ -128,7 +144,7 @@ impl Client {
             .ok_or_else(|| anyhow!("{}: not a file name", path.display()))?;
         self.json(
             "POST",
-            &format!("/plugins?name={}", query_escape(&name)),
+            &format!("/v1/plugins?name={}", query_escape(&name)),
             Some(&bytes),
         )
         .with_context(|| format!("uploading {}", path.display()))
@@ -136,7 +152,7 @@ impl Client {
 
     /// Submits the job file at `path`: uploads the plugins it names by path (relative to
     /// the job file) and submits the file with them named by content hash.
-    pub fn submit(&self, path: &Path) -> Result<Value> {
+    pub fn submit(&self, path: &Path) -> Result<JobSummary> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut job: toml::Table =
@@ -155,105 +171,172 @@ impl Client {
                     // Maybe the name of a plugin uploaded before: the server decides.
                     continue;
                 }
-                let entry = self.upload_plugin(&file)?;
-                let sha = entry["sha256"]
-                    .as_str()
-                    .ok_or_else(|| anyhow!("the server answered an upload without sha256"))?;
-                *plugin = toml::Value::String(format!("sha256:{sha}"));
+                let uploaded = self.upload_plugin(&file)?;
+                *plugin = toml::Value::String(format!("sha256:{}", uploaded.sha256));
             }
         }
         let text = toml::to_string(&job)?;
-        self.json("POST", "/jobs", Some(text.as_bytes()))
+        self.json("POST", "/v1/jobs", Some(text.as_bytes()))
             .with_context(|| format!("submitting {}", path.display()))
     }
 
     /// The tenant's jobs.
-    pub fn list(&self) -> Result<Value> {
-        self.json("GET", "/jobs", None)
+    pub fn list(&self) -> Result<JobList> {
+        self.json("GET", "/v1/jobs", None)
     }
 
     /// One job in detail.
-    pub fn status(&self, id: &str) -> Result<Value> {
-        self.json("GET", &format!("/jobs/{}", query_escape(id)), None)
+    pub fn status(&self, id: &str) -> Result<JobDetail> {
+        self.json("GET", &format!("/v1/jobs/{}", query_escape(id)), None)
     }
 
     /// Cancels a job.
-    pub fn cancel(&self, id: &str) -> Result<Value> {
-        self.json("POST", &format!("/jobs/{}/cancel", query_escape(id)), None)
+    pub fn cancel(&self, id: &str) -> Result<JobSummary> {
+        self.json(
+            "POST",
+            &format!("/v1/jobs/{}/cancel", query_escape(id)),
+            None,
+        )
     }
 
     /// Stops a job with a savepoint.
-    pub fn stop(&self, id: &str, drain: bool) -> Result<Value> {
+    pub fn stop(&self, id: &str, drain: bool) -> Result<JobSummary> {
         self.json(
             "POST",
-            &format!("/jobs/{}/stop?drain={drain}", query_escape(id)),
+            &format!("/v1/jobs/{}/stop?drain={drain}", query_escape(id)),
             None,
         )
     }
 
     /// Starts a stopped job again, from `savepoint` or its latest one.
-    pub fn start(&self, id: &str, savepoint: Option<&str>) -> Result<Value> {
+    pub fn start(&self, id: &str, savepoint: Option<&str>) -> Result<JobSummary> {
         let query = savepoint
             .map(|s| format!("?savepoint={}", query_escape(s)))
             .unwrap_or_default();
         self.json(
             "POST",
-            &format!("/jobs/{}/start{query}", query_escape(id)),
+            &format!("/v1/jobs/{}/start{query}", query_escape(id)),
             None,
         )
     }
 
-    /// Takes a savepoint of a running job without stopping it.
-    pub fn savepoint(&self, id: &str) -> Result<Value> {
+    /// Takes a savepoint of a running job without stopping it; returns once it is
+    /// written.
+    pub fn savepoint(&self, id: &str) -> Result<SavepointTaken> {
         self.json(
             "POST",
-            &format!("/jobs/{}/savepoint", query_escape(id)),
+            &format!("/v1/jobs/{}/savepoint", query_escape(id)),
             None,
         )
+    }
+
+    /// Triggers a savepoint of a running job without stopping it or waiting for it.
+    pub fn trigger_savepoint(&self, id: &str) -> Result<SavepointTriggered> {
+        self.json(
+            "POST",
+            &format!("/v1/jobs/{}/savepoints", query_escape(id)),
+            None,
+        )
+    }
+
+    /// Where a triggered savepoint is.
+    pub fn savepoint_status(&self, id: &str, request_id: &str) -> Result<SavepointStatus> {
+        self.json(
+            "GET",
+            &format!(
+                "/v1/jobs/{}/savepoints/{}",
+                query_escape(id),
+                query_escape(request_id)
+            ),
+            None,
+        )
+    }
+
+    /// Triggers a savepoint and asks about it every `poll` until it completed (its name)
+    /// or failed (the server's error), for at most `timeout`.
+    pub fn savepoint_polled(&self, id: &str, poll: Duration, timeout: Duration) -> Result<String> {
+        let request = self.trigger_savepoint(id)?.request_id;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let status = self.savepoint_status(id, &request)?;
+            match status.status {
+                TriggerStatus::Completed => {
+                    return status.location.ok_or_else(|| {
+                        anyhow!("job {id}: the server says savepoint request {request} completed, but names no savepoint")
+                    });
+                }
+                TriggerStatus::Failed => bail!(
+                    "{}",
+                    status
+                        .error
+                        .unwrap_or_else(|| format!("the savepoint of job {id} failed"))
+                ),
+                TriggerStatus::InProgress if Instant::now() >= deadline => bail!(
+                    "job {id}: savepoint request {request} was still in progress after {} s",
+                    timeout.as_secs()
+                ),
+                TriggerStatus::InProgress => std::thread::sleep(poll),
+            }
+        }
     }
 
     /// A job's committed output: all its files, or only `file` (one the job lists).
     pub fn output(&self, id: &str, file: Option<&str>) -> Result<Vec<u8>> {
         let query = file.map_or(String::new(), |f| format!("?file={}", query_escape(f)));
-        self.text(&format!("/jobs/{}/output{query}", query_escape(id)))
+        self.text(&format!("/v1/jobs/{}/output{query}", query_escape(id)))
     }
 
     /// Deletes a job that is not running, with its files; returns what it was.
-    pub fn delete_job(&self, id: &str) -> Result<Value> {
-        self.json("DELETE", &format!("/jobs/{}", query_escape(id)), None)
+    pub fn delete_job(&self, id: &str) -> Result<JobSummary> {
+        self.json("DELETE", &format!("/v1/jobs/{}", query_escape(id)), None)
     }
 
     /// The tenant's plugins, newest first.
-    pub fn plugins(&self) -> Result<Value> {
-        self.json("GET", "/plugins", None)
+    pub fn plugins(&self) -> Result<PluginList> {
+        self.json("GET", "/v1/plugins", None)
     }
 
     /// Deletes a plugin (by SHA-256 or name) that no job that could run uses.
-    pub fn delete_plugin(&self, key: &str) -> Result<Value> {
-        self.json("DELETE", &format!("/plugins/{}", query_escape(key)), None)
+    pub fn delete_plugin(&self, key: &str) -> Result<Plugin> {
+        self.json(
+            "DELETE",
+            &format!("/v1/plugins/{}", query_escape(key)),
+            None,
+        )
     }
 
     /// The tenant's metrics, in Prometheus' text format.
     pub fn metrics(&self) -> Result<Vec<u8>> {
-        self.text("/metrics")
+        self.text("/v1/metrics")
     }
 
     /// A job's recent log lines.
     pub fn logs(&self, id: &str) -> Result<Vec<u8>> {
-        self.text(&format!("/jobs/{}/logs", query_escape(id)))
+        self.text(&format!("/v1/jobs/{}/logs", query_escape(id)))
+    }
+
+    /// `/readyz`: whether the server resumed its jobs and accepts requests (an error
+    /// says why not).
+    pub fn ready(&self) -> Result<Probe> {
+        self.json("GET", "/readyz", None)
     }
 
     /// A plain-text answer.
     fn text(&self, path: &str) -> Result<Vec<u8>> {
         let (status, bytes) = self.request("GET", path, None)?;
         if status >= 400 {
-            let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            bail!(
-                "GET {path}: {status}: {}",
-                value["error"].as_str().unwrap_or("?")
-            );
+            bail!("GET {path}: {status}: {}", error_message(&bytes));
         }
         Ok(bytes)
+    }
+}
+
+/// The message of an error answer: its `error`, or the body as it is when it is not one
+/// (a proxy's page, a probe's status).
+fn error_message(body: &[u8]) -> String {
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(e) => e.error,
+        Err(_) => String::from_utf8_lossy(body).into_owned(),
     }
 }
 

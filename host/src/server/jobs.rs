@@ -31,13 +31,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use crossbeam_channel::{Sender, unbounded};
-use serde_json::json;
 
 use super::kafka_grant::{no_kafka_grant, within_kafka_grant};
+use super::model::{JobState, JobSummary};
 use super::plugins::now_ms;
-use super::registry::{JobEntry, JobRecord, JobState, LOGS_FILE, QUARANTINE_AFTER};
+use super::registry::{JobEntry, JobRecord, LOGS_FILE, QUARANTINE_AFTER};
 use super::views::{graph_summary, output_files, state_name, summary};
-use super::{ApiError, ErrorKind, Object, Server, is_plain_name, write_atomic};
+use super::{ApiError, ErrorKind, Server, is_plain_name, write_atomic};
 use crate::checkpoint::CheckpointStorage;
 use crate::cluster::plan::is_topic_char;
 use crate::cluster::{ClusterHost, ClusterSettings, HostEnd, Plan};
@@ -269,7 +269,7 @@ impl Server {
 
     /// Validates a job file, stores it and starts it. Nothing remains of a submission
     /// that fails.
-    pub fn submit(&self, tenant: &TenantConfig, text: &str) -> Result<Object, ApiError> {
+    pub fn submit(&self, tenant: &TenantConfig, text: &str) -> Result<JobSummary, ApiError> {
         if self.jobs.shutting_down.load(Ordering::Relaxed) {
             return Err(ApiError::new(
                 ErrorKind::Conflict,
@@ -283,6 +283,14 @@ impl Server {
         let (run, output) = self.prepare(tenant, text, &dir, &mut plugins)?;
         let needs = run.needs()?;
         let _admission = self.jobs.admission.lock();
+        // (Under the admission lock: a job launched now would not be among those the
+        // shutdown stops.)
+        if self.jobs.is_shutting_down() {
+            return Err(ApiError::new(
+                ErrorKind::Conflict,
+                "the server is shutting down",
+            ));
+        }
         // A plugin deleted since `prepare` found it (deletions take the same lock).
         if let Some((op, _)) = plugins
             .iter()
@@ -470,7 +478,11 @@ fn finished_run(
 }
 
 impl Server {
-    fn control(&self, entry: &JobEntry, what: &str) -> Result<Sender<JobControl>, ApiError> {
+    pub(super) fn control(
+        &self,
+        entry: &JobEntry,
+        what: &str,
+    ) -> Result<Sender<JobControl>, ApiError> {
         match entry.run.lock().as_ref() {
             Some(control) => Ok(control.clone()),
             None => {
@@ -489,7 +501,7 @@ impl Server {
 
     /// Refuses to `what` a job that runs over several servers: its state is its units'
     /// committed checkpoints, and it has no savepoint of its own.
-    fn no_savepoints(entry: &JobEntry, what: &str) -> Result<(), ApiError> {
+    pub(super) fn no_savepoints(entry: &JobEntry, what: &str) -> Result<(), ApiError> {
         let record = entry.record();
         if !record.cluster {
             return Ok(());
@@ -506,7 +518,7 @@ impl Server {
     }
 
     /// Cancels one of `tenant`'s jobs (no savepoint).
-    pub fn cancel(&self, tenant: &TenantConfig, id: &str) -> Result<Object, ApiError> {
+    pub fn cancel(&self, tenant: &TenantConfig, id: &str) -> Result<JobSummary, ApiError> {
         let entry = self.entry(tenant, id)?;
         let control = self.control(&entry, "cancel")?;
         let _ = control.send(JobControl::Cancel);
@@ -516,7 +528,12 @@ impl Server {
 
     /// Stops one of `tenant`'s jobs with a savepoint; `drain` first fires all event-time
     /// timers. Returns when the savepoint is written.
-    pub fn stop(&self, tenant: &TenantConfig, id: &str, drain: bool) -> Result<Object, ApiError> {
+    pub fn stop(
+        &self,
+        tenant: &TenantConfig,
+        id: &str,
+        drain: bool,
+    ) -> Result<JobSummary, ApiError> {
         let entry = self.entry(tenant, id)?;
         Self::no_savepoints(&entry, "stop")?;
         let control = self.control(&entry, "stop")?;
@@ -546,35 +563,6 @@ impl Server {
         }
     }
 
-    /// Takes a savepoint of one of `tenant`'s running jobs without stopping it. Returns
-    /// when it is written.
-    pub fn savepoint(&self, tenant: &TenantConfig, id: &str) -> Result<Object, ApiError> {
-        let entry = self.entry(tenant, id)?;
-        Self::no_savepoints(&entry, "take a savepoint of")?;
-        let control = self.control(&entry, "take a savepoint of")?;
-        let (reply, answer) = unbounded();
-        let _ = control.send(JobControl::Savepoint { reply });
-        match answer.recv_timeout(Duration::from_secs(300)) {
-            Ok(Ok(path)) => {
-                let name = path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                let mut object = Object::new();
-                object.insert("savepoint".into(), json!(name));
-                Ok(object)
-            }
-            Ok(Err(e)) => Err(ApiError::new(
-                ErrorKind::Conflict,
-                format!("the savepoint of job '{id}' failed: {e}"),
-            )),
-            Err(_) => Err(ApiError::new(
-                ErrorKind::Conflict,
-                format!("job '{id}' ended before its savepoint completed"),
-            )),
-        }
-    }
-
     /// Starts a stopped, cancelled or failed job of `tenant` again, from `savepoint` (a
     /// folder name in its checkpoints) or else its latest complete checkpoint or savepoint.
     /// A savepoint older than the committed output is refused unless `allow_rewind`.
@@ -584,9 +572,16 @@ impl Server {
         id: &str,
         savepoint: Option<&str>,
         allow_rewind: bool,
-    ) -> Result<Object, ApiError> {
+    ) -> Result<JobSummary, ApiError> {
         let entry = self.entry(tenant, id)?;
         let _admission = self.jobs.admission.lock();
+        // A job started now would not be among those the shutdown stops.
+        if self.jobs.is_shutting_down() {
+            return Err(ApiError::new(
+                ErrorKind::Conflict,
+                format!("cannot start job '{id}': the server is shutting down"),
+            ));
+        }
         let record = entry.record();
         if entry.is_running() || record.state == JobState::Finished {
             return Err(ApiError::new(
@@ -659,7 +654,7 @@ impl Server {
 
     /// Deletes one of `tenant`'s jobs that is not running, with its folder: job file,
     /// record, checkpoints, savepoints, output and logs.
-    pub fn delete(&self, tenant: &TenantConfig, id: &str) -> Result<Object, ApiError> {
+    pub fn delete(&self, tenant: &TenantConfig, id: &str) -> Result<JobSummary, ApiError> {
         let entry = self.entry(tenant, id)?;
         // Under the admission lock, so that no `start` launches it meanwhile, and with
         // its lines' lock, so that no `forget` writes them into the folder meanwhile.
@@ -772,7 +767,9 @@ impl Server {
     /// again: with a savepoint when it checkpoints, else cancelled. Waits at most
     /// `timeout`.
     pub fn shutdown(&self, timeout: Duration) {
-        self.jobs.shutting_down.store(true, Ordering::Relaxed);
+        // Under the admission lock, so that no submission or start launches a job after
+        // the jobs to stop are listed.
+        self.admitting(|| self.jobs.shutting_down.store(true, Ordering::Relaxed));
         let entries: Vec<Arc<JobEntry>> = self.jobs.by_id.lock().values().cloned().collect();
         let mut answers = Vec::new();
         for entry in &entries {

@@ -33,8 +33,10 @@ mod jobs;
 mod kafka_grant;
 pub mod logs;
 mod metrics;
+pub mod model;
 mod plugins;
 mod registry;
+mod savepoints;
 mod tls;
 mod views;
 
@@ -44,16 +46,18 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
+use subtle::{ConditionallySelectable, ConstantTimeEq};
 
-pub use api::{RunningServer, serve};
+pub use api::{RunningServer, openapi, serve};
 pub use metrics::{JobSample, jobs_metrics};
-pub use registry::JobState;
+pub use model::JobState;
 
 use crate::tenant::{HostConfig, InstanceBudget, TenantConfig};
 use crate::wasm::WasmEngine;
@@ -77,6 +81,8 @@ pub enum ErrorKind {
     Quota,
     /// The server failed (500).
     Internal,
+    /// The server is not ready yet: it is still resuming its jobs (503).
+    Unavailable,
 }
 
 /// An error answered to a client: a kind and a message a person can act on.
@@ -157,6 +163,8 @@ pub struct Server {
     /// Bytes of plugin uploads under way, by tenant: counted against its quota until
     /// they are stored, so that concurrent uploads cannot pass it together.
     uploads: Mutex<BTreeMap<String, u64>>,
+    /// Whether it resumed the jobs of its registry: until then its API answers 503.
+    resumed: AtomicBool,
 }
 
 /// How often the housekeeping thread checks disk quotas and forgets ended jobs.
@@ -166,6 +174,16 @@ impl Server {
     /// Opens the registry under `host.server.dir` (creating it) and resumes the jobs it
     /// records as running.
     pub fn open(host: HostConfig, engine: Arc<WasmEngine>) -> Result<Arc<Server>> {
+        let server = Server::load(host, engine)?;
+        server.resume_jobs()?;
+        Ok(server)
+    }
+
+    /// Opens the registry under `host.server.dir` (creating it) without resuming its
+    /// jobs: until [`Server::resume_jobs`] its API answers 503 and `/readyz` says it is
+    /// starting, while `/livez` answers, so that a server with many jobs to resume can be
+    /// told from one that hangs.
+    pub fn load(host: HostConfig, engine: Arc<WasmEngine>) -> Result<Arc<Server>> {
         let dir = host.server.dir.clone();
         for sub in ["plugins", "jobs"] {
             fs::create_dir_all(dir.join(sub))
@@ -196,8 +214,8 @@ impl Server {
             tokens,
             jobs: registry::Jobs::default(),
             uploads: Mutex::default(),
+            resumed: AtomicBool::new(false),
         });
-        server.recover()?;
         // The thread holds the server weakly: it ends once the server is dropped.
         let weak = Arc::downgrade(&server);
         thread::Builder::new()
@@ -215,22 +233,38 @@ impl Server {
         Ok(server)
     }
 
+    /// Resumes the jobs the registry records as running (once); the API answers from then
+    /// on.
+    pub fn resume_jobs(&self) -> Result<()> {
+        if !self.resumed.load(Ordering::Acquire) {
+            self.recover()?;
+            self.resumed.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// How `/readyz` finds the server: ready once it resumed its jobs, until it shuts
+    /// down.
+    pub fn readiness(&self) -> model::ProbeStatus {
+        if self.jobs.is_shutting_down() {
+            model::ProbeStatus::ShuttingDown
+        } else if self.resumed.load(Ordering::Acquire) {
+            model::ProbeStatus::Ready
+        } else {
+            model::ProbeStatus::Starting
+        }
+    }
+
     /// The tenant whose token this is.
     pub fn authenticate(&self, token: &str) -> Option<&TenantConfig> {
         let hash = token_sha256(token);
-        // Every hash is compared in full, so timing says nothing about which matched.
-        let mut found = None;
-        for (known, tenant) in &self.tokens {
-            let same = known
-                .iter()
-                .zip(&hash)
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
-            if same {
-                found = Some(tenant);
-            }
+        // Every known hash is compared in full and the match is selected without a
+        // branch, so timing says nothing about which one matched, nor how much of it.
+        let mut found = u32::MAX;
+        for (i, (known, _)) in self.tokens.iter().enumerate() {
+            found.conditional_assign(&(i as u32), known.ct_eq(&hash));
         }
-        found
+        self.tokens.get(found as usize).map(|(_, tenant)| tenant)
     }
 
     /// The configured tenants that can log in.
@@ -243,6 +277,3 @@ impl Server {
         &self.dir
     }
 }
-
-/// A JSON object of string keys, for answers.
-type Object = BTreeMap<String, serde_json::Value>;

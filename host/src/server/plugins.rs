@@ -9,13 +9,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::model::{Plugin as PluginView, PluginList, rfc3339};
 use super::{ApiError, ErrorKind, Server, hex, write_atomic};
 use crate::tenant::TenantConfig;
 use crate::wasm::Plugin;
 
-/// A stored plugin, as listed.
+/// A stored plugin, as its `SHA256.json` keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PluginEntry {
+pub(super) struct PluginEntry {
     /// SHA-256 of the component, hex.
     pub sha256: String,
     /// The name it was uploaded under.
@@ -32,6 +33,22 @@ pub struct PluginEntry {
     /// The config keys it declares, if it does.
     #[serde(default)]
     pub config_keys: Option<Vec<String>>,
+}
+
+impl PluginEntry {
+    /// As the API serves it.
+    fn view(self) -> PluginView {
+        PluginView {
+            uploaded: rfc3339(self.uploaded_ms as i64),
+            sha256: self.sha256,
+            name: self.name,
+            size: self.size,
+            interface: self.interface,
+            uploaded_ms: self.uploaded_ms,
+            calls: self.calls,
+            config_keys: self.config_keys,
+        }
+    }
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -53,7 +70,15 @@ impl Server {
     }
 
     /// `tenant`'s plugins, newest first.
-    pub fn list_plugins(&self, tenant: &TenantConfig) -> Vec<PluginEntry> {
+    pub fn plugins(&self, tenant: &TenantConfig) -> PluginList {
+        let plugins = self.list_plugins(tenant);
+        PluginList {
+            plugins: plugins.into_iter().map(PluginEntry::view).collect(),
+        }
+    }
+
+    /// `tenant`'s stored plugins, newest first.
+    pub(super) fn list_plugins(&self, tenant: &TenantConfig) -> Vec<PluginEntry> {
         let Ok(dir) = fs::read_dir(self.plugin_dir(&tenant.name)) else {
             return Vec::new();
         };
@@ -79,9 +104,10 @@ impl Server {
 
     /// Deletes `tenant`'s plugin `key` (its SHA-256, or the name it was last uploaded
     /// under), unless a job that could still run uses it.
-    pub fn delete_plugin(&self, tenant: &TenantConfig, key: &str) -> Result<PluginEntry, ApiError> {
+    pub fn delete_plugin(&self, tenant: &TenantConfig, key: &str) -> Result<PluginView, ApiError> {
         // No job is admitted meanwhile that would use it.
         self.admitting(|| self.delete_plugin_admitted(tenant, key))
+            .map(PluginEntry::view)
     }
 
     fn delete_plugin_admitted(
@@ -129,7 +155,7 @@ impl Server {
         tenant: &TenantConfig,
         name: &str,
         bytes: &[u8],
-    ) -> Result<PluginEntry, ApiError> {
+    ) -> Result<PluginView, ApiError> {
         if !name.ends_with(".wasm")
             || name.contains(['/', '\\'])
             || name.starts_with('.')
@@ -176,7 +202,7 @@ impl Server {
             Ok(entry)
         });
         let _ = fs::remove_dir_all(&incoming);
-        result
+        result.map(PluginEntry::view)
     }
 }
 

@@ -14,30 +14,13 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use super::views::{ChainSummary, CheckpointSummary};
+use super::model::{ChainSummary, JobState};
+use super::savepoints::Triggers;
+use super::views::CheckpointSummary;
 use super::{ApiError, ErrorKind, Server, write_atomic};
 use crate::cluster::HostView;
 use crate::job::{JobControl, JobMonitor};
 use crate::tenant::TenantConfig;
-
-/// Where a job is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum JobState {
-    /// Its tasks run (or it is restarting after a failure).
-    Running,
-    /// Its input ended and all output was committed.
-    Finished,
-    /// Stopped with a savepoint; `start` resumes it.
-    Stopped,
-    /// Cancelled; `start` resumes it from its latest checkpoint.
-    Cancelled,
-    /// Failed past its restart strategy; `start` retries from its latest checkpoint.
-    Failed,
-    /// Not resumed by a restarted server: it was resumed [`QUARANTINE_AFTER`] times
-    /// without reaching a completed checkpoint or an end. `start` runs it again.
-    Quarantined,
-}
 
 /// How many times in a row a restarted server resumes a job that reaches neither a
 /// completed checkpoint nor an end before it quarantines it. Three: one crash of the
@@ -117,6 +100,8 @@ pub(super) struct JobEntry {
     pub(super) kill_cause: Mutex<Option<String>>,
     /// What this server's host of a cluster job does, while it runs.
     pub(super) cluster: Mutex<Option<Arc<Mutex<HostView>>>>,
+    /// The savepoints triggered through the API, and how they went.
+    pub(super) savepoints: Mutex<Triggers>,
 }
 
 /// The server's jobs, by id.
@@ -141,6 +126,7 @@ impl JobEntry {
     /// A job kept in `dir`, not running.
     pub(super) fn new(dir: PathBuf, record: JobRecord) -> Arc<JobEntry> {
         let history = (record.checkpoints.clone(), record.checkpoint_counts);
+        let savepoints = Mutex::new(Triggers::new(&record.id));
         Arc::new(JobEntry {
             dir,
             record: Mutex::new(record),
@@ -153,6 +139,7 @@ impl JobEntry {
             cluster: Mutex::new(None),
             counted_before: Mutex::new((0, 0)),
             history_before: Mutex::new(history),
+            savepoints,
         })
     }
 

@@ -6,11 +6,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
-use super::registry::{JobEntry, JobRecord, JobState, LOGS_FILE};
-use super::{ApiError, ErrorKind, Object, Server};
+use super::model::{
+    AbortedCheckpoint, ChainSummary, CheckpointHistory, CheckpointRef, CheckpointStatus,
+    ClusterHostStatus, ClusterStatus, CompletedCheckpoint, JobDetail, JobList, JobOverview,
+    JobState, JobSummary, OperatorMetrics, SourceMetrics, TaskMetrics, rfc3339,
+};
+use super::registry::{JobEntry, JobRecord, LOGS_FILE};
+use super::{ApiError, ErrorKind, Server};
 use crate::job::JobGraph;
+use crate::metrics::{OperatorReport, TaskReport};
 use crate::tenant::TenantConfig;
 
 /// A completed checkpoint or savepoint, as the job's history keeps it.
@@ -25,16 +30,6 @@ pub(super) struct CheckpointSummary {
     /// The longest synchronous part of a task.
     pub(super) max_sync_ms: f64,
     pub(super) bytes: u64,
-}
-
-/// A task of a job's graph: its chain of vertices, parallelism and inputs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct ChainSummary {
-    /// `source -> tokenize`.
-    name: String,
-    parallelism: u32,
-    /// `(upstream task index, partitioner)`.
-    inputs: Vec<(usize, String)>,
 }
 
 pub(super) fn graph_summary(graph: &JobGraph) -> Vec<ChainSummary> {
@@ -71,47 +66,87 @@ pub(super) fn output_files(file_name: &str, parallelism: u32) -> Vec<String> {
 }
 
 /// The short form of a job, for lists and answers to control requests.
-pub(super) fn summary(record: &JobRecord, running: bool) -> Object {
-    let mut o = Object::new();
-    o.insert("id".into(), json!(record.id));
-    o.insert("name".into(), json!(record.name));
-    o.insert("state".into(), json!(record.state));
-    o.insert("running".into(), json!(running));
-    o.insert("submitted_ms".into(), json!(record.submitted_ms));
-    o
+pub(super) fn summary(record: &JobRecord, running: bool) -> JobSummary {
+    JobSummary {
+        id: record.id.clone(),
+        name: record.name.clone(),
+        state: record.state,
+        running,
+        submitted_ms: record.submitted_ms,
+        submitted: rfc3339(record.submitted_ms as i64),
+    }
+}
+
+fn task_metrics(task: &TaskReport) -> TaskMetrics {
+    TaskMetrics {
+        task: task.task.clone(),
+        records_in: task.records_in,
+        records_out: task.records_out,
+        busy_ms: task.busy.as_millis() as u64,
+        idle_ms: task.idle.as_millis() as u64,
+        backpressured_ms: task.backpressured.as_millis() as u64,
+        mailbox_depth: task.mailbox_depth,
+        watermark: task.watermark,
+        source: task.source.as_ref().map(|src| SourceMetrics {
+            source: src.operator.clone(),
+            subtask: src.subtask,
+            records_out: src.records_out,
+            counters: src.counters.clone(),
+            lag: src.lag.clone(),
+        }),
+        operators: task.operators.iter().map(operator_metrics).collect(),
+    }
+}
+
+fn operator_metrics(op: &OperatorReport) -> OperatorMetrics {
+    OperatorMetrics {
+        operator: op.operator.clone(),
+        subtask: op.subtask,
+        records_in: op.records_in,
+        records_out: op.records_out,
+        busy_ms: op.busy.as_millis() as u64,
+        memory_bytes: op.memory_bytes,
+        counters: op.counters.clone(),
+    }
 }
 
 impl Server {
     /// `tenant`'s jobs, oldest first.
-    pub fn list_jobs(&self, tenant: &TenantConfig) -> Vec<Object> {
+    pub fn list_jobs(&self, tenant: &TenantConfig) -> JobList {
         let entries: Vec<Arc<JobEntry>> = self.jobs.by_id.lock().values().cloned().collect();
-        let mut jobs: Vec<(u64, Object)> = entries
+        let mut jobs: Vec<JobOverview> = entries
             .iter()
             .map(|e| (e.record(), e))
             .filter(|(r, _)| r.tenant == tenant.name)
             .map(|(r, e)| {
-                let mut o = summary(&r, e.is_running());
-                let (read, written) = e.records_read_written(&r);
-                o.insert("records_read".into(), json!(read));
-                o.insert("records_written".into(), json!(written));
+                let (records_read, records_written) = e.records_read_written(&r);
                 let monitor = e.monitor.lock().clone();
-                o.insert("tenant".into(), json!(r.tenant));
-                o.insert("restarts".into(), json!(r.restarts + monitor.attempt()));
-                let last = monitor
-                    .checkpoints()
-                    .completed
-                    .last()
-                    .map(|c| json!({"id": c.id, "triggered_ms": c.triggered_ms}));
-                o.insert("last_checkpoint".into(), json!(last));
-                (r.submitted_ms, o)
+                let last_checkpoint =
+                    monitor
+                        .checkpoints()
+                        .completed
+                        .last()
+                        .map(|c| CheckpointRef {
+                            id: c.id,
+                            triggered_ms: c.triggered_ms,
+                            triggered: rfc3339(c.triggered_ms),
+                        });
+                JobOverview {
+                    job: summary(&r, e.is_running()),
+                    tenant: r.tenant.clone(),
+                    records_read,
+                    records_written,
+                    restarts: r.restarts + monitor.attempt(),
+                    last_checkpoint,
+                }
             })
             .collect();
-        jobs.sort_by_key(|(t, _)| *t);
-        jobs.into_iter().map(|(_, o)| o).collect()
+        jobs.sort_by_key(|j| j.job.submitted_ms);
+        JobList { jobs }
     }
 
     /// Everything about one of `tenant`'s jobs.
-    pub fn job_detail(&self, tenant: &TenantConfig, id: &str) -> Result<Object, ApiError> {
+    pub fn job_detail(&self, tenant: &TenantConfig, id: &str) -> Result<JobDetail, ApiError> {
         let entry = self.entry(tenant, id)?;
         let record = entry.record();
         let monitor = entry.monitor.lock().clone();
@@ -121,107 +156,72 @@ impl Server {
             .as_ref()
             .filter(|_| record.cluster)
             .map(|view| view.lock().clone());
-        let mut o = summary(&record, entry.is_running());
-        let (read, written) = entry.records_read_written(&record);
+        let (records_read, records_written) = entry.records_read_written(&record);
         let checkpoints = monitor.checkpoints();
         let (history, (completed, aborted)) = entry.checkpoint_history();
-        let last: Vec<_> = history
+        let last = history
             .iter()
             .rev()
-            .map(|c| {
-                json!({
-                    "status": "completed",
-                    "triggered_ms": c.triggered_ms,
-                    "id": c.id,
-                    "kind": c.kind,
-                    "name": c.name,
-                    "duration_ms": c.duration_ms,
-                    "max_sync_ms": c.max_sync_ms,
-                    "bytes": c.bytes,
-                })
+            .map(|c| CompletedCheckpoint {
+                status: CheckpointStatus::Completed,
+                id: c.id,
+                kind: c.kind.clone(),
+                name: c.name.clone(),
+                triggered_ms: c.triggered_ms,
+                triggered: rfc3339(c.triggered_ms),
+                duration_ms: c.duration_ms,
+                max_sync_ms: c.max_sync_ms,
+                bytes: c.bytes,
             })
             .collect();
-        let tasks: Vec<_> = monitor
-            .tasks()
+        let last_aborted = checkpoints
+            .aborted
             .iter()
-            .map(|t| {
-                json!({
-                    "task": t.task,
-                    "records_in": t.records_in,
-                    "records_out": t.records_out,
-                    "busy_ms": t.busy.as_millis() as u64,
-                    "idle_ms": t.idle.as_millis() as u64,
-                    "backpressured_ms": t.backpressured.as_millis() as u64,
-                    "mailbox_depth": t.mailbox_depth,
-                    "watermark": t.watermark,
-                    "source": t.source.as_ref().map(|src| json!({
-                        "source": src.operator,
-                        "subtask": src.subtask,
-                        "records_out": src.records_out,
-                        "counters": src.counters,
-                        "lag": src.lag,
-                    })),
-                    "operators": t.operators.iter().map(|op| json!({
-                        "operator": op.operator,
-                        "subtask": op.subtask,
-                        "records_in": op.records_in,
-                        "records_out": op.records_out,
-                        "busy_ms": op.busy.as_millis() as u64,
-                        "memory_bytes": op.memory_bytes,
-                        "counters": op.counters,
-                    })).collect::<Vec<_>>(),
-                })
+            .rev()
+            .take(5)
+            .map(|(id, reason)| AbortedCheckpoint {
+                id: *id,
+                status: CheckpointStatus::Aborted,
+                reason: reason.clone(),
             })
             .collect();
-        let extra = [
-            ("tenant", json!(record.tenant)),
-            ("plugins", json!(record.plugins)),
-            ("restarts", json!(record.restarts + monitor.attempt())),
-            ("records_read", json!(read)),
-            ("records_written", json!(written)),
-            ("failures_by_kind", json!(monitor.failures_by_kind())),
-            (
-                "last_failure",
-                json!(
-                    monitor
-                        .last_failure()
-                        .or_else(|| cluster.as_ref()?.last_failure.clone())
-                        .or(record.failure.clone())
-                ),
-            ),
-            ("savepoint", json!(record.savepoint)),
-            (
-                "checkpoints",
-                json!({
-                    "completed": completed,
-                    "aborted": aborted,
-                    "last": last,
-                    "last_aborted": checkpoints.aborted.iter().rev().take(5)
-                        .map(|(id, reason)| json!({"id": id, "status": "aborted", "reason": reason}))
-                        .collect::<Vec<_>>(),
-                }),
-            ),
-            ("tasks", json!(tasks)),
-            ("graph", json!(record.graph)),
-            ("output", json!(record.output)),
-            (
-                "cluster",
-                match cluster {
-                    Some(view) => json!({
-                        "host": view.client_id,
-                        "units": view.units,
-                        "owned": view.owned,
-                        "running": view.running,
-                        "finished": view.finished,
-                        "failures": view.failures,
-                        "last_failure": view.last_failure,
-                    }),
-                    None => json!(record.cluster),
-                },
-            ),
-        ];
-        o.extend(extra.into_iter().map(|(k, v)| (k.to_string(), v)));
-        Ok(o)
+        let last_failure = monitor
+            .last_failure()
+            .or_else(|| cluster.as_ref()?.last_failure.clone())
+            .or(record.failure.clone());
+        let cluster = match cluster {
+            Some(view) => ClusterStatus::Host(ClusterHostStatus {
+                host: view.client_id,
+                units: view.units,
+                owned: view.owned,
+                running: view.running,
+                finished: view.finished,
+                failures: view.failures,
+                last_failure: view.last_failure,
+            }),
+            None => ClusterStatus::Flag(record.cluster),
+        };
+        Ok(JobDetail {
+            job: summary(&record, entry.is_running()),
+            tenant: record.tenant.clone(),
+            plugins: record.plugins.clone(),
+            restarts: record.restarts + monitor.attempt(),
+            records_read,
+            records_written,
+            failures_by_kind: monitor.failures_by_kind(),
+            last_failure,
+            savepoint: record.savepoint.clone(),
+            checkpoints: CheckpointHistory {
+                completed,
+                aborted,
+                last,
+                last_aborted,
+            },
+            tasks: monitor.tasks().iter().map(task_metrics).collect(),
+            graph: record.graph.clone(),
+            output: record.output.clone(),
+            cluster,
+        })
     }
 
     /// The committed output files of one of `tenant`'s jobs that exist, for the API to
