@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use sluice::server::model::JobState;
 use sluice_tests::plugins::{COUNT, TOKENIZE};
 use sluice_tests::{TestJob, test_dir, throttled_wordcount, write_job};
 
@@ -258,7 +259,7 @@ fn a_server_refuses_absurd_knobs_and_jobs_past_the_tenants_subtask_quota() {
             && e.contains("job.toml: [runtime]: `channel_capacity` = 1000000000 is out of range"),
         "{e}"
     );
-    assert_eq!(a.list().unwrap()["jobs"], serde_json::json!([]));
+    assert_eq!(a.list().unwrap().jobs, []);
 
     // source -> tokenize (1), count (4), sink (1): 6 subtasks, past the quota of 4.
     let wide = write_job(&dir, &throttled_wordcount(4, 100_000, 500.0));
@@ -271,10 +272,7 @@ fn a_server_refuses_absurd_knobs_and_jobs_past_the_tenants_subtask_quota() {
     );
     // 1 + 2 + 1 fits, once.
     let narrow = write_job(&dir, &throttled_wordcount(2, 100_000, 500.0));
-    let first = a.submit(&narrow).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let first = a.submit(&narrow).unwrap().id;
     let e = error_of(a.submit(&narrow));
     assert!(
         e.contains("429") && e.contains("tenant 'a' has 4 of its 4 in use (max_subtasks)"),
@@ -282,15 +280,12 @@ fn a_server_refuses_absurd_knobs_and_jobs_past_the_tenants_subtask_quota() {
     );
     // A start is charged too.
     a.cancel(&first).unwrap();
-    let second = a.submit(&narrow).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let second = a.submit(&narrow).unwrap().id;
     let e = error_of(a.start(&first, None));
     assert!(e.contains("429") && e.contains("max_subtasks"), "{e}");
     // Another tenant has its own quota.
     let b = server.client(Some("token-b"));
-    let other = b.submit(&wide).unwrap()["id"].as_str().unwrap().to_string();
+    let other = b.submit(&wide).unwrap().id;
     b.cancel(&other).unwrap();
     a.cancel(&second).unwrap();
 }
@@ -306,18 +301,16 @@ fn a_tenant_past_its_disk_quota_has_its_jobs_failed_and_new_ones_refused() {
             &dir,
             &throttled_wordcount(1, 10_000_000, 20_000.0),
         ))
-        .unwrap()["id"]
-        .as_str()
         .unwrap()
-        .to_string();
+        .id;
     wait_for("the quota to fail the job", Duration::from_secs(60), || {
-        a.status(&id).unwrap()["state"] == "failed"
+        a.status(&id).unwrap().job.state == JobState::Failed
     });
     let detail = a.status(&id).unwrap();
-    let failure = detail["last_failure"].as_str().unwrap_or_default();
+    let failure = detail.last_failure.as_deref().unwrap_or_default();
     assert!(
         failure.contains("tenant 'a' takes") && failure.contains("(max_disk_mb)"),
-        "{detail}"
+        "{detail:?}"
     );
     // Nothing more is admitted while the tenant is over its quota.
     let e = error_of(a.submit(&write_job(&dir, &throttled_wordcount(1, 10, 100.0))));
@@ -332,5 +325,5 @@ fn a_tenant_past_its_disk_quota_has_its_jobs_failed_and_new_ones_refused() {
     let other = b
         .submit(&write_job(&dir, &throttled_wordcount(1, 10, 100.0)))
         .unwrap();
-    assert_eq!(other["state"], "running", "{other}");
+    assert_eq!(other.state, JobState::Running, "{other:?}");
 }

@@ -636,7 +636,7 @@ fn a_client_command_without_a_server_says_where_it_looked() {
     ]));
     assert_eq!(code, Some(69));
     assert!(
-        stderr.contains("http://127.0.0.1:9/jobs") && stderr.contains("SLUICE_SERVER"),
+        stderr.contains("http://127.0.0.1:9/v1/jobs") && stderr.contains("SLUICE_SERVER"),
         "{stderr}"
     );
 }

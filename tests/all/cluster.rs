@@ -564,6 +564,7 @@ fn grant_of_a(broker: &str, dir: &Path) -> String {
 #[test]
 fn two_servers_share_a_tenants_job() {
     use crate::server::{ServerProcess, error_of, host_config, wait_for};
+    use sluice::server::model::{ClusterStatus, JobState};
     let Some(broker) = broker() else { return };
     let dir = test_dir("cluster-servers");
     let (input, text) = topic_of_lines(&broker, "a.cluster-in", 4, 43, 3_000);
@@ -623,12 +624,7 @@ fn two_servers_share_a_tenants_job() {
 
     let ids: Vec<String> = clients
         .iter()
-        .map(|c| {
-            c.submit(&job("")).unwrap()["id"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
+        .map(|c| c.submit(&job("")).unwrap().id)
         .collect();
     let e = error_of(clients[0].stop(&ids[0], false));
     assert!(
@@ -644,12 +640,11 @@ fn two_servers_share_a_tenants_job() {
         || {
             for (n, (client, id)) in clients.iter().zip(&ids).enumerate() {
                 let status = client.status(id).unwrap();
-                assert_eq!(status["state"], "running", "{status}");
+                assert_eq!(status.job.state, JobState::Running, "{status:?}");
                 // (`true` until the server's host has planned the job.)
-                let cluster = &status["cluster"];
-                if cluster.is_object() {
-                    assert_eq!(cluster["units"], 8, "{status}");
-                    shared[n] |= cluster["running"].as_array().is_some_and(|r| !r.is_empty());
+                if let ClusterStatus::Host(cluster) = &status.cluster {
+                    assert_eq!(cluster.units, 8, "{status:?}");
+                    shared[n] |= !cluster.running.is_empty();
                 }
             }
             shared == [true, true] && read_committed(&broker, &output).len() >= 100
@@ -659,8 +654,8 @@ fn two_servers_share_a_tenants_job() {
     servers.next().unwrap().kill();
     let finished = |client: &sluice::server::client::Client, id: &str| {
         let status = client.status(id).unwrap();
-        assert_ne!(status["state"], "failed", "{status}");
-        status["state"] == "finished"
+        assert_ne!(status.job.state, JobState::Failed, "{status:?}");
+        status.job.state == JobState::Finished
     };
     wait_for(
         "the other server to finish the job",
@@ -691,6 +686,7 @@ fn two_servers_share_a_tenants_job() {
 #[test]
 fn a_failing_unit_on_a_server_shows_why_and_the_job_cancels() {
     use crate::server::{ServerProcess, host_config, wait_for};
+    use sluice::server::model::{ClusterStatus, JobState};
     let Some(broker) = broker() else { return };
     let dir = test_dir("cluster-server-failing");
     let (input, _) = topic_of_lines(&broker, "a.cluster-in", 2, 47, 100);
@@ -706,29 +702,27 @@ fn a_failing_unit_on_a_server_shows_why_and_the_job_cancels() {
         cluster: "",
     };
     let job = word_count_job(&dir, "job.toml", &input, &output, shape);
-    let id = client.submit(&job).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = client.submit(&job).unwrap().id;
     wait_for(
         "a unit's failure in the status",
         Duration::from_secs(60),
         || {
             let status = client.status(&id).unwrap();
-            assert_eq!(status["state"], "running", "{status}");
-            status["cluster"]["failures"]
-                .as_u64()
-                .is_some_and(|n| n >= 2)
+            assert_eq!(status.job.state, JobState::Running, "{status:?}");
+            matches!(&status.cluster, ClusterStatus::Host(c) if c.failures >= 2)
         },
     );
     let status = client.status(&id).unwrap();
-    let why = status["last_failure"].as_str().unwrap_or_default();
+    let why = status.last_failure.as_deref().unwrap_or_default();
     assert!(
         why.contains("deliberate panic in process") && why.contains("tenant 'a'"),
-        "{status}"
+        "{status:?}"
     );
-    assert_eq!(status["cluster"]["last_failure"], status["last_failure"]);
+    let ClusterStatus::Host(cluster) = &status.cluster else {
+        panic!("no host's status of the cluster job: {status:?}")
+    };
+    assert_eq!(cluster.last_failure, status.last_failure);
     let cancelled = client.cancel(&id).unwrap();
-    assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
+    assert_eq!(cancelled.state, JobState::Cancelled, "{cancelled:?}");
     assert!(read_committed(&broker, &output).is_empty());
 }

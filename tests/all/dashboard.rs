@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::{Value, json};
+use sluice::server::model::JobState;
 use sluice_tests::{test_dir, throttled_wordcount, write_job};
 
 use crate::server::{ServerProcess, host_config, wait_for};
@@ -237,8 +238,8 @@ fn a_tenant_watches_and_stops_its_job_in_the_dashboard_and_sees_no_other() {
         server.client(Some("token-b")),
     );
     let job = write_job(&dir, &throttled_wordcount(2, 200_000, 500.0));
-    let id = a.submit(&job).unwrap()["id"].as_str().unwrap().to_string();
-    let other = b.submit(&job).unwrap()["id"].as_str().unwrap().to_string();
+    let id = a.submit(&job).unwrap().id;
+    let other = b.submit(&job).unwrap().id;
     let driver = Driver::start();
     let browser = Browser::open(&driver);
     let until = |what: &str, check: &dyn Fn() -> bool| {
@@ -290,8 +291,8 @@ fn a_tenant_watches_and_stops_its_job_in_the_dashboard_and_sees_no_other() {
         browser.text("#job-state") == "stopped"
     });
     let status = a.status(&id).unwrap();
-    assert_eq!(status["state"], "stopped");
-    assert!(status["savepoint"].as_str().is_some(), "{status}");
+    assert_eq!(status.job.state, JobState::Stopped);
+    assert!(status.savepoint.is_some(), "{status:?}");
     until("the savepoint listed", &|| {
         browser.text("#checkpoints").contains("savepoint")
     });

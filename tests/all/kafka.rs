@@ -8,6 +8,7 @@ use std::process::Stdio;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use sluice::server::model::{JobDetail, JobState};
 use sluice_tests::kafka::{
     Read, add_partitions, broker, committed_offsets, create_topic, produce, produce_to,
     produce_with_headers, read_committed, unique_topic, wait_for_end,
@@ -1187,7 +1188,7 @@ batch_size = 10
         e.contains("403") && e.contains("tenant 'b' has no Kafka grant"),
         "{e}"
     );
-    assert_eq!(a.list().unwrap()["jobs"], serde_json::json!([]));
+    assert_eq!(a.list().unwrap().jobs, []);
 
     // Within the grant: the brokers come from it, and the output is exact. Slowed down
     // (5 ms a line) so that its consumer lag shows while it runs.
@@ -1197,14 +1198,16 @@ batch_size = 10
          config = {{ behavior = \"slow-process\", delay-ms = 5 }}"
     );
     let submitted = a.submit(&job(&slow_source, &good_sink)).unwrap();
-    let id = submitted["id"].as_str().unwrap().to_string();
-    let source_of = |status: &serde_json::Value| status["tasks"][0]["source"].clone();
+    let id = submitted.id.clone();
+    let source_of = |status: &JobDetail| status.tasks.first().and_then(|t| t.source.clone());
     wait_for("the source's lag", Duration::from_secs(60), || {
         let s = a.status(&id).unwrap();
-        assert_ne!(s["state"], "finished", "no lag seen while it ran: {s}");
-        let lag = source_of(&s)["lag"].clone();
-        lag.as_object()
-            .is_some_and(|l| l.values().any(|v| v.as_u64() > Some(0)))
+        assert_ne!(
+            s.job.state,
+            JobState::Finished,
+            "no lag seen while it ran: {s:?}"
+        );
+        source_of(&s).is_some_and(|source| source.lag.values().any(|&lag| lag > 0))
     });
     let metrics = String::from_utf8(a.request("GET", "/metrics", None).unwrap().1).unwrap();
     assert!(
@@ -1215,29 +1218,32 @@ batch_size = 10
     );
     wait_for("the job to finish", Duration::from_secs(120), || {
         let s = a.status(&id).unwrap();
-        assert_ne!(s["state"], "failed", "{s}");
-        s["state"] == "finished"
+        assert_ne!(s.job.state, JobState::Failed, "{s:?}");
+        s.job.state == JobState::Finished
     });
     assert_counts(&as_count_lines(&read_committed(&broker, &output)), &text);
     let status = a.status(&id).unwrap();
-    let source = source_of(&status);
-    assert_eq!(source["counters"]["kafka-records-in"], 300, "{source}");
+    let source = source_of(&status).unwrap_or_else(|| panic!("no source: {status:?}"));
     assert_eq!(
-        source["counters"]["kafka-bytes-in"],
-        text.lines().map(str::len).sum::<usize>(),
-        "{source}"
+        source.counters.get("kafka-records-in"),
+        Some(&300),
+        "{source:?}"
     );
-    let sink = status["tasks"]
-        .as_array()
-        .unwrap()
+    assert_eq!(
+        source.counters.get("kafka-bytes-in").copied(),
+        Some(text.lines().map(str::len).sum::<usize>() as u64),
+        "{source:?}"
+    );
+    let sink = status
+        .tasks
         .iter()
-        .flat_map(|t| t["operators"].as_array().unwrap())
-        .find(|op| op["operator"] == "sink")
+        .flat_map(|t| &t.operators)
+        .find(|op| op.operator == "sink")
         .cloned()
         .unwrap();
     assert!(
-        sink["counters"]["kafka-transactions-committed"].as_u64() > Some(0),
-        "{sink}"
+        sink.counters.get("kafka-transactions-committed") > Some(&0),
+        "{sink:?}"
     );
     let metrics = String::from_utf8(a.request("GET", "/metrics", None).unwrap().1).unwrap();
     assert!(

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sluice::server::client::Client;
+use sluice::server::model::{ClusterStatus, JobState};
 use sluice::server::token_sha256;
 use sluice_tests::plugins::{COUNT, TEST_WRONG_VERSION, TOKENIZE};
 use sluice_tests::{run_job, scratch_root, test_dir, throttled_wordcount, write_job};
@@ -22,7 +23,8 @@ pub(crate) struct ServerProcess {
 }
 
 impl ServerProcess {
-    /// Starts a server with `host_config`; returns once it serves.
+    /// Starts a server with `host_config`; returns once it resumed its jobs and
+    /// answers.
     pub(crate) fn start(host_config: &Path) -> ServerProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
             .args(["serve", "--host-config"])
@@ -32,15 +34,21 @@ impl ServerProcess {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawning sluice serve");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        stdout.read_line(&mut line).unwrap();
         let url = line
             .trim()
             .strip_prefix("sluice: serving ")
             .unwrap_or_else(|| panic!("unexpected first line from the server: {line:?}"))
             .to_string();
+        // It answers from then on, and is ready once it resumed its jobs.
+        line.clear();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(
+            line, "sluice: ready\n",
+            "unexpected second line from the server"
+        );
         ServerProcess { child, url }
     }
 
@@ -120,15 +128,12 @@ pub(crate) fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> 
     }
 }
 
-fn state(client: &Client, id: &str) -> String {
-    client.status(id).unwrap()["state"]
-        .as_str()
-        .unwrap()
-        .to_string()
+fn state(client: &Client, id: &str) -> JobState {
+    client.status(id).unwrap().job.state
 }
 
 /// The error of a request that should fail, with its causes.
-pub(crate) fn error_of(result: anyhow::Result<Value>) -> String {
+pub(crate) fn error_of<T: std::fmt::Debug>(result: anyhow::Result<T>) -> String {
     format!("{:#}", result.expect_err("the request should fail"))
 }
 
@@ -141,32 +146,31 @@ fn a_tenant_submits_watches_stops_resumes_and_cancels_jobs() {
     let job_path = write_job(&dir, &job_text);
 
     let submitted = a.submit(&job_path).unwrap();
-    let id = submitted["id"].as_str().unwrap().to_string();
-    assert_eq!(submitted["state"], "running");
+    let id = submitted.id.clone();
+    assert_eq!(submitted.state, JobState::Running);
     // Progress is visible while it runs.
     wait_for("records and a checkpoint", Duration::from_secs(30), || {
         let s = a.status(&id).unwrap();
-        s["records_read"].as_u64().unwrap() > 0
-            && s["checkpoints"]["completed"].as_u64().unwrap() > 0
+        s.records_read > 0 && s.checkpoints.completed > 0
     });
     let stopped = a.stop(&id, false).unwrap();
-    assert_eq!(stopped["state"], "stopped", "{stopped}");
+    assert_eq!(stopped.state, JobState::Stopped, "{stopped:?}");
     let detail = a.status(&id).unwrap();
-    let savepoint = detail["savepoint"].as_str().unwrap().to_string();
-    assert!(savepoint.starts_with("savepoint-"), "{detail}");
-    let read_before = detail["records_read"].as_u64().unwrap();
+    let savepoint = detail.savepoint.clone().unwrap();
+    assert!(savepoint.starts_with("savepoint-"), "{detail:?}");
+    let read_before = detail.records_read;
     assert!(
         read_before < 3000,
-        "the job ended before the stop: {detail}"
+        "the job ended before the stop: {detail:?}"
     );
     // Stopping again is a conflict, not a crash.
     assert!(error_of(a.stop(&id, false)).contains("409"), "stop twice");
 
     // Resume from the savepoint: the output equals a run without interruption.
     let started = a.start(&id, Some(&savepoint)).unwrap();
-    assert_eq!(started["state"], "running");
+    assert_eq!(started.state, JobState::Running);
     wait_for("the job to finish", Duration::from_secs(60), || {
-        state(&a, &id) == "finished"
+        state(&a, &id) == JobState::Finished
     });
     let output = String::from_utf8(a.output(&id, None).unwrap()).unwrap();
     assert_eq!(output, failure_free_output(&job_text));
@@ -178,19 +182,16 @@ fn a_tenant_submits_watches_stops_resumes_and_cancels_jobs() {
         "{logs}"
     );
     let list = a.list().unwrap();
-    assert_eq!(list["jobs"].as_array().unwrap().len(), 1, "{list}");
-    assert_eq!(list["jobs"][0]["state"], "finished");
+    assert_eq!(list.jobs.len(), 1, "{list:?}");
+    assert_eq!(list.jobs[0].job.state, JobState::Finished);
     // The counts add up over both runs: every record read once.
-    assert_eq!(list["jobs"][0]["records_read"], 3000, "{list}");
+    assert_eq!(list.jobs[0].records_read, 3000, "{list:?}");
 
     // Cancel: the job ends as cancelled, and can be started again from its checkpoint.
-    let id2 = a.submit(&job_path).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id2 = a.submit(&job_path).unwrap().id;
     assert_ne!(id, id2);
     let cancelled = a.cancel(&id2).unwrap();
-    assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
+    assert_eq!(cancelled.state, JobState::Cancelled, "{cancelled:?}");
     assert!(error_of(a.cancel(&id2)).contains("it is cancelled"));
 
     // Metrics in Prometheus' format, for this tenant's jobs.
@@ -220,52 +221,47 @@ fn a_tenant_submits_watches_stops_resumes_and_cancels_jobs() {
 
     // The history survives the server: a server started again shows the finished
     // job's checkpoints of both runs, the savepoint between them among them.
-    let before = a.status(&id).unwrap()["checkpoints"].clone();
+    let before = a.status(&id).unwrap().checkpoints;
     assert!(
-        before["last"]
-            .as_array()
-            .unwrap()
+        before
+            .last
             .iter()
-            .any(|c| c["name"] == savepoint.as_str()),
-        "{before}"
+            .any(|c| c.name.as_deref() == Some(savepoint.as_str())),
+        "{before:?}"
     );
     server.terminate();
     let server = ServerProcess::start(&host_config(&dir, ""));
     let a = server.client(Some("token-a"));
-    assert_eq!(a.status(&id).unwrap()["checkpoints"], before);
+    assert_eq!(a.status(&id).unwrap().checkpoints, before);
 
     // Deleting: a plugin a job could still run is kept, a running job too; a job that
     // is not running goes with its folder, then its plugins may go.
     let dir_of = |id: &str| dir.join("registry/jobs").join(id);
     assert!(dir_of(&id2).is_dir());
     let plugins = a.plugins().unwrap();
-    let count_sha = plugins["plugins"]
-        .as_array()
-        .unwrap()
+    let count_sha = plugins
+        .plugins
         .iter()
-        .find(|p| p["name"] == "count.wasm")
-        .map(|p| p["sha256"].as_str().unwrap().to_string())
-        .unwrap_or_else(|| panic!("{plugins}"));
+        .find(|p| p.name == "count.wasm")
+        .map(|p| p.sha256.clone())
+        .unwrap_or_else(|| panic!("{plugins:?}"));
     let e = error_of(a.delete_plugin("count.wasm"));
     assert!(
         e.contains("409") && e.contains(&format!("jobs {id2} use it")),
         "{e}"
     );
-    let id3 = a.submit(&job_path).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id3 = a.submit(&job_path).unwrap().id;
     let e = error_of(a.delete_job(&id3));
     assert!(e.contains("409") && e.contains("it is running"), "{e}");
     a.cancel(&id3).unwrap();
     for id in [&id, &id2, &id3] {
-        assert_eq!(a.delete_job(id).unwrap()["id"], id.as_str());
+        assert_eq!(a.delete_job(id).unwrap().id, id.as_str());
         assert!(!dir_of(id).exists());
         assert!(error_of(a.status(id)).contains("404"));
     }
-    assert_eq!(a.list().unwrap()["jobs"], serde_json::json!([]));
+    assert_eq!(a.list().unwrap().jobs, []);
     let deleted = a.delete_plugin(&count_sha).unwrap();
-    assert_eq!(deleted["name"], "count.wasm");
+    assert_eq!(deleted.name, "count.wasm");
     assert!(error_of(a.delete_plugin(&count_sha)).contains("404"));
     server.terminate();
 }
@@ -277,10 +273,8 @@ fn requests_without_a_valid_token_or_for_another_tenant_leak_nothing() {
     let a = server.client(Some("token-a"));
     let id = a
         .submit(&write_job(&dir, &throttled_wordcount(1, 100_000, 500.0)))
-        .unwrap()["id"]
-        .as_str()
         .unwrap()
-        .to_string();
+        .id;
 
     // Health and the API description need no token; every other documented route
     // exists and refuses a request without one.
@@ -326,14 +320,14 @@ fn requests_without_a_valid_token_or_for_another_tenant_leak_nothing() {
 
     // Tenant b sees no job, cannot control a's, and a's job is "not found" to it.
     let b = server.client(Some("token-b"));
-    assert_eq!(b.list().unwrap()["jobs"], serde_json::json!([]));
-    for result in [
-        b.status(&id),
-        b.cancel(&id),
-        b.stop(&id, false),
-        b.start(&id, None),
+    assert_eq!(b.list().unwrap().jobs, []);
+    for e in [
+        error_of(b.status(&id)),
+        error_of(b.cancel(&id)),
+        error_of(b.stop(&id, false)),
+        error_of(b.start(&id, None)),
+        error_of(b.trigger_savepoint(&id)),
     ] {
-        let e = error_of(result);
         assert!(e.contains(": 404: no job"), "{e}");
     }
     assert!(b.output(&id, None).unwrap_err().to_string().contains("404"));
@@ -350,7 +344,7 @@ fn requests_without_a_valid_token_or_for_another_tenant_leak_nothing() {
         .replace("name = \"killable\"", "name = \"x\"\ntenant = \"a\"");
     let e = error_of(b.submit(&write_job(&dir, &other)));
     assert!(e.contains("403") && e.contains("names tenant 'a'"), "{e}");
-    assert_eq!(state(&a, &id), "running");
+    assert_eq!(state(&a, &id), JobState::Running);
     a.cancel(&id).unwrap();
 }
 
@@ -430,7 +424,7 @@ fn bad_submissions_get_clear_errors_and_leave_nothing_behind() {
         assert_eq!(code.to_string(), status, "{body}");
         assert!(body.contains(&message.replace('"', "\\\"")), "{body}");
     }
-    assert_eq!(a.list().unwrap()["jobs"], serde_json::json!([]));
+    assert_eq!(a.list().unwrap().jobs, []);
     assert_eq!(jobs_on_disk(), 0);
 
     // Quota: at most 3 operator instances (this job has 1 + 4).
@@ -444,7 +438,7 @@ fn bad_submissions_get_clear_errors_and_leave_nothing_behind() {
     );
     // Quota: one running job at a time.
     let long = write_job(&dir, &throttled_wordcount(1, 100_000, 500.0));
-    let id = a.submit(&long).unwrap()["id"].as_str().unwrap().to_string();
+    let id = a.submit(&long).unwrap().id;
     let e = error_of(a.submit(&long));
     assert!(e.contains("429") && e.contains("max_jobs"), "{e}");
     assert_eq!(jobs_on_disk(), 1);
@@ -469,24 +463,20 @@ fn a_killed_server_resumes_every_tenants_jobs_without_loss_or_duplicates() {
         let client = server.client(Some(token));
         let job_dir = dir.join(token);
         std::fs::create_dir_all(&job_dir).unwrap();
-        let id = client.submit(&write_job(&job_dir, text)).unwrap()["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let id = client.submit(&write_job(&job_dir, text)).unwrap().id;
         jobs.push((token, id));
     }
     // Kill it once both jobs have committed something, but before they end.
     for (token, id) in &jobs {
         let client = server.client(Some(token));
         wait_for("a checkpoint", Duration::from_secs(30), || {
-            let s = client.status(id).unwrap();
-            s["checkpoints"]["completed"].as_u64().unwrap() >= 2
+            client.status(id).unwrap().checkpoints.completed >= 2
         });
     }
     for (token, id) in &jobs {
         let s = server.client(Some(token)).status(id).unwrap();
-        assert_eq!(s["state"], "running", "{s}");
-        assert!(s["records_read"].as_u64().unwrap() < 2400, "{s}");
+        assert_eq!(s.job.state, JobState::Running, "{s:?}");
+        assert!(s.records_read < 2400, "{s:?}");
     }
     server.kill();
 
@@ -494,7 +484,7 @@ fn a_killed_server_resumes_every_tenants_jobs_without_loss_or_duplicates() {
     for ((token, id), text) in jobs.iter().zip(&texts) {
         let client = server.client(Some(token));
         wait_for("the resumed job to finish", Duration::from_secs(60), || {
-            state(&client, id) == "finished"
+            state(&client, id) == JobState::Finished
         });
         let output = String::from_utf8(client.output(id, None).unwrap()).unwrap();
         assert_eq!(output, failure_free_output(text), "job {id} of {token}");
@@ -507,43 +497,32 @@ fn a_savepoint_without_stopping_leaves_the_job_running_and_can_be_rewound_to() {
     let server = ServerProcess::start(&host_config(&dir, ""));
     let a = server.client(Some("token-a"));
     let job_text = throttled_wordcount(1, 3000, 1500.0);
-    let id = a.submit(&write_job(&dir, &job_text)).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = a.submit(&write_job(&dir, &job_text)).unwrap().id;
     wait_for("a checkpoint", Duration::from_secs(30), || {
-        a.status(&id).unwrap()["checkpoints"]["completed"]
-            .as_u64()
-            .unwrap()
-            > 0
+        a.status(&id).unwrap().checkpoints.completed > 0
     });
     let taken = a.savepoint(&id).unwrap();
-    let savepoint = taken["savepoint"].as_str().unwrap().to_string();
-    assert!(savepoint.starts_with("savepoint-"), "{taken}");
+    let savepoint = taken.savepoint;
+    assert!(savepoint.starts_with("savepoint-"), "{savepoint}");
     // The job goes on: it commits more checkpoints after the savepoint.
-    assert_eq!(state(&a, &id), "running");
-    let completed = a.status(&id).unwrap()["checkpoints"]["completed"]
-        .as_u64()
-        .unwrap();
+    assert_eq!(state(&a, &id), JobState::Running);
+    let completed = a.status(&id).unwrap().checkpoints.completed;
     wait_for("a later checkpoint", Duration::from_secs(30), || {
-        a.status(&id).unwrap()["checkpoints"]["completed"]
-            .as_u64()
-            .unwrap()
-            > completed + 1
+        a.status(&id).unwrap().checkpoints.completed > completed + 1
     });
-    assert_eq!(a.stop(&id, false).unwrap()["state"], "stopped");
+    assert_eq!(a.stop(&id, false).unwrap().state, JobState::Stopped);
     assert!(error_of(a.savepoint(&id)).contains("409"), "not running");
 
     // The savepoint is older than the committed output: starting from it is refused,
     // unless rewinding, which keeps the output aside and runs to the failure-free end.
     let refused = error_of(a.start(&id, Some(&savepoint)));
     assert!(refused.contains("allow_rewind"), "{refused}");
-    assert_eq!(state(&a, &id), "stopped");
+    assert_eq!(state(&a, &id), JobState::Stopped);
     let path = format!("/jobs/{id}/start?savepoint={savepoint}&allow_rewind=true");
     let (status, body) = a.request("POST", &path, None).unwrap();
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     wait_for("the rewound job to finish", Duration::from_secs(60), || {
-        state(&a, &id) == "finished"
+        state(&a, &id) == JobState::Finished
     });
     let output = String::from_utf8(a.output(&id, None).unwrap()).unwrap();
     assert_eq!(output, failure_free_output(&job_text));
@@ -567,21 +546,22 @@ fn a_job_resumed_into_crashes_again_and_again_is_quarantined() {
     let id = server
         .client(Some("token-a"))
         .submit(&write_job(&dir, &text))
-        .unwrap()["id"]
-        .as_str()
         .unwrap()
-        .to_string();
+        .id;
     // Each server is killed while the job runs; the next one resumes it, counting on
     // disk before it launches it.
     for resumed in 0..3 {
         let a = server.client(Some("token-a"));
         wait_for("the job to read", Duration::from_secs(30), || {
-            a.status(&id).unwrap()["records_read"].as_u64().unwrap() > 0
+            a.status(&id).unwrap().records_read > 0
         });
         assert_eq!(record_on_disk(&dir, &id)["recoveries"], resumed);
         server.kill();
         server = ServerProcess::start(&config);
-        assert_eq!(state(&server.client(Some("token-a")), &id), "running");
+        assert_eq!(
+            state(&server.client(Some("token-a")), &id),
+            JobState::Running
+        );
         assert_eq!(record_on_disk(&dir, &id)["recoveries"], resumed + 1);
     }
     server.kill();
@@ -590,17 +570,17 @@ fn a_job_resumed_into_crashes_again_and_again_is_quarantined() {
     let server = ServerProcess::start(&config);
     let a = server.client(Some("token-a"));
     let detail = a.status(&id).unwrap();
-    assert_eq!(detail["state"], "quarantined", "{detail}");
-    assert_eq!(detail["running"], false, "{detail}");
-    let why = detail["last_failure"].as_str().unwrap();
+    assert_eq!(detail.job.state, JobState::Quarantined, "{detail:?}");
+    assert!(!detail.job.running, "{detail:?}");
+    let why = detail.last_failure.as_deref().unwrap();
     assert!(why.contains("quarantined after 3 server restarts"), "{why}");
     assert_eq!(record_on_disk(&dir, &id)["state"], "quarantined");
 
     // A person starting it takes it out of quarantine.
-    assert_eq!(a.start(&id, None).unwrap()["state"], "running");
+    assert_eq!(a.start(&id, None).unwrap().state, JobState::Running);
     assert_eq!(record_on_disk(&dir, &id)["recoveries"], 0);
     wait_for("the job to read", Duration::from_secs(30), || {
-        a.status(&id).unwrap()["records_read"].as_u64().unwrap() > 0
+        a.status(&id).unwrap().records_read > 0
     });
     // A clean stop of the server is no crash: the job stays running, and the next server
     // that resumes it and stops cleanly leaves its count at 0.
@@ -609,7 +589,7 @@ fn a_job_resumed_into_crashes_again_and_again_is_quarantined() {
     assert_eq!(record_on_disk(&dir, &id)["recoveries"], 1);
     let a = server.client(Some("token-a"));
     wait_for("the job to read", Duration::from_secs(30), || {
-        a.status(&id).unwrap()["records_read"].as_u64().unwrap() > 0
+        a.status(&id).unwrap().records_read > 0
     });
     server.terminate();
     let record = record_on_disk(&dir, &id);
@@ -652,7 +632,7 @@ fn a_large_output_is_streamed_byte_for_byte_without_being_held_in_memory() {
 
     let server = ServerProcess::start(&config);
     let a = server.client(Some("token-a"));
-    assert_eq!(state(&a, id), "finished");
+    assert_eq!(state(&a, id), JobState::Finished);
     let before = peak_rss(server.child.id());
     let output = a.output(id, None).unwrap();
     let after = peak_rss(server.child.id());
@@ -693,12 +673,10 @@ fn an_ended_jobs_logs_leave_memory_for_its_folder_and_are_still_served() {
     let a = server.client(Some("token-a"));
     let id = a
         .submit(&write_job(&dir, &throttled_wordcount(1, 300, 3000.0)))
-        .unwrap()["id"]
-        .as_str()
         .unwrap()
-        .to_string();
+        .id;
     wait_for("the job to finish", Duration::from_secs(30), || {
-        state(&a, &id) == "finished"
+        state(&a, &id) == JobState::Finished
     });
     let logs_file = dir.join("registry/jobs").join(&id).join("logs.txt");
     wait_for(
@@ -713,8 +691,8 @@ fn an_ended_jobs_logs_leave_memory_for_its_folder_and_are_still_served() {
     );
     // Its counts are kept in its record.
     let detail = a.status(&id).unwrap();
-    assert_eq!(detail["records_read"], 300, "{detail}");
-    assert_eq!(a.list().unwrap()["jobs"][0]["records_read"], 300);
+    assert_eq!(detail.records_read, 300, "{detail:?}");
+    assert_eq!(a.list().unwrap().jobs[0].records_read, 300);
     server.terminate();
 }
 
@@ -752,7 +730,10 @@ fn the_client_commands_print_for_people() {
     // Followed, the log ends when the job does, with its last lines.
     let logs = cli(&["logs", &id, "--follow"]);
     assert!(logs.contains("completed checkpoint"), "{logs}");
-    assert_eq!(state(&server.client(Some("token-a")), &id), "finished");
+    assert_eq!(
+        state(&server.client(Some("token-a")), &id),
+        JobState::Finished
+    );
     let status = cli(&["status", &id]);
     assert!(
         status.starts_with(&format!("job {id} 'killable': finished\n")),
@@ -793,7 +774,7 @@ fn the_server_serves_https_to_clients_that_trust_its_certificate() {
         .client(Some("token-a"))
         .with_ca_cert(pem.as_bytes())
         .unwrap();
-    assert_eq!(trusting.list().unwrap()["jobs"], serde_json::json!([]));
+    assert_eq!(trusting.list().unwrap().jobs, []);
     // Not trusting the certificate: no answer.
     let e = format!("{:#}", server.client(Some("token-a")).list().unwrap_err());
     assert!(e.to_lowercase().contains("certificate"), "{e}");
@@ -893,5 +874,313 @@ fn a_kafka_grant_refuses_what_it_does_not_allow_at_submission() {
         let e = error_of(a.submit(&path));
         assert!(e.contains("403") && e.contains(reason), "{e}");
     }
-    assert_eq!(a.list().unwrap()["jobs"], serde_json::json!([]));
+    assert_eq!(a.list().unwrap().jobs, []);
+}
+
+/// The OpenAPI document is generated from the same table as the router: the server
+/// serves it as the library builds it, every operation it describes is routed (at `/v1`
+/// and, deprecated, unprefixed) to a handler rather than to the fallback, and no other
+/// method is served on its paths.
+#[test]
+fn the_openapi_document_lists_exactly_the_routes_the_server_serves() {
+    let dir = test_dir("server-openapi");
+    let server = ServerProcess::start(&host_config(&dir, ""));
+    let anonymous = server.client(None);
+    let generated = serde_json::to_value(sluice::server::openapi()).unwrap();
+    for path in ["/v1/openapi.json", "/openapi.json"] {
+        let (status, doc) = anonymous.request("GET", path, None).unwrap();
+        assert_eq!(status, 200, "{path}");
+        let doc: Value = serde_json::from_slice(&doc).unwrap();
+        assert_eq!(doc, generated, "{path} serves another document");
+    }
+    assert!(generated["openapi"].as_str().unwrap().starts_with("3.1"));
+    // What the fallback answers, so that a route it serves can be told from a handler's.
+    let fallback = |status: u16, body: &[u8]| {
+        status == 404 && String::from_utf8_lossy(body).contains("no such route")
+    };
+    let (status, body) = anonymous.request("GET", "/v1/nope", None).unwrap();
+    assert!(fallback(status, &body), "{status}");
+    let paths = generated["paths"].as_object().unwrap();
+    let mut served = 0;
+    for (path, item) in paths {
+        let concrete = path
+            .replace("{id}", "0123456789abcdef")
+            .replace("{request_id}", "r")
+            .replace("{key}", "k.wasm");
+        for method in ["GET", "POST", "DELETE"] {
+            let (status, body) = anonymous.request(method, &concrete, None).unwrap();
+            let body_text = String::from_utf8_lossy(&body);
+            if item.get(method.to_lowercase()).is_some() {
+                assert!(
+                    !fallback(status, &body) && status != 405,
+                    "{method} {path} is documented but not routed: {status} {body_text}"
+                );
+                served += 1;
+            } else {
+                assert_eq!(
+                    status, 405,
+                    "{method} {path} is routed but not documented: {body_text}"
+                );
+            }
+        }
+    }
+    assert!(served > 2, "{generated}");
+    for path in paths.keys() {
+        assert!(
+            path.starts_with("/v1/") || paths.contains_key(&format!("/v1{path}")) || {
+                ["/", "/health", "/livez", "/readyz"].contains(&path.as_str())
+            },
+            "{path} is neither under /v1 nor the twin of a path there"
+        );
+    }
+}
+
+/// Every answer the client reads comes back as the server sent it: its type keeps every
+/// field (none dropped, none renamed), the old unprefixed paths answer as `/v1` does, and
+/// each time comes as epoch milliseconds and as the same instant in RFC 3339.
+#[test]
+fn a_client_reads_every_answer_as_the_server_sent_it() {
+    use sluice::server::model::{ErrorBody, Probe, ProbeStatus, rfc3339};
+    let dir = test_dir("server-round-trip");
+    let server = ServerProcess::start(&host_config(&dir, ""));
+    let a = server.client(Some("token-a"));
+    let raw = |path: &str| -> Value {
+        let (status, body) = a.request("GET", path, None).unwrap();
+        assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&body));
+        serde_json::from_slice(&body).unwrap()
+    };
+    // (`typed` is what the client read, written back.)
+    let as_sent = |typed: Value, path: &str| {
+        assert_eq!(typed, raw(path), "{path}");
+        assert_eq!(
+            raw(path),
+            raw(&format!("/v1{path}")),
+            "{path} and /v1{path}"
+        );
+    };
+    let submitted = a
+        .submit(&write_job(&dir, &throttled_wordcount(1, 300, 3000.0)))
+        .unwrap();
+    assert_eq!(submitted.submitted, rfc3339(submitted.submitted_ms as i64));
+    let id = submitted.id.clone();
+    wait_for("the job to finish", Duration::from_secs(30), || {
+        state(&a, &id) == JobState::Finished
+    });
+    let trigger_refused = error_of(a.trigger_savepoint(&id));
+    assert!(
+        trigger_refused.contains("409") && trigger_refused.contains("it is finished"),
+        "{trigger_refused}"
+    );
+
+    let detail = a.status(&id).unwrap();
+    as_sent(
+        serde_json::to_value(&detail).unwrap(),
+        &format!("/jobs/{id}"),
+    );
+    assert_eq!(detail.cluster, ClusterStatus::Flag(false));
+    assert!(!detail.checkpoints.last.is_empty(), "{detail:?}");
+    for checkpoint in &detail.checkpoints.last {
+        assert_eq!(checkpoint.triggered, rfc3339(checkpoint.triggered_ms));
+    }
+    let list = a.list().unwrap();
+    as_sent(serde_json::to_value(&list).unwrap(), "/jobs");
+    assert_eq!(list.jobs[0].job, detail.job);
+    let plugins = a.plugins().unwrap();
+    as_sent(serde_json::to_value(&plugins).unwrap(), "/plugins");
+    assert_eq!(plugins.plugins.len(), 2, "{plugins:?}");
+    for plugin in &plugins.plugins {
+        assert_eq!(plugin.uploaded, rfc3339(plugin.uploaded_ms as i64));
+    }
+    for path in ["/health", "/livez", "/readyz"] {
+        let probe: Probe = serde_json::from_value(raw(path)).unwrap();
+        assert_eq!(serde_json::to_value(probe).unwrap(), raw(path), "{path}");
+        let expected = if path == "/readyz" {
+            ProbeStatus::Ready
+        } else {
+            ProbeStatus::Ok
+        };
+        assert_eq!(probe.status, expected, "{path}");
+    }
+    let (status, body) = a.request("GET", "/v1/jobs/nope", None).unwrap();
+    assert_eq!(status, 404);
+    let error: ErrorBody = serde_json::from_slice(&body).unwrap();
+    assert_eq!(error.error, "no job 'nope'");
+    assert_eq!(
+        serde_json::to_value(&error).unwrap(),
+        serde_json::from_slice::<Value>(&body).unwrap()
+    );
+    // Control answers: a summary, as the server sent it.
+    let (status, body) = a
+        .request("DELETE", &format!("/v1/jobs/{id}"), None)
+        .unwrap();
+    assert_eq!(status, 200);
+    let deleted: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(deleted, serde_json::to_value(&detail.job).unwrap());
+}
+
+/// A savepoint triggered without waiting is in progress, then completed with the name of
+/// a savepoint folder the job can start from; a job that does not checkpoint fails it
+/// with the reason. The command line does the same, polling for it.
+#[test]
+fn a_triggered_savepoint_completes_with_its_location_or_fails_with_the_reason() {
+    use sluice::server::model::TriggerStatus;
+    let dir = test_dir("server-savepoint-trigger");
+    let server = ServerProcess::start(&host_config(&dir, ""));
+    let a = server.client(Some("token-a"));
+    let id = a
+        .submit(&write_job(&dir, &throttled_wordcount(1, 100_000, 500.0)))
+        .unwrap()
+        .id;
+    wait_for("a checkpoint", Duration::from_secs(30), || {
+        a.status(&id).unwrap().checkpoints.completed > 0
+    });
+    let (status, body) = a
+        .request("POST", &format!("/v1/jobs/{id}/savepoints"), None)
+        .unwrap();
+    assert_eq!(status, 202, "{}", String::from_utf8_lossy(&body));
+    let request: sluice::server::model::SavepointTriggered = serde_json::from_slice(&body).unwrap();
+    let mut seen = Vec::new();
+    let done = {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = a.savepoint_status(&id, &request.request_id).unwrap();
+            seen.push(status.status);
+            if status.status != TriggerStatus::InProgress {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "still in progress: {seen:?}");
+            thread::sleep(Duration::from_millis(5));
+        }
+    };
+    // Asked at once, it was in progress; then it completed.
+    assert_eq!(seen[0], TriggerStatus::InProgress, "{seen:?}");
+    assert_eq!(done.status, TriggerStatus::Completed, "{done:?}");
+    assert_eq!(done.error, None);
+    let location = done.location.clone().unwrap();
+    let folder = dir
+        .join("registry/jobs")
+        .join(&id)
+        .join("checkpoints")
+        .join(&location);
+    assert!(
+        location.starts_with("savepoint-") && folder.is_dir(),
+        "{}",
+        folder.display()
+    );
+    // Asked again, it is still there, the same.
+    assert_eq!(a.savepoint_status(&id, &request.request_id).unwrap(), done);
+    let e = error_of(a.savepoint_status(&id, "no-such-request"));
+    assert!(
+        e.contains("404") && e.contains("no savepoint request"),
+        "{e}"
+    );
+    // Through the old blocking route too, and the command line (which polls).
+    assert!(
+        a.savepoint(&id)
+            .unwrap()
+            .savepoint
+            .starts_with("savepoint-")
+    );
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+            .args(args)
+            .args(["--server", &server.url, "--token", "token-a"])
+            .env_remove("SLUICE_TOKEN")
+            .output()
+            .unwrap()
+    };
+    let out = cli(&["savepoint", &id]);
+    let printed = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let folder = dir
+        .join("registry/jobs")
+        .join(&id)
+        .join("checkpoints")
+        .join(&printed);
+    assert!(
+        printed.starts_with("savepoint-") && folder.is_dir(),
+        "{printed}"
+    );
+    // The job ran on; stopped, it starts from the triggered savepoint (with rewind: the
+    // output went on after it).
+    assert_eq!(state(&a, &id), JobState::Running);
+    a.stop(&id, false).unwrap();
+    let path = format!("/v1/jobs/{id}/start?savepoint={location}&allow_rewind=true");
+    let (status, body) = a.request("POST", &path, None).unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    a.cancel(&id).unwrap();
+
+    // A job that does not checkpoint: accepted, then failed with the job's reason.
+    let text = throttled_wordcount(1, 100_000, 500.0).replace(
+        "[checkpoint]\ninterval_ms = 100\ndir = \"checkpoints\"\n",
+        "",
+    );
+    let id = a.submit(&write_job(&dir, &text)).unwrap().id;
+    let request = a.trigger_savepoint(&id).unwrap().request_id;
+    let mut failed = None;
+    wait_for("the request to fail", Duration::from_secs(30), || {
+        let status = a.savepoint_status(&id, &request).unwrap();
+        assert_ne!(status.status, TriggerStatus::Completed, "{status:?}");
+        failed = Some(status).filter(|s| s.status == TriggerStatus::Failed);
+        failed.is_some()
+    });
+    let error = failed.unwrap().error.unwrap();
+    assert!(
+        error.contains(&format!("the savepoint of job '{id}' failed"))
+            && error.contains("a savepoint needs a [checkpoint] table"),
+        "{error}"
+    );
+    let e = error_of(a.savepoint(&id));
+    assert!(
+        e.contains("409") && e.contains("needs a [checkpoint] table"),
+        "{e}"
+    );
+    let out = cli(&["savepoint", &id]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("a savepoint needs a [checkpoint] table"),
+        "{stderr}"
+    );
+    a.cancel(&id).unwrap();
+}
+
+/// `/livez` answers as soon as the server listens; `/readyz` and the API answer 503
+/// until it resumed its registry's jobs, and `/readyz` again once it shuts down.
+#[test]
+fn the_server_is_live_at_once_ready_once_it_resumed_its_jobs_and_not_while_stopping() {
+    use sluice::server::model::ProbeStatus;
+    use sluice::server::{Server, serve};
+    use sluice::tenant::HostConfig;
+    let dir = test_dir("server-readiness");
+    let host = HostConfig::load(&host_config(&dir, "")).unwrap();
+    let server = Server::load(host, sluice_tests::engine()).unwrap();
+    let running = serve(server.clone(), "127.0.0.1:0").unwrap();
+    let a = Client::new(&running.url(), Some("token-a".into()));
+    let probe = |path: &str| {
+        let (status, body) = a.request("GET", path, None).unwrap();
+        let probe: sluice::server::model::Probe = serde_json::from_slice(&body).unwrap();
+        (status, probe.status)
+    };
+    assert_eq!(probe("/livez"), (200, ProbeStatus::Ok));
+    assert_eq!(probe("/readyz"), (503, ProbeStatus::Starting));
+    let e = error_of(a.list());
+    assert!(e.contains("503") && e.contains("is starting"), "{e}");
+    assert!(error_of(a.ready()).contains("503"));
+
+    server.resume_jobs().unwrap();
+    assert_eq!(probe("/readyz"), (200, ProbeStatus::Ready));
+    assert_eq!(a.ready().unwrap().status, ProbeStatus::Ready);
+    assert_eq!(a.list().unwrap().jobs, []);
+
+    server.shutdown(Duration::from_secs(10));
+    assert_eq!(probe("/readyz"), (503, ProbeStatus::ShuttingDown));
+    assert_eq!(probe("/livez"), (200, ProbeStatus::Ok));
+    let e = error_of(a.submit(&write_job(&dir, &throttled_wordcount(1, 10, 100.0))));
+    assert!(e.contains("409") && e.contains("shutting down"), "{e}");
+    running.shutdown(Duration::from_secs(10)).unwrap();
 }

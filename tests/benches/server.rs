@@ -10,6 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use sluice::server::client::Client;
+use sluice::server::model::JobState;
 use sluice::server::{Server, serve, token_sha256};
 use sluice::tenant::HostConfig;
 use sluice_tests::plugins::{COUNT, TOKENIZE};
@@ -119,11 +120,12 @@ interval_ms = 500
         let (status, body) = c.request("POST", "/jobs", Some(job.as_bytes())).unwrap();
         assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
     });
-    let ids: Vec<String> = admin.list().unwrap()["jobs"]
-        .as_array()
+    let ids: Vec<String> = admin
+        .list()
         .unwrap()
-        .iter()
-        .map(|j| j["id"].as_str().unwrap().to_string())
+        .jobs
+        .into_iter()
+        .map(|j| j.job.id)
         .collect();
     let ids = Arc::new(ids);
     let status = load(&url, clients, requests, |c, i| {
@@ -132,11 +134,12 @@ interval_ms = 500
     let list = load(&url, clients, requests / 4, |c, _| {
         c.list().unwrap();
     });
-    let running_jobs = admin.list().unwrap()["jobs"]
-        .as_array()
+    let running_jobs = admin
+        .list()
         .unwrap()
+        .jobs
         .iter()
-        .filter(|j| j["state"] == "running")
+        .filter(|j| j.job.state == JobState::Running)
         .count();
     let base = percentiles(health.clone())[0];
     println!(
