@@ -1,4 +1,4 @@
-//! The HTTP API of a server (JSON; [the server's page](../../docs/server.md) shows each
+//! The HTTP API of a server (JSON; `docs/server.md` shows each
 //! route with curl).
 //!
 //! Every route is declared once, by a handler's `#[utoipa::path]`, and registered with
@@ -10,19 +10,16 @@
 //! tenant's jobs, plugins and metrics. Work that blocks (compiling a plugin, stopping a
 //! job) runs off the async threads.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Read;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, LazyLock};
 use std::task::{Context as TaskContext, Poll, ready};
-use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -30,12 +27,6 @@ use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
 use serde::Deserialize;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
@@ -765,209 +756,6 @@ impl futures_core::Stream for FileChunks {
     }
 }
 
-/// A server answering on a socket, on threads of its own.
-pub struct RunningServer {
-    address: SocketAddr,
-    https: bool,
-    server: Arc<Server>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<JoinHandle<Result<()>>>,
-}
-
-/// Serves `server`'s API on `address` (`127.0.0.1:0` picks a free port).
-pub fn serve(server: Arc<Server>, address: &str) -> Result<RunningServer> {
-    let listener = std::net::TcpListener::bind(address)
-        .with_context(|| format!("cannot listen on {address}"))?;
-    listener.set_nonblocking(true)?;
-    let bound = listener.local_addr()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("http")
-        .enable_io()
-        .enable_time()
-        .build()
-        .context("starting the HTTP runtime")?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let tls = match &server.host.server.tls {
-        Some((cert, key)) => Some(super::tls::server_config(cert, key)?),
-        None => None,
-    };
-    let https = tls.is_some();
-    let app = router(server.clone());
-    let thread = thread::Builder::new()
-        .name("http server".into())
-        .spawn(move || {
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener)?;
-                let stopped = async move {
-                    let _ = stopped.await;
-                };
-                match tls {
-                    Some(config) => {
-                        axum::serve(super::tls::TlsListener::new(listener, config)?, app)
-                            .with_graceful_shutdown(stopped)
-                            .await
-                            .context("serving HTTPS")
-                    }
-                    None => axum::serve(listener, app)
-                        .with_graceful_shutdown(stopped)
-                        .await
-                        .context("serving HTTP"),
-                }
-            })
-        })?;
-    Ok(RunningServer {
-        address: bound,
-        https,
-        server,
-        stop: Some(stop),
-        thread: Some(thread),
-    })
-}
-
-impl RunningServer {
-    /// Where it listens.
-    pub fn address(&self) -> SocketAddr {
-        self.address
-    }
-
-    /// Its base URL: `https://ADDRESS` when it serves TLS, else `http://ADDRESS`.
-    pub fn url(&self) -> String {
-        let scheme = if self.https { "https" } else { "http" };
-        format!("{scheme}://{}", self.address)
-    }
-
-    /// The service behind it.
-    pub fn server(&self) -> &Arc<Server> {
-        &self.server
-    }
-
-    /// Stops the jobs so that they resume when a server opens the registry again
-    /// (waiting at most `timeout` for their savepoints), then stops answering. Meanwhile
-    /// `/readyz` answers 503 and no job is submitted or started.
-    pub fn shutdown(mut self, timeout: Duration) -> Result<()> {
-        self.server.shutdown(timeout);
-        self.stop_http()
-    }
-
-    fn stop_http(&mut self) -> Result<()> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(result)) => result,
-            Some(Err(_)) => anyhow::bail!("the HTTP server thread panicked"),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for RunningServer {
-    fn drop(&mut self) {
-        let _ = self.stop_http();
-    }
-}
-
-/// Labels of one sample.
-type Labels = Vec<(String, String)>;
-
-/// Histograms by labels, each made by [`duration_histogram`].
-type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
-
-/// A histogram's buckets, from 1 ms to about 65 s.
-fn duration_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(0.001, 2.0, 17))
-}
-
-/// One scrape's metric families, built with `prometheus-client` and encoded in the
-/// OpenMetrics text format.
-#[derive(Default)]
-pub(super) struct Metrics {
-    registry: Registry,
-    counters: BTreeMap<String, Family<Labels, Counter<f64, AtomicU64>>>,
-    gauges: BTreeMap<String, Family<Labels, Gauge<f64, AtomicU64>>>,
-    histograms: BTreeMap<String, HistogramFamily>,
-}
-
-/// The labels of a sample, their values escaped as the text format wants (the encoder
-/// writes them as they are, and operator and counter names come from tenants).
-fn labels(labels: &[(&str, &str)]) -> Labels {
-    labels
-        .iter()
-        .map(|(k, v)| {
-            let v = v
-                .replace('\\', "\\\\")
-                .replace('"', "\\\"")
-                .replace('\n', "\\n");
-            (k.to_string(), v)
-        })
-        .collect()
-}
-
-impl Metrics {
-    /// Adds a sample of counter `name` (ending in `_total`, as exposed) or of gauge
-    /// `name`.
-    pub(super) fn add(
-        &mut self,
-        name: &str,
-        kind: &str,
-        help: &str,
-        sample: &[(&str, &str)],
-        value: f64,
-    ) {
-        let registry = &mut self.registry;
-        if kind == "counter" {
-            // (OpenMetrics names a counter's family without the `_total` of its sample.)
-            let family = name.strip_suffix("_total").unwrap_or(name);
-            self.counters
-                .entry(family.to_string())
-                .or_insert_with(|| {
-                    let f = Family::default();
-                    registry.register(family, help, f.clone());
-                    f
-                })
-                .get_or_create(&labels(sample))
-                .inc_by(value);
-        } else {
-            self.gauges
-                .entry(name.to_string())
-                .or_insert_with(|| {
-                    let f = Family::default();
-                    registry.register(name, help, f.clone());
-                    f
-                })
-                .get_or_create(&labels(sample))
-                .set(value);
-        }
-    }
-
-    /// Observes `seconds` in histogram `name` (buckets from 1 ms to about 65 s).
-    pub(super) fn observe(
-        &mut self,
-        name: &str,
-        help: &str,
-        sample: &[(&str, &str)],
-        seconds: f64,
-    ) {
-        let registry = &mut self.registry;
-        self.histograms
-            .entry(name.to_string())
-            .or_insert_with(|| {
-                let f = Family::new_with_constructor(duration_histogram as fn() -> Histogram);
-                registry.register(name, help, f.clone());
-                f
-            })
-            .get_or_create(&labels(sample))
-            .observe(seconds);
-    }
-
-    pub(super) fn finish(self) -> String {
-        let mut out = String::new();
-        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
-        out
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1045,26 +833,6 @@ mod tests {
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"
-        );
-    }
-
-    #[test]
-    fn label_values_from_tenants_cannot_break_the_text_format() {
-        let mut m = Metrics::default();
-        let name = "op\"} 1\nsluice_jobs{tenant=\"victim\"";
-        m.add("sluice_x_total", "counter", "x", &[("operator", name)], 2.0);
-        let text = m.finish();
-        let sample = text
-            .lines()
-            .find(|l| l.starts_with("sluice_x_total"))
-            .unwrap();
-        assert_eq!(
-            sample,
-            "sluice_x_total{operator=\"op\\\"} 1\\nsluice_jobs{tenant=\\\"victim\\\"\"} 2.0"
-        );
-        assert!(
-            !text.lines().any(|l| l.starts_with("sluice_jobs")),
-            "{text}"
         );
     }
 }

@@ -3,9 +3,16 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
 
 use super::Server;
-use super::api::Metrics;
 use super::plugins::now_ms;
 use super::registry::JobEntry;
 use super::views::state_name;
@@ -230,5 +237,130 @@ fn add_job(m: &mut Metrics, sample: &JobSample<'_>) {
                 );
             }
         }
+    }
+}
+
+/// Labels of one sample.
+type Labels = Vec<(String, String)>;
+
+/// Histograms by labels, each made by [`duration_histogram`].
+type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
+
+/// A histogram's buckets, from 1 ms to about 65 s.
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// One scrape's metric families, built with `prometheus-client` and encoded in the
+/// OpenMetrics text format.
+#[derive(Default)]
+pub(super) struct Metrics {
+    registry: Registry,
+    counters: BTreeMap<String, Family<Labels, Counter<f64, AtomicU64>>>,
+    gauges: BTreeMap<String, Family<Labels, Gauge<f64, AtomicU64>>>,
+    histograms: BTreeMap<String, HistogramFamily>,
+}
+
+/// The labels of a sample, their values escaped as the text format wants (the encoder
+/// writes them as they are, and operator and counter names come from tenants).
+fn labels(labels: &[(&str, &str)]) -> Labels {
+    labels
+        .iter()
+        .map(|(k, v)| {
+            let v = v
+                .replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n");
+            (k.to_string(), v)
+        })
+        .collect()
+}
+
+impl Metrics {
+    /// Adds a sample of counter `name` (ending in `_total`, as exposed) or of gauge
+    /// `name`.
+    pub(super) fn add(
+        &mut self,
+        name: &str,
+        kind: &str,
+        help: &str,
+        sample: &[(&str, &str)],
+        value: f64,
+    ) {
+        let registry = &mut self.registry;
+        if kind == "counter" {
+            // (OpenMetrics names a counter's family without the `_total` of its sample.)
+            let family = name.strip_suffix("_total").unwrap_or(name);
+            self.counters
+                .entry(family.to_string())
+                .or_insert_with(|| {
+                    let f = Family::default();
+                    registry.register(family, help, f.clone());
+                    f
+                })
+                .get_or_create(&labels(sample))
+                .inc_by(value);
+        } else {
+            self.gauges
+                .entry(name.to_string())
+                .or_insert_with(|| {
+                    let f = Family::default();
+                    registry.register(name, help, f.clone());
+                    f
+                })
+                .get_or_create(&labels(sample))
+                .set(value);
+        }
+    }
+
+    /// Observes `seconds` in histogram `name` (buckets from 1 ms to about 65 s).
+    pub(super) fn observe(
+        &mut self,
+        name: &str,
+        help: &str,
+        sample: &[(&str, &str)],
+        seconds: f64,
+    ) {
+        let registry = &mut self.registry;
+        self.histograms
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                let f = Family::new_with_constructor(duration_histogram as fn() -> Histogram);
+                registry.register(name, help, f.clone());
+                f
+            })
+            .get_or_create(&labels(sample))
+            .observe(seconds);
+    }
+
+    pub(super) fn finish(self) -> String {
+        let mut out = String::new();
+        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_from_tenants_cannot_break_the_text_format() {
+        let mut m = Metrics::default();
+        let name = "op\"} 1\nsluice_jobs{tenant=\"victim\"";
+        m.add("sluice_x_total", "counter", "x", &[("operator", name)], 2.0);
+        let text = m.finish();
+        let sample = text
+            .lines()
+            .find(|l| l.starts_with("sluice_x_total"))
+            .unwrap();
+        assert_eq!(
+            sample,
+            "sluice_x_total{operator=\"op\\\"} 1\\nsluice_jobs{tenant=\\\"victim\\\"\"} 2.0"
+        );
+        assert!(
+            !text.lines().any(|l| l.starts_with("sluice_jobs")),
+            "{text}"
+        );
     }
 }

@@ -29,6 +29,7 @@
 
 mod api;
 pub mod client;
+mod http;
 mod jobs;
 mod kafka_grant;
 pub mod logs;
@@ -55,7 +56,8 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
-pub use api::{RunningServer, openapi, serve};
+pub use api::openapi;
+pub use http::{RunningServer, serve};
 pub use metrics::{JobSample, jobs_metrics};
 pub use model::JobState;
 
