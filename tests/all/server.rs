@@ -1184,3 +1184,27 @@ fn the_server_is_live_at_once_ready_once_it_resumed_its_jobs_and_not_while_stopp
     assert!(e.contains("409") && e.contains("shutting down"), "{e}");
     running.shutdown(Duration::from_secs(10)).unwrap();
 }
+
+/// `sluice savepoint JOB.toml` stays the local command when the client's variables are
+/// set for the other commands: only `--server` makes it a server's (the token and CA
+/// variables once made clap demand `--server`).
+#[test]
+fn a_local_savepoint_stays_local_whatever_the_clients_variables_say() {
+    let dir = test_dir("server-savepoint-local");
+    let job = write_job(&dir, &throttled_wordcount(1, 10, 100.0));
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .args(["savepoint", job.to_str().unwrap()])
+        .env("SLUICE_SERVER", "http://127.0.0.1:9")
+        .env("SLUICE_TOKEN", "token-a")
+        .env("SLUICE_CA_CERT", dir.join("no-such.pem"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // No `sluice run` runs it: the local command says so (not a usage error, nor a
+    // request to the server).
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        !stderr.contains("127.0.0.1:9") && !stderr.contains("--server"),
+        "{stderr}"
+    );
+}

@@ -119,15 +119,11 @@ enum Command {
         #[arg(long)]
         server: Option<String>,
         /// Your tenant's bearer token, with `--server`.
-        #[arg(
-            long,
-            env = "SLUICE_TOKEN",
-            hide_env_values = true,
-            requires = "server"
-        )]
+        #[arg(long, env = "SLUICE_TOKEN", hide_env_values = true)]
         token: Option<String>,
-        /// Trust this certificate authority (PEM) for an `https://` server.
-        #[arg(long, env = "SLUICE_CA_CERT", value_name = "PEM", requires = "server")]
+        /// Trust this certificate authority (PEM) for an `https://` server, with
+        /// `--server`.
+        #[arg(long, env = "SLUICE_CA_CERT", value_name = "PEM")]
         ca_cert: Option<PathBuf>,
     },
     /// Check a job file and its plugins without running it: the file, the graph, and
