@@ -422,7 +422,7 @@ enum LogFormat {
 }
 
 /// Logs to stderr as `filter` says; a server also keeps each job's recent lines (at
-/// `info` and above, whatever the filter) for `GET /jobs/ID/logs`.
+/// `info` and above, whatever the filter) for `GET /v1/jobs/ID/logs`.
 fn init_logging(filter: &str, format: LogFormat, job_logs: bool) {
     use tracing_subscriber::Layer;
     use tracing_subscriber::filter::LevelFilter;

@@ -317,9 +317,12 @@ async fn readyz(State(server): State<Arc<Server>>) -> (StatusCode, Json<Probe>) 
 
 /// The document, written once.
 static OPENAPI_JSON: LazyLock<String> = LazyLock::new(|| {
-    openapi()
-        .to_pretty_json()
-        .unwrap_or_else(|e| format!("{{\"error\": \"cannot write the OpenAPI document: {e}\"}}"))
+    openapi().to_pretty_json().unwrap_or_else(|e| {
+        let error = ErrorBody {
+            error: format!("cannot write the OpenAPI document: {e}"),
+        };
+        serde_json::to_string(&error).unwrap_or_default()
+    })
 });
 
 #[utoipa::path(get, path = "/openapi.json", tag = "server", security(),

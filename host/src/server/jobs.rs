@@ -160,7 +160,7 @@ impl Server {
                 (SinkKind::Stdout, _) => {
                     return Err(ApiError::bad(format!(
                         "job.toml: sink {name}: a server job writes to a file sink (type = \"file\"), whose \
-                         output is read back with GET /jobs/ID/output, or to a kafka sink",
+                         output is read back with GET /v1/jobs/ID/output, or to a kafka sink",
                     )));
                 }
             }
@@ -230,7 +230,7 @@ impl Server {
             op.plugin = self.plugin_path(&tenant.name, &hash).ok_or_else(|| {
                 ApiError::bad(format!(
                     "job.toml: operator '{}': plugin {:?} was not uploaded by tenant '{}' \
-                     (upload it first: POST /plugins?name=FILE.wasm)",
+                     (upload it first: POST /v1/plugins?name=FILE.wasm)",
                     op.name,
                     op.plugin.display().to_string(),
                     tenant.name

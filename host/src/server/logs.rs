@@ -1,4 +1,4 @@
-//! Each server job's recent log lines, for `GET /jobs/ID/logs`: a `tracing` layer that
+//! Each server job's recent log lines, for `GET /v1/jobs/ID/logs`: a `tracing` layer that
 //! keeps what is logged inside a job's span (its tasks' and operators' lines, guest output
 //! included) in a bounded buffer per job.
 //!

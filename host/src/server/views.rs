@@ -1,5 +1,5 @@
-//! The JSON views of jobs the REST API serves: their summaries and details, output files
-//! and log lines.
+//! What the REST API serves of jobs, built as the types of [`super::model`]: their
+//! summaries and details, output files and log lines.
 
 use std::fs;
 use std::path::{Path, PathBuf};
