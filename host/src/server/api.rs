@@ -565,11 +565,13 @@ async fn stop(
     Ok(Json(blocking(move || server.stop(&t, &id, q.drain)).await?))
 }
 
-/// How often a waiting `POST .../savepoint` looks at its request.
-const SAVEPOINT_POLL: Duration = Duration::from_millis(10);
+/// How often a waiting `POST .../savepoint` looks at its request: at first soon (a
+/// savepoint of a small job takes a few milliseconds), then less and less often.
+const SAVEPOINT_POLL: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(64));
 
 /// Takes a savepoint as [`trigger_savepoint`] does, and answers once it is written. The
-/// wait holds no thread: it looks at the request every [`SAVEPOINT_POLL`].
+/// wait holds no thread: it looks at the request after 1 ms, then twice as long each
+/// time, up to every 64 ms ([`SAVEPOINT_POLL`]).
 #[utoipa::path(post, path = "/jobs/{id}/savepoint", tag = "savepoints",
     params(("id" = String, Path, description = "A job id")),
     responses(
@@ -586,10 +588,14 @@ async fn savepoint(
     Path(id): Path<String>,
 ) -> Result<Json<SavepointTaken>, ApiError> {
     let request = server.trigger_savepoint(&t, &id)?.request_id;
+    let (mut poll, longest) = SAVEPOINT_POLL;
     loop {
         let status = server.savepoint_status(&t, &id, &request)?;
         match (status.status, status.location, status.error) {
-            (TriggerStatus::InProgress, ..) => tokio::time::sleep(SAVEPOINT_POLL).await,
+            (TriggerStatus::InProgress, ..) => {
+                tokio::time::sleep(poll).await;
+                poll = (poll * 2).min(longest);
+            }
             (TriggerStatus::Completed, Some(savepoint), _) => {
                 return Ok(Json(SavepointTaken { savepoint }));
             }
