@@ -440,6 +440,11 @@ impl Operator for Emitter {
         Ok(())
     }
 
+    fn finish(&mut self, ctx: &mut Context<'_>) -> Result<()> {
+        ctx.emit(None, b"finishing");
+        Ok(())
+    }
+
     fn close(&mut self, ctx: &mut Context<'_>) -> Result<()> {
         ctx.emit(None, b"closing");
         Ok(())
@@ -450,7 +455,7 @@ impl Operator for Emitter {
 fn emitted_records_keep_order_keys_and_timestamps() -> Result<()> {
     let mut h = Harness::<Emitter>::builder().open()?;
     h.process(Some([0xff_u8]), b"raw", Some(5))?;
-    h.close()?;
+    h.finish()?;
     let out = h.take_output();
     assert_eq!(out.len(), 5);
     assert_eq!((out[0].key.as_deref(), out[0].timestamp), (None, Some(5)));
@@ -467,7 +472,14 @@ fn emitted_records_keep_order_keys_and_timestamps() -> Result<()> {
         }
     );
     assert_eq!(out[3].decode::<(u8, String)>()?, (1, "typed".to_owned()));
-    assert_eq!(out[4].value_str()?, "closing");
+    assert_eq!(out[4].value_str()?, "finishing");
+    // `close` runs after the job's output was committed: it may not emit.
+    let err = h.close().unwrap_err();
+    assert!(
+        err.message().contains("from `close`, which may not emit"),
+        "{err}"
+    );
+    assert!(h.take_output().is_empty());
     assert_eq!(out[4].timestamp, None);
     Ok(())
 }
