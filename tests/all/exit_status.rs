@@ -94,7 +94,7 @@ fn nothing_answering_exits_69() {
     exits(
         &["list", "--server", "http://127.0.0.1:9", "--token", "t"],
         69,
-        "http://127.0.0.1:9/jobs",
+        "http://127.0.0.1:9/v1/jobs",
     );
     let dir = test_dir("exit-unreachable");
     exits(

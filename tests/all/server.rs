@@ -1202,7 +1202,7 @@ fn a_local_savepoint_stays_local_whatever_the_clients_variables_say() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     // No `sluice run` runs it: the local command says so (not a usage error, nor a
     // request to the server).
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
     assert!(
         !stderr.contains("127.0.0.1:9") && !stderr.contains("--server"),
         "{stderr}"
