@@ -628,7 +628,12 @@ impl Server {
                 }
                 RestorePoint::Path(path)
             }
-            None => latest_or_fresh(&entry.dir),
+            None => latest_or_fresh(&entry.dir).map_err(|e| {
+                ApiError::new(
+                    ErrorKind::Conflict,
+                    format!("cannot start job '{id}': {e:#}"),
+                )
+            })?,
         };
         let options = RunOptions {
             allow_rewind,
@@ -742,13 +747,19 @@ impl Server {
             };
             let text = fs::read_to_string(dir.join("job.toml")).unwrap_or_default();
             let mut plugins = record.plugins.clone();
-            match self.prepare(&tenant, &text, &dir, &mut plugins) {
-                Ok((run, _)) => {
+            let prepared = self
+                .prepare(&tenant, &text, &dir, &mut plugins)
+                .and_then(|p| {
+                    let restore = latest_or_fresh(&dir).map_err(ApiError::internal)?;
+                    Ok((p, restore))
+                });
+            match prepared {
+                Ok(((run, _), restore)) => {
                     let needs = match &run {
                         Run::Local(_) => run.needs().unwrap_or_default(),
                         Run::Cluster(_) => (0, 0),
                     };
-                    self.launch(&entry, run, needs, latest_or_fresh(&dir));
+                    self.launch(&entry, run, needs, restore);
                     resumed += 1;
                 }
                 Err(e) => entry.update(|r| {
@@ -805,13 +816,21 @@ impl Server {
     }
 }
 
-/// The latest complete checkpoint or savepoint of a job folder, or a fresh start.
-fn latest_or_fresh(job_dir: &Path) -> RestorePoint {
+/// The latest complete checkpoint or savepoint of a job folder, or a fresh start when
+/// it has none. A folder that cannot be read is an error, not a fresh start: that would
+/// take back what the job committed.
+fn latest_or_fresh(job_dir: &Path) -> Result<RestorePoint> {
     let dir = job_dir.join("checkpoints");
-    match CheckpointStorage::new(&dir).and_then(|s| s.find_latest()) {
-        Ok(Some(_)) => RestorePoint::Latest,
-        _ => RestorePoint::Fresh,
+    if !dir.exists() {
+        return Ok(RestorePoint::Fresh);
     }
+    let latest = CheckpointStorage::new(&dir)
+        .and_then(|s| s.find_latest())
+        .with_context(|| format!("finding where the job resumes in {}", dir.display()))?;
+    Ok(match latest {
+        Some(_) => RestorePoint::Latest,
+        None => RestorePoint::Fresh,
+    })
 }
 
 /// Waits until the job's thread has recorded its end; false on timeout.
