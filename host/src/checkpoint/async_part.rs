@@ -17,32 +17,55 @@ const RUNNING: u8 = 0;
 const COMPLETED: u8 = 1;
 const DISCARDED: u8 = 2;
 
-/// A fixed pool of threads for asynchronous checkpoint parts, shared by a job's tasks.
+/// A fixed pool of threads for asynchronous checkpoint parts, shared by one attempt's
+/// tasks.
+///
+/// Dropping the pool waits for its writers to end: a part still being written after
+/// its attempt failed would otherwise go on writing (or deleting, once discarded) in a
+/// checkpoint folder that the next attempt may be using.
 pub struct AsyncPool {
-    tx: Sender<Box<dyn FnOnce() + Send>>,
+    tx: Option<Sender<Box<dyn FnOnce() + Send>>>,
+    workers: Vec<thread::JoinHandle<()>>,
 }
 
 impl AsyncPool {
     /// A pool of `threads` workers.
     pub fn new(threads: usize) -> Self {
         let (tx, rx) = unbounded::<Box<dyn FnOnce() + Send>>();
-        for i in 0..threads.max(1) {
-            let rx = rx.clone();
-            thread::Builder::new()
-                .name(format!("checkpoint writer {i}"))
-                .spawn(move || {
-                    for job in rx {
-                        job();
-                    }
-                })
-                .expect("spawning a checkpoint writer");
+        let workers = (0..threads.max(1))
+            .map(|i| {
+                let rx = rx.clone();
+                thread::Builder::new()
+                    .name(format!("checkpoint writer {i}"))
+                    .spawn(move || {
+                        for job in rx {
+                            job();
+                        }
+                    })
+                    .expect("spawning a checkpoint writer")
+            })
+            .collect();
+        AsyncPool {
+            tx: Some(tx),
+            workers,
         }
-        AsyncPool { tx }
     }
 
     pub(crate) fn submit(&self, job: Box<dyn FnOnce() + Send>) {
         // The workers live as long as the pool; a send only fails after they exited.
-        let _ = self.tx.send(job);
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(job);
+        }
+    }
+}
+
+impl Drop for AsyncPool {
+    fn drop(&mut self) {
+        // Without a sender the workers end once the parts queued are written.
+        self.tx = None;
+        for worker in self.workers.drain(..) {
+            let _ = worker.join();
+        }
     }
 }
 

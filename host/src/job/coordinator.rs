@@ -66,6 +66,8 @@ pub struct CheckpointStats {
     pub completed: Vec<CompletedCheckpoint>,
     /// Aborted checkpoints with the reason.
     pub aborted: Vec<(u64, String)>,
+    /// The id the next checkpoint triggered gets: a restart goes on from it.
+    pub next_id: u64,
 }
 
 /// How soon a final checkpoint follows the previous trigger (a retry after an abort).
@@ -123,6 +125,17 @@ pub enum AckOutcome {
     Waiting,
     /// The task was not expected (already acknowledged, or not part of it).
     Unexpected,
+}
+
+/// The checkpoints in flight that a completed checkpoint `id` subsumes: the older ones,
+/// but not savepoints (as in Flink): someone waits for each, and it completes in its own
+/// time.
+fn subsumed_by(pending: &BTreeMap<u64, PendingCheckpoint>, id: u64) -> Vec<u64> {
+    pending
+        .range(..id)
+        .filter(|(_, p)| !matches!(p.kind, CheckpointKind::Savepoint { .. }))
+        .map(|(k, _)| *k)
+        .collect()
 }
 
 impl PendingCheckpoint {
@@ -377,6 +390,7 @@ impl Coordinator {
     fn trigger(&mut self, kind: CheckpointKind, reply: Option<Sender<Result<PathBuf, String>>>) {
         let id = self.next_id;
         self.next_id += 1;
+        self.stats.lock().next_id = self.next_id;
         self.last_trigger = Some(Instant::now());
         if !self.sources_running() {
             if let Some(reply) = reply {
@@ -540,9 +554,7 @@ impl Coordinator {
             completed.bytes
         );
         self.last_completion = Some(Instant::now());
-        // Older checkpoints still in flight are subsumed by this one.
-        let older: Vec<u64> = self.pending.range(..id).map(|(k, _)| *k).collect();
-        for old in older {
+        for old in subsumed_by(&self.pending, id) {
             self.abort_quietly(old, format!("subsumed by checkpoint {id}"));
         }
         // Whoever asked for a savepoint hears of it before the tasks do: a
@@ -576,9 +588,12 @@ impl Coordinator {
             for h in &last.handles {
                 let (from, to) = (last.folder.join(&h.file), folder.join(&h.file));
                 if std::fs::hard_link(&from, &to).is_err() {
-                    std::fs::copy(&from, &to).with_context(|| {
-                        format!("copying {} to {}", from.display(), to.display())
-                    })?;
+                    // Durable before the metadata names it (which syncs the folder).
+                    std::fs::copy(&from, &to)
+                        .and_then(|_| std::fs::File::open(&to)?.sync_all())
+                        .with_context(|| {
+                            format!("copying {} to {}", from.display(), to.display())
+                        })?;
                 }
             }
             acks.push(Acknowledgement {
@@ -716,5 +731,26 @@ mod tests {
         }));
         assert_eq!(p.acknowledge(ack(1, 7)), AckOutcome::Unexpected);
         assert_eq!(p.acknowledge(ack(1, 1)), AckOutcome::Complete);
+    }
+
+    #[test]
+    fn a_completed_checkpoint_subsumes_older_checkpoints_but_no_savepoint() {
+        let pending: BTreeMap<u64, PendingCheckpoint> = [
+            (3, CheckpointKind::Checkpoint),
+            (
+                4,
+                CheckpointKind::Savepoint {
+                    stop: false,
+                    drain: false,
+                },
+            ),
+            (5, CheckpointKind::Checkpoint),
+            (7, CheckpointKind::Checkpoint),
+        ]
+        .into_iter()
+        .map(|(id, kind)| (id, PendingCheckpoint::new(id, kind, [])))
+        .collect();
+        assert_eq!(subsumed_by(&pending, 6), [3, 5]);
+        assert_eq!(subsumed_by(&pending, 3), Vec::<u64>::new());
     }
 }

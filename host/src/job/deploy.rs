@@ -47,6 +47,7 @@ impl Job {
         storage: Option<Arc<CheckpointStorage>>,
         run_start: Option<PathBuf>,
         stats: Arc<Mutex<CheckpointStats>>,
+        first_id: u64,
         options: &RunOptions,
     ) -> Result<RunningAttempt> {
         let graph = &self.graph;
@@ -85,11 +86,12 @@ impl Job {
         }
 
         let (coordinator_tx, coordinator_rx) = unbounded();
+        let writers = Arc::new(AsyncPool::new(2));
         let link = match (&graph.checkpoint, &storage) {
             (Some(_), Some(storage)) => Some(CheckpointLink::new(
                 coordinator_tx.clone(),
                 storage.clone(),
-                Arc::new(AsyncPool::new(2)),
+                writers.clone(),
             )),
             _ => None,
         };
@@ -248,10 +250,13 @@ impl Job {
                 let setup = CoordinatorSetup {
                     job: graph.name.clone(),
                     settings: settings.clone(),
-                    // After a checkpoint restored from elsewhere, ids go on from its.
+                    // After a checkpoint restored from elsewhere, ids go on from its;
+                    // never below an id an earlier attempt of the run triggered, whose
+                    // barriers and staged output may still be about.
                     first_id: storage
                         .next_id()?
-                        .max(checkpoint.as_ref().map_or(0, |c| c.metadata.id + 1)),
+                        .max(checkpoint.as_ref().map_or(0, |c| c.metadata.id + 1))
+                        .max(first_id),
                     protect: run_start,
                     chain_vertices: chains
                         .iter()
@@ -305,6 +310,7 @@ impl Job {
             coordinator_tx,
             coordinator,
             threads,
+            writers,
         })
     }
 }

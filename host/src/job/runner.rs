@@ -170,6 +170,8 @@ impl Job {
         let run = prepare_run(graph, &options, locks)?;
         let mut failures = Vec::new();
         let mut checkpoint = run.initial.clone();
+        // Checkpoint ids never repeat within a run, also across its attempts.
+        let mut next_id = 0;
         for attempt in 0u32.. {
             monitor.attempt.store(attempt, Ordering::Relaxed);
             if let Some(c) = &checkpoint {
@@ -193,6 +195,7 @@ impl Job {
                 run.storage.clone(),
                 run.initial.as_ref().map(|c| c.path.clone()),
                 stats.clone(),
+                next_id,
                 &options,
             ) {
                 Ok(running) => running.supervise(control, monitor),
@@ -212,6 +215,7 @@ impl Job {
                 AttemptEnd::Outcome(outcome) => return Ok(report(outcome, &failures)),
                 AttemptEnd::Failed(e) => e,
             };
+            next_id = next_id.max(stats.lock().next_id);
             *monitor
                 .failures_by_kind
                 .lock()

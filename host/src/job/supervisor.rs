@@ -2,6 +2,7 @@
 //! first failure, and carries out control requests (stop with a savepoint, cancel).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::Instant;
@@ -11,7 +12,7 @@ use crossbeam_channel::{Receiver, Sender, select, unbounded};
 use super::monitor::JobMonitor;
 use super::run::{JobControl, JobOutcome};
 use crate::chain::{CallError, OperatorFailure};
-use crate::checkpoint::{CoordinatorMessage, TaskId};
+use crate::checkpoint::{AsyncPool, CoordinatorMessage, TaskId};
 use crate::metrics::TaskMetricsHandle;
 use crate::network::{DownstreamGone, UpstreamFailed};
 use crate::task::{TaskHandle, TaskOutcome};
@@ -32,6 +33,9 @@ pub(super) struct RunningAttempt {
     pub(super) coordinator_tx: Sender<CoordinatorMessage>,
     pub(super) coordinator: Option<thread::JoinHandle<()>>,
     pub(super) threads: Vec<thread::JoinHandle<()>>,
+    /// The writers of the attempt's asynchronous checkpoint parts: dropped (which waits
+    /// for them) once its tasks ended, before the next attempt starts.
+    pub(super) writers: Arc<AsyncPool>,
 }
 
 impl RunningAttempt {
@@ -115,12 +119,7 @@ impl RunningAttempt {
                 },
                 recv(stop_rx) -> msg => {
                     if let Ok(result) = msg {
-                        if let Ok(path) = &result {
-                            savepoint = Some(path.clone());
-                        }
-                        if let Some(reply) = stop_reply.take() {
-                            let _ = reply.send(result);
-                        }
+                        stop_taken(result, &mut savepoint, &mut stop_reply);
                     }
                 }
             }
@@ -129,12 +128,7 @@ impl RunningAttempt {
         // A savepoint reply may still wait: the tasks of a stop-with-savepoint end as soon
         // as they are notified, which can be before the loop above saw the reply.
         if let Ok(result) = stop_rx.try_recv() {
-            if let Ok(path) = &result {
-                savepoint = Some(path.clone());
-            }
-            if let Some(reply) = stop_reply.take() {
-                let _ = reply.send(result);
-            }
+            stop_taken(result, &mut savepoint, &mut stop_reply);
         }
         let _ = self.coordinator_tx.send(CoordinatorMessage::Shutdown);
         if let Some(c) = self.coordinator {
@@ -143,6 +137,18 @@ impl RunningAttempt {
         for t in self.threads {
             let _ = t.join();
         }
+        drop(self.writers);
+        // Whoever stopped the job hears that it stopped once its tasks ended: their sinks
+        // have then committed what the savepoint holds.
+        if let Some(reply) = stop_reply {
+            let _ = reply.send(match (&first_error, &savepoint) {
+                (None, Some(path)) => Ok(path.clone()),
+                (Some(e), _) => Err(format!(
+                    "the job failed before it stopped with its savepoint: {e:#}"
+                )),
+                (None, None) => Err("the job ended before its savepoint completed".into()),
+            });
+        }
         match (first_error, cancelled, savepoint) {
             (Some(e), _, _) => AttemptEnd::Failed(e),
             (None, true, _) => AttemptEnd::Outcome(JobOutcome::Cancelled),
@@ -150,6 +156,23 @@ impl RunningAttempt {
                 AttemptEnd::Outcome(JobOutcome::Stopped { savepoint })
             }
             (None, false, None) => AttemptEnd::Outcome(JobOutcome::Finished),
+        }
+    }
+}
+
+/// The coordinator's answer to a stop-with-savepoint: a savepoint taken is answered
+/// when the job has stopped, a failure at once.
+fn stop_taken(
+    result: Result<PathBuf, String>,
+    savepoint: &mut Option<PathBuf>,
+    reply: &mut Option<Sender<Result<PathBuf, String>>>,
+) {
+    match result {
+        Ok(path) => *savepoint = Some(path),
+        Err(e) => {
+            if let Some(reply) = reply.take() {
+                let _ = reply.send(Err(e));
+            }
         }
     }
 }
