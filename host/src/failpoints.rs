@@ -4,8 +4,9 @@
 //! [`failpoint!`](crate::failpoint) expands to nothing. A test sets the `FAILPOINTS`
 //! environment variable of a `sluice` process, e.g.
 //! `FAILPOINTS="checkpoint::after-metadata=1*off->return(abort)"`: `return(abort)`
-//! aborts the process at that point (a crash), `return(MESSAGE)` makes the step fail
-//! with MESSAGE (an error the job recovers from by a restart).
+//! aborts the process at that point (a crash), `return(enospc)` makes the step fail as a
+//! full disk does (`No space left on device`), `return(MESSAGE)` makes it fail with
+//! MESSAGE (an error the job recovers from by a restart).
 //!
 //! | failpoint | where |
 //! |---|---|
@@ -16,6 +17,10 @@
 //! | `restore::after-sink-recovery` | a restored file sink recovered its output |
 //! | `savepoint::synchronous-loop` | a task waits for its stop-with-savepoint to complete |
 //! | `checkpoint::final` | a finished task took part in its final checkpoint |
+//! | `checkpoint::write-state` | a task's state file of a checkpoint is about to be written |
+//! | `checkpoint::write-metadata` | a checkpoint's metadata is about to be written |
+//! | `sink::write` | the file sink is about to write a batch to its in-progress file |
+//! | `sink::append` | the file sink is about to append a sealed file to its output |
 
 /// Sets up the failpoints named in `FAILPOINTS` (a no-op without the feature). Call
 /// once, at the start of the process.
@@ -31,6 +36,8 @@ pub fn triggered(name: &str, arg: Option<String>) -> anyhow::Error {
             eprintln!("failpoint {name}: aborting the process");
             std::process::abort()
         }
+        Some("enospc") => anyhow::Error::from(std::io::Error::from_raw_os_error(28))
+            .context(format!("failpoint {name}")),
         Some(message) => anyhow::anyhow!("failpoint {name}: {message}"),
     }
 }

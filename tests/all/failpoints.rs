@@ -235,3 +235,67 @@ fn a_crash_during_stop_with_savepoint() {
     finish(&dir, &job);
     check_output(&dir, &text);
 }
+
+/// A full disk at `point`, twice from its `skip + 1`-th pass: the step fails with the
+/// cause (a checkpoint is aborted, or a task fails and restarts), and the job finishes
+/// by itself with the exact output.
+fn disk_full_at(point: &str, skip: u32) {
+    let dir = test_dir(&format!("enospc-{}", point.replace("::", "-")));
+    let (job, text) = job(&dir);
+    let out = run(
+        &job,
+        &[],
+        Some(&format!("{point}={skip}*off->2*return(enospc)->off")),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the job did not get over a full disk at {point}: {stderr}"
+    );
+    assert!(
+        stderr.contains("No space left on device"),
+        "the cause is not named: {stderr}"
+    );
+    check_output(&dir, &text);
+}
+
+#[test]
+fn a_full_disk_while_writing_a_state_file() {
+    disk_full_at("checkpoint::write-state", 4);
+}
+
+#[test]
+fn a_full_disk_while_writing_checkpoint_metadata() {
+    disk_full_at("checkpoint::write-metadata", 2);
+}
+
+#[test]
+fn a_full_disk_while_the_sink_writes() {
+    disk_full_at("sink::write", 10);
+}
+
+#[test]
+fn a_full_disk_while_the_sink_commits() {
+    disk_full_at("sink::append", 2);
+}
+
+/// A disk that stays full: the job fails past its restarts, naming the cause, with what
+/// it committed intact; once there is room again, a resume finishes it exactly.
+#[test]
+fn a_disk_that_stays_full_fails_the_job_by_its_cause_and_loses_nothing() {
+    let dir = test_dir("enospc-stays");
+    let (job, text) = job(&dir);
+    let out = run(&job, &[], Some("sink::append=2*off->return(enospc)"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(70), "{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    let mut committed = String::new();
+    for subtask in 0..2 {
+        committed +=
+            &fs::read_to_string(dir.join(format!("out/counts-{subtask}.tsv"))).unwrap_or_default();
+    }
+    // Running counts 1, 2, … n per word: nothing committed twice, nothing skipped.
+    final_counts(&committed).expect("the committed output is consistent");
+    finish(&dir, &job);
+    check_output(&dir, &text);
+}

@@ -166,6 +166,7 @@ impl CheckpointStorage {
         fs::create_dir_all(folder).with_context(|| format!("creating {}", folder.display()))?;
         let file = state_file_name(&snapshot.operator, subtask);
         let path = folder.join(&file);
+        crate::failpoint!("checkpoint::write-state");
         let f = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
         let mut w = CrcWriter::new(BufWriter::with_capacity(1 << 20, f));
         write_operator_state(&mut w, snapshot)
@@ -185,6 +186,7 @@ impl CheckpointStorage {
     /// Makes the checkpoint in `folder` complete by writing its metadata last.
     pub fn commit(&self, folder: &Path, metadata: &CheckpointMetadata) -> Result<()> {
         fs::create_dir_all(folder)?;
+        crate::failpoint!("checkpoint::write-metadata");
         write_atomically(
             &folder.join(METADATA),
             &serde_json::to_vec_pretty(metadata)?,
@@ -239,6 +241,13 @@ impl CheckpointStorage {
     /// Complete savepoints are never deleted.
     pub fn retain(&self, keep: usize, protect: Option<&Path>) -> Result<()> {
         let folders = self.folders()?;
+        // The same folder may be named in other words (relative, through a link).
+        let protect = protect.and_then(|p| fs::canonicalize(p).ok());
+        let protected = |path: &Path| {
+            protect
+                .as_deref()
+                .is_some_and(|p| fs::canonicalize(path).is_ok_and(|c| c == p))
+        };
         let newest = folders
             .iter()
             .filter(|f| f.3)
@@ -258,7 +267,7 @@ impl CheckpointStorage {
                 (SnapshotKind::Checkpoint, true) => !kept.contains(&id),
                 (_, false) => id < newest,
             };
-            if delete && protect != Some(path.as_path()) {
+            if delete && !protected(&path) {
                 self.discard(&path);
             }
         }
@@ -656,6 +665,18 @@ mod tests {
                 (6, SnapshotKind::Checkpoint),
             ]
         );
+        // The run's starting point is kept however it is named: here through `..`.
+        let start = s.folder(4, SnapshotKind::Checkpoint);
+        let named_otherwise = s
+            .dir()
+            .join("..")
+            .join(s.dir().file_name().unwrap())
+            .join(start.file_name().unwrap());
+        write_checkpoint(&s, 7, SnapshotKind::Checkpoint, 1);
+        write_checkpoint(&s, 8, SnapshotKind::Checkpoint, 1);
+        s.retain(1, Some(&named_otherwise)).unwrap();
+        assert!(start.exists(), "the protected start point was deleted");
+        assert!(!s.folder(5, SnapshotKind::Checkpoint).exists());
     }
 
     #[test]

@@ -241,6 +241,7 @@ impl FileSink {
 
     /// Appends `file` (of `size` bytes) to the output durably, then deletes it.
     fn append_file(&mut self, file: &Path, size: u64) -> Result<()> {
+        crate::failpoint!("sink::append");
         let output_len = fs::metadata(&self.output).map(|m| m.len()).ok();
         if output_len.is_none_or(|l| l == 0) && self.sink.base_len == 0 {
             // First commit: the staging file becomes the output.
@@ -471,6 +472,7 @@ impl Operator for FileSink {
             let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
             self.format.write(&record, &mut self.line);
         }
+        crate::failpoint!("sink::write");
         let w = self
             .in_progress
             .as_mut()
