@@ -219,6 +219,26 @@ mod tests {
     use crate::timers::TimerQueues;
     use crossbeam_channel::bounded;
 
+    /// A part still being written when its attempt ends must not go on writing (or
+    /// deleting) while the next attempt runs: dropping the pool waits for it.
+    #[test]
+    fn dropping_the_pool_waits_for_the_parts_it_is_writing() {
+        let pool = AsyncPool::new(2);
+        let (started, wait_started) = bounded(2);
+        let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        for _ in 0..2 {
+            let (started, written) = (started.clone(), written.clone());
+            pool.submit(Box::new(move || {
+                started.send(()).unwrap();
+                thread::sleep(Duration::from_millis(50));
+                written.fetch_add(1, Ordering::SeqCst);
+            }));
+        }
+        wait_started.recv().unwrap();
+        drop(pool);
+        assert_eq!(written.load(Ordering::SeqCst), 2);
+    }
+
     fn link(
         name: &str,
     ) -> (
