@@ -66,13 +66,30 @@ impl Default for SandboxLimits {
     }
 }
 
-/// Enforces [`SandboxLimits::memory_bytes`], trapping with a message that says what the
-/// operator asked for (rather than letting the allocation fail inside the guest, where a
-/// Rust guest aborts without saying why).
+/// Core instances one operator instance (a component's store) may create. A component
+/// is a handful of core instances (its code, the WASI adapter, shims); a component that
+/// instantiates a module over and over is after the host's memory.
+pub const MAX_CORE_INSTANCES: usize = 64;
+/// Linear memories per store: each reserves address space far beyond its size.
+pub const MAX_MEMORIES: usize = 4;
+/// Tables per store.
+pub const MAX_TABLES: usize = 64;
+/// Table elements per store, over all its tables (CPython's function table, the largest
+/// among the plugins, has tens of thousands).
+pub const MAX_TABLE_ELEMENTS: usize = 1 << 20;
+
+/// Enforces [`SandboxLimits::memory_bytes`] over all the linear memories of a store
+/// together, and bounds its core instances, memories, tables and table elements, trapping
+/// with a message that says what the operator asked for (rather than letting the
+/// allocation fail inside the guest, where a Rust guest aborts without saying why).
 #[derive(Debug)]
 pub struct MemoryLimiter {
     limit: usize,
-    /// Largest linear memory the instance has had, readable from other threads.
+    /// Bytes of linear memory over all the store's memories.
+    total: usize,
+    /// Elements over all the store's tables.
+    table_elements: usize,
+    /// Largest total linear memory the instance has had, readable from other threads.
     pub peak: Arc<AtomicU64>,
 }
 
@@ -91,7 +108,8 @@ impl std::fmt::Display for MemoryLimitExceeded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "memory limit exceeded: tried to grow linear memory from {} to {} (limit {})",
+            "memory limit exceeded: tried to grow linear memory (all the instance's \
+             memories together) from {} to {} (limit {})",
             size(self.current),
             size(self.desired),
             size(self.limit)
@@ -110,35 +128,117 @@ impl MemoryLimiter {
     pub fn new(limit: usize) -> Self {
         MemoryLimiter {
             limit,
+            total: 0,
+            table_elements: 0,
             peak: Arc::default(),
         }
     }
 }
 
 impl ResourceLimiter for MemoryLimiter {
+    // A new memory or table grows from 0: every byte and element is counted here once.
     fn memory_growing(
         &mut self,
         current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.limit {
+        let total = self.total - current.min(self.total) + desired;
+        if total > self.limit {
             return Err(wasmtime::Error::new(MemoryLimitExceeded {
-                current,
-                desired,
+                current: self.total,
+                desired: total,
                 limit: self.limit,
             }));
         }
-        self.peak.fetch_max(desired as u64, Ordering::Relaxed);
+        self.total = total;
+        self.peak.fetch_max(total as u64, Ordering::Relaxed);
         Ok(true)
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1_000_000)
+        let total = self.table_elements - current.min(self.table_elements) + desired;
+        if total > MAX_TABLE_ELEMENTS {
+            return Err(wasmtime::Error::msg(format!(
+                "table limit exceeded: tried to grow the instance's tables to {total} \
+                 elements in all (limit {MAX_TABLE_ELEMENTS})"
+            )));
+        }
+        self.table_elements = total;
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        MAX_CORE_INSTANCES
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use wasmtime::{Engine, Instance, Module, Store};
+
+    use super::*;
+
+    /// A store limited to `limit` bytes of memory, and a way to compile modules for it.
+    fn store(limit: usize) -> (Store<MemoryLimiter>, impl Fn(&str) -> Module) {
+        let engine = Engine::default();
+        let mut store = Store::new(&engine, MemoryLimiter::new(limit));
+        store.limiter(|l| l);
+        let compile = move |wat: &str| Module::new(&engine, wat::parse_str(wat).unwrap()).unwrap();
+        (store, compile)
+    }
+
+    #[test]
+    fn memory_is_limited_over_all_the_memories_of_a_store() {
+        let (mut store, compile) = store(10 << 20);
+        // 64 pages of 64 KiB.
+        let four_mib = compile("(module (memory 64))");
+        Instance::new(&mut store, &four_mib, &[]).unwrap();
+        Instance::new(&mut store, &four_mib, &[]).unwrap();
+        let e = Instance::new(&mut store, &four_mib, &[]).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("all the instance's memories together"),
+            "{e:#}"
+        );
+        assert_eq!(store.data().peak.load(Ordering::Relaxed), 8 << 20);
+    }
+
+    #[test]
+    fn a_store_has_few_memories_core_instances_and_table_elements() {
+        let (mut store, compile) = store(1 << 30);
+        let tiny = compile("(module (memory 1))");
+        for _ in 0..MAX_MEMORIES {
+            Instance::new(&mut store, &tiny, &[]).unwrap();
+        }
+        assert!(Instance::new(&mut store, &tiny, &[]).is_err());
+
+        let (mut store, compile) = self::store(1 << 30);
+        let empty = compile("(module)");
+        for _ in 0..MAX_CORE_INSTANCES {
+            Instance::new(&mut store, &empty, &[]).unwrap();
+        }
+        assert!(Instance::new(&mut store, &empty, &[]).is_err());
+
+        let (mut store, compile) = self::store(1 << 30);
+        let half = compile(&format!(
+            "(module (table {} funcref))",
+            MAX_TABLE_ELEMENTS / 2 + 1
+        ));
+        Instance::new(&mut store, &half, &[]).unwrap();
+        let e = Instance::new(&mut store, &half, &[]).unwrap_err();
+        assert!(format!("{e:#}").contains("table limit exceeded"), "{e:#}");
     }
 }
