@@ -189,6 +189,12 @@ pub struct Read {
 /// Reads every committed record of `topic` (`read_committed`), from the beginning of
 /// each partition up to its end when called: what a downstream consumer would see.
 pub fn read_committed(broker: &str, topic: &str) -> Vec<Read> {
+    read_committed_from(broker, topic, &BTreeMap::new())
+}
+
+/// [`read_committed`] from the offsets `from` gives (the beginning of a partition it
+/// does not name): what was written since [`end_offsets`] gave them.
+pub fn read_committed_from(broker: &str, topic: &str, from: &BTreeMap<i32, i64>) -> Vec<Read> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", broker)
         .set("group.id", unique_topic("reader"))
@@ -213,8 +219,8 @@ pub fn read_committed(broker: &str, topic: &str) -> Vec<Read> {
             .fetch_watermarks(topic, p, Duration::from_secs(30))
             .expect("watermarks");
         ends.insert(p, high);
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
+        let start = from.get(&p).map_or(Offset::Beginning, |&o| Offset::Offset(o));
+        tpl.add_partition_offset(topic, p, start).unwrap();
     }
     consumer.assign(&tpl).expect("assigning");
     let mut out = Vec::new();
@@ -228,7 +234,7 @@ pub fn read_committed(broker: &str, topic: &str) -> Vec<Read> {
             let position = consumer.position().expect("positions");
             let done = position.elements().iter().all(|e| match e.offset() {
                 Offset::Offset(o) => o >= ends[&e.partition()],
-                _ => ends[&e.partition()] == 0,
+                _ => ends[&e.partition()] <= from.get(&e.partition()).copied().unwrap_or(0),
             });
             // A transaction's commit marker takes the last offset and is never
             // delivered, so a partition may also end quiet.
@@ -262,6 +268,50 @@ pub fn read_committed(broker: &str, topic: &str) -> Vec<Read> {
         }
     }
     out
+}
+
+/// Where each partition of `topic` ends now (its high watermark).
+pub fn end_offsets(broker: &str, topic: &str) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .create()
+        .expect("a consumer");
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(30))
+        .expect("topic metadata");
+    metadata.topics()[0]
+        .partitions()
+        .iter()
+        .map(|p| {
+            let (_, high) = consumer
+                .fetch_watermarks(topic, p.id(), Duration::from_secs(30))
+                .expect("watermarks");
+            (p.id(), high)
+        })
+        .collect()
+}
+
+/// Deletes the records of `partition` of `topic` before offset `before`, as retention
+/// would: the partition then starts at `before`.
+pub fn delete_records(broker: &str, topic: &str, partition: i32, before: i64) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .create()
+        .expect("an admin client");
+    let mut offsets = TopicPartitionList::new();
+    offsets
+        .add_partition_offset(topic, partition, Offset::Offset(before))
+        .unwrap();
+    let deleted = block_on(admin.delete_records(
+        &offsets,
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+    ))
+    .expect("deleting records");
+    for e in deleted.elements() {
+        if let Err(err) = e.error() {
+            panic!("deleting records of {topic}/{partition} before {before}: {err}");
+        }
+    }
 }
 
 /// The offsets `group` committed for the partitions of `topic` (none where it
