@@ -219,7 +219,9 @@ pub fn read_committed_from(broker: &str, topic: &str, from: &BTreeMap<i32, i64>)
             .fetch_watermarks(topic, p, Duration::from_secs(30))
             .expect("watermarks");
         ends.insert(p, high);
-        let start = from.get(&p).map_or(Offset::Beginning, |&o| Offset::Offset(o));
+        let start = from
+            .get(&p)
+            .map_or(Offset::Beginning, |&o| Offset::Offset(o));
         tpl.add_partition_offset(topic, p, start).unwrap();
     }
     consumer.assign(&tpl).expect("assigning");

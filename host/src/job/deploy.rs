@@ -593,12 +593,15 @@ impl ChainBuilder {
                             self.allow_rewind,
                         )),
                         SinkKind::Stdout => Box::new(StdoutSink::new(identity, sink.format)),
-                        SinkKind::Kafka => Box::new(KafkaSink::adopting(
-                            identity,
-                            sink.kafka.clone().expect("kafka sinks have their config"),
-                            self.subtask,
-                            adopted.unwrap_or_default(),
-                        )),
+                        SinkKind::Kafka => Box::new(
+                            KafkaSink::adopting(
+                                identity,
+                                sink.kafka.clone().expect("kafka sinks have their config"),
+                                self.subtask,
+                                adopted.unwrap_or_default(),
+                            )
+                            .with_cancel(ctx.cancel.clone()),
+                        ),
                     };
                     // Sinks that count what they write show it with the operators' counters.
                     sink.state().counters = metrics.counters.clone();

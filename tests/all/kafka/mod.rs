@@ -22,6 +22,8 @@ use sluice_tests::{
 use crate::checkpoints::{Delays, spawn_sluice};
 use crate::server::{ServerProcess, error_of, host_config, wait_for};
 
+mod sink;
+
 /// Runs `job` as `sluice run` processes, SIGKILLing `kills` of them at random moments
 /// (150–600 ms in; the last kill after a checkpoint if none was taken yet) and resuming
 /// each from the latest checkpoint, until a run ends. At least one run must have been

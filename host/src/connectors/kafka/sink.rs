@@ -4,6 +4,8 @@
 
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -14,7 +16,9 @@ use serde::{Deserialize, Serialize};
 use sluice_codec::BatchWriter;
 
 use super::exchange::{EXCHANGE_IDLE, EXCHANGE_WATERMARK, ExchangeOutput};
-use crate::chain::{CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState};
+use crate::chain::{
+    CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState, TrapKind,
+};
 
 /// How a Kafka sink delivers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +88,14 @@ impl rdkafka::producer::ProducerContext for DeliveryReport {
 }
 
 type Producer = rdkafka::producer::BaseProducer<DeliveryReport>;
+
+/// Why a record was not handed to the producer.
+enum NotSent {
+    /// The task was cancelled while the producer's queue was full.
+    Cancelled,
+    /// librdkafka refused it, or the sink's settings do not allow it.
+    Refused(String),
+}
 
 /// The checkpointed state of an exactly-once sink subtask: the records of checkpoints
 /// taken but not known to be committed, oldest first.
@@ -177,6 +189,10 @@ pub struct KafkaSink {
     written_watermark: i64,
     idle: bool,
     written_idle: bool,
+    /// Set when the sink's task is cancelled: a wait for room in the producer's queue
+    /// (which lasts until records time out, `message.timeout.ms`, when the brokers do
+    /// not answer) ends at once.
+    cancel: Arc<AtomicBool>,
 }
 
 /// How long a flush or a transaction step may take before the sink fails (its job
@@ -215,7 +231,15 @@ impl KafkaSink {
             written_watermark: i64::MIN,
             idle: false,
             written_idle: false,
+            cancel: Arc::default(),
         }
+    }
+
+    /// Makes the sink stop waiting for room in its producer's queue once `cancel` is
+    /// set (the task's cancellation flag).
+    pub fn with_cancel(mut self, cancel: Arc<AtomicBool>) -> Self {
+        self.cancel = cancel;
+        self
     }
 
     fn transactional_id(&self) -> String {
@@ -234,6 +258,21 @@ impl KafkaSink {
         ))
     }
 
+    /// A record [`KafkaSink::send`] did not send, as the call's error.
+    fn not_sent(&self, what: &str, e: NotSent) -> CallError {
+        match e {
+            NotSent::Refused(e) => self.err(what, e),
+            NotSent::Cancelled => CallError::Trap {
+                kind: TrapKind::Cancelled,
+                message: format!(
+                    "Kafka sink, topic {:?}: {what}: cancelled while waiting for room in \
+                     the producer's queue",
+                    self.config.topic
+                ),
+            },
+        }
+    }
+
     fn producer(&self) -> Result<&Producer, CallError> {
         self.producer
             .as_ref()
@@ -241,23 +280,24 @@ impl KafkaSink {
     }
 
     /// Sends one record (key, value, timestamp and headers), waiting while librdkafka's
-    /// queue is full.
+    /// queue is full, unless the task is cancelled.
     fn send(
+        &self,
         producer: &Producer,
-        config: &KafkaSinkConfig,
         record: &sluice_codec::RecordRef<'_>,
-    ) -> Result<(), String> {
+    ) -> Result<(), NotSent> {
+        let config = &self.config;
         let by_record = config.by_record_partition || config.exchange.is_some();
         let partition = match (by_record, record.partition) {
             (false, _) => None,
             (true, Some(p)) => Some(i32::try_from(p).unwrap_or(i32::MAX)),
             (true, None) => {
-                return Err(
+                return Err(NotSent::Refused(
                     "a record without a source partition: this sink writes each record to \
                      the partition it was read from (`partitioner = \"record\"`), so its \
                      records must come from a Kafka source"
                         .to_owned(),
-                );
+                ));
             }
         };
         let headers = record.headers.map(|h| {
@@ -291,13 +331,16 @@ impl KafkaSink {
                     KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
                     _,
                 )) => {
+                    if self.cancel.load(Ordering::Relaxed) {
+                        return Err(NotSent::Cancelled);
+                    }
                     producer.poll(Duration::from_millis(10));
                 }
                 Err((e, _)) => {
-                    return Err(match partition {
+                    return Err(NotSent::Refused(match partition {
                         Some(p) => format!("to partition {p}: {e}"),
                         None => e.to_string(),
-                    });
+                    }));
                 }
             }
         }
@@ -534,8 +577,9 @@ impl KafkaSink {
             let record = record.map_err(|e| self.err("reading pending records", e))?;
             count += 1;
             bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
-            Self::send(producer, &self.config, &record)
-                .map_err(|e| self.err(&format!("checkpoint {checkpoint}: sending a record"), e))?;
+            self.send(producer, &record).map_err(|e| {
+                self.not_sent(&format!("checkpoint {checkpoint}: sending a record"), e)
+            })?;
         }
         let metadata = marker_group
             .group_metadata()
@@ -688,8 +732,8 @@ impl Operator for KafkaSink {
                 let (mut count, mut bytes) = (0, 0);
                 for record in sluice_codec::BatchReader::new(records) {
                     let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
-                    Self::send(producer, &self.config, &record)
-                        .map_err(|e| self.err("sending a record", e))?;
+                    self.send(producer, &record)
+                        .map_err(|e| self.not_sent("sending a record", e))?;
                     count += 1;
                     bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
                 }
