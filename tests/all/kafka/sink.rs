@@ -1,14 +1,15 @@
-//! The Kafka sink's settings against the broker and the job: a cancellation while the
-//! producer's queue is full.
+//! The Kafka sink's settings against the broker and the job: a transaction timeout the
+//! broker does not allow, and a cancellation while the producer's queue is full.
 
 use std::path::Path;
 use std::thread;
 use std::time::Duration;
 
 use crossbeam_channel::unbounded;
-use sluice::job::{JobControl, JobOutcome, RestorePoint};
+use sluice::job::{JobControl, JobFailed, JobOutcome, RestorePoint};
+use sluice_tests::kafka::{broker, create_topic, read_committed, unique_topic};
 use sluice_tests::plugins::TOKENIZE;
-use sluice_tests::{TestJob, sample_text, test_dir, write_job};
+use sluice_tests::{TestJob, run_job, sample_text, test_dir, write_job};
 
 /// `in.txt` → `tokenize` → a Kafka sink of `topic` at `bootstrap` with `more` (its
 /// further fields and the tables after it).
@@ -33,6 +34,39 @@ topic = "{topic}"
 "#
         ),
     )
+}
+
+/// A sink whose `transaction.timeout.ms` is above what the broker allows
+/// (`transaction.max.timeout.ms`, 15 minutes by default) fails the job at its start,
+/// naming both values and the broker's setting, and is not restarted: no restart can fix
+/// it.
+#[test]
+fn a_transaction_timeout_above_the_brokers_maximum_fails_the_job_at_its_start() {
+    let Some(broker) = broker() else { return };
+    let topic = unique_topic("long-transactions");
+    create_topic(&broker, &topic, 1);
+    let dir = test_dir("kafka-transaction-timeout");
+    let job = lines_to_topic(
+        &dir,
+        &broker,
+        &topic,
+        "properties = { \"transaction.timeout.ms\" = \"1000000\" }\n\
+         [checkpoint]\ninterval_ms = 50\ndir = \"checkpoints\"\n\
+         [restart]\nstrategy = \"fixed-delay\"\nattempts = 3\ndelay_ms = 10",
+    );
+    let error = run_job(&job).expect_err("the job fails");
+    let message = format!("{error:#}");
+    for needed in [
+        "transaction.timeout.ms",
+        "1000000",
+        "transaction.max.timeout.ms",
+        "900000",
+    ] {
+        assert!(message.contains(needed), "{needed:?} not in: {message}");
+    }
+    let failed = error.downcast_ref::<JobFailed>().expect("a failed job");
+    assert_eq!(failed.restarts, 0, "{message}");
+    assert!(read_committed(&broker, &topic).is_empty());
 }
 
 /// A sink waiting for room in a full producer queue (a broker that never answers, a

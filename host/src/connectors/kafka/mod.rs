@@ -24,8 +24,10 @@
 //!   hosts — watermark and idleness records, and how a reader combines its producers'
 //!   watermarks;
 //! - `sink`: the sink — its producer and delivery reports, and, exactly once, the
-//!   transactions of checkpoints' records and the markers that name them.
+//!   transactions of checkpoints' records and the markers that name them;
+//! - `admin`: the brokers' settings, read to explain what they refuse.
 
+mod admin;
 mod exchange;
 mod sink;
 mod source;

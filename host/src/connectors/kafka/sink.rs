@@ -11,10 +11,12 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer as _;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use sluice_codec::BatchWriter;
 
+use super::admin::broker_setting;
 use super::exchange::{EXCHANGE_IDLE, EXCHANGE_WATERMARK, ExchangeOutput};
 use crate::chain::{
     CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState, TrapKind,
@@ -199,6 +201,11 @@ pub struct KafkaSink {
 /// restarts from the last checkpoint).
 const PRODUCE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The producers' `transaction.timeout.ms` unless the job's `properties` set it: the
+/// brokers' default `transaction.max.timeout.ms` (15 minutes), far above the time a
+/// checkpoint's transaction takes (its records are written only once it completed).
+const TRANSACTION_TIMEOUT_MS: &str = "900000";
+
 impl KafkaSink {
     /// Subtask `subtask` of a Kafka sink; `adopted`: see [`KafkaSink::adopting`].
     pub fn new(identity: OperatorIdentity, config: KafkaSinkConfig, subtask: u32) -> Self {
@@ -327,10 +334,7 @@ impl KafkaSink {
             }
             match producer.send(r) {
                 Ok(()) => return Ok(()),
-                Err((
-                    KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
-                    _,
-                )) => {
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
                     if self.cancel.load(Ordering::Relaxed) {
                         return Err(NotSent::Cancelled);
                     }
@@ -400,6 +404,59 @@ impl KafkaSink {
             .ok_or_else(|| CallError::Failed("Kafka sink used before open".into()))
     }
 
+    /// The settings of a producer of this sink: with `transactional_id`, a transactional
+    /// one. The job's `properties` go over the defaults (not over the transactional id).
+    fn producer_config(&self, transactional_id: Option<String>) -> ClientConfig {
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &self.config.bootstrap)
+            // Java clients' partitioner, so keys land where Kafka Streams or Flink put them.
+            .set("partitioner", "murmur2_random")
+            .set("enable.idempotence", "true");
+        if transactional_id.is_some() {
+            client.set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS);
+        }
+        for (k, v) in &self.config.properties {
+            client.set(k, v);
+        }
+        if let Some(id) = transactional_id {
+            client.set("transactional.id", id);
+        }
+        client
+    }
+
+    /// `init_transactions` of `producer` (made from `client`): fences the earlier
+    /// producers of its transactional id and aborts their open transaction. A
+    /// transaction timeout the brokers do not allow fails for good, with both values:
+    /// no restart would change them.
+    fn init_transactions(
+        &self,
+        producer: &Producer,
+        client: &ClientConfig,
+        what: &str,
+    ) -> Result<(), CallError> {
+        let Err(e) = producer.init_transactions(PRODUCE_TIMEOUT) else {
+            return Ok(());
+        };
+        if e.rdkafka_error_code() != Some(RDKafkaErrorCode::InvalidTransactionTimeout) {
+            return Err(self.err(what, e));
+        }
+        const BROKERS: &str = "transaction.max.timeout.ms";
+        let ours = client.get("transaction.timeout.ms").unwrap_or_default();
+        let theirs = match broker_setting(client, BROKERS, PRODUCE_TIMEOUT) {
+            Ok(ms) => format!("the brokers' `{BROKERS}`, {ms} ms"),
+            Err(why) => format!("the brokers' `{BROKERS}` (which could not be read: {why})"),
+        };
+        Err(CallError::InvalidConfig(format!(
+            "Kafka sink, topic {:?} at {}: its producers' `transaction.timeout.ms` is {ours} \
+             ms, above {theirs}, so the brokers refuse every transaction; lower \
+             `transaction.timeout.ms` in the sink's `properties` (it must stay well above \
+             the time a checkpoint's records take to write), or raise `{BROKERS}` on the \
+             brokers",
+            self.config.topic, self.config.bootstrap
+        )))
+    }
+
     /// A client of the marker group of subtask `subtask`.
     fn marker_consumer(&self, subtask: u32) -> Result<BaseConsumer, CallError> {
         let mut client = ClientConfig::new();
@@ -428,20 +485,11 @@ impl KafkaSink {
             .map_err(|e| self.err(&format!("decoding the state of old subtask {old}"), e))?;
         // The old subtask's own transactional id writes its records: initialising it
         // fences the old subtask and any earlier adopter of it, whatever their ids.
-        let mut client = ClientConfig::new();
-        for (k, v) in &self.config.properties {
-            client.set(k, v);
-        }
+        let client = self.producer_config(Some(self.transactional_id_of(old)));
         let producer: Producer = client
-            .set("bootstrap.servers", &self.config.bootstrap)
-            .set("enable.idempotence", "true")
-            .set("transactional.id", self.transactional_id_of(old))
-            .set("transaction.timeout.ms", "900000")
             .create_with_context(DeliveryReport::default())
             .map_err(|e| self.err(&format!("taking over old subtask {old}"), e))?;
-        producer
-            .init_transactions(PRODUCE_TIMEOUT)
-            .map_err(|e| self.err(&format!("fencing old subtask {old}"), e))?;
+        self.init_transactions(&producer, &client, &format!("fencing old subtask {old}"))?;
         let marker = self.marker_consumer(old)?;
         let committed = self.committed_in(&marker, part.run)?;
         for (checkpoint, records) in part.pending {
@@ -616,28 +664,14 @@ impl Operator for KafkaSink {
     }
 
     fn open(&mut self, info: &OpenInfo) -> Result<CallOutput, CallError> {
-        let mut client = ClientConfig::new();
-        client
-            .set("bootstrap.servers", &self.config.bootstrap)
-            // Java clients' partitioner, so keys land where Kafka Streams or Flink put them.
-            .set("partitioner", "murmur2_random")
-            .set("enable.idempotence", "true");
-        if self.config.delivery == Delivery::ExactlyOnce {
-            client
-                .set("transactional.id", self.transactional_id())
-                .set("transaction.timeout.ms", "900000");
-        }
-        for (k, v) in &self.config.properties {
-            client.set(k, v);
-        }
+        let exactly_once = self.config.delivery == Delivery::ExactlyOnce;
+        let client = self.producer_config(exactly_once.then(|| self.transactional_id()));
         let producer: Producer = client
             .create_with_context(DeliveryReport::default())
             .map_err(|e| self.err("creating the producer", e))?;
-        if self.config.delivery == Delivery::ExactlyOnce {
+        if exactly_once {
             // Fences an earlier producer of this subtask and aborts its open transaction.
-            producer
-                .init_transactions(PRODUCE_TIMEOUT)
-                .map_err(|e| self.err("initialising transactions", e))?;
+            self.init_transactions(&producer, &client, "initialising transactions")?;
             self.marker = Some(self.marker_consumer(self.subtask)?);
             self.check_expected_marker()?;
         }
