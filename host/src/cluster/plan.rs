@@ -11,7 +11,7 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use crate::connectors::kafka::{
-    Delivery, ExchangeOutput, KafkaSinkConfig, KafkaSourceConfig, StartFrom, Topics,
+    Delivery, ExchangeOutput, KafkaSinkConfig, KafkaSourceConfig, OutOfRange, StartFrom, Topics,
 };
 use crate::job::{
     ClusterSpec, Edge, JobGraph, OperatorVertex, RestartStrategy, SinkKind, SinkVertex,
@@ -406,15 +406,11 @@ impl Plan {
                     topics: Topics::Names(vec![topic.clone()]),
                     allowed: None,
                     start: StartFrom::Earliest,
+                    // An offset no longer in the log is an error, never a silent skip.
+                    on_out_of_range: OutOfRange::Fail,
                     group: format!("{topic}.readers"),
                     discovery: Duration::from_secs(3600),
-                    // An offset no longer in the log is an error, never a silent skip.
-                    properties: {
-                        let mut p = cluster.properties.clone();
-                        p.entry("auto.offset.reset".into())
-                            .or_insert_with(|| "error".into());
-                        p
-                    },
+                    properties: cluster.properties.clone(),
                     bounded: false,
                     split: Some((topic.clone(), place.index as i32)),
                     exchange_producers: Some(self.stages[place.stage - 1].units),

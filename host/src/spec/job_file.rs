@@ -17,8 +17,8 @@ use serde::Deserialize;
 
 use super::values::{
     ByteSize, CheckpointMode, ConfigValue, DeliveryName, GeneratorShapeName, InputEntry, KeyBy,
-    LineFormatName, MiBSize, Millis, Partition, RestartStrategyName, SinkPartitioner, StartSpec,
-    Timestamp, TopicsSpec,
+    LineFormatName, MiBSize, Millis, OutOfRangeName, Partition, RestartStrategyName,
+    SinkPartitioner, StartSpec, Timestamp, TopicsSpec,
 };
 
 /// A job file.
@@ -138,6 +138,13 @@ pub struct SourceSpec {
     /// `kafka`: where to start in partitions a checkpoint does not name: `earliest`
     /// (default), `latest`, `committed` (the group's offsets) or `{ timestamp_ms = N }`.
     pub start: Option<StartSpec>,
+    /// `kafka`: what the source does when the offset it is to read next is no longer in
+    /// its partition (retention deleted the records, or the topic was made anew, while
+    /// the job was stopped or behind): `fail` (default: the source fails, naming the
+    /// topic, the partition, the offset and what the partition holds, and the job is not
+    /// restarted), `earliest` (it goes on from the partition's first offset, skipping
+    /// what was deleted) or `latest` (from its end). Kafka's `auto.offset.reset`.
+    pub on_out_of_range: Option<OutOfRangeName>,
     /// `kafka`: the consumer group offsets are committed to on each completed checkpoint,
     /// for monitoring (default `sluice-JOB-SOURCE`).
     pub group: Option<String>,

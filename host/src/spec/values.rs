@@ -119,6 +119,20 @@ names! {
 }
 
 names! {
+    /// What a Kafka source does when the offset it is to read next is no longer in its
+    /// partition (`on_out_of_range`).
+    pub enum OutOfRangeName("on_out_of_range") {
+        /// The source fails, naming the topic, the partition, the offset and what the
+        /// partition holds.
+        Fail = "fail",
+        /// It goes on from the partition's first offset still in the log.
+        Earliest = "earliest",
+        /// It goes on from the partition's end.
+        Latest = "latest",
+    }
+}
+
+names! {
     /// Which partition a Kafka sink writes a record to (`partitioner`).
     pub enum SinkPartitioner("partitioner") {
         /// The murmur2 hash of its key, as Kafka's Java clients (keyless records spread).

@@ -22,6 +22,7 @@ use sluice_tests::{
 use crate::checkpoints::{Delays, spawn_sluice};
 use crate::server::{ServerProcess, error_of, host_config, wait_for};
 
+mod restores;
 mod sink;
 
 /// Runs `job` as `sluice run` processes, SIGKILLing `kills` of them at random moments

@@ -39,6 +39,7 @@ pub use exchange::{EXCHANGE_IDLE, EXCHANGE_WATERMARK, ExchangeOutput};
 pub(crate) use sink::new_run_id;
 pub use sink::{Delivery, KafkaSink, KafkaSinkConfig, parse_marker_metadata, read_marker};
 pub use source::{
-    KafkaSource, KafkaSourceConfig, StartFrom, Topics, merge_positions, owner_of, topic_pattern,
+    KafkaSource, KafkaSourceConfig, OutOfRange, StartFrom, Topics, merge_positions, owner_of,
+    topic_pattern,
 };
 pub use stats::SourceStats;

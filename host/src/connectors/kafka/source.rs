@@ -15,6 +15,7 @@ use sluice_codec::BatchWriter;
 
 use super::exchange::watermark_record;
 use super::stats::SourceStats;
+use crate::chain::CallError;
 use crate::connectors::event_time::{EventTime, timestamp_of};
 use crate::connectors::{Source, SourceStatus};
 use crate::metrics::OperatorMetrics;
@@ -41,6 +42,44 @@ pub enum StartFrom {
     Committed,
     /// The first record with a timestamp at or after this (milliseconds since the epoch).
     Timestamp(i64),
+}
+
+/// What a source does when the offset it is to read next is no longer in its partition:
+/// retention deleted the records, or the topic was made anew, while the job was stopped
+/// or far behind (Kafka's `auto.offset.reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutOfRange {
+    /// Fail for good, naming the topic, the partition, the offset and what the partition
+    /// holds: going on would skip records, or read some again, without a word.
+    Fail,
+    /// Go on from the partition's first offset still in the log.
+    Earliest,
+    /// Go on from the partition's end.
+    Latest,
+}
+
+impl OutOfRange {
+    /// librdkafka's `auto.offset.reset` for it.
+    fn reset(self) -> &'static str {
+        match self {
+            OutOfRange::Fail => "error",
+            OutOfRange::Earliest => "earliest",
+            OutOfRange::Latest => "latest",
+        }
+    }
+}
+
+/// The error of an offset no longer in its partition, which holds `low..high`.
+fn out_of_range(topic: &str, partition: i32, offset: i64, low: i64, high: i64) -> anyhow::Error {
+    CallError::Unrecoverable(format!(
+        "Kafka topic {topic:?} partition {partition} ({topic}/{partition}): offset {offset}, \
+         where the source is to go on reading, is no longer in the partition, which holds \
+         offsets {low} up to its end at {high} (retention deleted records, or the topic was \
+         made anew): going on would skip records or read some again. To go on anyway, set \
+         the source's `on_out_of_range` to \"earliest\" (from offset {low}) or \"latest\" \
+         (from {high})"
+    ))
+    .into()
 }
 
 /// The topics a source reads.
@@ -80,6 +119,8 @@ pub struct KafkaSourceConfig {
     pub allowed: Option<Vec<String>>,
     /// Where to start in partitions the checkpoint does not name.
     pub start: StartFrom,
+    /// What to do when an offset to read is no longer in its partition.
+    pub on_out_of_range: OutOfRange,
     /// Consumer group offsets are committed to (and read from, with `Committed`).
     pub group: String,
     /// How often to look for new partitions.
@@ -209,7 +250,6 @@ impl KafkaSource {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("isolation.level", "read_committed")
-            .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false")
             // librdkafka waits this long before fetching again once its local queue
             // reached `queued.min.messages`; its default (1 s) let a source that reads
@@ -221,6 +261,7 @@ impl KafkaSource {
         for (k, v) in &config.properties {
             client.set(k, v);
         }
+        client.set("auto.offset.reset", config.on_out_of_range.reset());
         if client.get("statistics.interval.ms") == Some("0") {
             // (Without them no partition would ever be known read to its end.)
             client.set("statistics.interval.ms", "1000");
@@ -419,11 +460,14 @@ impl KafkaSource {
         self.stops.retain(|p, _| owned.contains(p));
         self.max_timestamps.retain(|p, _| owned.contains(p));
         if let Some(restored) = &restored {
+            let mut from_checkpoint = Vec::new();
             for (p, offset) in restored {
                 if owned.contains(p) {
                     self.next.insert(p.clone(), *offset);
+                    from_checkpoint.push(p.clone());
                 }
             }
+            self.resolve_out_of_range(&from_checkpoint)?;
         }
         let start = if self.started || restored.is_some() {
             StartFrom::Earliest
@@ -463,6 +507,55 @@ impl KafkaSource {
 }
 
 impl KafkaSource {
+    /// Checks that the next offsets of `partitions` are still in them; those that are
+    /// not fail the source or move to their partition's start or end, as
+    /// `on_out_of_range` says.
+    fn resolve_out_of_range(&mut self, partitions: &[(String, i32)]) -> Result<()> {
+        for p in partitions {
+            let Some(&offset) = self.next.get(p) else {
+                continue;
+            };
+            let (low, high) = self
+                .consumer
+                .fetch_watermarks(&p.0, p.1, REQUEST_TIMEOUT)
+                .with_context(|| format!("reading the offsets of {}/{}", p.0, p.1))?;
+            if (low..=high).contains(&offset) {
+                continue;
+            }
+            let to = match self.config.on_out_of_range {
+                OutOfRange::Fail => return Err(out_of_range(&p.0, p.1, offset, low, high)),
+                OutOfRange::Earliest => low,
+                OutOfRange::Latest => high,
+            };
+            tracing::warn!(
+                "Kafka source: {}/{}: offset {offset} is no longer in the partition (it holds \
+                 {low} up to {high}); going on from {to} (`on_out_of_range`)",
+                p.0,
+                p.1
+            );
+            self.next.insert(p.clone(), to);
+        }
+        Ok(())
+    }
+
+    /// The error of a partition librdkafka found out of range while reading (it does
+    /// not say which): the first whose next offset is not in it.
+    fn out_of_range_while_reading(&self, e: KafkaError) -> anyhow::Error {
+        for ((topic, partition), &offset) in &self.next {
+            if let Ok((low, high)) =
+                self.consumer
+                    .fetch_watermarks(topic, *partition, REQUEST_TIMEOUT)
+                && !(low..=high).contains(&offset)
+            {
+                return out_of_range(topic, *partition, offset, low, high);
+            }
+        }
+        anyhow::Error::from(CallError::Unrecoverable(format!(
+            "reading from Kafka: an offset to go on at is no longer in the log ({e}); set the \
+             source's `on_out_of_range` to go on anyway"
+        )))
+    }
+
     /// Moves each partition's next offset up to the consumer's position where that is
     /// further: past what is never delivered — a transaction's commit or abort marker,
     /// aborted records — which a bounded source must count as read to reach its end.
@@ -481,8 +574,12 @@ impl KafkaSource {
             }
         }
         // Records retention deleted before a partition's next offset are never delivered
-        // either (the consumer resets to the log's start; its position moves only with a
-        // record).
+        // either, with `on_out_of_range = "earliest"` (the consumer resets to the log's
+        // start; its position moves only with a record). Otherwise the consumer reports
+        // the offset out of range.
+        if self.config.on_out_of_range != OutOfRange::Earliest {
+            return Ok(());
+        }
         let ends = self.consumer.context().bounds();
         for (p, next) in &mut self.next {
             if let Some(bounds) = ends.get(p) {
@@ -542,15 +639,13 @@ impl Source for KafkaSource {
                     if let KafkaError::MessageConsumptionFatal(_) = e {
                         return Err(anyhow!(e).context("reading from Kafka"));
                     }
-                    // An offset no longer in the log, with `auto.offset.reset = error`
-                    // (exchange topics): records would be skipped.
+                    // An offset no longer in the log, with `on_out_of_range = "fail"`:
+                    // records would be skipped.
                     if let KafkaError::MessageConsumption(
                         rdkafka::types::RDKafkaErrorCode::AutoOffsetReset,
                     ) = e
                     {
-                        return Err(anyhow!(e).context(
-                            "reading from Kafka: the offset to resume at is no longer in the log",
-                        ));
+                        return Err(self.out_of_range_while_reading(e));
                     }
                     tracing::warn!("Kafka source: {e}");
                     continue;

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{KafkaSourceConfig, StartFrom, Topics};
+use super::{KafkaSourceConfig, OutOfRange, StartFrom, Topics};
 
 /// A source of topic `t` on a broker that is never asked (the source connects on its
 /// first poll).
@@ -13,6 +13,7 @@ pub(super) fn config(bounded: bool) -> KafkaSourceConfig {
         topics: Topics::Names(vec!["t".into()]),
         allowed: None,
         start: StartFrom::Earliest,
+        on_out_of_range: OutOfRange::Fail,
         group: "g".into(),
         discovery: Duration::from_secs(1),
         properties: BTreeMap::new(),

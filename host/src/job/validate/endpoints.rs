@@ -8,12 +8,13 @@ use anyhow::{Result, anyhow, bail};
 
 use crate::connectors::EventTime;
 use crate::connectors::kafka::{
-    self, Delivery, KafkaSinkConfig, KafkaSourceConfig, StartFrom, Topics,
+    self, Delivery, KafkaSinkConfig, KafkaSourceConfig, OutOfRange, StartFrom, Topics,
 };
 use crate::job::graph::{GeneratorShape, SourceInput, SourceVertex};
 use crate::spec::limits::{self, in_range};
 use crate::spec::values::{
-    DeliveryName, GeneratorShapeName, Millis, SinkPartitioner, StartSpec, Timestamp, TopicsSpec,
+    DeliveryName, GeneratorShapeName, Millis, OutOfRangeName, SinkPartitioner, StartSpec,
+    Timestamp, TopicsSpec,
 };
 use crate::spec::{SinkKind, SinkSpec, SourceKind, SourceSpec};
 
@@ -52,6 +53,7 @@ pub(super) fn source_vertex(
         ("bootstrap", spec.bootstrap.is_some()),
         ("topics", spec.topics.is_some()),
         ("start", spec.start.is_some()),
+        ("on_out_of_range", spec.on_out_of_range.is_some()),
         ("group", spec.group.is_some()),
         ("discovery_ms", spec.discovery_ms.is_some()),
         ("properties", spec.properties.is_some()),
@@ -258,18 +260,31 @@ fn kafka_source(spec: &SourceSpec, job: &str, name: &str) -> Result<KafkaSourceC
         Some(StartSpec::Committed) => StartFrom::Committed,
         Some(StartSpec::Timestamp(ms)) => StartFrom::Timestamp(ms),
     };
+    let on_out_of_range = match spec.on_out_of_range {
+        None | Some(OutOfRangeName::Fail) => OutOfRange::Fail,
+        Some(OutOfRangeName::Earliest) => OutOfRange::Earliest,
+        Some(OutOfRangeName::Latest) => OutOfRange::Latest,
+    };
+    let properties = spec.properties.clone().unwrap_or_default();
+    if properties.contains_key("auto.offset.reset") {
+        bail!(
+            "`properties` may not set \"auto.offset.reset\": `on_out_of_range` says what the \
+             source does when an offset is no longer in the log"
+        );
+    }
     let discovery_ms = limits::DISCOVERY_MS.resolve(spec.discovery_ms.map(|m| m.0))?;
     Ok(KafkaSourceConfig {
         bootstrap,
         topics,
         allowed: None,
         start,
+        on_out_of_range,
         group: spec
             .group
             .clone()
             .unwrap_or_else(|| format!("sluice-{job}-{name}")),
         discovery: Duration::from_millis(discovery_ms),
-        properties: spec.properties.clone().unwrap_or_default(),
+        properties,
         bounded: spec.bounded.unwrap_or(false),
         split: None,
         exchange_producers: None,
