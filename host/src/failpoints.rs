@@ -21,6 +21,7 @@
 //! | `checkpoint::write-metadata` | a checkpoint's metadata is about to be written |
 //! | `sink::write` | the file sink is about to write a batch to its in-progress file |
 //! | `sink::append` | the file sink is about to append a sealed file to its output |
+//! | `kafka-source::topic-metadata` | a Kafka source read the cluster's topics: `return(TOPIC)` makes it see TOPIC reported with an error |
 
 /// Sets up the failpoints named in `FAILPOINTS` (a no-op without the feature). Call
 /// once, at the start of the process.
@@ -39,6 +40,19 @@ pub fn triggered(name: &str, arg: Option<String>) -> anyhow::Error {
         Some("enospc") => anyhow::Error::from(std::io::Error::from_raw_os_error(28))
             .context(format!("failpoint {name}")),
         Some(message) => anyhow::anyhow!("failpoint {name}: {message}"),
+    }
+}
+
+/// What failpoint `name` was triggered with (`return(ARG)`), for a step that a test
+/// breaks in a way of its own rather than with an error; `None` when it is off, and
+/// always without the feature.
+pub fn argument(name: &str) -> Option<String> {
+    #[cfg(feature = "failpoints")]
+    return fail::eval(name, |arg| arg).flatten();
+    #[cfg(not(feature = "failpoints"))]
+    {
+        let _ = name;
+        None
     }
 }
 

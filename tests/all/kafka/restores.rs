@@ -1,4 +1,5 @@
-//! Restores that meet what Kafka already holds: offsets that retention deleted.
+//! Restores that meet what Kafka already holds: a pattern source whose topic is missing
+//! from the first metadata read after a restore, and offsets that retention deleted.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -103,6 +104,55 @@ dir = "checkpoints"
 "#
         ),
     )
+}
+
+/// A pattern source restored from a savepoint whose first metadata read reports one of
+/// its topics with an error (a failpoint) keeps that topic's restored offsets until a
+/// later read finds it: the topic is read on from where it was, not again from its
+/// start.
+#[test]
+fn a_pattern_source_keeps_the_offsets_of_a_topic_missing_from_its_first_metadata_read() {
+    let Some(broker) = broker() else { return };
+    let prefix = unique_topic("flaky");
+    let (x, y) = (format!("{prefix}.x"), format!("{prefix}.y"));
+    for topic in [&x, &y] {
+        create_topic(&broker, topic, 1);
+        produce_numbered(&broker, topic, topic, 0..50);
+    }
+    let dir = test_dir("kafka-pattern-restore");
+    let pattern = format!(
+        "{{ pattern = \"{}\\\\..*\" }}",
+        prefix.replace('.', "\\\\.")
+    );
+    let job = topics_to_file(&dir, &broker, &pattern, "");
+    let out = dir.join("out.txt");
+    let mut first = spawn(&job, &[], None);
+    wait_for_lines(&out, 100, &mut first);
+    stop(first);
+
+    for topic in [&x, &y] {
+        produce_numbered(&broker, topic, topic, 50..60);
+    }
+    let failpoint = format!("kafka-source::topic-metadata=1*return({y})");
+    let mut second = spawn(&job, &["--from-checkpoint", "latest"], Some(&failpoint));
+    wait_for_lines(&out, 120, &mut second);
+    // Time for discovery (every 100 ms) to find the topic again and for checkpoints to
+    // commit what it read.
+    thread::sleep(Duration::from_millis(1_500));
+    stop(second);
+    let expected = [&x, &y]
+        .into_iter()
+        .flat_map(|t| (0..60).map(move |i| format!("{t}-{i}")));
+    let got = upper_sorted(lines_of(&out));
+    let mut repeated = got.clone();
+    repeated.dedup();
+    assert_eq!(
+        got.len(),
+        repeated.len(),
+        "{} lines repeated",
+        got.len() - repeated.len()
+    );
+    assert_eq!(got, upper_sorted(expected));
 }
 
 /// A restored offset that retention deleted fails the source by default, naming the

@@ -213,7 +213,8 @@ pub struct KafkaSource {
     pub(super) next: BTreeMap<(String, i32), i64>,
     /// Whether the partitions were assigned (on the first poll, after a restore).
     started: bool,
-    /// Offsets restored from a checkpoint, for the first assignment.
+    /// Offsets restored from a checkpoint, for the first assignment; after it, those of
+    /// topics the metadata has not told since (see `assign`).
     restored: Option<BTreeMap<(String, i32), i64>>,
     /// Bounded sources: where each partition ends (fixed when it is first assigned).
     stops: BTreeMap<(String, i32), i64>,
@@ -308,8 +309,10 @@ impl KafkaSource {
         })
     }
 
-    /// The partitions of the configured topics this subtask owns.
-    fn owned_partitions(&self) -> Result<Vec<(String, i32)>> {
+    /// The partitions of the configured topics this subtask owns, and the topics the
+    /// metadata reported with an error (a pattern's: a topic named outright fails the
+    /// source instead), whose partitions it does not tell.
+    fn owned_partitions(&self) -> Result<(Vec<(String, i32)>, BTreeSet<String>)> {
         let metadata = match &self.config.topics {
             Topics::Names(names) => {
                 let mut all = Vec::with_capacity(names.len());
@@ -339,15 +342,25 @@ impl KafkaSource {
                     .context("reading the topics of the Kafka cluster")?,
             ],
         };
+        // (A test makes a topic look reported with an error.)
+        let failed = match &self.config.topics {
+            Topics::Pattern(_) => crate::failpoints::argument("kafka-source::topic-metadata"),
+            Topics::Names(_) => None,
+        };
         let mut owned = Vec::new();
+        let mut unread = BTreeSet::new();
         for metadata in &metadata {
             for t in metadata.topics() {
                 let topic = t.name();
+                if self.pattern.is_some()
+                    && (t.error().is_some() || failed.as_deref() == Some(topic))
+                {
+                    unread.insert(topic.to_string());
+                    continue;
+                }
                 let wanted = match (&self.config.topics, &self.pattern) {
                     (Topics::Names(names), _) => names.iter().any(|n| n == topic),
-                    (_, Some(pattern)) => {
-                        !topic.starts_with("__") && t.error().is_none() && pattern.is_match(topic)
-                    }
+                    (_, Some(pattern)) => !topic.starts_with("__") && pattern.is_match(topic),
                     (Topics::Pattern(_), None) => false,
                 };
                 if !wanted {
@@ -374,7 +387,7 @@ impl KafkaSource {
                 }
             }
         }
-        Ok(owned)
+        Ok((owned, unread))
     }
 
     /// Resolves where each of `partitions` starts, by `start`, to a concrete offset (so
@@ -441,24 +454,47 @@ impl KafkaSource {
 
     /// Assigns this subtask's partitions: restored ones at their checkpointed offsets,
     /// others by `start` (on a fresh start) or from the beginning (found later).
+    ///
+    /// The restored offsets of a topic the metadata reported with an error are kept
+    /// (and checkpointed) until a later discovery reads the topic: dropped, its
+    /// partitions would be found again as new ones and read from their start.
     fn assign(&mut self) -> Result<()> {
-        let owned = self.owned_partitions()?;
-        let restored = self.restored.take();
-        let new: Vec<(String, i32)> = owned
-            .iter()
-            .filter(|p| !self.next.contains_key(*p))
-            .filter(|p| !restored.as_ref().is_some_and(|r| r.contains_key(*p)))
-            .cloned()
-            .collect();
-        if self.started && new.is_empty() {
+        let (owned, unread) = self.owned_partitions()?;
+        let (kept, restored) = match self.restored.take() {
+            Some(r) => {
+                let (kept, restored): (BTreeMap<_, _>, BTreeMap<_, _>) = r
+                    .into_iter()
+                    .partition(|((topic, _), _)| unread.contains(topic));
+                (kept, Some(restored))
+            }
+            None => (BTreeMap::new(), None),
+        };
+        let new: Vec<(String, i32)> = if self.started && self.config.bounded {
+            // A bounded source reads the partitions it found at its start only (and
+            // those its checkpoint names).
+            Vec::new()
+        } else {
+            owned
+                .iter()
+                .filter(|p| !self.next.contains_key(*p))
+                .filter(|p| !restored.as_ref().is_some_and(|r| r.contains_key(*p)))
+                .cloned()
+                .collect()
+        };
+        let restores_some = restored
+            .as_ref()
+            .is_some_and(|r| r.keys().any(|p| owned.contains(p)));
+        if self.started && new.is_empty() && !restores_some {
             // Nothing new: assigning again would throw away what librdkafka fetched.
+            self.restored = (!kept.is_empty()).then_some(kept);
             self.last_discovery = Instant::now();
             return Ok(());
         }
         // What a restored position says of partitions another subtask owns now is theirs
         // (after a rescale every subtask gets every partition's).
-        self.stops.retain(|p, _| owned.contains(p));
-        self.max_timestamps.retain(|p, _| owned.contains(p));
+        let mine = |p: &(String, i32)| owned.contains(p) || kept.contains_key(p);
+        self.stops.retain(|p, _| mine(p));
+        self.max_timestamps.retain(|p, _| mine(p));
         if let Some(restored) = &restored {
             let mut from_checkpoint = Vec::new();
             for (p, offset) in restored {
@@ -501,6 +537,7 @@ impl KafkaSource {
                 .or_insert_with(Instant::now);
         }
         self.started = true;
+        self.restored = (!kept.is_empty()).then_some(kept);
         self.last_discovery = Instant::now();
         Ok(())
     }
@@ -601,10 +638,10 @@ impl Source for KafkaSource {
     }
 
     fn poll(&mut self, out: &mut BatchWriter, max: usize) -> Result<SourceStatus> {
-        // A bounded source reads the partitions it found at its start only.
-        if !self.started
-            || (!self.config.bounded && self.last_discovery.elapsed() >= self.config.discovery)
-        {
+        // A bounded source reads the partitions it found at its start only (but looks
+        // again for the topics of restored offsets the metadata did not tell).
+        let discover = !self.config.bounded || self.restored.is_some();
+        if !self.started || (discover && self.last_discovery.elapsed() >= self.config.discovery) {
             self.assign().with_context(|| {
                 format!(
                     "Kafka source reading {} from {}",
@@ -613,6 +650,7 @@ impl Source for KafkaSource {
             })?;
         }
         if self.config.bounded
+            && self.restored.is_none()
             && self
                 .next
                 .iter()
@@ -739,8 +777,8 @@ impl Source for KafkaSource {
         let list = |m: &BTreeMap<(String, i32), i64>| {
             m.iter().map(|((t, p), o)| (t.clone(), *p, *o)).collect()
         };
-        // Restored but not polled yet (a checkpoint may come first): the restored
-        // offsets are still where it stands.
+        // Restored but not polled yet (a checkpoint may come first), or of a topic not
+        // read since: the restored offsets are still where it stands.
         let mut offsets = self.next.clone();
         for (p, o) in self.restored.iter().flatten() {
             offsets.entry(p.clone()).or_insert(*o);
@@ -839,7 +877,7 @@ impl Source for KafkaSource {
     }
 
     fn has_nothing_to_read(&self) -> bool {
-        self.started && self.next.is_empty()
+        self.started && self.next.is_empty() && self.restored.is_none()
     }
 
     fn watermark_without_records(&self) -> bool {
@@ -850,6 +888,7 @@ impl Source for KafkaSource {
         // (An exchange topic's reader is idle when its producers say so, not by silence.)
         self.config.exchange_producers.is_some()
             || self.started
+                && self.restored.is_none()
                 && self.next.iter().all(|(p, next)| {
                     self.partition_read_to_end(p)
                         || self.stops.get(p).is_some_and(|stop| next >= stop)
