@@ -455,6 +455,7 @@ impl Plan {
                         topic: self.output_topic(unit),
                         delivery: Delivery::ExactlyOnce,
                         transactional_id_prefix: prefix,
+                        default_prefix: false,
                         max_pending_bytes: 256 << 20,
                         by_record_partition: false,
                         properties: exchange_producer_properties(&cluster.properties),
@@ -476,7 +477,9 @@ impl Plan {
                 SinkVertex {
                     parallelism: 1,
                     kafka: Some(KafkaSinkConfig {
+                        // A unit's ids are the plan's, whatever its checkpoint says.
                         transactional_id_prefix: prefix,
+                        default_prefix: false,
                         marker_note: Some(note.to_string()),
                         expect_marker: Some(restored),
                         ..k.clone()

@@ -137,6 +137,12 @@ impl JobGraph {
         if file.sink.is_empty() {
             bail!("{job}: the job has no `[sink]`");
         }
+        let checkpoint_dir = file.checkpoint.as_ref().map(|c| {
+            c.dir
+                .as_deref()
+                .map(resolve)
+                .unwrap_or_else(|| base.join("checkpoints").join(&file.name))
+        });
         let last_operator = &file.operators[file.operators.len() - 1].name;
         for (i, sink) in file.sink.iter().enumerate() {
             let name = match &sink.name {
@@ -170,7 +176,7 @@ impl JobGraph {
                 (SinkKind::Stdout | SinkKind::Kafka, None) => None,
             };
             let id = sink.id.clone().unwrap_or_else(|| name.clone());
-            let kafka = kafka_sink(sink, &file.name, &id, file.checkpoint.is_some())
+            let kafka = kafka_sink(sink, &file.name, &id, checkpoint_dir.as_deref())
                 .map_err(|e| anyhow!("{job}: {what}: {e}"))?;
             let inputs = match &sink.inputs {
                 Some(list) => parse_inputs(list).map_err(|e| anyhow!("{job}: {what}: {e}"))?,
@@ -269,11 +275,7 @@ impl JobGraph {
                     None | Some(CheckpointMode::ExactlyOnce) => CheckpointingMode::ExactlyOnce,
                     Some(CheckpointMode::AtLeastOnce) => CheckpointingMode::AtLeastOnce,
                 };
-                let dir = c
-                    .dir
-                    .as_deref()
-                    .map(resolve)
-                    .unwrap_or_else(|| base.join("checkpoints").join(&file.name));
+                let dir = checkpoint_dir.clone().expect("the job checkpoints");
                 checkpoint_settings(c, mode, dir).map_err(|e| anyhow!("{job}: [checkpoint]: {e}"))
             })
             .transpose()?;

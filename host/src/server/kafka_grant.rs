@@ -167,6 +167,9 @@ pub(super) fn within_kafka_grant(
                     )));
                 }
                 prefixed(&mut config.transactional_id_prefix);
+                // A server job's ids stay under the grant's prefix, whatever its
+                // checkpoints were written with (it restores only its own).
+                config.default_prefix = false;
             }
             Vertex::Operator(_) => {}
         }

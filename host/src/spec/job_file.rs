@@ -288,8 +288,10 @@ pub struct SinkSpec {
     /// `kafka`: `exactly-once` (the default with checkpoints: each checkpoint's records
     /// in one transaction once it completes) or `at-least-once` (the default without).
     pub delivery: Option<DeliveryName>,
-    /// `kafka`, exactly once: prefix of the transactional ids (default
-    /// `sluice-JOB-SINK`); subtask N uses `PREFIX-N`. Unique per job writing to a cluster.
+    /// `kafka`, exactly once: prefix of the transactional ids; subtask N uses
+    /// `PREFIX-N`. Unique per job writing to a cluster. Default `sluice-JOB-SINK-HASH`,
+    /// HASH from the checkpoint folder's path, so that jobs of one name in two folders
+    /// differ; a restored job keeps the default its checkpoint was written with.
     pub transactional_id_prefix: Option<String>,
     /// `kafka`, exactly once: most MiB of records a subtask holds for checkpoints not
     /// yet complete (default 256, 1 to 65536).

@@ -1,15 +1,21 @@
 //! The Kafka sink's settings against the broker and the job: a transaction timeout the
-//! broker does not allow, and a cancellation while the producer's queue is full.
+//! broker does not allow, a cancellation while the producer's queue is full, and the
+//! transactional ids a sink takes when the job file names none.
 
 use std::path::Path;
 use std::thread;
 use std::time::Duration;
 
 use crossbeam_channel::unbounded;
-use sluice::job::{JobControl, JobFailed, JobOutcome, RestorePoint};
-use sluice_tests::kafka::{broker, create_topic, read_committed, unique_topic};
+use sluice::job::{JobControl, JobFailed, JobOutcome, RestorePoint, load_graph};
+use sluice_tests::kafka::{
+    broker, committed_offsets, create_topic, end_offsets, read_committed, read_committed_from,
+    unique_topic,
+};
 use sluice_tests::plugins::TOKENIZE;
 use sluice_tests::{TestJob, run_job, sample_text, test_dir, write_job};
+
+use super::{as_count_lines, assert_counts, word_count_to_topic};
 
 /// `in.txt` → `tokenize` → a Kafka sink of `topic` at `bootstrap` with `more` (its
 /// further fields and the tables after it).
@@ -103,4 +109,85 @@ fn a_sink_waiting_on_a_full_producer_queue_is_cancelled_at_once() {
         .expect("the job did not end within 20 s of its cancellation")
         .expect("the job ends without error");
     assert_eq!(outcome, JobOutcome::Cancelled);
+}
+/// The default transactional id prefix of a sink (`transactional_id_prefix` unset).
+fn default_prefix(job: &Path) -> String {
+    let graph = load_graph(job).unwrap();
+    let sink = graph.sinks().next().unwrap();
+    sink.kafka.as_ref().unwrap().transactional_id_prefix.clone()
+}
+
+/// Two jobs of one name, each in its own folder, do not share transactional ids (which
+/// would fence each other's producers and mix their markers): the default prefix names
+/// the job and the sink and a hash of the job's checkpoint folder.
+#[test]
+fn default_transactional_ids_differ_between_jobs_of_one_name() {
+    let (a, b) = (test_dir("kafka-prefix-a"), test_dir("kafka-prefix-b"));
+    let checkpoint = "[checkpoint]\ninterval_ms = 100\ndir = \"checkpoints\"";
+    let job_a = lines_to_topic(&a, "127.0.0.1:1", "t", checkpoint);
+    let job_b = lines_to_topic(&b, "127.0.0.1:1", "t", checkpoint);
+    let prefix = default_prefix(&job_a);
+    assert!(prefix.starts_with("sluice-sink-settings-sink-"), "{prefix}");
+    assert_eq!(default_prefix(&job_a), prefix, "the same every time");
+    assert_ne!(default_prefix(&job_b), prefix);
+    // An explicit prefix stays as written.
+    let explicit = lines_to_topic(
+        &b,
+        "127.0.0.1:1",
+        "t",
+        &format!("transactional_id_prefix = \"mine\"\n{checkpoint}"),
+    );
+    assert_eq!(default_prefix(&explicit), "mine");
+}
+
+/// A job restored from a checkpoint of another folder (a copy of the job file beside
+/// the original, restoring the original's savepoint) goes on with the transactional ids
+/// its checkpoint was written with, not those its own folder would give: it fences the
+/// producers it takes over and moves their markers, and writes every count once.
+#[test]
+fn a_restored_sink_keeps_the_transactional_ids_of_its_checkpoint() {
+    let Some(broker) = broker() else { return };
+    let topic = unique_topic("kept-ids");
+    create_topic(&broker, &topic, 2);
+    let dir = test_dir("kafka-kept-ids");
+    let text = sample_text(52, 1_500);
+    let more = "[checkpoint]\ninterval_ms = 30\ndir = \"checkpoints\"\n[runtime]\nbatch_size = 20";
+    let job = word_count_to_topic(&dir, &broker, &topic, &text, 1, more);
+    let original = TestJob::load(&job).unwrap();
+    let (reply, answer) = unbounded();
+    let control = original.control.clone();
+    let stopper = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(700));
+        control
+            .send(JobControl::StopWithSavepoint {
+                drain: false,
+                reply,
+            })
+            .unwrap();
+        answer.recv().unwrap()
+    });
+    original.run(RestorePoint::Fresh).unwrap();
+    let savepoint = stopper.join().unwrap().expect("the savepoint succeeds");
+    let ends = end_offsets(&broker, &topic);
+    let before = as_count_lines(&read_committed(&broker, &topic));
+
+    let copy = dir.join("copy.toml");
+    std::fs::write(
+        &copy,
+        std::fs::read_to_string(&job)
+            .unwrap()
+            .replace("dir = \"checkpoints\"", "dir = \"copy-checkpoints\""),
+    )
+    .unwrap();
+    let (original_ids, copy_ids) = (default_prefix(&job), default_prefix(&copy));
+    assert_ne!(original_ids, copy_ids);
+    TestJob::load(&copy)
+        .unwrap()
+        .run(RestorePoint::Path(savepoint))
+        .unwrap();
+    let marker = |prefix: &str| committed_offsets(&broker, &format!("{prefix}-0"), &topic);
+    assert!(marker(&copy_ids).is_empty(), "{:?}", marker(&copy_ids));
+    assert!(!marker(&original_ids).is_empty());
+    let after = as_count_lines(&read_committed_from(&broker, &topic, &ends));
+    assert_counts(&(before + &after), &text);
 }

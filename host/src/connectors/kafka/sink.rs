@@ -46,6 +46,13 @@ pub struct KafkaSinkConfig {
     /// Prefix of the transactional ids (exactly once): subtask N uses `PREFIX-N`, so a
     /// restarted subtask fences the one it replaces.
     pub transactional_id_prefix: String,
+    /// `transactional_id_prefix` is a default, not one the job file names: a restored
+    /// subtask then takes the prefix its checkpointed state was written with. The
+    /// transactional ids, and the markers in their groups, go with the checkpoints, so a
+    /// job restored from a checkpoint of another folder (whose default prefix differs)
+    /// goes on with the ids of the run it continues: it fences that run's producers and
+    /// reads and moves its markers.
+    pub default_prefix: bool,
     /// Most bytes of records one subtask holds for checkpoints not yet complete (exactly
     /// once).
     pub max_pending_bytes: u64,
@@ -107,6 +114,30 @@ struct SinkState {
     /// marker that an earlier run left in the group is not taken for this one's.
     run: u64,
     pending: Vec<(u64, Vec<u8>)>,
+    /// The prefix of the transactional ids the subtask wrote with (`None` in states
+    /// written before they kept it).
+    prefix: Option<String>,
+}
+
+impl SinkState {
+    /// Decodes a subtask's checkpointed state, also one without its prefix.
+    fn decode(bytes: &[u8]) -> Result<SinkState, postcard::Error> {
+        postcard::from_bytes(bytes).or_else(|_| {
+            postcard::from_bytes::<(u64, Vec<(u64, Vec<u8>)>)>(bytes).map(|(run, pending)| {
+                SinkState {
+                    run,
+                    pending,
+                    prefix: None,
+                }
+            })
+        })
+    }
+}
+
+/// The transactional id of subtask `subtask` of a sink whose ids have prefix `prefix`
+/// (the group of its markers too).
+fn transactional_id(prefix: &str, subtask: u32) -> String {
+    format!("{prefix}-{subtask}")
 }
 
 /// An identity for a fresh run of a sink: 64 random bits.
@@ -249,13 +280,26 @@ impl KafkaSink {
         self
     }
 
+    /// This subtask's transactional id (its marker group's too).
     fn transactional_id(&self) -> String {
-        self.transactional_id_of(self.subtask)
+        transactional_id(self.prefix(), self.subtask)
     }
 
-    /// The transactional id of subtask `subtask` of this sink (its marker group too).
-    fn transactional_id_of(&self, subtask: u32) -> String {
-        format!("{}-{}", self.config.transactional_id_prefix, subtask)
+    /// The prefix of this subtask's transactional ids (see
+    /// [`KafkaSinkConfig::default_prefix`]).
+    fn prefix(&self) -> &str {
+        self.sink
+            .prefix
+            .as_deref()
+            .unwrap_or(&self.config.transactional_id_prefix)
+    }
+
+    /// The prefix the transactional ids of a subtask restored from `restored` take.
+    fn prefix_of(&self, restored: &SinkState) -> String {
+        match &restored.prefix {
+            Some(prefix) if self.config.default_prefix => prefix.clone(),
+            _ => self.config.transactional_id_prefix.clone(),
+        }
     }
 
     fn err(&self, what: &str, e: impl std::fmt::Display) -> CallError {
@@ -457,8 +501,8 @@ impl KafkaSink {
         )))
     }
 
-    /// A client of the marker group of subtask `subtask`.
-    fn marker_consumer(&self, subtask: u32) -> Result<BaseConsumer, CallError> {
+    /// A client of the marker group `group` (a transactional id).
+    fn marker_consumer(&self, group: &str) -> Result<BaseConsumer, CallError> {
         let mut client = ClientConfig::new();
         // The sink's properties too: the marker group is reached with the same
         // credentials (SASL, TLS) as the topic.
@@ -467,7 +511,7 @@ impl KafkaSink {
         }
         client
             .set("bootstrap.servers", &self.config.bootstrap)
-            .set("group.id", self.transactional_id_of(subtask))
+            .set("group.id", group)
             .set("enable.auto.commit", "false")
             .create()
             .map_err(|e| self.err("creating the marker consumer", e))
@@ -481,16 +525,17 @@ impl KafkaSink {
         if state.is_empty() {
             return Ok(());
         }
-        let part: SinkState = postcard::from_bytes(state)
+        let part = SinkState::decode(state)
             .map_err(|e| self.err(&format!("decoding the state of old subtask {old}"), e))?;
         // The old subtask's own transactional id writes its records: initialising it
         // fences the old subtask and any earlier adopter of it, whatever their ids.
-        let client = self.producer_config(Some(self.transactional_id_of(old)));
+        let id = transactional_id(&self.prefix_of(&part), old);
+        let client = self.producer_config(Some(id.clone()));
         let producer: Producer = client
             .create_with_context(DeliveryReport::default())
             .map_err(|e| self.err(&format!("taking over old subtask {old}"), e))?;
         self.init_transactions(&producer, &client, &format!("fencing old subtask {old}"))?;
-        let marker = self.marker_consumer(old)?;
+        let marker = self.marker_consumer(&id)?;
         let committed = self.committed_in(&marker, part.run)?;
         for (checkpoint, records) in part.pending {
             if committed.is_none_or(|done| checkpoint > done) {
@@ -664,6 +709,25 @@ impl Operator for KafkaSink {
     }
 
     fn open(&mut self, info: &OpenInfo) -> Result<CallOutput, CallError> {
+        let mut own = info.restored_state.clone();
+        let mut adopted = Vec::new();
+        for (old, bytes) in std::mem::take(&mut self.adopted) {
+            if old == self.subtask {
+                own = Some(bytes);
+            } else {
+                adopted.push((old, bytes));
+            }
+        }
+        let restored = own
+            .as_deref()
+            .filter(|b| !b.is_empty())
+            .map(SinkState::decode)
+            .transpose()
+            .map_err(|e| self.err("decoding the restored sink state", e))?;
+        self.sink.prefix = Some(match &restored {
+            Some(restored) => self.prefix_of(restored),
+            None => self.config.transactional_id_prefix.clone(),
+        });
         let exactly_once = self.config.delivery == Delivery::ExactlyOnce;
         let client = self.producer_config(exactly_once.then(|| self.transactional_id()));
         let producer: Producer = client
@@ -672,7 +736,7 @@ impl Operator for KafkaSink {
         if exactly_once {
             // Fences an earlier producer of this subtask and aborts its open transaction.
             self.init_transactions(&producer, &client, "initialising transactions")?;
-            self.marker = Some(self.marker_consumer(self.subtask)?);
+            self.marker = Some(self.marker_consumer(&self.transactional_id())?);
             self.check_expected_marker()?;
         }
         if self.config.by_record_partition {
@@ -695,17 +759,10 @@ impl Operator for KafkaSink {
             // Producers start their round-robin at different partitions.
             self.next_partition = exchange.producer as usize;
         }
-        let mut own = info.restored_state.clone();
-        for (old, bytes) in std::mem::take(&mut self.adopted) {
-            if old == self.subtask {
-                own = Some(bytes);
-            } else {
-                self.write_adopted(old, &bytes)?;
-            }
+        for (old, bytes) in adopted {
+            self.write_adopted(old, &bytes)?;
         }
-        if let Some(bytes) = own.as_deref().filter(|b| !b.is_empty()) {
-            let restored: SinkState = postcard::from_bytes(bytes)
-                .map_err(|e| self.err("decoding the restored sink state", e))?;
+        if let Some(restored) = restored {
             self.sink.run = restored.run;
             let committed = self.committed_checkpoint()?;
             self.sink.pending = restored

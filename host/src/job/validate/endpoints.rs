@@ -170,12 +170,12 @@ pub(super) fn sink_kind_name(kind: SinkKind) -> &'static str {
 }
 
 /// The `kafka` fields of the `[sink]` table (`None` for other sinks, which may not set
-/// them).
+/// them); `checkpoints`: the job's checkpoint folder, if it checkpoints.
 pub(super) fn kafka_sink(
     sink: &SinkSpec,
     job: &str,
     id: &str,
-    checkpoints: bool,
+    checkpoints: Option<&Path>,
 ) -> Result<Option<KafkaSinkConfig>> {
     let fields = [
         ("bootstrap", sink.bootstrap.is_some()),
@@ -212,9 +212,9 @@ pub(super) fn kafka_sink(
         .filter(|t| !t.is_empty())
         .ok_or_else(|| anyhow!("a kafka sink needs `topic`"))?;
     let delivery = match sink.delivery {
-        None if checkpoints => Delivery::ExactlyOnce,
+        None if checkpoints.is_some() => Delivery::ExactlyOnce,
         None | Some(DeliveryName::AtLeastOnce) => Delivery::AtLeastOnce,
-        Some(DeliveryName::ExactlyOnce) if checkpoints => Delivery::ExactlyOnce,
+        Some(DeliveryName::ExactlyOnce) if checkpoints.is_some() => Delivery::ExactlyOnce,
         Some(DeliveryName::ExactlyOnce) => bail!(
             "`delivery = \"exactly-once\"` needs `[checkpoint]`: records are written when \
              the checkpoint that covers them completes"
@@ -227,16 +227,54 @@ pub(super) fn kafka_sink(
         bootstrap,
         topic,
         delivery,
-        transactional_id_prefix: sink
-            .transactional_id_prefix
-            .clone()
-            .unwrap_or_else(|| format!("sluice-{job}-{id}")),
+        transactional_id_prefix: match (&sink.transactional_id_prefix, checkpoints) {
+            (Some(prefix), _) => prefix.clone(),
+            (None, Some(dir)) => default_transactional_id_prefix(job, id, dir),
+            // (Unused: without checkpoints the sink has no transactions.)
+            (None, None) => format!("sluice-{job}-{id}"),
+        },
+        default_prefix: sink.transactional_id_prefix.is_none(),
         max_pending_bytes: max_pending_mb << 20,
         properties: sink.properties.clone().unwrap_or_default(),
         exchange: None,
         marker_note: None,
         expect_marker: None,
     }))
+}
+
+/// The default transactional id prefix of sink `id` of job `job` checkpointing into
+/// `dir`: `sluice-JOB-SINK-HASH`, where HASH is 16 hex digits of the SHA-256 of the
+/// folder's canonical path. Job names are not unique (two copies of a job in two folders
+/// are common), and two jobs with one prefix fence each other's producers and read each
+/// other's markers as their own; a checkpoint folder belongs to one job at a time (a run
+/// holds its lock). A restored sink keeps the prefix of its checkpoint, though (see
+/// [`KafkaSinkConfig::default_prefix`]).
+fn default_transactional_id_prefix(job: &str, id: &str, dir: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(canonical(dir).as_os_str().as_encoded_bytes());
+    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("sluice-{job}-{id}-{hash}")
+}
+
+/// `path` made absolute and canonical as far as it exists (a checkpoint folder is made
+/// when the job first runs): its nearest existing ancestor canonical, the rest joined
+/// as written.
+fn canonical(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut existing = absolute.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            return rest.iter().rev().fold(real, |p, c| p.join(c));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => return absolute,
+        }
+    }
 }
 
 /// The `kafka` fields of a `[source]` table.
