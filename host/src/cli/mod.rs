@@ -69,9 +69,10 @@ enum Command {
         /// and output files are moved aside (to `NAME.N`) first, never deleted.
         #[arg(long)]
         fresh: bool,
-        /// Restore a checkpoint older than the output already committed: the output as it
-        /// is stays as a new file generation (`NAME.N`), the job goes on from the
-        /// checkpoint's.
+        /// Restore a checkpoint older than the output already committed: a file sink's
+        /// output as it is stays as a new file generation (`NAME.N`), the job goes on from
+        /// the checkpoint's; a Kafka topic keeps what it holds, and the records after the
+        /// checkpoint are written to it again.
         #[arg(long, requires = "from_checkpoint")]
         allow_rewind: bool,
         /// Restore a checkpoint that has state of sources or operators the job no longer

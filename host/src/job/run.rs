@@ -27,7 +27,8 @@ pub struct RunOptions {
     /// aside (to `NAME.N`) instead of refusing to start.
     pub move_aside: bool,
     /// Restore a checkpoint older than the committed output, keeping the output as it
-    /// was as a new file generation.
+    /// was as a new file generation (a file sink's), or as it is while the records
+    /// after the checkpoint are written again (a Kafka topic's).
     pub allow_rewind: bool,
     /// Restore a checkpoint with state of sources or operators the job no longer has
     /// (that state is dropped).

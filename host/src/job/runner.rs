@@ -170,8 +170,9 @@ impl Job {
         let run = prepare_run(graph, &options, locks)?;
         let mut failures = Vec::new();
         let mut checkpoint = run.initial.clone();
-        // Checkpoint ids never repeat within a run, also across its attempts.
-        let mut next_id = 0;
+        // Checkpoint ids never repeat within a run, also across its attempts, and stay
+        // above those its Kafka sinks committed before it.
+        let mut next_id = run.first_id;
         for attempt in 0u32.. {
             monitor.attempt.store(attempt, Ordering::Relaxed);
             if let Some(c) = &checkpoint {

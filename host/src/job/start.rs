@@ -1,8 +1,9 @@
 //! Where a run of a job starts, decided before anything is written: a fresh start
 //! refuses to take over what an earlier run left (or moves it aside when asked), a
 //! restore must fit the job (every piece of state finds its source or operator, by id)
-//! and must not take back committed output. Only then is the run's lineage recorded.
-//! What it refuses is a [`StartRefused`].
+//! and must not take back committed output, of file sinks or of exactly-once Kafka
+//! sinks (whose markers say which checkpoint they committed). Only then is the run's
+//! lineage recorded. What it refuses is a [`StartRefused`].
 
 use std::fs;
 use std::path::PathBuf;
@@ -18,6 +19,7 @@ use crate::checkpoint::{CheckpointStorage, LoadedCheckpoint, load};
 use crate::connectors::file_sink::{
     Recovery, SinkState, next_generation, output_path, plan_recovery, rewind_refusal, staging_path,
 };
+use crate::connectors::kafka;
 use crate::spec::SinkKind;
 
 /// Where a run starts: its checkpoint storage, the lineage it records there, and the
@@ -31,6 +33,11 @@ pub(super) struct RunStart {
     pub lineage: Option<crate::checkpoint::Lineage>,
     /// What the first attempt restores.
     pub initial: Option<LoadedCheckpoint>,
+    /// The least id the run's checkpoints may take: above every checkpoint that an
+    /// exactly-once Kafka sink committed in the run it continues (a run forked into
+    /// another checkpoint folder would otherwise number its checkpoints from the one it
+    /// restored, and its sink would take them for committed ones and drop their records).
+    pub first_id: u64,
 }
 
 /// Whether a run may start as `options` say, without changing anything: what
@@ -49,7 +56,7 @@ pub(super) fn prepare_run(
     locks: RunLocks,
 ) -> Result<RunStart> {
     let storage = storage(graph)?;
-    let (initial, earlier) = decide(graph, storage.as_deref(), options)?;
+    let (initial, earlier, first_id) = decide(graph, storage.as_deref(), options)?;
     if !earlier.is_empty() {
         move_aside(&earlier)?;
         if let Some(s) = &storage {
@@ -75,6 +82,7 @@ pub(super) fn prepare_run(
         storage,
         lineage,
         initial,
+        first_id,
     })
 }
 
@@ -93,13 +101,14 @@ fn storage(graph: &JobGraph) -> Result<Option<Arc<CheckpointStorage>>> {
         .transpose()
 }
 
-/// The checkpoint the run starts from (checked against the job and its output), and
-/// what an earlier run left that a fresh start moves aside (refused unless asked to).
+/// The checkpoint the run starts from (checked against the job and its output), what
+/// an earlier run left that a fresh start moves aside (refused unless asked to), and
+/// the least id of the run's checkpoints ([`RunStart::first_id`]).
 fn decide(
     graph: &JobGraph,
     storage: Option<&CheckpointStorage>,
     options: &RunOptions,
-) -> Result<(Option<LoadedCheckpoint>, Vec<PathBuf>)> {
+) -> Result<(Option<LoadedCheckpoint>, Vec<PathBuf>, u64)> {
     let mut earlier = Vec::new();
     let initial = match &options.restore {
         RestorePoint::Fresh => {
@@ -125,11 +134,12 @@ fn decide(
         }
         RestorePoint::Path(p) => Some(load(p)?),
     };
+    let mut first_id = 0;
     if let Some(c) = &initial {
         check_restorable(graph, c, options.allow_non_restored_state)?;
-        check_sink_restore(graph, c, options.allow_rewind)?;
+        first_id = check_sink_restore(graph, c, options.allow_rewind)?;
     }
-    Ok((initial, earlier))
+    Ok((initial, earlier, first_id))
 }
 
 /// What an earlier run of the job left that a fresh start would take over: its
@@ -258,15 +268,66 @@ pub(super) fn check_restorable(
 }
 
 /// Refuses a restore that would take back committed output of a file sink, or that
-/// finds less output than the checkpoint says was committed.
-fn check_sink_restore(graph: &JobGraph, c: &LoadedCheckpoint, allow_rewind: bool) -> Result<()> {
+/// finds less output than the checkpoint says was committed, or that goes back behind
+/// what an exactly-once Kafka sink committed. Returns the least id the run's
+/// checkpoints may take ([`RunStart::first_id`]).
+fn check_sink_restore(graph: &JobGraph, c: &LoadedCheckpoint, allow_rewind: bool) -> Result<u64> {
     if graph.checkpoint.is_none() {
-        return Ok(());
+        return Ok(0);
     }
+    let mut first_id = 0;
     for sink in graph.sinks() {
         check_file_sink_restore(sink, c, allow_rewind)?;
+        first_id = first_id.max(check_kafka_sink_restore(sink, c, allow_rewind)?);
     }
-    Ok(())
+    Ok(first_id)
+}
+
+/// [`check_sink_restore`] for an exactly-once Kafka sink: refuses (unless rewinding) a
+/// checkpoint older than one its subtasks' markers say they committed. Returns the id
+/// above every checkpoint of the restored run that they committed.
+fn check_kafka_sink_restore(
+    sink: &SinkVertex,
+    c: &LoadedCheckpoint,
+    allow_rewind: bool,
+) -> Result<u64> {
+    let (Some(config), Some(op)) = (&sink.kafka, c.operator(&sink.id)) else {
+        return Ok(0);
+    };
+    let mut states = Vec::with_capacity(op.subtasks.len());
+    for handle in &op.subtasks {
+        states.push((handle.subtask, c.read_state(handle)?.state));
+    }
+    let markers = kafka::read_markers(config, &states)
+        .with_context(|| format!("restoring {}: Kafka sink '{}'", c.path.display(), sink.name))?;
+    let restored = c.metadata.id;
+    if let Some(m) = kafka::committed_after(restored, &markers) {
+        let (committed, _) = m.committed.expect("a marker after the restored checkpoint");
+        if allow_rewind {
+            tracing::warn!(
+                "job restored from checkpoint {restored}, before checkpoint {committed} that \
+                 Kafka sink '{}' committed to topic {:?}: the records after checkpoint \
+                 {restored} are written to the topic again (--allow-rewind)",
+                sink.name,
+                config.topic
+            );
+        } else {
+            refuse!(
+                "restoring {} refused: Kafka sink '{}' committed checkpoint {committed} to topic \
+                 {:?} (subtask {}, marker group {:?}), after checkpoint {restored}, the one \
+                 being restored: the records after checkpoint {restored} are in the topic \
+                 already, and would be written again. Restore checkpoint {committed} or a \
+                 later one, or pass --allow-rewind to go on from checkpoint {restored} anyway \
+                 (what was committed stays, and the records after it are written again)",
+                c.path.display(),
+                sink.name,
+                config.topic,
+                m.subtask,
+                m.group
+            );
+        }
+    }
+    Ok(kafka::first_free_id(&markers))
 }
 
 /// [`check_sink_restore`] for one sink.

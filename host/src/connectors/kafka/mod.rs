@@ -25,10 +25,13 @@
 //!   watermarks;
 //! - `sink`: the sink — its producer and delivery reports, and, exactly once, the
 //!   transactions of checkpoints' records and the markers that name them;
+//! - `marker`: what those markers say when a run restores a checkpoint (a rewind of
+//!   committed output);
 //! - `admin`: the brokers' settings, read to explain what they refuse.
 
 mod admin;
 mod exchange;
+mod marker;
 mod sink;
 mod source;
 mod stats;
@@ -36,6 +39,7 @@ mod stats;
 mod test_support;
 
 pub use exchange::{EXCHANGE_IDLE, EXCHANGE_WATERMARK, ExchangeOutput};
+pub use marker::{SubtaskMarker, committed_after, first_free_id, read_markers};
 pub(crate) use sink::new_run_id;
 pub use sink::{Delivery, KafkaSink, KafkaSinkConfig, parse_marker_metadata, read_marker};
 pub use source::{

@@ -109,10 +109,10 @@ enum NotSent {
 /// The checkpointed state of an exactly-once sink subtask: the records of checkpoints
 /// taken but not known to be committed, oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-struct SinkState {
+pub(super) struct SinkState {
     /// Which run of the job these checkpoints belong to (fixed at its fresh start), so a
     /// marker that an earlier run left in the group is not taken for this one's.
-    run: u64,
+    pub(super) run: u64,
     pending: Vec<(u64, Vec<u8>)>,
     /// The prefix of the transactional ids the subtask wrote with (`None` in states
     /// written before they kept it).
@@ -121,7 +121,7 @@ struct SinkState {
 
 impl SinkState {
     /// Decodes a subtask's checkpointed state, also one without its prefix.
-    fn decode(bytes: &[u8]) -> Result<SinkState, postcard::Error> {
+    pub(super) fn decode(bytes: &[u8]) -> Result<SinkState, postcard::Error> {
         postcard::from_bytes(bytes).or_else(|_| {
             postcard::from_bytes::<(u64, Vec<(u64, Vec<u8>)>)>(bytes).map(|(run, pending)| {
                 SinkState {
@@ -136,8 +136,17 @@ impl SinkState {
 
 /// The transactional id of subtask `subtask` of a sink whose ids have prefix `prefix`
 /// (the group of its markers too).
-fn transactional_id(prefix: &str, subtask: u32) -> String {
+pub(super) fn transactional_id(prefix: &str, subtask: u32) -> String {
     format!("{prefix}-{subtask}")
+}
+
+/// The prefix of the transactional ids of a subtask of the sink `config` restored from
+/// `restored` (see [`KafkaSinkConfig::default_prefix`]).
+pub(super) fn restored_prefix<'a>(config: &'a KafkaSinkConfig, restored: &'a SinkState) -> &'a str {
+    match &restored.prefix {
+        Some(prefix) if config.default_prefix => prefix,
+        _ => &config.transactional_id_prefix,
+    }
 }
 
 /// An identity for a fresh run of a sink: 64 random bits.
@@ -296,10 +305,7 @@ impl KafkaSink {
 
     /// The prefix the transactional ids of a subtask restored from `restored` take.
     fn prefix_of(&self, restored: &SinkState) -> String {
-        match &restored.prefix {
-            Some(prefix) if self.config.default_prefix => prefix.clone(),
-            _ => self.config.transactional_id_prefix.clone(),
-        }
+        restored_prefix(&self.config, restored).to_owned()
     }
 
     fn err(&self, what: &str, e: impl std::fmt::Display) -> CallError {
