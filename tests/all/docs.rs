@@ -394,11 +394,11 @@ fn links(page: &Page) -> Vec<(usize, String)> {
     // Reference definitions: `[name]: target`.
     for (n, line) in prose.lines().enumerate() {
         let trimmed = line.trim_start();
-        if let Some(rest) = trimmed.strip_prefix('[') {
-            if let Some((_, target)) = rest.split_once("]: ") {
-                let target = target.split_whitespace().next().unwrap_or("");
-                out.push((n + 1, target.to_string()));
-            }
+        if let Some(rest) = trimmed.strip_prefix('[')
+            && let Some((_, target)) = rest.split_once("]: ")
+        {
+            let target = target.split_whitespace().next().unwrap_or("");
+            out.push((n + 1, target.to_string()));
         }
     }
     out
@@ -447,12 +447,11 @@ fn kind(toml: &str) -> Result<Kind, String> {
                 t if t.starts_with("tenant.") => host = true,
                 _ => {}
             }
-        } else if top {
-            if let Some((key, _)) = line.split_once('=') {
-                if matches!(key.trim(), "strict_tenants" | "jobs") {
-                    host = true;
-                }
-            }
+        } else if top
+            && let Some((key, _)) = line.split_once('=')
+            && matches!(key.trim(), "strict_tenants" | "jobs")
+        {
+            host = true;
         }
     }
     match (job, host) {
@@ -920,7 +919,7 @@ fn relative_links_between_the_pages_lead_somewhere() {
             let Some(anchor) = anchor else {
                 continue;
             };
-            if !file.extension().is_some_and(|e| e == "md") {
+            if file.extension().is_none_or(|e| e != "md") {
                 continue;
             }
             let known = headings

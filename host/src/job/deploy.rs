@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::thread;
@@ -17,13 +16,14 @@ use super::coordinator::{CheckpointStats, Coordinator, CoordinatorSetup};
 use super::graph::{GeneratorShape, JobGraph, SourceInput, SourceVertex, Vertex};
 use super::run::RunOptions;
 use super::runner::Job;
+use super::start::RunStart;
 use super::supervisor::RunningAttempt;
 use crate::chain::{
     ChainOutput, ChainedOperator, OpenInfo, Operator, OperatorChain, OperatorIdentity,
     OperatorState, OutputEdge, undeclared_side_output,
 };
 use crate::checkpoint::assign_operator_state;
-use crate::checkpoint::{AsyncPool, CheckpointLink, CheckpointStorage, LoadedCheckpoint, TaskId};
+use crate::checkpoint::{AsyncPool, CheckpointLink, LoadedCheckpoint, TaskId};
 use crate::connectors::kafka::{self, Delivery, KafkaSink, KafkaSource};
 use crate::connectors::{
     FileSink, FileSource, Generated, GeneratorSource, Source, StdinSource, StdoutSink,
@@ -44,8 +44,7 @@ impl Job {
         &self,
         attempt: u32,
         checkpoint: Option<Arc<LoadedCheckpoint>>,
-        storage: Option<Arc<CheckpointStorage>>,
-        run_start: Option<PathBuf>,
+        run: &RunStart,
         stats: Arc<Mutex<CheckpointStats>>,
         first_id: u64,
         options: &RunOptions,
@@ -87,6 +86,7 @@ impl Job {
 
         let (coordinator_tx, coordinator_rx) = unbounded();
         let writers = Arc::new(AsyncPool::new(2));
+        let storage = run.storage.clone();
         let link = match (&graph.checkpoint, &storage) {
             (Some(_), Some(storage)) => Some(CheckpointLink::new(
                 coordinator_tx.clone(),
@@ -257,7 +257,7 @@ impl Job {
                         .next_id()?
                         .max(checkpoint.as_ref().map_or(0, |c| c.metadata.id + 1))
                         .max(first_id),
-                    protect: run_start,
+                    protect: run.initial.as_ref().map(|c| c.path.clone()),
                     chain_vertices: chains
                         .iter()
                         .enumerate()

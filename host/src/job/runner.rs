@@ -193,8 +193,7 @@ impl Job {
             let end = match self.deploy(
                 attempt,
                 checkpoint.clone().map(Arc::new),
-                run.storage.clone(),
-                run.initial.as_ref().map(|c| c.path.clone()),
+                &run,
                 stats.clone(),
                 next_id,
                 &options,

@@ -194,6 +194,10 @@ pub fn merge_positions(parts: &[Vec<u8>]) -> Result<Vec<u8>> {
     })?)
 }
 
+/// The partitions a subtask owns (topic, partition), and the topics the metadata
+/// reported with an error.
+type OwnedPartitions = (Vec<(String, i32)>, BTreeSet<String>);
+
 /// A Kafka source subtask.
 pub struct KafkaSource {
     config: KafkaSourceConfig,
@@ -312,7 +316,7 @@ impl KafkaSource {
     /// The partitions of the configured topics this subtask owns, and the topics the
     /// metadata reported with an error (a pattern's: a topic named outright fails the
     /// source instead), whose partitions it does not tell.
-    fn owned_partitions(&self) -> Result<(Vec<(String, i32)>, BTreeSet<String>)> {
+    fn owned_partitions(&self) -> Result<OwnedPartitions> {
         let metadata = match &self.config.topics {
             Topics::Names(names) => {
                 let mut all = Vec::with_capacity(names.len());
