@@ -6,13 +6,23 @@
 //! of attempt `ATTEMPT` (each start of a unit on some host), and `JOB/finished/unit-N`
 //! once the unit's input ended and all its output is committed (one listing tells which
 //! units finished).
+//!
+//! What the store holds is durable when a write returns, since a unit's transaction
+//! names a checkpoint as soon as it is copied: an object store's PUT is durable once it
+//! succeeded, and in a directory (where `object_store` renames files into place without
+//! fsync) each file and the folders above it are fsynced. A checkpoint's files are
+//! durable before its metadata is written, so one whose metadata survived a crash is
+//! whole.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow};
+use object_store::local::LocalFileSystem;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, PutPayload};
+
+use crate::durable;
 
 /// The file a checkpoint folder is complete with (written last).
 const METADATA: &str = "_metadata";
@@ -24,6 +34,8 @@ const KEEP: u64 = 5;
 pub struct CheckpointStore {
     store: Arc<dyn ObjectStore>,
     root: StorePath,
+    /// A store in a directory: its files' paths, and the directory (canonical).
+    local: Option<(Arc<LocalFileSystem>, PathBuf)>,
     /// Where it is, as given (for messages).
     location: String,
     runtime: tokio::runtime::Runtime,
@@ -39,28 +51,50 @@ impl CheckpointStore {
             .enable_all()
             .build()
             .context("starting the checkpoint store's runtime")?;
-        let (store, root): (Arc<dyn ObjectStore>, StorePath) = if location.contains("://") {
-            let url = url::Url::parse(location)
-                .with_context(|| format!("checkpoint store {location:?} is not a URL"))?;
-            let (store, root) = object_store::parse_url(&url).map_err(|e| {
-                anyhow!(
-                    "checkpoint store {location:?}: {e} (s3://, gs:// and az:// need a build \
-                     with the `s3`, `gcs` or `azure` feature)"
-                )
-            })?;
-            (Arc::from(store), root)
+        let url = if location.contains("://") {
+            Some(
+                url::Url::parse(location)
+                    .with_context(|| format!("checkpoint store {location:?} is not a URL"))?,
+            )
         } else {
-            let dir = base.join(location);
-            std::fs::create_dir_all(&dir)
-                .with_context(|| format!("creating checkpoint store {}", dir.display()))?;
-            let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir)
-                .with_context(|| format!("checkpoint store {}", dir.display()))?
-                .with_automatic_cleanup(true);
-            (Arc::new(fs), StorePath::default())
+            None
+        };
+        let dir = match &url {
+            None => Some(base.join(location)),
+            Some(url) if url.scheme() == "file" => Some(url.to_file_path().map_err(|()| {
+                anyhow!("checkpoint store {location:?}: not a path on this machine")
+            })?),
+            Some(_) => None,
+        };
+        let (store, root, local): (Arc<dyn ObjectStore>, StorePath, _) = match (dir, url) {
+            (Some(dir), _) => {
+                durable::create_dir_all(&dir)
+                    .with_context(|| format!("creating checkpoint store {}", dir.display()))?;
+                let canonical = dir
+                    .canonicalize()
+                    .with_context(|| format!("checkpoint store {}", dir.display()))?;
+                let fs = Arc::new(
+                    LocalFileSystem::new_with_prefix(&canonical)
+                        .with_context(|| format!("checkpoint store {}", dir.display()))?
+                        .with_automatic_cleanup(true),
+                );
+                (fs.clone(), StorePath::default(), Some((fs, canonical)))
+            }
+            (None, Some(url)) => {
+                let (store, root) = object_store::parse_url(&url).map_err(|e| {
+                    anyhow!(
+                        "checkpoint store {location:?}: {e} (s3://, gs:// and az:// need a \
+                         build with the `s3`, `gcs` or `azure` feature)"
+                    )
+                })?;
+                (Arc::from(store), root, None)
+            }
+            (None, None) => unreachable!("a location is a directory or a URL"),
         };
         Ok(CheckpointStore {
             store,
             root,
+            local,
             location: location.to_string(),
             runtime,
         })
@@ -87,23 +121,51 @@ impl CheckpointStore {
     }
 
     /// Copies the files of `folder` (recursively) under `key`, a checkpoint's metadata
-    /// last: a copy without it is incomplete.
+    /// last, each durable when it returns: a copy without metadata is incomplete, and one
+    /// with it whole.
     pub fn upload(&self, key: &str, folder: &Path) -> Result<()> {
         let mut files = Vec::new();
         collect_files(folder, folder, &mut files)?;
-        files.sort_by_key(|(relative, _)| relative == METADATA);
-        self.runtime.block_on(async {
+        let (metadata, data): (Vec<_>, Vec<_>) = files
+            .into_iter()
+            .partition(|(relative, _)| relative == METADATA);
+        self.put_files(key, &data)?;
+        self.put_files(key, &metadata)
+    }
+
+    /// Copies `files` (`(relative, path)`) under `key`, and makes them durable.
+    fn put_files(&self, key: &str, files: &[(String, PathBuf)]) -> Result<()> {
+        let written = self.runtime.block_on(async {
+            let mut written = Vec::new();
             for (relative, full) in files {
                 let bytes =
-                    std::fs::read(&full).with_context(|| format!("reading {}", full.display()))?;
+                    std::fs::read(full).with_context(|| format!("reading {}", full.display()))?;
                 let to = self.path(&format!("{key}/{relative}"));
                 self.store
                     .put(&to, PutPayload::from(bytes))
                     .await
                     .with_context(|| self.err(&format!("writing {to}")))?;
+                written.push(to);
             }
-            Ok(())
-        })
+            anyhow::Ok(written)
+        })?;
+        self.make_durable(&written)
+    }
+
+    /// Makes what was just written at `paths` durable: in a directory, fsyncs each file
+    /// and the folders above it (an object store's PUT is durable once it succeeded).
+    fn make_durable(&self, paths: &[StorePath]) -> Result<()> {
+        let Some((fs, root)) = &self.local else {
+            return Ok(());
+        };
+        let files = paths
+            .iter()
+            .map(|p| fs.path_to_filesystem(p))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| anyhow!(e))
+            .with_context(|| self.err("making what was written durable"))?;
+        durable::sync_written(root, &files)
+            .with_context(|| self.err("making what was written durable"))
     }
 
     /// Copies everything under `key` into `into` (created); false when nothing is there.
@@ -207,16 +269,16 @@ impl CheckpointStore {
         })
     }
 
-    /// Writes a small object.
+    /// Writes a small object, durably.
     pub fn put(&self, key: &str, bytes: Vec<u8>) -> Result<()> {
         let to = self.path(key);
         self.runtime.block_on(async {
             self.store
                 .put(&to, PutPayload::from(bytes))
                 .await
-                .with_context(|| self.err(&format!("writing {to}")))?;
-            Ok(())
-        })
+                .with_context(|| self.err(&format!("writing {to}")))
+        })?;
+        self.make_durable(&[to])
     }
 
     /// Reads a small object, `None` if it does not exist.
@@ -255,11 +317,7 @@ pub fn finished_key(job: &str, unit: u32) -> String {
 }
 
 /// Every file under `dir`, with its path relative to `root` (`/`-separated).
-fn collect_files(
-    root: &Path,
-    dir: &Path,
-    out: &mut Vec<(String, std::path::PathBuf)>,
-) -> Result<()> {
+fn collect_files(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<()> {
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let entry = entry?;
         let path = entry.path();
@@ -333,5 +391,61 @@ mod tests {
         assert!(store.names("job").unwrap().is_empty());
         store.delete("job/unit-0/a1").unwrap();
         assert!(store.folders("job/unit-0/a1").unwrap().is_empty());
+    }
+
+    /// Power lost right after a checkpoint is copied must not lose it: the marker that
+    /// names it commits as soon as the copy returns. Every file and every folder up to
+    /// the store's is fsynced, the checkpoint's files before its metadata is written.
+    #[test]
+    fn a_checkpoint_in_a_directory_store_is_durable_when_its_copy_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open("store", dir.path()).unwrap();
+        let root = dir.path().join("store").canonicalize().unwrap();
+        let local = dir.path().join("chk");
+        std::fs::create_dir_all(local.join("sub")).unwrap();
+        std::fs::write(local.join("_metadata"), b"meta").unwrap();
+        std::fs::write(local.join("sub/state"), b"state").unwrap();
+        std::fs::write(local.join("other"), b"other").unwrap();
+        durable::take_synced();
+        store.save_checkpoint("job/unit-0/a1", 1, &local).unwrap();
+        let synced = durable::take_synced();
+        let at = |p: &Path| synced.iter().position(|s| s == p);
+        let checkpoint = root.join("job/unit-0/a1/1");
+        let metadata = at(&checkpoint.join("_metadata")).expect("the metadata synced");
+        for file in ["sub/state", "other"] {
+            let synced_at = at(&checkpoint.join(file)).unwrap_or_else(|| panic!("{file}"));
+            assert!(
+                synced_at < metadata,
+                "{file} after the metadata: {synced:?}"
+            );
+        }
+        for folder in [
+            checkpoint.join("sub"),
+            checkpoint.clone(),
+            root.join("job/unit-0/a1"),
+            root.join("job/unit-0"),
+            root.join("job"),
+            root.clone(),
+        ] {
+            let before = at(&folder).unwrap_or_else(|| panic!("{}", folder.display()));
+            assert!(before < metadata, "{}: {synced:?}", folder.display());
+        }
+        let named = synced.iter().rposition(|s| *s == checkpoint).unwrap();
+        assert!(
+            metadata < named,
+            "the folder that names the metadata: {synced:?}"
+        );
+        store
+            .put(&finished_key("job", 0), b"a1/1".to_vec())
+            .unwrap();
+        let synced = durable::take_synced();
+        assert_eq!(synced[0], root.join("job/finished/unit-0"));
+        assert!(synced.contains(&root.join("job/finished")), "{synced:?}");
+        // A `file://` URL is a directory store too.
+        let url = format!("file://{}", dir.path().join("by-url").display());
+        let store = CheckpointStore::open(&url, Path::new("/")).unwrap();
+        durable::take_synced();
+        store.put("x", b"x".to_vec()).unwrap();
+        assert_eq!(durable::take_synced().len(), 2);
     }
 }
