@@ -4,9 +4,11 @@
 //! [`failpoint!`](crate::failpoint) expands to nothing. A test sets the `FAILPOINTS`
 //! environment variable of a `sluice` process, e.g.
 //! `FAILPOINTS="checkpoint::after-metadata=1*off->return(abort)"`: `return(abort)`
-//! aborts the process at that point (a crash), `return(enospc)` makes the step fail as a
-//! full disk does (`No space left on device`), `return(MESSAGE)` makes it fail with
-//! MESSAGE (an error the job recovers from by a restart).
+//! aborts the process at that point (a crash), `return(stop)` stops it there (SIGSTOP:
+//! a host frozen at that step until the test continues it with SIGCONT),
+//! `return(enospc)` makes the step fail as a full disk does (`No space left on
+//! device`), and `return(MESSAGE)` makes the step fail with MESSAGE (an error the job
+//! recovers from by a restart).
 //!
 //! | failpoint | where |
 //! |---|---|
@@ -22,6 +24,12 @@
 //! | `sink::write` | the file sink is about to write a batch to its in-progress file |
 //! | `sink::append` | the file sink is about to append a sealed file to its output |
 //! | `kafka-source::topic-metadata` | a Kafka source read the cluster's topics: `return(TOPIC)` makes it see TOPIC reported with an error |
+//! | `kafka-sink::before-commit` | a Kafka sink sent a checkpoint's records and marker, before committing |
+//! | `kafka-sink::after-commit` | a Kafka sink committed a checkpoint's transaction |
+//! | `cluster::after-upload` | a unit copied a checkpoint to the store, before its transaction names it |
+//! | `cluster::after-fence` | a unit's new owner fenced the earlier ones, before reading the marker |
+//! | `cluster::during-download` | a new owner copied one file of the checkpoint it restores |
+//! | `cluster::after-delete-attempts` | a new owner deleted the earlier attempts' checkpoints, before it runs |
 
 /// Sets up the failpoints named in `FAILPOINTS` (a no-op without the feature). Call
 /// once, at the start of the process.
@@ -30,16 +38,27 @@ pub fn setup() {
     std::mem::forget(fail::FailScenario::setup());
 }
 
-/// What a triggered failpoint does: abort the process, or an error to return.
-pub fn triggered(name: &str, arg: Option<String>) -> anyhow::Error {
+/// What a triggered failpoint does: abort the process, stop it until it is continued
+/// (then nothing), or an error to return.
+pub fn triggered(name: &str, arg: Option<String>) -> Option<anyhow::Error> {
     match arg.as_deref() {
         None | Some("abort") => {
             eprintln!("failpoint {name}: aborting the process");
             std::process::abort()
         }
-        Some("enospc") => anyhow::Error::from(std::io::Error::from_raw_os_error(28))
-            .context(format!("failpoint {name}")),
-        Some(message) => anyhow::anyhow!("failpoint {name}: {message}"),
+        Some("enospc") => Some(
+            anyhow::Error::from(std::io::Error::from_raw_os_error(28))
+                .context(format!("failpoint {name}")),
+        ),
+        Some("stop") => {
+            eprintln!("failpoint {name}: stopping the process");
+            if let Err(e) = signal_hook::low_level::raise(signal_hook::consts::SIGSTOP) {
+                eprintln!("failpoint {name}: cannot stop the process: {e}");
+            }
+            eprintln!("failpoint {name}: continued");
+            None
+        }
+        Some(message) => Some(anyhow::anyhow!("failpoint {name}: {message}")),
     }
 }
 
@@ -63,13 +82,13 @@ pub fn argument(name: &str) -> Option<String> {
 macro_rules! failpoint {
     ($name:literal) => {
         #[cfg(feature = "failpoints")]
-        fail::fail_point!($name, |arg| Err(
-            $crate::failpoints::triggered($name, arg).into()
-        ));
+        if let Some(Some(e)) = fail::eval($name, |arg| $crate::failpoints::triggered($name, arg)) {
+            return Err(e.into());
+        }
     };
     (crash $name:literal) => {
         #[cfg(feature = "failpoints")]
-        if let Some(e) = fail::eval($name, |arg| $crate::failpoints::triggered($name, arg)) {
+        if let Some(Some(e)) = fail::eval($name, |arg| $crate::failpoints::triggered($name, arg)) {
             tracing::warn!("{e}");
         }
     };

@@ -16,6 +16,8 @@ use sluice_tests::{
 
 use crate::kafka::{as_count_lines, assert_counts, topic_of_lines};
 
+mod faults;
+
 /// What a word count job over several hosts is like.
 struct Shape<'a> {
     /// The brokers its source and sink name (none: a server's, from the tenant's grant).

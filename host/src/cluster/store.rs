@@ -198,6 +198,7 @@ impl CheckpointStore {
                         .with_context(|| format!("creating {}", parent.display()))?;
                 }
                 std::fs::write(&to, &bytes).with_context(|| format!("writing {}", to.display()))?;
+                crate::failpoint!("cluster::during-download");
             }
             Ok(!objects.is_empty())
         })
@@ -302,6 +303,7 @@ impl CheckpointStore {
     /// deletes that attempt's checkpoints older than the newest few.
     pub fn save_checkpoint(&self, attempt_key: &str, id: u64, folder: &Path) -> Result<()> {
         self.upload(&format!("{attempt_key}/{id}"), folder)?;
+        crate::failpoint!("cluster::after-upload");
         for old in self.folders(attempt_key)? {
             if old.parse::<u64>().is_ok_and(|o| o + KEEP <= id) {
                 self.delete(&format!("{attempt_key}/{old}"))?;

@@ -87,6 +87,7 @@ impl UnitContext {
         let transactional_id = format!("{}-0", self.plan.transactional_prefix(unit));
         let client = self.plan.sink_client(unit, &self.settings);
         self.fence(client.clone(), &transactional_id)?;
+        crate::failpoint!("cluster::after-fence");
         // Only now, with the earlier owner fenced, does the marker stay put (until
         // another owner fences this one: the sink checks it again when it opens).
         let marker =
@@ -123,6 +124,7 @@ impl UnitContext {
                 self.store.delete(&format!("{key}/{old}"))?;
             }
         }
+        crate::failpoint!("cluster::after-delete-attempts");
         let attempt = new_attempt_id();
         let graph = self.plan.unit_graph(
             unit,
@@ -140,11 +142,14 @@ impl UnitContext {
             }));
         match &restore {
             Some(folder) => tracing::info!(
-                "unit {unit} ({}): restoring {}",
+                "unit {unit} ({}): restoring {} as attempt {attempt}",
                 self.plan.describe(unit),
                 folder.display()
             ),
-            None => tracing::info!("unit {unit} ({}): starting", self.plan.describe(unit)),
+            None => tracing::info!(
+                "unit {unit} ({}): starting as attempt {attempt}",
+                self.plan.describe(unit)
+            ),
         }
         // Moved away while fencing or copying: no need to open (and fence the new owner).
         if let Ok(JobControl::Cancel) = control.try_recv() {
