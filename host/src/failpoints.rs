@@ -24,6 +24,7 @@
 //! | `sink::write` | the file sink is about to write a batch to its in-progress file |
 //! | `sink::append` | the file sink is about to append a sealed file to its output |
 //! | `kafka-source::topic-metadata` | a Kafka source read the cluster's topics: `return(TOPIC)` makes it see TOPIC reported with an error |
+//! | `kafka-sink::open` | a Kafka sink opens, before it fences (or takes the producer its unit fenced with) |
 //! | `kafka-sink::before-commit` | a Kafka sink sent a checkpoint's records and marker, before committing |
 //! | `kafka-sink::after-commit` | a Kafka sink committed a checkpoint's transaction |
 //! | `cluster::after-upload` | a unit copied a checkpoint to the store, before its transaction names it |

@@ -6,6 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::scratch_root;
@@ -89,6 +90,20 @@ pub fn unit_marker(broker: &str, job: &str, unit: u32, topic: &str) -> Option<(S
     // `sluice-run=RUN;attempt=ATTEMPT`
     let attempt = e.metadata().split_once(";attempt=")?.1.to_string();
     Some((attempt, id as u64))
+}
+
+/// Fences whoever runs unit `unit` of job `job` (run over several hosts at `broker`), as
+/// a new owner does when it starts: the owner's next commit fails, and it starts the
+/// unit again.
+pub fn fence_unit(broker: &str, job: &str, unit: u32) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("transactional.id", format!("sluice-{job}.unit-{unit}-0"))
+        .create()
+        .expect("a producer");
+    producer
+        .init_transactions(Duration::from_secs(30))
+        .expect("fencing the unit's owner");
 }
 
 /// Whether process `pid` is stopped (SIGSTOP).

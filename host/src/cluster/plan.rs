@@ -365,6 +365,67 @@ impl Plan {
         }
     }
 
+    /// The exactly-once Kafka sink of unit `unit`: into the next stage's exchange topic,
+    /// or the job's sink, with the unit's transactional ids (its markers' note and the
+    /// marker it expects unset).
+    pub fn unit_sink(&self, unit: u32, cluster: &ClusterSettings) -> Result<SinkVertex> {
+        let place = self
+            .place(unit)
+            .ok_or_else(|| anyhow!("unit {unit}: the job has {} units", self.units()))?;
+        let g = &self.graph;
+        let prefix = self.transactional_prefix(unit);
+        Ok(match self.stages.get(place.stage + 1) {
+            Some(next) => {
+                let Vertex::Operator(OperatorVertex { key_by, .. }) =
+                    &g.vertices[next.operators[0]]
+                else {
+                    unreachable!("a stage after the first begins at an operator")
+                };
+                SinkVertex {
+                    name: "exchange".into(),
+                    id: "exchange".into(),
+                    kind: SinkKind::Kafka,
+                    path: None,
+                    format: Default::default(),
+                    parallelism: 1,
+                    kafka: Some(KafkaSinkConfig {
+                        bootstrap: cluster.bootstrap.clone(),
+                        topic: self.output_topic(unit),
+                        delivery: Delivery::ExactlyOnce,
+                        transactional_id_prefix: prefix,
+                        default_prefix: false,
+                        max_pending_bytes: 256 << 20,
+                        by_record_partition: false,
+                        properties: exchange_producer_properties(&cluster.properties),
+                        exchange: Some(ExchangeOutput {
+                            key: key_by.clone(),
+                            partitions: next.units,
+                            producer: place.index,
+                        }),
+                        marker_note: None,
+                        expect_marker: None,
+                    }),
+                }
+            }
+            None => {
+                let Vertex::Sink(s) = &g.vertices[self.sink] else {
+                    unreachable!("checked in Plan::new")
+                };
+                let k = s.kafka.as_ref().expect("checked in Plan::new");
+                SinkVertex {
+                    parallelism: 1,
+                    kafka: Some(KafkaSinkConfig {
+                        // A unit's ids are the plan's, whatever its checkpoint says.
+                        transactional_id_prefix: prefix,
+                        default_prefix: false,
+                        ..k.clone()
+                    }),
+                    ..s.clone()
+                }
+            }
+        })
+    }
+
     /// The job unit `unit` runs at parallelism 1: its stage's operators between its
     /// partition and the next stage's exchange topic (or the job's sink), checkpointing
     /// into `checkpoint_dir`, its sink's markers noting `note`; its sink checks at open
@@ -435,59 +496,11 @@ impl Plan {
                 ..op.clone()
             }));
         }
-        let prefix = self.transactional_prefix(unit);
-        let sink = match self.stages.get(place.stage + 1) {
-            Some(next) => {
-                let Vertex::Operator(OperatorVertex { key_by, .. }) =
-                    &g.vertices[next.operators[0]]
-                else {
-                    unreachable!("a stage after the first begins at an operator")
-                };
-                SinkVertex {
-                    name: "exchange".into(),
-                    id: "exchange".into(),
-                    kind: SinkKind::Kafka,
-                    path: None,
-                    format: Default::default(),
-                    parallelism: 1,
-                    kafka: Some(KafkaSinkConfig {
-                        bootstrap: cluster.bootstrap.clone(),
-                        topic: self.output_topic(unit),
-                        delivery: Delivery::ExactlyOnce,
-                        transactional_id_prefix: prefix,
-                        default_prefix: false,
-                        max_pending_bytes: 256 << 20,
-                        by_record_partition: false,
-                        properties: exchange_producer_properties(&cluster.properties),
-                        exchange: Some(ExchangeOutput {
-                            key: key_by.clone(),
-                            partitions: next.units,
-                            producer: place.index,
-                        }),
-                        marker_note: Some(note.to_string()),
-                        expect_marker: Some(restored),
-                    }),
-                }
-            }
-            None => {
-                let Vertex::Sink(s) = &g.vertices[self.sink] else {
-                    unreachable!("checked in Plan::new")
-                };
-                let k = s.kafka.as_ref().expect("checked in Plan::new");
-                SinkVertex {
-                    parallelism: 1,
-                    kafka: Some(KafkaSinkConfig {
-                        // A unit's ids are the plan's, whatever its checkpoint says.
-                        transactional_id_prefix: prefix,
-                        default_prefix: false,
-                        marker_note: Some(note.to_string()),
-                        expect_marker: Some(restored),
-                        ..k.clone()
-                    }),
-                    ..s.clone()
-                }
-            }
-        };
+        let mut sink = self.unit_sink(unit, cluster)?;
+        if let Some(k) = &mut sink.kafka {
+            k.marker_note = Some(note.to_string());
+            k.expect_marker = Some(restored);
+        }
         vertices.push(Vertex::Sink(sink));
         let edges = (1..vertices.len())
             .map(|to| Edge {

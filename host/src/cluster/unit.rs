@@ -1,5 +1,6 @@
 //! Running one unit of a cluster job on this host: fence whoever ran it before, find the
-//! checkpoint its last committed transaction names, restore it, run.
+//! checkpoint its last committed transaction names, restore it, run (its sink writing
+//! with the producer that fenced).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,11 +10,10 @@ use anyhow::{Context, Result, anyhow};
 use crossbeam_channel::Receiver;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
-use rdkafka::producer::{BaseProducer, Producer};
 
 use super::plan::{ClusterSettings, Plan};
 use super::store::{CheckpointStore, finished_key};
-use crate::connectors::kafka::{parse_marker_metadata, read_marker};
+use crate::connectors::kafka::{fence_ahead, parse_marker_metadata, read_marker};
 use crate::job::{Job, JobControl, JobMonitor, JobOutcome, RestorePoint, RunOptions};
 use crate::tenant::{HostConfig, InstanceBudget};
 use crate::wasm::WasmEngine;
@@ -86,7 +86,16 @@ impl UnitContext {
         let earlier = self.store.folders(&key)?;
         let transactional_id = format!("{}-0", self.plan.transactional_prefix(unit));
         let client = self.plan.sink_client(unit, &self.settings);
-        self.fence(client.clone(), &transactional_id)?;
+        // Moved away already: fencing would only fence its new owner.
+        if let Ok(JobControl::Cancel) = control.try_recv() {
+            return Ok(UnitEnd::Cancelled);
+        }
+        // The one fence of this start: the sink writes with the producer that fenced
+        // (and never fences again), so an owner that fences this one later, however long
+        // this host is stopped meanwhile, keeps it fenced.
+        let sink = self.plan.unit_sink(unit, &self.settings)?;
+        let _fenced = fence_ahead(sink.kafka.as_ref().expect("a unit's Kafka sink"), 0)
+            .context("fencing the unit's earlier owners")?;
         crate::failpoint!("cluster::after-fence");
         // Only now, with the earlier owner fenced, does the marker stay put (until
         // another owner fences this one: the sink checks it again when it opens).
@@ -151,7 +160,7 @@ impl UnitContext {
                 self.plan.describe(unit)
             ),
         }
-        // Moved away while fencing or copying: no need to open (and fence the new owner).
+        // Moved away while fencing or copying: no need to open.
         if let Ok(JobControl::Cancel) = control.try_recv() {
             let _ = std::fs::remove_dir_all(&local);
             return Ok(UnitEnd::Cancelled);
@@ -183,19 +192,6 @@ impl UnitContext {
             .work_dir
             .join(&self.client_id)
             .join(format!("unit-{unit}"))
-    }
-
-    /// Fences every earlier producer of `transactional_id` (and aborts its open
-    /// transaction).
-    fn fence(&self, mut client: ClientConfig, transactional_id: &str) -> Result<()> {
-        let producer: BaseProducer = client
-            .set("transactional.id", transactional_id)
-            .set("transaction.timeout.ms", "900000")
-            .create()
-            .context("creating a producer to fence the unit's earlier owner")?;
-        producer
-            .init_transactions(REQUEST_TIMEOUT)
-            .with_context(|| format!("fencing the earlier owner ({transactional_id})"))
     }
 
     /// The attempt and checkpoint the unit's last committed transaction names.

@@ -2,16 +2,17 @@
 //! broker: a host crashes (aborts at a failpoint) between copying a checkpoint to the
 //! store and committing the transaction that names it, or as a new owner after fencing
 //! the old one, while copying the checkpoint it restores, or after deleting the older
-//! attempts. Each checks the committed output against counts computed from the input,
-//! and the store against the markers.
+//! attempts; a host stopped in the middle of starting a unit again wakes after the unit
+//! moved. Each checks the committed output against counts computed from the input, and
+//! the store against the markers.
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use sluice_tests::cluster::{spawn_failing_host, unit_marker};
+use sluice_tests::cluster::{fence_unit, is_stopped, spawn_failing_host, unit_marker};
 
-use super::{WordCount, log_of, wait_for_output, wait_success, wait_until};
+use super::{WordCount, log_of, owns, wait_for_output, wait_success, wait_until};
 
 /// Units of [`WordCount`]'s job: four reading the source, four counting.
 const UNITS: u32 = 8;
@@ -266,4 +267,108 @@ fn a_new_owner_crashing_after_it_deleted_the_old_attempts() {
     wc.write_rest();
     let fourth = wc.spawn(3);
     wc.complete(&mut [None, None, None, Some(fourth)]);
+}
+
+/// A host stopped at `point` while it starts a unit again (fenced by someone, its run
+/// failed), past the session timeout: the unit moves, and the other host restores it
+/// and commits. When the stopped host wakes it goes on with what it was doing, on a
+/// unit no longer its own: it must be fenced, not fence the new owner (whose units never
+/// fail), and it must leave the new owner's checkpoints alone (every marker names a
+/// checkpoint the store holds, while it wakes and after).
+fn a_zombie_woken_at(point: &str, name: &str, seed: u64) {
+    let Some(wc) = WordCount::new(name, seed, 2_400, false) else {
+        return;
+    };
+    // Alone, the first host starts the 8 units (8 passes through `point`); fenced, the
+    // last one fails, and this host starts it again: there it stops. (The last: when the
+    // stopped host joins again, the group moves the first units to it, so the other host
+    // keeps this one, and a fence of its run would fail it.)
+    let unit = UNITS - 1;
+    let mut zombie = wc.spawn_failing(0, &format!("{point}=8*off->1*return(stop)->off"));
+    wait_for_output(
+        &wc.dir,
+        std::slice::from_mut(&mut zombie),
+        &wc.broker,
+        &wc.output,
+        100,
+    );
+    fence_unit(&wc.broker, &wc.output, unit);
+    let stopping = format!("failpoint {point}: stopping");
+    wait_until(
+        "the first host to stop while it starts the unit again",
+        Duration::from_secs(60),
+        || {
+            assert!(
+                zombie.try_wait().unwrap().is_none(),
+                "{}",
+                log_of(&wc.dir, 0)
+            );
+            log_of(&wc.dir, 0).contains(&stopping) && is_stopped(zombie.id())
+        },
+    );
+    let log = log_of(&wc.dir, 0);
+    let failed = log.find(&format!("unit {unit} failed (failure 1 in a row"));
+    assert!(
+        failed.is_some() && failed < log.find(&stopping),
+        "the host did not stop while starting unit {unit} again: {log}"
+    );
+    let stale = wc.markers();
+    let mut owner = wc.spawn(1);
+    wait_until(
+        "the other host to commit for every unit",
+        Duration::from_secs(90),
+        || {
+            assert!(
+                owner.try_wait().unwrap().is_none(),
+                "{}",
+                log_of(&wc.dir, 1)
+            );
+            owns(&wc.dir, 1, UNITS as usize)
+                && wc.markers().iter().zip(&stale).all(|(now, before)| {
+                    now.as_ref().map(|m| &m.0) != before.as_ref().map(|m| &m.0)
+                })
+        },
+    );
+    wc.assert_markers_held();
+    signal(&zombie, "-CONT");
+    // While it goes on, and until it is back in the group with units of its own, every
+    // marker names a checkpoint the store holds.
+    let continued = format!("failpoint {point}: continued");
+    wait_until(
+        "the woken host to be back in the group",
+        Duration::from_secs(60),
+        || {
+            assert!(
+                zombie.try_wait().unwrap().is_none(),
+                "{}",
+                log_of(&wc.dir, 0)
+            );
+            wc.assert_markers_held();
+            let log = log_of(&wc.dir, 0);
+            log.split(&continued).nth(1).is_some_and(|after| {
+                after
+                    .lines()
+                    .filter(|l| l.contains(" owns units "))
+                    .any(|l| !l.ends_with("[]"))
+            })
+        },
+    );
+    wc.write_rest();
+    wc.complete(&mut [Some(zombie), Some(owner)]);
+    wc.assert_markers_held();
+    let log = log_of(&wc.dir, 1);
+    assert!(
+        !log.contains(" failed (failure "),
+        "the woken host fenced a unit of the new owner: {log}"
+    );
+}
+
+#[test]
+fn a_zombie_woken_after_it_fenced_is_fenced_and_leaves_the_new_owners_checkpoints() {
+    a_zombie_woken_at("cluster::after-fence", "cluster-zombie-fence", 59);
+}
+
+#[test]
+fn a_zombie_woken_as_its_sink_opens_is_fenced_and_leaves_the_new_owners_checkpoints() {
+    a_zombie_woken_at("kafka-sink::open", "cluster-zombie-open", 61);
 }

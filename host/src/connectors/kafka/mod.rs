@@ -41,7 +41,10 @@ mod test_support;
 pub use exchange::{EXCHANGE_IDLE, EXCHANGE_WATERMARK, ExchangeOutput};
 pub use marker::{SubtaskMarker, committed_after, first_free_id, read_markers};
 pub(crate) use sink::new_run_id;
-pub use sink::{Delivery, KafkaSink, KafkaSinkConfig, parse_marker_metadata, read_marker};
+pub use sink::{
+    Delivery, FencedAhead, KafkaSink, KafkaSinkConfig, fence_ahead, parse_marker_metadata,
+    read_marker,
+};
 pub use source::{
     KafkaSource, KafkaSourceConfig, OutOfRange, StartFrom, Topics, merge_positions, owner_of,
     topic_pattern,

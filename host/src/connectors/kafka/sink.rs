@@ -457,22 +457,7 @@ impl KafkaSink {
     /// The settings of a producer of this sink: with `transactional_id`, a transactional
     /// one. The job's `properties` go over the defaults (not over the transactional id).
     fn producer_config(&self, transactional_id: Option<String>) -> ClientConfig {
-        let mut client = ClientConfig::new();
-        client
-            .set("bootstrap.servers", &self.config.bootstrap)
-            // Java clients' partitioner, so keys land where Kafka Streams or Flink put them.
-            .set("partitioner", "murmur2_random")
-            .set("enable.idempotence", "true");
-        if transactional_id.is_some() {
-            client.set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS);
-        }
-        for (k, v) in &self.config.properties {
-            client.set(k, v);
-        }
-        if let Some(id) = transactional_id {
-            client.set("transactional.id", id);
-        }
-        client
+        producer_client(&self.config, transactional_id.as_deref())
     }
 
     /// `init_transactions` of `producer` (made from `client`): fences the earlier
@@ -705,6 +690,61 @@ impl KafkaSink {
     }
 }
 
+/// The client configuration of the producer of a sink as `config` says (transactional,
+/// as `transactional_id`, when given).
+fn producer_client(config: &KafkaSinkConfig, transactional_id: Option<&str>) -> ClientConfig {
+    let mut client = ClientConfig::new();
+    client
+        .set("bootstrap.servers", &config.bootstrap)
+        // Java clients' partitioner, so keys land where Kafka Streams or Flink put them.
+        .set("partitioner", "murmur2_random")
+        .set("enable.idempotence", "true");
+    if transactional_id.is_some() {
+        client.set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS);
+    }
+    for (k, v) in &config.properties {
+        client.set(k, v);
+    }
+    if let Some(id) = transactional_id {
+        client.set("transactional.id", id);
+    }
+    client
+}
+
+/// Producers that fenced every earlier producer of their transactional id ahead of their
+/// sink's open (see [`fence_ahead`]), by transactional id.
+static FENCED: Mutex<BTreeMap<String, Producer>> = Mutex::new(BTreeMap::new());
+
+/// What [`fence_ahead`] returns: while it lives, the sink it fenced for takes its producer
+/// when it opens; dropped before that, the producer goes too.
+#[must_use = "the producer waits for its sink only while this lives"]
+pub struct FencedAhead {
+    transactional_id: String,
+}
+
+impl Drop for FencedAhead {
+    fn drop(&mut self) {
+        FENCED.lock().remove(&self.transactional_id);
+    }
+}
+
+/// Fences every earlier producer of subtask `subtask` of the exactly-once sink `config`
+/// describes (and aborts its open transaction), with the producer that subtask then
+/// writes with when it opens in this process: it does not fence again when it opens, so
+/// a producer that fenced it meanwhile (a unit's newer owner's) keeps it fenced, however
+/// long this one was stopped between the two.
+pub fn fence_ahead(config: &KafkaSinkConfig, subtask: u32) -> anyhow::Result<FencedAhead> {
+    let transactional_id = format!("{}-{subtask}", config.transactional_id_prefix);
+    let producer: Producer = producer_client(config, Some(&transactional_id))
+        .create_with_context(DeliveryReport::default())
+        .map_err(|e| anyhow::anyhow!("creating a producer ({transactional_id}): {e}"))?;
+    producer
+        .init_transactions(PRODUCE_TIMEOUT)
+        .map_err(|e| anyhow::anyhow!("fencing the earlier producers of {transactional_id}: {e}"))?;
+    FENCED.lock().insert(transactional_id.clone(), producer);
+    Ok(FencedAhead { transactional_id })
+}
+
 impl Operator for KafkaSink {
     fn identity(&self) -> &OperatorIdentity {
         &self.identity
@@ -715,6 +755,7 @@ impl Operator for KafkaSink {
     }
 
     fn open(&mut self, info: &OpenInfo) -> Result<CallOutput, CallError> {
+        crate::failpoint!("kafka-sink::open");
         let mut own = info.restored_state.clone();
         let mut adopted = Vec::new();
         for (old, bytes) in std::mem::take(&mut self.adopted) {
@@ -735,13 +776,27 @@ impl Operator for KafkaSink {
             None => self.config.transactional_id_prefix.clone(),
         });
         let exactly_once = self.config.delivery == Delivery::ExactlyOnce;
-        let client = self.producer_config(exactly_once.then(|| self.transactional_id()));
-        let producer: Producer = client
-            .create_with_context(DeliveryReport::default())
-            .map_err(|e| self.err("creating the producer", e))?;
+        let producer = match exactly_once
+            .then(|| FENCED.lock().remove(&self.transactional_id()))
+            .flatten()
+        {
+            // Fenced with when its unit started: fencing again would fence whoever
+            // fenced it since (the unit's newer owner) instead of being fenced.
+            Some(producer) => producer,
+            None => {
+                let client = self.producer_config(exactly_once.then(|| self.transactional_id()));
+                let producer: Producer = client
+                    .create_with_context(DeliveryReport::default())
+                    .map_err(|e| self.err("creating the producer", e))?;
+                if exactly_once {
+                    // Fences an earlier producer of this subtask and aborts its open
+                    // transaction.
+                    self.init_transactions(&producer, &client, "initialising transactions")?;
+                }
+                producer
+            }
+        };
         if exactly_once {
-            // Fences an earlier producer of this subtask and aborts its open transaction.
-            self.init_transactions(&producer, &client, "initialising transactions")?;
             self.marker = Some(self.marker_consumer(&self.transactional_id())?);
             self.check_expected_marker()?;
         }
