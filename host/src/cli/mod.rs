@@ -206,6 +206,36 @@ enum Command {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Reset a unit of a job run over several hosts (`run --cluster`) whose last committed
+    /// transaction names a checkpoint the store lost: go on from an older checkpoint of
+    /// the same attempt (`--to`), or start the unit over (`--fresh`). Either way the unit
+    /// writes again what it committed since; its owner, fenced, starts again from here.
+    ResetUnit {
+        /// The job file.
+        job: PathBuf,
+        /// The unit (as the hosts' error names it).
+        #[arg(long)]
+        unit: u32,
+        /// `ATTEMPT/ID`: a checkpoint in the store older than the one the unit's marker
+        /// names, of the same attempt (the error lists them).
+        #[arg(
+            long,
+            value_name = "ATTEMPT/ID",
+            required_unless_present = "fresh",
+            conflicts_with = "fresh"
+        )]
+        to: Option<crate::cluster::ResetTo>,
+        /// Start the unit over, from its input's start, as when the job first ran.
+        #[arg(long)]
+        fresh: bool,
+        /// The Kafka brokers (or `[cluster] bootstrap` when none is given).
+        #[arg(long, value_name = "HOST:PORT", num_args = 0..=1, default_missing_value = "")]
+        cluster: Option<String>,
+        /// The host configuration whose `[cluster]` fills in what the job file's leaves
+        /// out.
+        #[arg(long, value_name = "HOST.toml", env = "SLUICE_HOST_CONFIG")]
+        host_config: Option<PathBuf>,
+    },
     /// Cancel a job on a server.
     Cancel {
         /// The job id.
@@ -563,6 +593,30 @@ fn run(cli: Cli) -> Result<Exit> {
             remote,
             ..
         } => remote.print(&remote.client()?.status(id)?, remote::job_detail),
+        Command::ResetUnit {
+            job,
+            unit,
+            to,
+            fresh: _,
+            cluster,
+            host_config: host_path,
+        } => {
+            let graph = crate::job::load_graph(job).map_err(exit::bad_input)?;
+            let host = host_config(host_path.as_deref())?;
+            let settings = crate::cluster::ClusterSettings::of(
+                &graph,
+                cluster.as_deref().filter(|b| !b.is_empty()),
+                host.cluster.as_ref(),
+            )
+            .with_context(|| job.display().to_string())
+            .map_err(exit::bad_input)?;
+            let to = to.clone().unwrap_or(crate::cluster::ResetTo::Fresh);
+            out!(
+                "{}",
+                crate::cluster::reset_unit(&graph, settings, *unit, &to)?
+            );
+            Ok(Exit::Success)
+        }
         Command::Cancel { id, remote } => remote.print(&remote.client()?.cancel(id)?, |v| {
             format!("{}\n", remote::job_line(v))
         }),

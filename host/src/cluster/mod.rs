@@ -15,12 +15,14 @@
 //!   names the checkpoint. A new owner first fences the old one (`init_transactions` of
 //!   the unit's transactional id), then restores the checkpoint the last committed
 //!   marker names: its output and its input offsets agree, so nothing is lost or written
-//!   twice ([`unit`]).
+//!   twice ([`unit`]). A marker whose checkpoint is lost stops the unit with an error
+//!   that says so, until the checkpoint is back or the unit is reset by hand ([`reset`]).
 //! - **Event time** crosses exchange topics: each producer writes its watermark to every
 //!   partition it feeds, with the checkpoint's transaction; a reader takes the smallest
 //!   over all producers, and the end of input (`i64::MAX`) from all of them ends its own.
 
 pub mod plan;
+pub mod reset;
 pub mod store;
 pub mod unit;
 
@@ -39,7 +41,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
 
 pub use plan::{ClusterSettings, Plan};
+pub use reset::{ResetTo, reset_unit};
 use store::CheckpointStore;
+pub use unit::LostCheckpoint;
 use unit::{UnitContext, UnitEnd};
 
 use crate::job::{JobControl, JobGraph};
@@ -364,11 +368,20 @@ impl ClusterHost {
                     Ok(UnitEnd::Cancelled) => {}
                     Ok(UnitEnd::Failed(e)) if !r.cancelled => {
                         fail(&mut retry_at, unit, format!("{e:#}"));
-                        self.say(format_args!(
-                            "unit {unit} failed (failure {} in a row; it runs again from its \
-                             last committed checkpoint): {e:#}",
-                            retry_at[&unit].1
-                        ));
+                        if e.downcast_ref::<LostCheckpoint>().is_some() {
+                            self.say(format_args!(
+                                "unit {unit} cannot be restored (failure {} in a row; it is \
+                                 tried again, and fails the same way until its checkpoint is \
+                                 back or it is reset): {e:#}",
+                                retry_at[&unit].1
+                            ));
+                        } else {
+                            self.say(format_args!(
+                                "unit {unit} failed (failure {} in a row; it runs again from \
+                                 its last committed checkpoint): {e:#}",
+                                retry_at[&unit].1
+                            ));
+                        }
                     }
                     // Failing after it was moved away (fenced by its new owner) is
                     // what a moved unit does.

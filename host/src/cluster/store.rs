@@ -25,7 +25,7 @@ use object_store::{ObjectStore, PutPayload};
 use crate::durable;
 
 /// The file a checkpoint folder is complete with (written last).
-const METADATA: &str = "_metadata";
+pub const METADATA: &str = "_metadata";
 
 /// Checkpoints kept per attempt of a unit (older ones are deleted as new ones come).
 const KEEP: u64 = 5;
@@ -108,6 +108,18 @@ impl CheckpointStore {
 
     fn err(&self, what: &str) -> String {
         format!("checkpoint store {:?}: {what}", self.location)
+    }
+
+    /// Where `key` is, for people: a path on this machine for a store in a directory,
+    /// else the store's URL with the key.
+    pub fn describe(&self, key: &str) -> String {
+        let path = self.path(key);
+        match &self.local {
+            Some((fs, _)) => fs
+                .path_to_filesystem(&path)
+                .map_or_else(|_| path.to_string(), |p| p.display().to_string()),
+            None => format!("{}/{key}", self.location.trim_end_matches('/')),
+        }
     }
 
     /// Every object under `prefix`.
@@ -210,6 +222,27 @@ impl CheckpointStore {
         Ok(self.download(key, into)? && into.join(METADATA).is_file())
     }
 
+    /// The ids of the checkpoints under `attempt_key` that have their metadata, in order.
+    pub fn complete_checkpoints(&self, attempt_key: &str) -> Result<Vec<u64>> {
+        let prefix = self.path(attempt_key);
+        self.runtime.block_on(async {
+            let objects = self.list(&prefix).await?;
+            let mut ids: Vec<u64> = objects
+                .iter()
+                .filter_map(|o| {
+                    let mut parts = o.location.prefix_match(&prefix)?;
+                    let id = parts.next()?.as_ref().parse().ok()?;
+                    match (parts.next(), parts.next()) {
+                        (Some(name), None) if name.as_ref() == METADATA => Some(id),
+                        _ => None,
+                    }
+                })
+                .collect();
+            ids.sort_unstable();
+            Ok(ids)
+        })
+    }
+
     /// The names directly under `key` that hold objects.
     pub fn folders(&self, key: &str) -> Result<Vec<String>> {
         let prefix = self.path(key);
@@ -270,6 +303,17 @@ impl CheckpointStore {
         })
     }
 
+    /// Deletes the object at `key`, if there is one.
+    pub fn delete_object(&self, key: &str) -> Result<()> {
+        let path = self.path(key);
+        self.runtime.block_on(async {
+            match self.store.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(anyhow!(e)).with_context(|| self.err(&format!("deleting {path}"))),
+            }
+        })
+    }
+
     /// Writes a small object, durably.
     pub fn put(&self, key: &str, bytes: Vec<u8>) -> Result<()> {
         let to = self.path(key);
@@ -316,6 +360,11 @@ impl CheckpointStore {
 /// The key that says unit `unit` of the job whose objects are under `job` finished.
 pub fn finished_key(job: &str, unit: u32) -> String {
     format!("{job}/finished/unit-{unit}")
+}
+
+/// The key of unit `unit`'s attempts, of the job whose objects are under `job`.
+pub fn unit_key(job: &str, unit: u32) -> String {
+    format!("{job}/unit-{unit}")
 }
 
 /// Every file under `dir`, with its path relative to `root` (`/`-separated).
@@ -365,6 +414,12 @@ mod tests {
         let mut kept = store.folders("job/unit-0/a1").unwrap();
         kept.sort();
         assert_eq!(kept, ["3", "4", "5", "6", "7"]);
+        store.delete_object("job/unit-0/a1/5/_metadata").unwrap();
+        assert_eq!(
+            store.complete_checkpoints("job/unit-0/a1").unwrap(),
+            [3, 4, 6, 7],
+            "only those with their metadata"
+        );
         let back = dir.path().join("back");
         assert!(store.download_checkpoint("job/unit-0/a1/7", &back).unwrap());
         assert_eq!(std::fs::read(back.join("_metadata")).unwrap(), b"meta");
@@ -449,5 +504,14 @@ mod tests {
         durable::take_synced();
         store.put("x", b"x".to_vec()).unwrap();
         assert_eq!(durable::take_synced().len(), 2);
+        assert_eq!(
+            store.describe("job/unit-0/a/1/_metadata"),
+            dir.path()
+                .canonicalize()
+                .unwrap()
+                .join("by-url/job/unit-0/a/1/_metadata")
+                .display()
+                .to_string()
+        );
     }
 }

@@ -12,7 +12,7 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
 
 use super::plan::{ClusterSettings, Plan};
-use super::store::{CheckpointStore, finished_key};
+use super::store::{CheckpointStore, finished_key, unit_key};
 use crate::connectors::kafka::{fence_ahead, parse_marker_metadata, read_marker};
 use crate::job::{Job, JobControl, JobMonitor, JobOutcome, RestorePoint, RunOptions};
 use crate::tenant::{HostConfig, InstanceBudget};
@@ -54,7 +54,7 @@ pub struct UnitContext {
 impl UnitContext {
     /// The store key of unit `unit`.
     pub fn unit_key(&self, unit: u32) -> String {
-        format!("{}/unit-{unit}", self.plan.prefix)
+        unit_key(&self.plan.prefix, unit)
     }
 
     fn finished_key(&self, unit: u32) -> String {
@@ -99,8 +99,8 @@ impl UnitContext {
         crate::failpoint!("cluster::after-fence");
         // Only now, with the earlier owner fenced, does the marker stay put (until
         // another owner fences this one: the sink checks it again when it opens).
-        let marker =
-            self.committed_marker(client, &transactional_id, &self.plan.output_topic(unit))?;
+        let topic = self.plan.output_topic(unit);
+        let marker = self.committed_marker(client.clone(), &transactional_id, &topic)?;
         let local = self.local_folder(unit);
         // What this host kept of earlier runs of the unit is of no use: the store has
         // what counts.
@@ -110,18 +110,13 @@ impl UnitContext {
         }
         let restore = match &marker {
             Some((attempt, id)) => {
-                let folder = local.join(format!("restore-{attempt}-{id}"));
-                if !self
-                    .store
-                    .download_checkpoint(&format!("{key}/{attempt}/{id}"), &folder)?
-                {
-                    return Err(anyhow!(
-                        "its last committed transaction names checkpoint {id} of attempt \
-                         {attempt}, which is not in the checkpoint store {}",
-                        self.settings.checkpoints
-                    ));
-                }
-                Some(folder)
+                let marker = Marker {
+                    group: &transactional_id,
+                    topic: &topic,
+                    attempt,
+                    id: *id,
+                };
+                Some(self.fetch(unit, &marker, client, &local)?)
             }
             None => None,
         };
@@ -186,6 +181,65 @@ impl UnitContext {
         })
     }
 
+    /// Copies the checkpoint `marker` names from the store into `local` and checks it
+    /// (every file its metadata lists, whole); returns its folder. When it is missing or
+    /// incomplete, fails with [`LostCheckpoint`] — unless the marker moved meanwhile
+    /// (another host owns the unit now, and may have deleted what this one read).
+    fn fetch(
+        &self,
+        unit: u32,
+        marker: &Marker<'_>,
+        client: ClientConfig,
+        local: &Path,
+    ) -> Result<PathBuf> {
+        let (attempt, id) = (marker.attempt, marker.id);
+        let key = format!("{}/{attempt}/{id}", self.unit_key(unit));
+        let folder = local.join(format!("restore-{attempt}-{id}"));
+        let problem = match self.store.download_checkpoint(&key, &folder) {
+            Ok(true) => match crate::checkpoint::load(&folder) {
+                Ok(_) => return Ok(folder),
+                // Named as the store has it, not as this host copied it.
+                Err(e) => format!("{e:#}")
+                    .replace(&folder.display().to_string(), &self.store.describe(&key)),
+            },
+            Ok(false) => format!(
+                "{} is missing",
+                self.store
+                    .describe(&format!("{key}/{}", super::store::METADATA))
+            ),
+            Err(e) => {
+                return Err(e.context(format!("copying checkpoint {id} of attempt {attempt}")));
+            }
+        };
+        let now = self.committed_marker(client, marker.group, marker.topic)?;
+        if now
+            .as_ref()
+            .is_none_or(|(a, i)| (a.as_str(), *i) != (attempt, id))
+        {
+            return Err(anyhow!(
+                "its last committed checkpoint moved from {id} of attempt {attempt} while this \
+                 host restored it ({problem}): another host runs it now"
+            ));
+        }
+        let older = self
+            .store
+            .complete_checkpoints(&format!("{}/{attempt}", self.unit_key(unit)))?
+            .into_iter()
+            .filter(|c| *c < id)
+            .collect();
+        Err(LostCheckpoint {
+            unit,
+            group: marker.group.to_string(),
+            topic: marker.topic.to_string(),
+            attempt: attempt.to_string(),
+            id,
+            folder: self.store.describe(&key),
+            problem,
+            older,
+        }
+        .into())
+    }
+
     /// This host's folder of unit `unit` (each host its own, even on one machine).
     fn local_folder(&self, unit: u32) -> PathBuf {
         self.settings
@@ -224,3 +278,81 @@ impl UnitContext {
 fn new_attempt_id() -> String {
     format!("{:016x}", crate::connectors::kafka::new_run_id())
 }
+
+/// The marker a unit restores by: its group and topic, the attempt and checkpoint it
+/// names.
+struct Marker<'a> {
+    group: &'a str,
+    topic: &'a str,
+    attempt: &'a str,
+    id: u64,
+}
+
+/// The checkpoint a unit's last committed transaction names is not in the store, or not
+/// whole (lost with a disk, deleted by hand): no host can restore the unit until it is
+/// back or the unit is reset ([`reset_unit`](super::reset_unit)).
+#[derive(Debug)]
+pub struct LostCheckpoint {
+    /// The unit.
+    pub unit: u32,
+    /// Its marker group (its sink's transactional id).
+    pub group: String,
+    /// The topic the marker is on.
+    pub topic: String,
+    /// The attempt the marker names.
+    pub attempt: String,
+    /// The checkpoint the marker names.
+    pub id: u64,
+    /// Where the checkpoint's folder is (or was) in the store.
+    pub folder: String,
+    /// What is missing or wrong.
+    pub problem: String,
+    /// The complete checkpoints of the same attempt older than it, oldest first.
+    pub older: Vec<u64>,
+}
+
+impl std::fmt::Display for LostCheckpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let LostCheckpoint {
+            unit,
+            group,
+            topic,
+            attempt,
+            id,
+            folder,
+            problem,
+            older,
+        } = self;
+        write!(
+            f,
+            "its last committed transaction (the marker of group {group:?} on topic \
+             {topic:?}) names checkpoint {id} of attempt {attempt}, which the checkpoint \
+             store does not hold whole: {problem}. No host can restore the unit until that \
+             checkpoint is back in {folder} (from a backup of the store; the unit then goes \
+             on by itself) or the unit is reset: "
+        )?;
+        if let Some(newest) = older.last() {
+            let ids: Vec<String> = older.iter().map(u64::to_string).collect();
+            write!(
+                f,
+                "`sluice reset-unit JOB.toml --unit {unit} --to {attempt}/{newest}` goes on \
+                 from the newest older checkpoint of that attempt in the store (it has {}), \
+                 and writes again what the unit committed after it; ",
+                ids.join(", ")
+            )?;
+        } else {
+            write!(
+                f,
+                "the store holds no older checkpoint of that attempt to go on from; "
+            )?;
+        }
+        write!(
+            f,
+            "`sluice reset-unit JOB.toml --unit {unit} --fresh` starts the unit over, and \
+             writes everything it wrote again (JOB.toml: the job file, with the hosts' \
+             `--cluster` and `--host-config`)"
+        )
+    }
+}
+
+impl std::error::Error for LostCheckpoint {}

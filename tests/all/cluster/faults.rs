@@ -3,14 +3,17 @@
 //! store and committing the transaction that names it, or as a new owner after fencing
 //! the old one, while copying the checkpoint it restores, or after deleting the older
 //! attempts; a host stopped in the middle of starting a unit again wakes after the unit
-//! moved. Each checks the committed output against counts computed from the input, and
-//! the store against the markers.
+//! moved; a checkpoint a marker names is lost from the store. Each checks the committed
+//! output against counts computed from the input, and the store against the markers.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Output};
 use std::time::Duration;
 
 use sluice_tests::cluster::{fence_unit, is_stopped, spawn_failing_host, unit_marker};
+use sluice_tests::expected_word_counts;
+use sluice_tests::kafka::read_committed;
 
 use super::{WordCount, log_of, owns, wait_for_output, wait_success, wait_until};
 
@@ -122,6 +125,18 @@ impl WordCount {
                 );
             }
         }
+    }
+
+    /// `sluice reset-unit` of this job with `args`.
+    fn reset_unit(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+            .arg("reset-unit")
+            .arg(&self.job)
+            .args(["--cluster", &self.broker])
+            .args(args)
+            .env_remove("FAILPOINTS")
+            .output()
+            .unwrap()
     }
 }
 
@@ -371,4 +386,188 @@ fn a_zombie_woken_after_it_fenced_is_fenced_and_leaves_the_new_owners_checkpoint
 #[test]
 fn a_zombie_woken_as_its_sink_opens_is_fenced_and_leaves_the_new_owners_checkpoints() {
     a_zombie_woken_at("kafka-sink::open", "cluster-zombie-open", 61);
+}
+
+/// Stops the first host once output is committed, and takes the checkpoint unit
+/// `unit`'s marker names out of the store (as a lost disk or a hand would); returns the
+/// marker and where the folder went.
+fn lose_checkpoint(wc: &WordCount, unit: u32) -> (Marker, PathBuf, PathBuf) {
+    let mut first = wc.spawn(0);
+    wait_for_output(
+        &wc.dir,
+        std::slice::from_mut(&mut first),
+        &wc.broker,
+        &wc.output,
+        100,
+    );
+    wc.stop(&mut first, 0);
+    let (attempt, id) = wc.marker(unit).expect("a marker");
+    let folder = wc.unit_dir(unit).join(&attempt).join(id.to_string());
+    let aside = wc.dir.join("lost");
+    std::fs::rename(&folder, &aside).unwrap();
+    ((attempt, id), folder, aside)
+}
+
+/// The lines of host `n`'s log that say unit `unit` cannot be restored.
+fn cannot_restore(wc: &WordCount, n: usize, unit: u32) -> Vec<String> {
+    log_of(&wc.dir, n)
+        .lines()
+        .filter(|l| l.contains(&format!("unit {unit} cannot be restored")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A checkpoint a unit's marker names is missing from the store: the host that gets the
+/// unit says, each time it tries, which unit, which marker, what is missing and how to
+/// go on; the other units go on. Put back, the unit goes on by itself, exactly once.
+#[test]
+fn a_lost_checkpoint_stops_its_unit_with_what_to_do_until_it_is_back() {
+    let Some(wc) = WordCount::new("cluster-lost", 89, 1_600, false) else {
+        return;
+    };
+    let unit = 5;
+    let ((attempt, id), folder, aside) = lose_checkpoint(&wc, unit);
+    let older: Vec<u64> = wc
+        .checkpoints(unit, &attempt)
+        .into_iter()
+        .filter(|c| *c < id)
+        .collect();
+    let mut host = wc.spawn(1);
+    wait_until(
+        "the host to say twice that the unit cannot be restored",
+        Duration::from_secs(60),
+        || {
+            assert!(host.try_wait().unwrap().is_none(), "{}", log_of(&wc.dir, 1));
+            cannot_restore(&wc, 1, unit).len() >= 2
+        },
+    );
+    let said = &cannot_restore(&wc, 1, unit)[0];
+    let missing = wc.dir.join("store").canonicalize().unwrap().join(format!(
+        "sluice-{}/unit-{unit}/{attempt}/{id}/_metadata",
+        wc.output
+    ));
+    let mut expected = vec![
+        format!("unit {unit} (stage 1: "),
+        format!("names checkpoint {id} of attempt {attempt}"),
+        format!("\"sluice-{}.unit-{unit}-0\"", wc.output),
+        format!("{} is missing", missing.display()),
+        format!("sluice reset-unit JOB.toml --unit {unit} --fresh"),
+    ];
+    if let Some(newest) = older.last() {
+        expected.push(format!(
+            "sluice reset-unit JOB.toml --unit {unit} --to {attempt}/{newest}"
+        ));
+    }
+    for what in expected {
+        assert!(said.contains(&what), "{what:?} is not in: {said}");
+    }
+    std::fs::rename(&aside, &folder).unwrap();
+    wc.write_rest();
+    wc.complete(&mut [None, Some(host)]);
+}
+
+/// Every word's running counts, which may repeat (a reset unit writes some again) but
+/// must have no gap: the highest per word.
+fn counts_without_gaps(broker: &str, topic: &str) -> Result<BTreeMap<String, u64>, String> {
+    let mut seen: BTreeMap<String, std::collections::BTreeSet<u64>> = BTreeMap::new();
+    for r in read_committed(broker, topic) {
+        let count = r.value.parse().map_err(|e| format!("{:?}: {e}", r.value))?;
+        seen.entry(r.key.unwrap_or_default())
+            .or_default()
+            .insert(count);
+    }
+    seen.into_iter()
+        .map(|(word, counts)| {
+            let n = counts.len() as u64;
+            match counts.last() {
+                Some(&last) if last == n => Ok((word, n)),
+                _ => Err(format!("word {word:?} has gaps: {counts:?}")),
+            }
+        })
+        .collect()
+}
+
+/// `sluice reset-unit` moves a unit whose checkpoint is lost back to an older one of the
+/// same attempt (refusing newer ones, whose output was never committed), and starts
+/// another unit over: both go on, and write again what they had committed since, but
+/// nothing is lost.
+#[test]
+fn a_unit_whose_checkpoint_is_lost_goes_on_once_reset() {
+    let Some(wc) = WordCount::new("cluster-reset", 83, 1_600, false) else {
+        return;
+    };
+    let unit = 5;
+    let ((attempt, id), _, _) = lose_checkpoint(&wc, unit);
+    let newest = wc
+        .checkpoints(unit, &attempt)
+        .into_iter()
+        .rfind(|c| *c < id)
+        .expect("an older checkpoint of the attempt");
+    let mut host = wc.spawn(1);
+    wait_until(
+        "the host to say the unit cannot be restored",
+        Duration::from_secs(60),
+        || {
+            assert!(host.try_wait().unwrap().is_none(), "{}", log_of(&wc.dir, 1));
+            !cannot_restore(&wc, 1, unit).is_empty()
+        },
+    );
+    let unit_arg = unit.to_string();
+    for (to, refusal) in [
+        (
+            format!("{attempt}/{}", id + 1),
+            "only from an older checkpoint of that attempt",
+        ),
+        (
+            format!("{attempt}/{id}"),
+            "only from an older checkpoint of that attempt",
+        ),
+        (
+            format!("0a/{newest}"),
+            "only from an older checkpoint of that attempt",
+        ),
+    ] {
+        let out = wc.reset_unit(&["--unit", &unit_arg, "--to", &to]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(refusal),
+            "--to {to}: {stderr}"
+        );
+    }
+    let out = wc.reset_unit(&["--unit", &unit_arg, "--to", &format!("{attempt}/{newest}")]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && said.contains(&format!("unit {unit} (stage 1: "))
+            && said.contains(&format!(
+                "goes on from checkpoint {newest} of attempt {attempt}"
+            )),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = wc.reset_unit(&["--unit", "6", "--fresh"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("unit 6 (stage 1: ") && said.contains("starts over"),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wc.write_rest();
+    let expected = expected_word_counts(&wc.text, 1);
+    wait_until("every line counted", Duration::from_secs(120), || {
+        assert!(host.try_wait().unwrap().is_none(), "{}", log_of(&wc.dir, 1));
+        counts_without_gaps(&wc.broker, &wc.output).is_ok_and(|counts| counts == expected)
+    });
+    let written = read_committed(&wc.broker, &wc.output).len() as u64;
+    assert!(
+        written > expected.values().sum::<u64>(),
+        "the unit started over wrote nothing again"
+    );
+    wc.stop(&mut host, 1);
+    assert_eq!(
+        counts_without_gaps(&wc.broker, &wc.output),
+        Ok(expected),
+        "after the host stopped"
+    );
+    assert!(wc.marker(unit).is_some_and(|(a, _)| a != attempt));
 }
