@@ -1,15 +1,68 @@
-//! What an exactly-once sink's markers say when a run restores a checkpoint: which
-//! checkpoint each checkpointed subtask last committed, read before the run starts, and
-//! whether the restore would write committed records again.
+//! An exactly-once sink's markers: the checkpoint id each subtask's transactions commit
+//! as the offset of its marker group, with the run (and a unit's note) as metadata; and
+//! what they say when a run restores a checkpoint: which checkpoint each checkpointed
+//! subtask last committed, read before the run starts, whether the restore would write
+//! committed records again, and the ids the run's checkpoints must stay above.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
+use rdkafka::consumer::Consumer;
+use rdkafka::error::KafkaError;
+use rdkafka::{Offset, TopicPartitionList};
 
-use super::sink::{SinkState, parse_marker_metadata, read_marker, restored_prefix};
+use super::sink::{SinkState, restored_prefix};
 use super::{Delivery, KafkaSinkConfig};
+
+/// An identity for a fresh run of a sink: 64 random bits.
+pub(crate) fn new_run_id() -> u64 {
+    uuid::Uuid::new_v4().as_u64_pair().0
+}
+
+/// The metadata a marker commits with a checkpoint's id: the run, then `;` and the
+/// sink's note if it has one.
+pub(super) fn marker_metadata(run: u64, note: Option<&str>) -> String {
+    match note {
+        Some(note) => format!("sluice-run={run:016x};{note}"),
+        None => format!("sluice-run={run:016x}"),
+    }
+}
+
+/// The checkpoint id and the metadata that the marker group of `consumer` last committed
+/// for `topic`, if any.
+pub fn read_marker(
+    consumer: &BaseConsumer,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Option<(u64, String)>, KafkaError> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, 0);
+    let committed = consumer.committed_offsets(tpl, timeout)?;
+    Ok(committed.elements().first().and_then(|e| match e.offset() {
+        Offset::Offset(o) if o >= 0 => Some((o as u64, e.metadata().to_string())),
+        _ => None,
+    }))
+}
+
+/// A marker as messages name it.
+pub(super) fn describe_marker(marker: Option<&(String, u64)>) -> String {
+    match marker {
+        Some((note, id)) => format!("checkpoint {id} ({note})"),
+        None => "none".into(),
+    }
+}
+
+/// The run and the note of a marker's metadata.
+pub fn parse_marker_metadata(metadata: &str) -> Option<(u64, Option<&str>)> {
+    let rest = metadata.strip_prefix("sluice-run=")?;
+    let (run, note) = match rest.split_once(';') {
+        Some((run, note)) => (run, Some(note)),
+        None => (rest, None),
+    };
+    Some((u64::from_str_radix(run, 16).ok()?, note))
+}
 
 /// What the marker group of one checkpointed sink subtask holds.
 #[derive(Debug, Clone, PartialEq, Eq)]

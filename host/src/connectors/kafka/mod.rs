@@ -23,15 +23,18 @@
 //! - `exchange`: the exchange topics between the stages of a job spread over several
 //!   hosts — watermark and idleness records, and how a reader combines its producers'
 //!   watermarks;
-//! - `sink`: the sink — its producer and delivery reports, and, exactly once, the
-//!   transactions of checkpoints' records and the markers that name them;
-//! - `marker`: what those markers say when a run restores a checkpoint (a rewind of
-//!   committed output);
+//! - `sink`: the sink — its records, and, exactly once, the transactions of
+//!   checkpoints' records and the markers that name them;
+//! - `producer`: the sink's producers — their settings, delivery reports, and producers
+//!   that fenced ahead of their sink;
+//! - `marker`: the markers — their metadata, and what they say when a run restores a
+//!   checkpoint (a rewind of committed output, the ids its checkpoints stay above);
 //! - `admin`: the brokers' settings, read to explain what they refuse.
 
 mod admin;
 mod exchange;
 mod marker;
+mod producer;
 mod sink;
 mod source;
 mod stats;
@@ -39,12 +42,12 @@ mod stats;
 mod test_support;
 
 pub use exchange::{EXCHANGE_IDLE, EXCHANGE_WATERMARK, ExchangeOutput};
-pub use marker::{SubtaskMarker, committed_after, first_free_id, read_markers};
-pub(crate) use sink::new_run_id;
-pub use sink::{
-    Delivery, FencedAhead, KafkaSink, KafkaSinkConfig, fence_ahead, parse_marker_metadata,
-    read_marker,
+pub(crate) use marker::new_run_id;
+pub use marker::{
+    SubtaskMarker, committed_after, first_free_id, parse_marker_metadata, read_marker, read_markers,
 };
+pub use producer::{FencedAhead, fence_ahead};
+pub use sink::{Delivery, KafkaSink, KafkaSinkConfig};
 pub use source::{
     KafkaSource, KafkaSourceConfig, OutOfRange, StartFrom, Topics, merge_positions, owner_of,
     topic_pattern,

@@ -2,7 +2,6 @@
 //! and, exactly once, the write-ahead log of checkpoints' records written in one
 //! transaction each, with the markers that name the checkpoints committed.
 
-use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +17,10 @@ use sluice_codec::BatchWriter;
 
 use super::admin::broker_setting;
 use super::exchange::{EXCHANGE_IDLE, EXCHANGE_WATERMARK, ExchangeOutput};
+use super::marker::{
+    describe_marker, marker_metadata, new_run_id, parse_marker_metadata, read_marker,
+};
+use super::producer::{DeliveryReport, Producer, producer_client, take_fenced};
 use crate::chain::{
     CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState, TrapKind,
 };
@@ -77,27 +80,6 @@ pub struct KafkaSinkConfig {
     pub expect_marker: Option<Option<(String, u64)>>,
 }
 
-/// The first delivery failure of a producer, reported by librdkafka on a poll.
-#[derive(Default)]
-struct DeliveryReport {
-    failed: Mutex<Option<String>>,
-}
-
-impl rdkafka::ClientContext for DeliveryReport {}
-
-impl rdkafka::producer::ProducerContext for DeliveryReport {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
-        if let Err((e, _)) = result {
-            let mut failed = self.failed.lock();
-            failed.get_or_insert_with(|| e.to_string());
-        }
-    }
-}
-
-type Producer = rdkafka::producer::BaseProducer<DeliveryReport>;
-
 /// Why a record was not handed to the producer.
 enum NotSent {
     /// The task was cancelled while the producer's queue was full.
@@ -149,54 +131,6 @@ pub(super) fn restored_prefix<'a>(config: &'a KafkaSinkConfig, restored: &'a Sin
     }
 }
 
-/// An identity for a fresh run of a sink: 64 random bits.
-pub(crate) fn new_run_id() -> u64 {
-    uuid::Uuid::new_v4().as_u64_pair().0
-}
-
-/// The metadata a marker commits with a checkpoint's id: the run, then `;` and the
-/// sink's note if it has one.
-fn marker_metadata(run: u64, note: Option<&str>) -> String {
-    match note {
-        Some(note) => format!("sluice-run={run:016x};{note}"),
-        None => format!("sluice-run={run:016x}"),
-    }
-}
-
-/// The checkpoint id and the metadata that the marker group of `consumer` last committed
-/// for `topic`, if any.
-pub fn read_marker(
-    consumer: &BaseConsumer,
-    topic: &str,
-    timeout: Duration,
-) -> Result<Option<(u64, String)>, KafkaError> {
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition(topic, 0);
-    let committed = consumer.committed_offsets(tpl, timeout)?;
-    Ok(committed.elements().first().and_then(|e| match e.offset() {
-        Offset::Offset(o) if o >= 0 => Some((o as u64, e.metadata().to_string())),
-        _ => None,
-    }))
-}
-
-/// A marker as messages name it.
-fn describe_marker(marker: Option<&(String, u64)>) -> String {
-    match marker {
-        Some((note, id)) => format!("checkpoint {id} ({note})"),
-        None => "none".into(),
-    }
-}
-
-/// The run and the note of a marker's metadata.
-pub fn parse_marker_metadata(metadata: &str) -> Option<(u64, Option<&str>)> {
-    let rest = metadata.strip_prefix("sluice-run=")?;
-    let (run, note) = match rest.split_once(';') {
-        Some((run, note)) => (run, Some(note)),
-        None => (rest, None),
-    };
-    Some((u64::from_str_radix(run, 16).ok()?, note))
-}
-
 /// A Kafka sink subtask: the last operator of its chain.
 ///
 /// Exactly once is a write-ahead log, because librdkafka cannot resume a transaction
@@ -239,12 +173,12 @@ pub struct KafkaSink {
 
 /// How long a flush or a transaction step may take before the sink fails (its job
 /// restarts from the last checkpoint).
-const PRODUCE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(super) const PRODUCE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The producers' `transaction.timeout.ms` unless the job's `properties` set it: the
 /// brokers' default `transaction.max.timeout.ms` (15 minutes), far above the time a
 /// checkpoint's transaction takes (its records are written only once it completed).
-const TRANSACTION_TIMEOUT_MS: &str = "900000";
+pub(super) const TRANSACTION_TIMEOUT_MS: &str = "900000";
 
 impl KafkaSink {
     /// Subtask `subtask` of a Kafka sink; `adopted`: see [`KafkaSink::adopting`].
@@ -690,61 +624,6 @@ impl KafkaSink {
     }
 }
 
-/// The client configuration of the producer of a sink as `config` says (transactional,
-/// as `transactional_id`, when given).
-fn producer_client(config: &KafkaSinkConfig, transactional_id: Option<&str>) -> ClientConfig {
-    let mut client = ClientConfig::new();
-    client
-        .set("bootstrap.servers", &config.bootstrap)
-        // Java clients' partitioner, so keys land where Kafka Streams or Flink put them.
-        .set("partitioner", "murmur2_random")
-        .set("enable.idempotence", "true");
-    if transactional_id.is_some() {
-        client.set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS);
-    }
-    for (k, v) in &config.properties {
-        client.set(k, v);
-    }
-    if let Some(id) = transactional_id {
-        client.set("transactional.id", id);
-    }
-    client
-}
-
-/// Producers that fenced every earlier producer of their transactional id ahead of their
-/// sink's open (see [`fence_ahead`]), by transactional id.
-static FENCED: Mutex<BTreeMap<String, Producer>> = Mutex::new(BTreeMap::new());
-
-/// What [`fence_ahead`] returns: while it lives, the sink it fenced for takes its producer
-/// when it opens; dropped before that, the producer goes too.
-#[must_use = "the producer waits for its sink only while this lives"]
-pub struct FencedAhead {
-    transactional_id: String,
-}
-
-impl Drop for FencedAhead {
-    fn drop(&mut self) {
-        FENCED.lock().remove(&self.transactional_id);
-    }
-}
-
-/// Fences every earlier producer of subtask `subtask` of the exactly-once sink `config`
-/// describes (and aborts its open transaction), with the producer that subtask then
-/// writes with when it opens in this process: it does not fence again when it opens, so
-/// a producer that fenced it meanwhile (a unit's newer owner's) keeps it fenced, however
-/// long this one was stopped between the two.
-pub fn fence_ahead(config: &KafkaSinkConfig, subtask: u32) -> anyhow::Result<FencedAhead> {
-    let transactional_id = format!("{}-{subtask}", config.transactional_id_prefix);
-    let producer: Producer = producer_client(config, Some(&transactional_id))
-        .create_with_context(DeliveryReport::default())
-        .map_err(|e| anyhow::anyhow!("creating a producer ({transactional_id}): {e}"))?;
-    producer
-        .init_transactions(PRODUCE_TIMEOUT)
-        .map_err(|e| anyhow::anyhow!("fencing the earlier producers of {transactional_id}: {e}"))?;
-    FENCED.lock().insert(transactional_id.clone(), producer);
-    Ok(FencedAhead { transactional_id })
-}
-
 impl Operator for KafkaSink {
     fn identity(&self) -> &OperatorIdentity {
         &self.identity
@@ -777,7 +656,7 @@ impl Operator for KafkaSink {
         });
         let exactly_once = self.config.delivery == Delivery::ExactlyOnce;
         let producer = match exactly_once
-            .then(|| FENCED.lock().remove(&self.transactional_id()))
+            .then(|| take_fenced(&self.transactional_id()))
             .flatten()
         {
             // Fenced with when its unit started: fencing again would fence whoever

@@ -1,0 +1,96 @@
+//! A sink's producers: their client configuration, the delivery reports they poll, and
+//! producers that fenced every earlier producer of a transactional id ahead of the sink
+//! that writes with them (a unit of a job over several hosts fences as it starts).
+
+use std::collections::BTreeMap;
+
+use parking_lot::Mutex;
+use rdkafka::ClientConfig;
+use rdkafka::producer::Producer as _;
+
+use super::KafkaSinkConfig;
+use super::sink::{PRODUCE_TIMEOUT, TRANSACTION_TIMEOUT_MS};
+
+/// The first delivery failure of a producer, reported by librdkafka on a poll.
+#[derive(Default)]
+pub(super) struct DeliveryReport {
+    pub(super) failed: Mutex<Option<String>>,
+}
+
+impl rdkafka::ClientContext for DeliveryReport {}
+
+impl rdkafka::producer::ProducerContext for DeliveryReport {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            let mut failed = self.failed.lock();
+            failed.get_or_insert_with(|| e.to_string());
+        }
+    }
+}
+
+pub(super) type Producer = rdkafka::producer::BaseProducer<DeliveryReport>;
+
+/// The client configuration of the producer of a sink as `config` says (transactional,
+/// as `transactional_id`, when given).
+pub(super) fn producer_client(
+    config: &KafkaSinkConfig,
+    transactional_id: Option<&str>,
+) -> ClientConfig {
+    let mut client = ClientConfig::new();
+    client
+        .set("bootstrap.servers", &config.bootstrap)
+        // Java clients' partitioner, so keys land where Kafka Streams or Flink put them.
+        .set("partitioner", "murmur2_random")
+        .set("enable.idempotence", "true");
+    if transactional_id.is_some() {
+        client.set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS);
+    }
+    for (k, v) in &config.properties {
+        client.set(k, v);
+    }
+    if let Some(id) = transactional_id {
+        client.set("transactional.id", id);
+    }
+    client
+}
+
+/// Producers that fenced every earlier producer of their transactional id ahead of their
+/// sink's open (see [`fence_ahead`]), by transactional id.
+static FENCED: Mutex<BTreeMap<String, Producer>> = Mutex::new(BTreeMap::new());
+
+/// The producer that fenced ahead for `transactional_id`, if one waits for its sink.
+pub(super) fn take_fenced(transactional_id: &str) -> Option<Producer> {
+    FENCED.lock().remove(transactional_id)
+}
+
+/// What [`fence_ahead`] returns: while it lives, the sink it fenced for takes its producer
+/// when it opens; dropped before that, the producer goes too.
+#[must_use = "the producer waits for its sink only while this lives"]
+pub struct FencedAhead {
+    transactional_id: String,
+}
+
+impl Drop for FencedAhead {
+    fn drop(&mut self) {
+        FENCED.lock().remove(&self.transactional_id);
+    }
+}
+
+/// Fences every earlier producer of subtask `subtask` of the exactly-once sink `config`
+/// describes (and aborts its open transaction), with the producer that subtask then
+/// writes with when it opens in this process: it does not fence again when it opens, so
+/// a producer that fenced it meanwhile (a unit's newer owner's) keeps it fenced, however
+/// long this one was stopped between the two.
+pub fn fence_ahead(config: &KafkaSinkConfig, subtask: u32) -> anyhow::Result<FencedAhead> {
+    let transactional_id = format!("{}-{subtask}", config.transactional_id_prefix);
+    let producer: Producer = producer_client(config, Some(&transactional_id))
+        .create_with_context(DeliveryReport::default())
+        .map_err(|e| anyhow::anyhow!("creating a producer ({transactional_id}): {e}"))?;
+    producer
+        .init_transactions(PRODUCE_TIMEOUT)
+        .map_err(|e| anyhow::anyhow!("fencing the earlier producers of {transactional_id}: {e}"))?;
+    FENCED.lock().insert(transactional_id.clone(), producer);
+    Ok(FencedAhead { transactional_id })
+}
