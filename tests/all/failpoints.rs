@@ -124,19 +124,40 @@ fn crash_at(point: &str, skip: u32) {
     check_output(&dir, &text);
 }
 
-/// Makes `point` fail once with an error: the job restarts by itself and finishes.
+/// Makes `point` fail once with an error: the job restarts by itself and finishes, and
+/// the restarted attempt triggers none of the checkpoint ids the failed one did (a
+/// checkpoint of the failed attempt may still be written or staged when it ends).
 fn fail_at(point: &str, skip: u32) {
     let dir = test_dir(&format!("error-{}", point.replace("::", "-")));
     let (job, text) = job(&dir);
-    let out = run(
-        &job,
-        &[],
-        Some(&format!("{point}={skip}*off->1*return(injected)->off")),
-    );
+    let mut command = sluice_run(env!("CARGO_BIN_EXE_sluice-test-cli"), &job, None);
+    let out = command
+        .env("SLUICE_LOG", "warn,sluice::job::coordinator=debug")
+        .env(
+            "FAILPOINTS",
+            format!("{point}={skip}*off->1*return(injected)->off"),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("running sluice");
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "the job did not recover from an error at {point}: {}",
-        String::from_utf8_lossy(&out.stderr)
+        "the job did not recover from an error at {point}: {stderr}"
+    );
+    let triggered: Vec<u64> = stderr
+        .lines()
+        .filter(|l| l.contains("triggering "))
+        .filter_map(|l| l.rsplit(' ').next()?.trim().parse().ok())
+        .collect();
+    assert!(
+        stderr.contains("injected") && triggered.len() > 1,
+        "no restart, or no checkpoints: {stderr}"
+    );
+    assert!(
+        triggered.windows(2).all(|w| w[0] < w[1]),
+        "checkpoint ids triggered again after the restart: {triggered:?}"
     );
     check_output(&dir, &text);
 }

@@ -643,6 +643,18 @@ fn crash_topic_to_topic_at(point: &str, skip: u32) {
 /// [`crash_topic_to_topic_at`], resuming with the sink (and `count`) at `parallelism`
 /// when given.
 fn crash_and_resume_at(point: &str, skip: u32, parallelism: Option<u32>) {
+    crash_resume_and_hand_over(point, skip, parallelism, false);
+}
+
+/// [`crash_and_resume_at`]; with `crash_in_hand_over`, the resumed run is crashed too,
+/// right after the first transaction it commits (the new subtasks write the pending
+/// checkpoints of the old ones as they open, one transaction each), and resumed again.
+fn crash_resume_and_hand_over(
+    point: &str,
+    skip: u32,
+    parallelism: Option<u32>,
+    crash_in_hand_over: bool,
+) {
     let Some(broker) = broker() else { return };
     let (input, text) = topic_of_lines(&broker, "in", 4, 24, 1_200);
     let output = unique_topic("out");
@@ -674,6 +686,23 @@ fn crash_and_resume_at(point: &str, skip: u32, parallelism: Option<u32>) {
             );
         assert_ne!(rescaled, text);
         std::fs::write(&job, rescaled).unwrap();
+    }
+    if crash_in_hand_over {
+        let out = sluice_run(
+            env!("CARGO_BIN_EXE_sluice-test-cli"),
+            &job,
+            Some(&dir.join("checkpoints")),
+        )
+        .env("FAILPOINTS", "kafka-sink::after-commit=return(abort)")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains("failpoint kafka-sink::after-commit"),
+            "the resumed run did not crash in the hand-over: {stderr}"
+        );
     }
     let out = sluice_run(
         env!("CARGO_BIN_EXE_sluice-test-cli"),
@@ -715,6 +744,15 @@ fn an_exactly_once_kafka_sink_resumes_at_another_parallelism() {
     crash_and_resume_at("kafka-sink::before-commit", 3, Some(2));
     crash_and_resume_at("kafka-sink::after-commit", 3, Some(2));
     crash_and_resume_at("kafka-sink::after-commit", 2, Some(5));
+}
+
+/// Killed again part-way through the hand-over of a rescale (from 4 sink subtasks to 2
+/// and to 5), after the first of the transactions in which the new subtasks write the
+/// old ones' pending checkpoints: resumed once more, every count exactly once.
+#[test]
+fn a_crash_part_way_through_an_exactly_once_sinks_rescale_hand_over() {
+    crash_resume_and_hand_over("kafka-sink::before-commit", 3, Some(2), true);
+    crash_resume_and_hand_over("kafka-sink::before-commit", 2, Some(5), true);
 }
 
 /// An at-least-once sink (whose checkpoints hold no records) resumes at another
