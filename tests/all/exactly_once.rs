@@ -215,7 +215,7 @@ fn restoring_an_older_savepoint_is_refused_unless_rewinding_which_keeps_the_outp
     assert_eq!(totals, 6_000 * 6);
 
     let refused = run_cli(&job, &["--from-checkpoint", &savepoint]);
-    assert_eq!(refused.status.code(), Some(75));
+    assert_eq!(refused.status.code(), Some(75), "{}", stderr(&refused));
     assert!(
         stderr(&refused).contains("--allow-rewind"),
         "{}",
