@@ -16,10 +16,10 @@
 //! max_output_mb = 64              # records and effects one call may return
 //! max_instances = 1000            # operator instances of the tenant in this host
 //! log_lines_per_second = 1000     # guest log lines (log import, stdout, stderr)
-//! state_mb = 1024                 # keyed state the host holds per operator instance
+//! state_mb = 1024                 # keyed state (and timers' keys) per operator instance
 //! timers = 10000000               # timers the host holds per operator instance
 //! counters = 1000                 # distinct counter names per operator instance
-//! guest_string_kb = 16            # longest log line, error or counter name kept
+//! guest_string_kb = 16            # longest log line, error, counter name or timer key kept
 //! cpu_weight = 1                  # share of the host's cores, against other tenants' weights
 //! tenant_state_mb = 4096          # keyed state of all the tenant's instances in this host
 //! tenant_timers = 50000000        # timers of all the tenant's instances in this host

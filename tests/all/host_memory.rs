@@ -87,6 +87,16 @@ fn every_kind_of_host_memory_is_capped_per_instance() {
             "timer limit exceeded: the instance holds 20",
         ),
         (
+            r#"hog = "timer-keys", line-bytes = 8192, per-record = 1"#,
+            "state_mb = 4",
+            "keyed state limit exceeded: the instance holds 4.0 MiB",
+        ),
+        (
+            r#"hog = "timer-keys", line-bytes = 20000, per-record = 1"#,
+            "",
+            "a timer key of 20000 bytes is longer than the limit of 16384 bytes (`guest_string_kb`)",
+        ),
+        (
             r#"hog = "counters""#,
             "counters = 100",
             "counter 'c101' would be counter number 101",

@@ -335,10 +335,11 @@ impl OperatorState {
             .map_err(CallError::Limit)
     }
 
-    /// What the instance makes the host hold now.
+    /// What the instance makes the host hold now: its timers' keys count as keyed state.
     fn holding(&self) -> Holding {
         Holding {
-            state_bytes: self.keyed.as_ref().map_or(0, KeyedStateBackend::bytes),
+            state_bytes: self.keyed.as_ref().map_or(0, KeyedStateBackend::bytes)
+                + self.timers.key_bytes() as u64,
             timers: self.timers.len() as u64,
         }
     }
@@ -402,6 +403,14 @@ impl OperatorState {
                 timestamp,
                 key,
             } => {
+                let max = self.account.limits().string_bytes;
+                if key.len() > max {
+                    return Err(CallError::Limit(format!(
+                        "a timer key of {} bytes is longer than the limit of {max} bytes \
+                         (`guest_string_kb`)",
+                        key.len()
+                    )));
+                }
                 self.check_timer_key(key).map_err(CallError::Contract)?;
                 self.timers.register(domain, timestamp, key);
                 Ok(())

@@ -52,13 +52,13 @@ pub struct LimitsSpec {
     /// Guest log lines per instance and second; a line costs one per KiB begun (default
     /// 1000).
     pub log_lines_per_second: Option<u32>,
-    /// Keyed state the host holds per instance, MiB (default 1024).
+    /// Keyed state (and timers' keys) the host holds per instance, MiB (default 1024).
     pub state_mb: Option<u64>,
     /// Timers the host holds per instance (default 10,000,000).
     pub timers: Option<u64>,
     /// Distinct counter names per instance (default 1000).
     pub counters: Option<usize>,
-    /// Longest log line, error message or counter name kept, KiB (default 16).
+    /// Longest log line, error message, counter name or timer key kept, KiB (default 16).
     pub guest_string_kb: Option<usize>,
     /// Share of the host's cores against other active tenants' weights (default 1).
     pub cpu_weight: Option<u32>,

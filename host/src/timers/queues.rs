@@ -28,6 +28,8 @@ pub struct TimerQueues {
 struct Queue {
     times: OrdMap<i64, Keys>,
     len: usize,
+    /// The bytes of all its timers' keys.
+    key_bytes: usize,
 }
 
 impl Queue {
@@ -38,6 +40,7 @@ impl Queue {
         let keys = self.times.entry(timestamp).or_default();
         Arc::make_mut(keys).insert(key.into());
         self.len += 1;
+        self.key_bytes += key.len();
     }
 
     fn remove(&mut self, timestamp: i64, key: &[u8]) {
@@ -51,6 +54,7 @@ impl Queue {
             self.times.remove(&timestamp);
         }
         self.len -= 1;
+        self.key_bytes -= key.len();
     }
 
     /// The keys at `time` in order.
@@ -107,6 +111,7 @@ impl TimerQueues {
             let keys = queue.times.remove(&ts).expect("looked up");
             queue.len -= keys.len();
             for key in Queue::sorted(&keys) {
+                queue.key_bytes -= key.len();
                 out.push(domain, ts, key);
             }
         }
@@ -124,6 +129,11 @@ impl TimerQueues {
     /// Number of timers in both domains.
     pub fn len(&self) -> usize {
         self.event.len + self.processing.len
+    }
+
+    /// The bytes of the keys of the timers in both domains.
+    pub fn key_bytes(&self) -> usize {
+        self.event.key_bytes + self.processing.key_bytes
     }
 
     /// True when there is no timer.
@@ -153,13 +163,17 @@ mod tests {
         q.register(TimeDomain::EventTime, 10, b"b");
         q.register(TimeDomain::EventTime, 10, b"b");
         q.register(TimeDomain::EventTime, 20, b"a");
-        q.register(TimeDomain::ProcessingTime, 5, b"p");
+        q.register(TimeDomain::ProcessingTime, 5, b"pp");
+        assert_eq!(q.key_bytes(), 5, "a, b, a and pp");
         assert_eq!(q.next(TimeDomain::EventTime), Some(10));
         let due = q.pop_due(TimeDomain::EventTime, 20).unwrap();
         assert_eq!(decode(&due), vec![(10, b"b".to_vec()), (20, b"a".to_vec())]);
         assert_eq!(q.pop_due(TimeDomain::EventTime, 29), None);
         assert_eq!(q.len(), 2);
+        assert_eq!(q.key_bytes(), 3);
         assert_eq!(q.next(TimeDomain::ProcessingTime), Some(5));
+        q.delete(TimeDomain::ProcessingTime, 5, b"pp");
+        assert_eq!(q.key_bytes(), 1);
     }
 
     #[test]

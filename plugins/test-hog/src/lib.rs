@@ -9,6 +9,8 @@
 //! - `ttl`: a 100-byte value under a new map key of a map state with a 1 ms TTL (which
 //!   the host must drop, so this one holds little);
 //! - `timers`: a processing-time timer a day ahead, at a new time;
+//! - `timer-keys`: a processing-time timer a day ahead under a new key of `line-bytes`
+//!   bytes;
 //! - `counters`: an increment of a new counter name;
 //! - `timer-loop`: (once per record) an event-time timer at 1, which re-registers itself
 //!   at its own time each time it fires, for ever;
@@ -44,6 +46,7 @@ impl Operator for Hog {
             "list",
             "ttl",
             "timers",
+            "timer-keys",
             "counters",
             "timer-loop",
             "log",
@@ -101,6 +104,12 @@ impl Operator for Hog {
                 "timers" => {
                     let at = ctx.processing_time() + 86_400_000 + self.n as i64;
                     ctx.register_processing_timer(key, at);
+                }
+                "timer-keys" => {
+                    let mut key = n.to_le_bytes().to_vec();
+                    key.resize(self.line_bytes.max(8), b'k');
+                    let at = ctx.processing_time() + 86_400_000;
+                    ctx.register_processing_timer(&key, at);
                 }
                 "counters" => ctx.add_counter(&format!("c{}", self.n), 1),
                 _ => {}
