@@ -605,6 +605,10 @@ impl ChainBuilder {
                     };
                     // Sinks that count what they write show it with the operators' counters.
                     sink.state().counters = metrics.counters.clone();
+                    // What a sink holds for checkpoints (a Kafka sink's records) is the
+                    // tenant's, as keyed state is; its own bound is the sink's setting.
+                    sink.state().account =
+                        Account::new(InstanceLimits::default(), Some(self.usage.clone()));
                     sink
                 }
                 Vertex::Source(_) => {

@@ -1,6 +1,7 @@
 //! The Kafka sink's settings against the broker and the job: a transaction timeout the
-//! broker does not allow, a cancellation while the producer's queue is full, and the
-//! transactional ids a sink takes when the job file names none.
+//! broker does not allow, a cancellation while the producer's queue is full, the
+//! transactional ids a sink takes when the job file names none, and the records it holds
+//! for checkpoints, charged to its tenant.
 
 use std::path::Path;
 use std::thread;
@@ -13,7 +14,7 @@ use sluice_tests::kafka::{
     unique_topic,
 };
 use sluice_tests::plugins::TOKENIZE;
-use sluice_tests::{TestJob, run_job, sample_text, test_dir, write_job};
+use sluice_tests::{TestJob, acme_host, run_job, sample_text, test_dir, write_job};
 
 use super::{as_count_lines, assert_counts, word_count_to_topic};
 
@@ -190,4 +191,54 @@ fn a_restored_sink_keeps_the_transactional_ids_of_its_checkpoint() {
     assert!(!marker(&original_ids).is_empty());
     let after = as_count_lines(&read_committed_from(&broker, &topic, &ends));
     assert_counts(&(before + &after), &text);
+}
+
+/// What an exactly-once sink holds for checkpoints not yet complete is host memory its
+/// tenant's job makes the host hold: charged as keyed state, past `tenant_state_mb` the
+/// job fails, naming the sink and the limit, and nothing reaches the topic.
+#[test]
+fn records_a_kafka_sink_holds_for_checkpoints_count_against_its_tenants_state() {
+    let Some(broker) = broker() else { return };
+    let topic = unique_topic("held");
+    create_topic(&broker, &topic, 1);
+    let dir = test_dir("kafka-sink-held");
+    let host = acme_host(&dir, "tenant_state_mb = 1");
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "held"
+tenant = "acme"
+[source]
+type = "generator"
+records = 200000
+words_per_record = 6
+[[operator]]
+name = "tokenize"
+plugin = "{TOKENIZE}"
+[sink]
+type = "kafka"
+bootstrap = "{broker}"
+topic = "{topic}"
+[checkpoint]
+interval_ms = 3600000
+dir = "checkpoints"
+[restart]
+strategy = "none"
+"#
+        ),
+    );
+    let err = TestJob::load_with(&job, &host)
+        .unwrap()
+        .run(RestorePoint::Fresh)
+        .expect_err("the sink holds more than the tenant may");
+    let err = format!("{err:#}");
+    assert!(
+        err.contains(&format!(
+            "Kafka sink, topic {topic:?}: the records waiting for checkpoints count as the \
+             tenant's state: keyed state limit exceeded: tenant 'acme' holds"
+        )) && err.contains("(limit 1.0 MiB, `tenant_state_mb`)"),
+        "{err}"
+    );
+    assert!(read_committed(&broker, &topic).is_empty());
 }

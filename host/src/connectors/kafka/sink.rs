@@ -24,6 +24,7 @@ use super::producer::{DeliveryReport, Producer, producer_client, take_fenced};
 use crate::chain::{
     CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState, TrapKind,
 };
+use crate::state::Holding;
 
 /// How a Kafka sink delivers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -472,6 +473,25 @@ impl KafkaSink {
 
     /// Writes the records of pending checkpoints up to `id` in one transaction each,
     /// with the checkpoint's marker (with a marker note: all in one, marked `id`).
+    /// Charges the records the subtask holds for checkpoints (written or pending) to its
+    /// tenant, as keyed state is: they are host memory a tenant's job makes the host hold.
+    fn charge_pending(&mut self) -> Result<(), CallError> {
+        let held = self.pending_bytes + self.interval.byte_len() as u64;
+        self.state
+            .account
+            .charge(Holding {
+                state_bytes: held,
+                timers: 0,
+            })
+            .map_err(|e| {
+                CallError::Limit(format!(
+                    "Kafka sink, topic {:?}: the records waiting for checkpoints count as the \
+                     tenant's state: {e}",
+                    self.config.topic
+                ))
+            })
+    }
+
     fn commit_up_to(&mut self, id: u64) -> Result<(), CallError> {
         if self.config.marker_note.is_some() {
             let due = self.sink.pending.partition_point(|(c, _)| *c <= id);
@@ -711,6 +731,7 @@ impl Operator for KafkaSink {
                 .filter(|(c, _)| committed.is_none_or(|done| *c > done))
                 .collect();
             self.pending_bytes = self.sink.pending.iter().map(|(_, r)| r.len() as u64).sum();
+            self.charge_pending()?;
             if self.config.marker_note.is_some() && !self.sink.pending.is_empty() {
                 // A unit restores the checkpoint its marker names, so nothing restored can
                 // be newer; written now, it would carry this attempt's note with an id of
@@ -812,6 +833,7 @@ impl Operator for KafkaSink {
                         self.config.topic
                     )));
                 }
+                self.charge_pending()?;
             }
         }
         Ok(CallOutput::default())
@@ -882,6 +904,7 @@ impl Operator for KafkaSink {
     fn notify_complete(&mut self, checkpoint_id: u64) -> Result<(), CallError> {
         if self.config.delivery == Delivery::ExactlyOnce {
             self.commit_up_to(checkpoint_id)?;
+            self.charge_pending()?;
         }
         Ok(())
     }
