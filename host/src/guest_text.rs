@@ -6,15 +6,34 @@
 //! cannot forge host log lines or drive a terminal) and, where it is kept, [`guest_text`]
 //! (cut to the tenant's limit).
 
-/// `text` with its control characters (line breaks, escapes) written as escapes, so a
-/// guest's string can be printed or logged without forging lines or driving a terminal.
+/// Whether `c` changes how the text around it is shown rather than showing itself: a
+/// control character (line breaks, terminal escapes), a line or paragraph separator, or a
+/// bidirectional formatting character (which can make a line read as another, as in
+/// CVE-2021-42574).
+pub fn is_unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}'
+                | '\u{2029}'
+                | '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// `text` with its [unprintable](is_unprintable) characters written as escapes, so a
+/// guest's string can be printed or logged without forging lines, driving a terminal or
+/// reordering what is shown.
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    if !text.chars().any(is_unprintable) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if c.is_control() {
+        if is_unprintable(c) {
             out.extend(c.escape_default());
         } else {
             out.push(c);
@@ -51,6 +70,11 @@ mod tests {
             printable("a\nINFO forged\x1b[2J"),
             "a\\nINFO forged\\u{1b}[2J"
         );
+        assert_eq!(
+            printable("ok\u{2028}INFO forged \u{202e}dlrow"),
+            "ok\\u{2028}INFO forged \\u{202e}dlrow"
+        );
+        assert_eq!(printable("naïve café"), "naïve café");
         assert_eq!(guest_text("héllo", 2), "h… (5 more bytes cut)");
         assert_eq!(guest_text("ok\n", 10), "ok\\n");
     }

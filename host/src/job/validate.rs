@@ -201,6 +201,17 @@ impl JobGraph {
                 kafka,
             }));
         }
+        // Names go into log lines, metrics and terminals as they are written.
+        for name in std::iter::once(&file.name).chain(&names) {
+            if let Some(c) = name.chars().find(|c| crate::guest_text::is_unprintable(*c)) {
+                bail!(
+                    "{job}: the name {name:?} holds {:?} (U+{:04X}), a control, line separator \
+                     or text direction character: names are printed in logs and on terminals",
+                    c,
+                    u32::from(c)
+                );
+            }
+        }
         check_sink_files(&vertices).map_err(|e| anyhow!("{job}: {e}"))?;
         let mut prefixes = std::collections::BTreeMap::new();
         for sink in vertices.iter().filter_map(|v| match v {

@@ -210,6 +210,16 @@ fn cases() -> Vec<(String, &'static str)> {
             )),
             "/jobs/job.toml: checkpointing needs replayable sources; `stdin` cannot be replayed",
         ),
+        (
+            format!("name = \"x\\nINFO forged\"\n{GEN}{OP}{SINK}"),
+            "/jobs/job.toml: the name \"x\\nINFO forged\" holds '\\n' (U+000A), a control, line separator or text direction character: names are printed in logs and on terminals",
+        ),
+        (
+            job(&format!(
+                "{GEN}[[operator]]\nname = \"t\\u202Eexe.txt\"\nplugin = \"t.wasm\"\n{SINK}"
+            )),
+            "/jobs/job.toml: the name \"t\\u{202e}exe.txt\" holds '\\u{202e}' (U+202E), a control, line separator or text direction character: names are printed in logs and on terminals",
+        ),
     ]
 }
 
