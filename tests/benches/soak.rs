@@ -253,7 +253,8 @@ fn cluster_soak(broker: &str, kills: usize, seed: &mut u64) {
     let cluster = "[cluster]\ncheckpoints = \"store\"\nexchange_partitions = 4\n\
                    session_timeout_ms = 6000\nwork_dir = \"work\"";
     let job = kafka_job(&dir, broker, (&input, &output), false, 1, 200, cluster);
-    // Input keeps coming, 200 lines/s, until the kills are over.
+    // Input keeps coming, 20 lines at a time, at most 200 lines/s, until the kills are
+    // over.
     let text = Arc::new(sample_text(*seed, 200 * 15 * (kills + 2)));
     let stop = Arc::new(AtomicBool::new(false));
     let producer = {

@@ -844,3 +844,31 @@ fn wait_until_ended(entry: &JobEntry, timeout: Duration) -> bool {
     }
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_folder_resumes_from_its_latest_checkpoint_and_one_that_cannot_be_read_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            latest_or_fresh(dir.path()),
+            Ok(RestorePoint::Fresh)
+        ));
+        let checkpoints = dir.path().join("checkpoints");
+        fs::create_dir_all(&checkpoints).unwrap();
+        assert!(matches!(
+            latest_or_fresh(dir.path()),
+            Ok(RestorePoint::Fresh)
+        ));
+        // What a crash or a full disk can leave: a lineage that does not parse. A fresh
+        // start would take back what the job committed.
+        fs::write(checkpoints.join("_lineage"), b"{ not json").unwrap();
+        let err = format!("{:#}", latest_or_fresh(dir.path()).unwrap_err());
+        assert!(
+            err.contains("finding where the job resumes") && err.contains("is corrupt"),
+            "{err}"
+        );
+    }
+}
