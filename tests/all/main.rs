@@ -24,4 +24,5 @@ mod plugins;
 mod runtime;
 mod sandbox;
 mod server;
+mod server_clients;
 mod wordcount;

@@ -57,6 +57,11 @@ impl ServerProcess {
         Client::new(&self.url, token.map(str::to_string))
     }
 
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL: no chance to stop anything cleanly.
     pub(crate) fn kill(mut self) {
         self.child.kill().unwrap();

@@ -1,15 +1,36 @@
 //! A server answering its API on a socket (HTTP, or HTTPS with `tls_cert` and
 //! `tls_key`), on threads of its own.
+//!
+//! Clients are bounded: at most [`MAX_CONNECTIONS`] are served at once (more wait in the
+//! socket's backlog, unaccepted, so clients cannot take the file descriptors the jobs'
+//! sinks and checkpoints need), and one that does not send a request's head within
+//! [`HEADER_TIMEOUT`] — a slow client, or a kept-alive connection left idle — is closed.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::Semaphore;
 
 use super::Server;
 use super::api::router;
+
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// Longest a client may take to send a request's head (from when the server waits for
+/// it: a kept-alive connection's next request too).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest a stopping server waits for the requests in progress.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A server answering on a socket, on threads of its own.
 pub struct RunningServer {
@@ -50,16 +71,12 @@ pub fn serve(server: Arc<Server>, address: &str) -> Result<RunningServer> {
                 };
                 match tls {
                     Some(config) => {
-                        axum::serve(super::tls::TlsListener::new(listener, config)?, app)
-                            .with_graceful_shutdown(stopped)
-                            .await
-                            .context("serving HTTPS")
+                        let listener = super::tls::TlsListener::new(listener, config)?;
+                        serve_bounded(listener, app, stopped).await;
                     }
-                    None => axum::serve(listener, app)
-                        .with_graceful_shutdown(stopped)
-                        .await
-                        .context("serving HTTP"),
+                    None => serve_bounded(listener, app, stopped).await,
                 }
+                Ok(())
             })
         })?;
     Ok(RunningServer {
@@ -69,6 +86,46 @@ pub fn serve(server: Arc<Server>, address: &str) -> Result<RunningServer> {
         stop: Some(stop),
         thread: Some(thread),
     })
+}
+
+/// Serves `app` to the connections `listener` accepts, [`MAX_CONNECTIONS`] at a time,
+/// each under [`HEADER_TIMEOUT`], until `stopped`; then lets the requests in progress end
+/// (at most [`DRAIN_TIMEOUT`]).
+async fn serve_bounded<L>(mut listener: L, app: Router, stopped: impl Future<Output = ()>)
+where
+    L: axum::serve::Listener<Addr = SocketAddr>,
+{
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let graceful = GracefulShutdown::new();
+    let mut stopped = std::pin::pin!(stopped);
+    loop {
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+            () = &mut stopped => break,
+        };
+        let (io, peer) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut stopped => break,
+        };
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_TIMEOUT)
+            .serve_connection(TokioIo::new(io), TowerToHyperService::new(app.clone()));
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("connection from {peer}: {e}");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(DRAIN_TIMEOUT) => {
+            tracing::warn!("stopping the HTTP server with requests still in progress");
+        }
+    }
 }
 
 impl RunningServer {

@@ -57,7 +57,7 @@ use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 pub use api::openapi;
-pub use http::{RunningServer, serve};
+pub use http::{HEADER_TIMEOUT, MAX_CONNECTIONS, RunningServer, serve};
 pub use metrics::{JobSample, jobs_metrics};
 pub use model::JobState;
 
