@@ -2,7 +2,9 @@
 //! done, from a certificate chain and key in PEM files.
 //!
 //! Handshakes run as tasks of their own, so a client that connects and never speaks
-//! holds only its own task (until [`HANDSHAKE_TIMEOUT`]), never the accepting of others.
+//! holds only its own task (until [`HANDSHAKE_TIMEOUT`]), never the accepting of others;
+//! at most [`MAX_CONNECTIONS`](super::http::MAX_CONNECTIONS) run at once (more
+//! connections wait, unaccepted, in the socket's backlog).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -63,8 +65,12 @@ impl TlsListener {
         let local = listener.local_addr()?;
         let (tx, ready) = mpsc::channel(READY);
         let acceptor = TlsAcceptor::from(config);
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(super::http::MAX_CONNECTIONS));
         tokio::spawn(async move {
             loop {
+                let Ok(slot) = handshakes.clone().acquire_owned().await else {
+                    return;
+                };
                 let (tcp, peer) = match listener.accept().await {
                     Ok(accepted) => accepted,
                     Err(e) => {
@@ -79,7 +85,10 @@ impl TlsListener {
                 }
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
+                    let done = handshake.await;
+                    drop(slot);
+                    match done {
                         Ok(Ok(tls)) => {
                             let _ = tx.send((tls, peer)).await;
                         }
