@@ -62,7 +62,9 @@ buffer_timeout_ms = 5
     (job, text)
 }
 
-fn run(job: &Path, args: &[&str], failpoints: Option<&str>) -> Output {
+/// `sluice run JOB ARGS` with `FAILPOINTS` set to `failpoints` (when given), its stderr
+/// collected.
+pub(crate) fn run(job: &Path, args: &[&str], failpoints: Option<&str>) -> Output {
     let mut command = sluice_run(env!("CARGO_BIN_EXE_sluice-test-cli"), job, None);
     command
         .args(args)

@@ -20,6 +20,7 @@ use sluice_tests::{
 };
 
 use crate::checkpoints::{Delays, spawn_sluice};
+use crate::failpoints::run;
 use crate::server::{ServerProcess, error_of, host_config, wait_for};
 
 mod restores;
@@ -661,12 +662,11 @@ fn crash_resume_and_hand_over(
     create_topic(&broker, &output, 4);
     let dir = test_dir(&format!("kafka-crash-{}", point.replace("::", "-")));
     let job = topic_to_topic(&dir, &broker, &input, &output);
-    let out = sluice_run(env!("CARGO_BIN_EXE_sluice-test-cli"), &job, None)
-        .env("FAILPOINTS", format!("{point}={skip}*off->return(abort)"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
+    let out = run(
+        &job,
+        &[],
+        Some(&format!("{point}={skip}*off->return(abort)")),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && stderr.contains(&format!("failpoint {point}")),
@@ -688,16 +688,11 @@ fn crash_resume_and_hand_over(
         std::fs::write(&job, rescaled).unwrap();
     }
     if crash_in_hand_over {
-        let out = sluice_run(
-            env!("CARGO_BIN_EXE_sluice-test-cli"),
+        let out = run(
             &job,
-            Some(&dir.join("checkpoints")),
-        )
-        .env("FAILPOINTS", "kafka-sink::after-commit=return(abort)")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
+            &["--from-checkpoint", "latest"],
+            Some("kafka-sink::after-commit=return(abort)"),
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             !out.status.success() && stderr.contains("failpoint kafka-sink::after-commit"),

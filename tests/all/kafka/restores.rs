@@ -23,19 +23,7 @@ use sluice_tests::{
 };
 
 use super::word_count_to_topic;
-
-/// `sluice run JOB ARGS`, its output collected.
-fn sluice(job: &Path, args: &[&str], failpoints: Option<&str>) -> Output {
-    let mut command = sluice_run(env!("CARGO_BIN_EXE_sluice-test-cli"), job, None);
-    command
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    if let Some(f) = failpoints {
-        command.env("FAILPOINTS", f);
-    }
-    command.output().expect("running sluice")
-}
+use crate::failpoints::run as sluice;
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
