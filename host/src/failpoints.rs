@@ -31,6 +31,7 @@
 //! | `cluster::after-fence` | a unit's new owner fenced the earlier ones, before reading the marker |
 //! | `cluster::during-download` | a new owner copied one file of the checkpoint it restores |
 //! | `cluster::after-delete-attempts` | a new owner deleted the earlier attempts' checkpoints, before it runs |
+//! | `worker::report` | a server's worker process reports its jobs: `return(TENANT)` aborts TENANT's worker once one of its jobs completed a checkpoint |
 
 /// Sets up the failpoints named in `FAILPOINTS` (a no-op without the feature). Call
 /// once, at the start of the process.

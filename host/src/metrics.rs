@@ -74,7 +74,7 @@ pub fn add_duration(counter: &AtomicU64, d: Duration) {
 }
 
 /// A point-in-time copy of an operator's metrics.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OperatorReport {
     /// Operator name.
     pub operator: String,
@@ -101,7 +101,7 @@ pub struct OperatorReport {
 }
 
 /// A point-in-time copy of a task's metrics.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TaskReport {
     /// Task name, e.g. `tokenize -> count (2/4)`.
     pub task: String,

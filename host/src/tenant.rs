@@ -27,6 +27,9 @@
 //! max_plugin_mb = 256             # plugin bytes stored (`sluice serve`)
 //! max_subtasks = 2000             # subtasks (threads) of its running jobs (`sluice serve`)
 //! max_disk_mb = 10240             # disk its jobs and plugins take (`sluice serve`)
+//! process_memory_mb = 7168        # its worker process's memory (`sluice serve`; default
+//!                                 #   tenant_state_mb × 1.5 + 1024)
+//! open_files = 4096               # its worker process's open files and sockets (`sluice serve`)
 //!
 //! [tenant.acme]                   # any field of [defaults], and capabilities:
 //! memory_mb = 64
@@ -114,6 +117,9 @@ pub struct ServerSettings {
     pub keep_ended_for: Duration,
     /// Serve HTTPS with this certificate chain and key (PEM files), else plain HTTP.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// Run each tenant's jobs in a worker process of its own, under OS limits (default
+    /// true); false runs them in the server's process.
+    pub workers: bool,
 }
 
 impl Default for ServerSettings {
@@ -125,6 +131,7 @@ impl Default for ServerSettings {
             keep_ended_jobs: 100,
             keep_ended_for: Duration::from_secs(600),
             tls: None,
+            workers: true,
         }
     }
 }
@@ -154,6 +161,21 @@ pub struct TenantConfig {
     pub max_timers: u64,
     /// What Kafka the tenant's server jobs may use (none: no Kafka at all).
     pub kafka: Option<KafkaGrant>,
+    /// Most private writable memory of the tenant's worker process on a server
+    /// (`RLIMIT_DATA`), set or derived from `max_state_bytes` ([`TenantConfig::of`]'s
+    /// rule: 1.5× its state and 1 GiB for linear memories, threads and buffers).
+    pub process_memory_bytes: u64,
+    /// Most open files and sockets of the tenant's worker process on a server.
+    pub open_files: u64,
+}
+
+/// The worker memory of a tenant that does not set `process_memory_mb`: its state's
+/// worth and half again (what the state's bytes cost beyond what is counted), and 1 GiB
+/// for linear memories, threads and buffers.
+fn derived_process_memory(max_state_bytes: u64) -> u64 {
+    max_state_bytes
+        .saturating_add(max_state_bytes / 2)
+        .saturating_add(1 << 30)
 }
 
 /// A tenant's Kafka grant (`[tenant.NAME.kafka]`): the brokers, topics, and group and
@@ -311,6 +333,8 @@ impl Default for HostConfig {
                 max_state_bytes: 4 << 30,
                 max_timers: 50_000_000,
                 kafka: None,
+                process_memory_bytes: derived_process_memory(4 << 30),
+                open_files: 4096,
             },
             tenants: BTreeMap::new(),
         }
@@ -428,6 +452,7 @@ fn server_from(spec: ServerSpec, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<S
         keep_ended_for: spec.keep_ended_minutes.map_or(default.keep_ended_for, |m| {
             Duration::from_secs(m.saturating_mul(60))
         }),
+        workers: spec.workers.unwrap_or(default.workers),
     })
 }
 
@@ -451,6 +476,14 @@ fn tenant_from(
     resolve: &dyn Fn(&Path) -> PathBuf,
 ) -> Result<TenantConfig> {
     let mut limits = base.limits.clone();
+    if spec.process_memory_mb == Some(0) {
+        bail!("process_memory_mb must be at least 1");
+    }
+    if spec.open_files.is_some_and(|n| n < 64) {
+        bail!(
+            "open_files must be at least 64 (a worker opens plugins, checkpoint files and sockets)"
+        );
+    }
     if let Some(mb) = spec.memory_mb {
         if mb == 0 {
             bail!("memory_mb must be at least 1");
@@ -525,6 +558,18 @@ fn tenant_from(
             .tenant_state_mb
             .map_or(base.max_state_bytes, |mb| mb << 20),
         max_timers: spec.tenant_timers.unwrap_or(base.max_timers),
+        process_memory_bytes: match (spec.process_memory_mb, spec.tenant_state_mb) {
+            (Some(mb), _) => mb << 20,
+            // Its own state bound, unless its memory was set explicitly where it inherits
+            // from.
+            (None, Some(state))
+                if base.process_memory_bytes == derived_process_memory(base.max_state_bytes) =>
+            {
+                derived_process_memory(state << 20)
+            }
+            (None, _) => base.process_memory_bytes,
+        },
+        open_files: spec.open_files.unwrap_or(base.open_files),
         kafka: spec
             .kafka
             .as_ref()
@@ -612,6 +657,57 @@ mod tests {
         let path = dir.join("host.toml");
         std::fs::write(&path, text).unwrap();
         path
+    }
+
+    #[test]
+    fn a_tenants_worker_memory_follows_its_state_bound_unless_set() {
+        let path = write(
+            "worker-memory",
+            r#"
+[tenant.small]
+tenant_state_mb = 512
+[tenant.set]
+tenant_state_mb = 512
+process_memory_mb = 300
+open_files = 100
+"#,
+        );
+        let c = HostConfig::load(&path).unwrap();
+        // The default: its state, half again, and 1 GiB.
+        assert_eq!(
+            c.tenant("other").unwrap().process_memory_bytes,
+            (6 << 30) + (1 << 30)
+        );
+        assert_eq!(c.tenant("other").unwrap().open_files, 4096);
+        assert_eq!(
+            c.tenant("small").unwrap().process_memory_bytes,
+            (768 + 1024) << 20
+        );
+        let set = c.tenant("set").unwrap();
+        assert_eq!((set.process_memory_bytes, set.open_files), (300 << 20, 100));
+        // Set in [defaults], it is inherited whatever the tenant's state bound.
+        let path = write(
+            "worker-memory-defaults",
+            "[defaults]\nprocess_memory_mb = 2000\n[tenant.t]\ntenant_state_mb = 64\n",
+        );
+        let c = HostConfig::load(&path).unwrap();
+        assert_eq!(c.tenant("t").unwrap().process_memory_bytes, 2000 << 20);
+        for (text, expected) in [
+            (
+                "[defaults]\nprocess_memory_mb = 0\n",
+                "process_memory_mb must be at least 1",
+            ),
+            (
+                "[tenant.t]\nopen_files = 10\n",
+                "open_files must be at least 64",
+            ),
+        ] {
+            let err = format!(
+                "{:#}",
+                HostConfig::load(&write("worker-bad", text)).unwrap_err()
+            );
+            assert!(err.contains(expected), "{err}");
+        }
     }
 
     #[test]

@@ -26,3 +26,4 @@ mod sandbox;
 mod server;
 mod server_clients;
 mod wordcount;
+mod workers;

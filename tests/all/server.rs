@@ -26,10 +26,17 @@ impl ServerProcess {
     /// Starts a server with `host_config`; returns once it resumed its jobs and
     /// answers.
     pub(crate) fn start(host_config: &Path) -> ServerProcess {
+        Self::start_with(host_config, &[])
+    }
+
+    /// [`ServerProcess::start`] with these environment variables (e.g. `FAILPOINTS`,
+    /// which its worker processes inherit).
+    pub(crate) fn start_with(host_config: &Path, env: &[(&str, &str)]) -> ServerProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
             .args(["serve", "--host-config"])
             .arg(host_config)
             .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -94,7 +101,7 @@ pub(crate) fn host_config(dir: &Path, extra_a: &str) -> PathBuf {
 }
 
 /// [`host_config`] with `extra_server` in its `[server]` table.
-fn host_config_with(dir: &Path, extra_server: &str, extra_a: &str) -> PathBuf {
+pub(crate) fn host_config_with(dir: &Path, extra_server: &str, extra_a: &str) -> PathBuf {
     let path = dir.join("host.toml");
     let text = format!(
         r#"
@@ -117,7 +124,7 @@ token_sha256 = "{}"
 }
 
 /// The output of the same job run to its end in this process, without failures.
-fn failure_free_output(job: &str) -> String {
+pub(crate) fn failure_free_output(job: &str) -> String {
     let dir = test_dir("server-reference");
     let path = write_job(&dir, &job.replace("\nrate = ", "\n# rate = "));
     run_job(&path).unwrap();

@@ -178,6 +178,17 @@ enum Command {
         #[arg(long)]
         address: Option<String>,
     },
+    /// Runs one tenant's jobs for the `sluice serve` that started it (a worker process;
+    /// not for people).
+    #[command(hide = true)]
+    Worker {
+        /// The server's host configuration.
+        #[arg(long, value_name = "HOST.toml")]
+        host_config: PathBuf,
+        /// The tenant whose jobs it runs.
+        #[arg(long)]
+        tenant: String,
+    },
     /// Submit a job file to a server, uploading the plugins it names.
     Submit {
         /// The job file.
@@ -389,7 +400,7 @@ macro_rules! out {
 pub fn main() -> ExitCode {
     crate::failpoints::setup();
     let cli = Cli::parse();
-    let serving = matches!(cli.command, Command::Serve { .. });
+    let serving = matches!(cli.command, Command::Serve { .. } | Command::Worker { .. });
     init_logging(&cli.log, cli.log_format, serving);
     match run(cli) {
         Ok(exit) => exit.into(),
@@ -485,7 +496,7 @@ fn engine(cli: &Cli) -> Result<Arc<WasmEngine>> {
         cli.cache_dir.clone().or_else(ComponentCache::default_dir)
     };
     // People watch these commands; a server (which logs) has its own engine.
-    let announce_compiles = !matches!(cli.command, Command::Serve { .. });
+    let announce_compiles = !matches!(cli.command, Command::Serve { .. } | Command::Worker { .. });
     Ok(Arc::new(WasmEngine::new(EngineSettings {
         cache_dir,
         announce_compiles,
@@ -558,6 +569,13 @@ fn run(cli: Cli) -> Result<Exit> {
             host_config,
             address,
         } => serve(&cli, host_config, address.as_deref()),
+        Command::Worker {
+            host_config,
+            tenant,
+        } => {
+            crate::server::worker::child::run(host_config.clone(), tenant, engine(&cli)?)?;
+            Ok(Exit::Success)
+        }
         Command::Submit { job, remote } => remote.print(&remote.client()?.submit(job)?, |v| {
             format!("{}\n", remote::job_line(v))
         }),
@@ -674,6 +692,7 @@ fn serve(cli: &Cli, host_config_path: &Path, address: Option<&str>) -> Result<Ex
     // Answering first (`/livez`; `/readyz` and the API answer 503 meanwhile), then
     // resuming the jobs, which can take a while.
     let server = Server::load(host, engine(cli)?)?;
+    server.use_workers(worker_command(cli, host_config_path)?)?;
     let running = crate::server::serve(server.clone(), &address)?;
     out!("sluice: serving {}", running.url());
     std::io::stdout().flush()?;
@@ -686,6 +705,37 @@ fn serve(cli: &Cli, host_config_path: &Path, address: Option<&str>) -> Result<Ex
     }
     running.shutdown(Duration::from_secs(120))?;
     Ok(Exit::Success)
+}
+
+/// How `sluice serve` starts its worker processes: this program, with its logging and
+/// compile-cache options.
+fn worker_command(
+    cli: &Cli,
+    host_config: &Path,
+) -> Result<crate::server::worker::supervisor::WorkerCommand> {
+    let mut args = vec![
+        "--log".to_string(),
+        cli.log.clone(),
+        "--log-format".to_string(),
+        match cli.log_format {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+        .to_string(),
+    ];
+    if cli.no_cache {
+        args.push("--no-cache".into());
+    } else if let Some(dir) = &cli.cache_dir {
+        args.push("--cache-dir".into());
+        args.push(dir.display().to_string());
+    }
+    Ok(crate::server::worker::supervisor::WorkerCommand {
+        program: std::env::current_exe().context("finding the sluice executable")?,
+        args,
+        host_config: host_config
+            .canonicalize()
+            .with_context(|| format!("finding {}", host_config.display()))?,
+    })
 }
 
 #[cfg(test)]

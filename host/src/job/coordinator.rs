@@ -41,7 +41,7 @@ pub struct CheckpointSettings {
     pub dir: PathBuf,
 }
 /// A completed checkpoint, for reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CompletedCheckpoint {
     /// Id.
     pub id: u64,
@@ -60,7 +60,7 @@ pub struct CompletedCheckpoint {
 }
 
 /// What the coordinator did, readable while it runs.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct CheckpointStats {
     /// Completed checkpoints, oldest first.
     pub completed: Vec<CompletedCheckpoint>,

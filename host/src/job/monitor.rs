@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -21,11 +21,37 @@ pub struct JobMonitor {
     pub(super) failures_by_kind: Mutex<BTreeMap<String, u64>>,
     pub(super) last_failure_at: Mutex<Option<Instant>>,
     pub(super) last_failure: Mutex<Option<String>>,
+    /// The tasks' metrics as another process reported them last (a job in a worker
+    /// process, [`JobMonitor::apply`]).
+    reported_tasks: Mutex<Option<Vec<TaskReport>>>,
+}
+
+/// A point-in-time copy of a [`JobMonitor`], as a worker process reports the monitor of a
+/// job it runs to the server, whose own monitor of the job mirrors it.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct MonitorSnapshot {
+    /// Metrics of the current attempt's tasks.
+    pub tasks: Vec<TaskReport>,
+    /// Checkpoints of the current attempt; `None` when unchanged since the last snapshot.
+    pub checkpoints: Option<CheckpointStats>,
+    /// Current attempt.
+    pub attempt: u32,
+    /// True while tasks run.
+    pub running: bool,
+    /// Failures of attempts so far, by kind.
+    pub failures_by_kind: BTreeMap<String, u64>,
+    /// How long ago the last failure was learned.
+    pub last_failure_ago: Option<Duration>,
+    /// The error that ended the last failed attempt.
+    pub last_failure: Option<String>,
 }
 
 impl JobMonitor {
     /// Metrics of the current attempt's tasks.
     pub fn tasks(&self) -> Vec<TaskReport> {
+        if let Some(reported) = &*self.reported_tasks.lock() {
+            return reported.clone();
+        }
         self.tasks
             .lock()
             .iter()
@@ -78,5 +104,56 @@ impl JobMonitor {
     /// The error that ended the last failed attempt.
     pub fn last_failure(&self) -> Option<String> {
         self.last_failure.lock().clone()
+    }
+
+    /// A copy to report; its checkpoints only when `checkpoints_since` (the
+    /// [`CheckpointStats`] `next_id`, completed and aborted counts last reported)
+    /// changed, which it updates.
+    pub fn snapshot(&self, checkpoints_since: &mut (u64, usize, usize)) -> MonitorSnapshot {
+        let stats = self.checkpoints();
+        let now = (stats.next_id, stats.completed.len(), stats.aborted.len());
+        let checkpoints = (now != *checkpoints_since).then_some(stats);
+        *checkpoints_since = now;
+        MonitorSnapshot {
+            tasks: self.tasks(),
+            checkpoints,
+            attempt: self.attempt(),
+            running: self.is_running(),
+            failures_by_kind: self.failures_by_kind(),
+            last_failure_ago: self.last_failure_at().map(|at| at.elapsed()),
+            last_failure: self.last_failure(),
+        }
+    }
+
+    /// Counts a failure the job's own restarts did not see (its worker process died) as
+    /// one more attempt, and starts the next attempt's report empty; returns the attempt
+    /// it is now at.
+    pub fn failed_outside(&self, kind: &str, why: &str) -> u32 {
+        *self
+            .failures_by_kind
+            .lock()
+            .entry(kind.to_string())
+            .or_default() += 1;
+        *self.last_failure.lock() = Some(why.to_string());
+        *self.last_failure_at.lock() = Some(Instant::now());
+        *self.reported_tasks.lock() = Some(Vec::new());
+        *self.checkpoints.lock() = Arc::default();
+        self.running.store(false, Ordering::Relaxed);
+        self.attempt.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Makes this monitor show what `snapshot` reports (a job another process runs).
+    pub fn apply(&self, snapshot: MonitorSnapshot) {
+        *self.reported_tasks.lock() = Some(snapshot.tasks);
+        if let Some(stats) = snapshot.checkpoints {
+            *self.checkpoints.lock() = Arc::new(Mutex::new(stats));
+        }
+        self.attempt.store(snapshot.attempt, Ordering::Relaxed);
+        self.running.store(snapshot.running, Ordering::Relaxed);
+        *self.failures_by_kind.lock() = snapshot.failures_by_kind;
+        *self.last_failure_at.lock() = snapshot
+            .last_failure_ago
+            .and_then(|ago| Instant::now().checked_sub(ago));
+        *self.last_failure.lock() = snapshot.last_failure;
     }
 }

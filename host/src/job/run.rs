@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use crossbeam_channel::Sender;
 
 /// Where a job starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RestorePoint {
     /// From scratch. Refused when the job has run before (it has checkpoints or
     /// output), unless [`RunOptions::move_aside`] is set.
@@ -19,7 +19,7 @@ pub enum RestorePoint {
 }
 
 /// How a run starts and what it may do to what earlier runs left.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RunOptions {
     /// Where it starts.
     pub restore: RestorePoint,
@@ -66,7 +66,7 @@ pub enum JobControl {
 }
 
 /// How a job ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum JobOutcome {
     /// The input ended and everything was committed.
     Finished,

@@ -49,13 +49,13 @@ use crate::tenant::TenantConfig;
 
 /// A job ready to run: on this server alone, or as this server's share of a job over
 /// several servers (`[cluster]`).
-enum Run {
+pub(super) enum Run {
     Local(Box<Job>),
     Cluster(Box<ClusterRun>),
 }
 
 /// A job over several servers, as this server runs its share.
-struct ClusterRun {
+pub(super) struct ClusterRun {
     graph: JobGraph,
     settings: ClusterSettings,
 }
@@ -98,7 +98,7 @@ fn units_need(plan: &Plan, settings: &ClusterSettings) -> Result<(u32, u32)> {
 impl Server {
     /// Builds the job a record describes: its file as submitted, with the server's
     /// choices for plugins, checkpoints and output.
-    fn prepare(
+    pub(super) fn prepare(
         &self,
         tenant: &TenantConfig,
         text: &str,
@@ -267,6 +267,44 @@ impl Server {
         ))
     }
 
+    /// Builds a job from the registry and runs it in this process, as a worker process
+    /// does for its server (a job over several servers runs in the server itself).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run_here(
+        &self,
+        tenant: &TenantConfig,
+        text: &str,
+        dir: &Path,
+        plugins: &mut BTreeMap<String, String>,
+        options: RunOptions,
+        control: &crossbeam_channel::Receiver<JobControl>,
+        monitor: &JobMonitor,
+    ) -> Result<JobOutcome> {
+        match self.prepare(tenant, text, dir, plugins) {
+            Ok((Run::Local(job), _)) => Ok(job.run(options, control, monitor)?.outcome),
+            Ok((Run::Cluster(_), _)) => {
+                anyhow::bail!("a job over several servers does not run in a worker process")
+            }
+            Err(e) => Err(anyhow::anyhow!("{e}")),
+        }
+    }
+
+    /// Refuses to start a job whose tenant or plugins crashed workers too often of late.
+    fn not_quarantined(
+        &self,
+        tenant: &TenantConfig,
+        plugins: &BTreeMap<String, String>,
+    ) -> Result<(), ApiError> {
+        let Some(workers) = self.workers.get() else {
+            return Ok(());
+        };
+        let hashes: Vec<String> = plugins.values().cloned().collect();
+        match workers.quarantine(&tenant.name, &hashes) {
+            Some(why) => Err(ApiError::new(ErrorKind::Conflict, why)),
+            None => Ok(()),
+        }
+    }
+
     /// Validates a job file, stores it and starts it. Nothing remains of a submission
     /// that fails.
     pub fn submit(&self, tenant: &TenantConfig, text: &str) -> Result<JobSummary, ApiError> {
@@ -281,6 +319,7 @@ impl Server {
         let dir = self.dir.join("jobs").join(&id);
         let mut plugins = BTreeMap::new();
         let (run, output) = self.prepare(tenant, text, &dir, &mut plugins)?;
+        self.not_quarantined(tenant, &plugins)?;
         let needs = run.needs()?;
         let _admission = self.jobs.admission.lock();
         // (Under the admission lock: a job launched now would not be among those the
@@ -376,6 +415,18 @@ impl Server {
             Arc::new(self.host.clone()),
             self.budget.clone(),
         );
+        // A job on this server alone runs in its tenant's worker process, when there are
+        // workers; the server only follows it.
+        let in_worker = match (
+            &work,
+            self.workers.get(),
+            self.tenants().find(|t| t.name == tenant),
+        ) {
+            (Run::Local(job), Some(workers), Some(config)) => {
+                Some((workers.clone(), job.graph().restart.clone(), config.clone()))
+            }
+            _ => None,
+        };
         let spawned = thread::Builder::new()
             .name(format!("job {id}"))
             .spawn(move || {
@@ -384,6 +435,18 @@ impl Server {
                     .entered();
                 // A panic must not leave the job `running` with no thread behind it.
                 let result = std::panic::catch_unwind(AssertUnwindSafe(|| match work {
+                    Run::Local(_) if in_worker.is_some() => {
+                        let (workers, strategy, config) = in_worker.expect("checked");
+                        super::worker::run_job(
+                            &workers,
+                            &config,
+                            &finished,
+                            &strategy,
+                            options,
+                            &control_rx,
+                            &monitor,
+                        )
+                    }
                     Run::Local(job) => job
                         .run(options, &control_rx, &monitor)
                         .map(|report| report.outcome),
@@ -460,6 +523,10 @@ fn finished_run(
                 }
                 JobOutcome::Cancelled => r.state = JobState::Cancelled,
             },
+            Err(e) if e.is::<super::worker::Quarantined>() => {
+                r.state = JobState::Quarantined;
+                r.failure = Some(format!("{e:#}"));
+            }
             Err(e) => {
                 r.state = JobState::Failed;
                 r.failure = Some(format!("{e:#}"));
@@ -596,6 +663,7 @@ impl Server {
             .map_err(|e| ApiError::internal(anyhow::anyhow!("job {id}: job.toml: {e}")))?;
         let mut plugins = record.plugins.clone();
         let (run, _) = self.prepare(tenant, &text, &entry.dir, &mut plugins)?;
+        self.not_quarantined(tenant, &plugins)?;
         let needs = run.needs()?;
         self.admit(tenant, &record.name, needs)?;
         let job = match run {
@@ -819,7 +887,7 @@ impl Server {
 /// The latest complete checkpoint or savepoint of a job folder, or a fresh start when
 /// it has none. A folder that cannot be read is an error, not a fresh start: that would
 /// take back what the job committed.
-fn latest_or_fresh(job_dir: &Path) -> Result<RestorePoint> {
+pub(super) fn latest_or_fresh(job_dir: &Path) -> Result<RestorePoint> {
     let dir = job_dir.join("checkpoints");
     if !dir.exists() {
         return Ok(RestorePoint::Fresh);

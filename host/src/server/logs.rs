@@ -39,6 +39,8 @@ pub const JOB_SPAN: &str = "job";
 #[derive(Debug, Default)]
 pub struct JobLogs {
     jobs: Mutex<HashMap<String, JobLog>>,
+    /// Where a worker process sends its jobs' lines instead of keeping them.
+    forward: OnceLock<crossbeam_channel::Sender<(String, String)>>,
 }
 
 #[derive(Debug, Default)]
@@ -90,8 +92,19 @@ impl JobLogs {
         self.jobs.lock()
     }
 
-    fn push(&self, job: &str, line: String) {
+    /// Keeps a line of `job` (or forwards it, in a worker process).
+    pub fn push(&self, job: &str, line: String) {
+        if let Some(forward) = self.forward.get() {
+            let _ = forward.send((job.to_string(), line));
+            return;
+        }
         self.jobs().entry(job.to_string()).or_default().push(line);
+    }
+
+    /// Sends every line from now on to `forward` instead of keeping it (a worker process
+    /// forwards its jobs' lines to the server, which keeps them).
+    pub fn forward_to(&self, forward: crossbeam_channel::Sender<(String, String)>) {
+        let _ = self.forward.set(forward);
     }
 
     /// The job's kept lines as text, one per line, after a line saying how many older

@@ -40,6 +40,7 @@ mod registry;
 mod savepoints;
 mod tls;
 mod views;
+pub mod worker;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -167,6 +168,8 @@ pub struct Server {
     uploads: Mutex<BTreeMap<String, u64>>,
     /// Whether it resumed the jobs of its registry: until then its API answers 503.
     resumed: AtomicBool,
+    /// The tenants' worker processes, when jobs run in them ([`Server::use_workers`]).
+    workers: std::sync::OnceLock<Arc<worker::supervisor::Workers>>,
 }
 
 /// How often the housekeeping thread checks disk quotas and forgets ended jobs.
@@ -217,6 +220,7 @@ impl Server {
             jobs: registry::Jobs::default(),
             uploads: Mutex::default(),
             resumed: AtomicBool::new(false),
+            workers: std::sync::OnceLock::new(),
         });
         // The thread holds the server weakly: it ends once the server is dropped.
         let weak = Arc::downgrade(&server);
@@ -233,6 +237,36 @@ impl Server {
             })
             .context("starting the server's housekeeping thread")?;
         Ok(server)
+    }
+
+    /// The server as a worker process uses it: to build and run its tenant's jobs from
+    /// the registry, with no API, housekeeping or jobs of its own.
+    pub fn for_worker(host: HostConfig, engine: Arc<WasmEngine>) -> Arc<Server> {
+        Arc::new(Server {
+            dir: host.server.dir.clone(),
+            host,
+            engine,
+            budget: InstanceBudget::default(),
+            tokens: Vec::new(),
+            jobs: registry::Jobs::default(),
+            uploads: Mutex::default(),
+            resumed: AtomicBool::new(true),
+            workers: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Runs each tenant's jobs in a worker process of its own (if the host configuration
+    /// does not say `[server] workers = false`); call before [`Server::resume_jobs`].
+    pub fn use_workers(&self, command: worker::supervisor::WorkerCommand) -> Result<()> {
+        if self.host.server.workers {
+            tracing::info!("{}", worker::limits::describe());
+            let _ = self
+                .workers
+                .set(Arc::new(worker::supervisor::Workers::new(command)?));
+        } else {
+            tracing::info!("jobs run in the server's process ([server] workers = false)");
+        }
+        Ok(())
     }
 
     /// Resumes the jobs the registry records as running (once); the API answers from then

@@ -198,6 +198,17 @@ impl JobEntry {
         (history, counts)
     }
 
+    /// Folds the current run's checkpoints and records into what came before it (its
+    /// worker died and it starts again in a new one, with a new report).
+    pub(super) fn fold_run(&self) {
+        let history = self.checkpoint_history();
+        let (read, written) = self.monitor.lock().records_read_written();
+        *self.history_before.lock() = history;
+        let mut before = self.counted_before.lock();
+        before.0 += read;
+        before.1 += written;
+    }
+
     /// Saves the checkpoint history into the record, for a server that starts next
     /// (written only when it changed).
     pub(super) fn save_history(&self) {

@@ -77,6 +77,12 @@ pub struct LimitsSpec {
     pub max_subtasks: Option<u32>,
     /// `sluice serve`: disk its jobs and plugins take, MiB (default 10,240).
     pub max_disk_mb: Option<u64>,
+    /// `sluice serve`: private writable memory of the tenant's worker process
+    /// (`RLIMIT_DATA`), MiB (default: `tenant_state_mb` × 1.5 + 1024).
+    pub process_memory_mb: Option<u64>,
+    /// `sluice serve`: open files and sockets of the tenant's worker process (default
+    /// 4096).
+    pub open_files: Option<u64>,
     /// `sluice serve`: SHA-256 (hex) of the tenant's bearer token (`[tenant.NAME]` only).
     pub token_sha256: Option<String>,
     /// `sluice serve`: the Kafka the tenant's jobs may use (`[tenant.NAME]` only).
@@ -141,4 +147,7 @@ pub struct ServerSpec {
     pub tls_cert: Option<PathBuf>,
     /// ... and its private key (PEM); plain HTTP without both.
     pub tls_key: Option<PathBuf>,
+    /// Run each tenant's jobs in a worker process of its own, under OS limits derived
+    /// from its quotas (default true); false runs them in the server's process.
+    pub workers: Option<bool>,
 }

@@ -1,0 +1,123 @@
+//! Worker processes: each tenant's jobs on a server run in a process of the tenant's
+//! own, under OS limits derived from its quotas ([`limits`]), so that a failure the
+//! in-process limits miss — an allocation past the machine's memory, an abort, a
+//! hang — kills one tenant's worker, never the server or another tenant.
+//!
+//! Records never cross the boundary: a worker reads its sources and writes its sinks
+//! itself, from the server's registry, as the server would. Control, metrics, log lines
+//! and ends cross it as typed messages ([`protocol`]). When a worker dies, each of its
+//! jobs starts again from its latest checkpoint as its restart strategy allows, unless
+//! its plugin or tenant has crashed workers too often of late ([`supervisor::Crashes`]):
+//! then it is quarantined.
+
+pub mod child;
+pub mod limits;
+pub mod protocol;
+pub mod supervisor;
+
+use std::fs;
+use std::time::Duration;
+
+use anyhow::Result;
+use crossbeam_channel::Receiver;
+
+use self::supervisor::{WorkerEnd, WorkerJob, Workers};
+use super::registry::JobEntry;
+use crate::job::{JobControl, JobMonitor, JobOutcome, RestartStrategy, RunOptions};
+use crate::tenant::TenantConfig;
+
+/// A job quarantined because its worker died too often (the job's state becomes
+/// `quarantined`, not `failed`).
+#[derive(Debug)]
+pub struct Quarantined(pub String);
+
+impl std::fmt::Display for Quarantined {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Quarantined {}
+
+/// Runs a job of `tenant` in its worker until it ends. A worker's death is a failure
+/// of the job: it restarts from its latest checkpoint after the delay its strategy
+/// gives, unless quarantined or out of restarts.
+pub(super) fn run_job(
+    workers: &Workers,
+    tenant: &TenantConfig,
+    entry: &JobEntry,
+    strategy: &RestartStrategy,
+    mut options: RunOptions,
+    control: &Receiver<JobControl>,
+    monitor: &JobMonitor,
+) -> Result<JobOutcome> {
+    let mut earlier_attempts = 0;
+    loop {
+        let record = entry.record();
+        let job = WorkerJob {
+            id: record.id.clone(),
+            text: fs::read_to_string(entry.dir.join("job.toml"))?,
+            dir: entry.dir.clone(),
+            plugins: record.plugins.clone(),
+        };
+        let plugins: Vec<String> = record.plugins.values().cloned().collect();
+        if let Some(why) = workers.quarantine(&tenant.name, &plugins) {
+            return Err(Quarantined(why).into());
+        }
+        let why = match workers.run(
+            tenant,
+            job,
+            options.clone(),
+            control,
+            monitor,
+            earlier_attempts,
+        )? {
+            WorkerEnd::Job(result) => return result.map_err(anyhow::Error::msg),
+            WorkerEnd::Died(why) => why,
+        };
+        entry.fold_run();
+        let quarantined = workers.quarantine(&tenant.name, &plugins);
+        let why = match &quarantined {
+            Some(quarantined) => format!("{why}; {quarantined}"),
+            None => why,
+        };
+        earlier_attempts = monitor.failed_outside("worker", &why);
+        if quarantined.is_some() {
+            return Err(Quarantined(why).into());
+        }
+        let Some(delay) = strategy.delay_before(earlier_attempts) else {
+            anyhow::bail!(
+                "{why}; the job's restart strategy allows no more restarts ({} so far)",
+                earlier_attempts - 1
+            );
+        };
+        tracing::warn!(
+            "job '{}': {why}; restarting from its latest checkpoint in {delay:?}",
+            record.name
+        );
+        if wait_or_cancelled(control, delay) {
+            return Ok(JobOutcome::Cancelled);
+        }
+        // As a server that restarts resumes it: from its latest checkpoint, or from
+        // scratch when it completed none (and so committed nothing).
+        options = RunOptions::from(super::jobs::latest_or_fresh(&entry.dir)?);
+    }
+}
+
+/// Waits `delay` before a restart; true if the job was cancelled meanwhile (a savepoint
+/// asked for meanwhile is refused: there is no running job to take it).
+fn wait_or_cancelled(control: &Receiver<JobControl>, delay: Duration) -> bool {
+    let deadline = std::time::Instant::now() + delay;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match control.recv_timeout(left) {
+            Ok(JobControl::Cancel) => return true,
+            Ok(JobControl::Savepoint { reply } | JobControl::StopWithSavepoint { reply, .. }) => {
+                let _ = reply.send(Err(
+                    "the job is restarting after its worker process died: try again".into(),
+                ));
+            }
+            Err(_) => return false,
+        }
+    }
+}
