@@ -16,7 +16,7 @@
 //! max_output_mb = 64              # records and effects one call may return
 //! max_instances = 1000            # operator instances of the tenant in this host
 //! log_lines_per_second = 1000     # guest log lines (log import, stdout, stderr)
-//! state_mb = 1024                 # keyed state (and timers' keys) per operator instance
+//! state_mb = 1024                 # keyed state, timers and counter names per operator instance
 //! timers = 10000000               # timers the host holds per operator instance
 //! counters = 1000                 # distinct counter names per operator instance
 //! guest_string_kb = 16            # longest log line, error, counter name or timer key kept

@@ -203,3 +203,74 @@ fn guest_strings_are_cut_before_the_host_keeps_them() {
     assert!(err.len() < 4096, "{} bytes kept", err.len());
     assert!(err.contains("(9998976 more bytes cut)"), "{err}");
 }
+
+/// Runs the hog job (`config`, with checkpoints) under `limits` in a `sluice run`
+/// process of its own until a limit stops it; returns the process's peak resident
+/// memory in bytes.
+fn peak_rss_of_run(name: &str, config: &str, limits: &str, ends: &str) -> u64 {
+    let dir = test_dir(name);
+    std::fs::write(dir.join("host.toml"), format!("[tenant.acme]\n{limits}\n")).unwrap();
+    let text = std::fs::read_to_string(hog_job(&dir, config, 100_000_000)).unwrap()
+        + "[checkpoint]\ninterval_ms = 200\ndir = \"checkpoints\"\n";
+    let job = write_job(&dir, &text);
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .args(["run", "--fresh", "--host-config"])
+        .arg(dir.join("host.toml"))
+        .arg(&job)
+        .env(
+            "SLUICE_CACHE_DIR",
+            sluice_tests::scratch_root().join("cache"),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 on our own child's pid, with pointers to live locals.
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid);
+    let mut stderr = String::new();
+    use std::io::Read;
+    child.stderr.unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(stderr.contains(ends), "{name}: {stderr}");
+    usage.ru_maxrss as u64 * 1024
+}
+
+#[test]
+fn the_host_memory_a_guest_causes_is_within_half_again_of_what_it_is_charged() {
+    // What is charged: its keyed state, timers and counter names (`state_mb`), and its
+    // linear memory (`memory_mb`, for each of the job's two instances). A run that holds
+    // nothing of its own gives the process's base.
+    const STATE_MB: u64 = 128;
+    const MEMORY_MB: u64 = 32;
+    let limits = format!("state_mb = {STATE_MB}\nmemory_mb = {MEMORY_MB}\ntimers = 100000000");
+    let base = peak_rss_of_run(
+        "rss-base",
+        r#"hog = "fail", line-bytes = 10"#,
+        &limits,
+        "yyyyyyyyyy",
+    );
+    let charged = (STATE_MB + 2 * MEMORY_MB) << 20;
+    for (name, config) in [
+        ("rss-list", r#"hog = "list", per-record = 10"#),
+        ("rss-timers", r#"hog = "timers", per-record = 10"#),
+    ] {
+        let rss = peak_rss_of_run(name, config, &limits, "keyed state limit exceeded");
+        let caused = rss.saturating_sub(base);
+        println!(
+            "{name}: peak RSS {} MiB, {} MiB over the base, charged at most {} MiB",
+            rss >> 20,
+            caused >> 20,
+            charged >> 20
+        );
+        assert!(
+            caused * 2 <= charged * 3,
+            "{name}: the guest made the host hold {} MiB, more than 1.5x the {} MiB charged",
+            caused >> 20,
+            charged >> 20
+        );
+    }
+}

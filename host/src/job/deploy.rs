@@ -557,7 +557,7 @@ impl ChainBuilder {
                         &self.limits,
                         &self.usage,
                     );
-                    state.counters = metrics.counters.clone();
+                    state.share_counters(metrics.counters.clone());
                     if let Some(r) = restore {
                         state.watermark = r.watermark;
                         if let Some(b) = state.keyed.as_mut() {

@@ -52,7 +52,8 @@ pub struct LimitsSpec {
     /// Guest log lines per instance and second; a line costs one per KiB begun (default
     /// 1000).
     pub log_lines_per_second: Option<u32>,
-    /// Keyed state (and timers' keys) the host holds per instance, MiB (default 1024).
+    /// Keyed state, timers (their keys and 240 bytes each) and counter names (theirs and
+    /// 96 bytes each) the host holds per instance, MiB (default 1024).
     pub state_mb: Option<u64>,
     /// Timers the host holds per instance (default 10,000,000).
     pub timers: Option<u64>,
