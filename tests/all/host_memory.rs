@@ -213,6 +213,8 @@ fn peak_rss_of_run(name: &str, config: &str, limits: &str, ends: &str) -> u64 {
     let text = std::fs::read_to_string(hog_job(&dir, config, 100_000_000)).unwrap()
         + "[checkpoint]\ninterval_ms = 200\ndir = \"checkpoints\"\n";
     let job = write_job(&dir, &text);
+    // Reaped by `wait4` below, for its resource usage.
+    #[allow(clippy::zombie_processes)]
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
         .args(["run", "--fresh", "--host-config"])
         .arg(dir.join("host.toml"))
