@@ -27,6 +27,7 @@
 //! max_plugin_mb = 256             # plugin bytes stored (`sluice serve`)
 //! max_subtasks = 2000             # subtasks (threads) of its running jobs (`sluice serve`)
 //! max_disk_mb = 10240             # disk its jobs and plugins take (`sluice serve`)
+//! max_stored_jobs = 1000          # jobs stored in any state (`sluice serve`)
 //! process_memory_mb = 7168        # its worker process's memory (`sluice serve`; default
 //!                                 #   tenant_state_mb × 1.5 + 1024)
 //! open_files = 4096               # its worker process's open files and sockets (`sluice serve`)
@@ -167,6 +168,8 @@ pub struct TenantConfig {
     pub process_memory_bytes: u64,
     /// Most open files and sockets of the tenant's worker process on a server.
     pub open_files: u64,
+    /// Most jobs the tenant may store on a server, in any state.
+    pub max_stored_jobs: u32,
 }
 
 /// The worker memory of a tenant that does not set `process_memory_mb`: its state's
@@ -335,6 +338,7 @@ impl Default for HostConfig {
                 kafka: None,
                 process_memory_bytes: derived_process_memory(4 << 30),
                 open_files: 4096,
+                max_stored_jobs: 1000,
             },
             tenants: BTreeMap::new(),
         }
@@ -570,6 +574,7 @@ fn tenant_from(
             (None, _) => base.process_memory_bytes,
         },
         open_files: spec.open_files.unwrap_or(base.open_files),
+        max_stored_jobs: spec.max_stored_jobs.unwrap_or(base.max_stored_jobs),
         kafka: spec
             .kafka
             .as_ref()

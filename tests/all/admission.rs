@@ -327,3 +327,28 @@ fn a_tenant_past_its_disk_quota_has_its_jobs_failed_and_new_ones_refused() {
         .unwrap();
     assert_eq!(other.state, JobState::Running, "{other:?}");
 }
+
+#[test]
+fn a_tenant_stores_at_most_its_quota_of_jobs_until_it_deletes_some() {
+    let dir = test_dir("admission-stored");
+    let server = ServerProcess::start(&host_config(&dir, "max_stored_jobs = 2"));
+    let a = server.client(Some("token-a"));
+    let job = write_job(&dir, &throttled_wordcount(1, 10, 1000.0));
+    let first = a.submit(&job).unwrap().id;
+    a.submit(&job).unwrap();
+    let e = error_of(a.submit(&job));
+    assert!(
+        e.contains("429")
+            && e.contains("tenant 'a' stores 2 jobs")
+            && e.contains("max_stored_jobs"),
+        "{e}"
+    );
+    // Another tenant's jobs are not held to a's quota.
+    server.client(Some("token-b")).submit(&job).unwrap();
+    // An ended job deleted makes room.
+    wait_for("the first job to end", Duration::from_secs(30), || {
+        !a.status(&first).unwrap().job.running
+    });
+    a.delete_job(&first).unwrap();
+    assert_eq!(a.submit(&job).unwrap().state, JobState::Running);
+}

@@ -433,6 +433,16 @@ fn inspect_shows_the_interface_and_the_second_load_uses_the_cache() {
         stdout.contains("compiled:  Disk"),
         "second run compiled again: {stdout}"
     );
+    // Artifacts are native code: from a folder others may write, none is loaded.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (code, stdout, stderr) = outcome(&sluice_with_cache(&["inspect", COUNT], &cache));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("compiled:  Compiled"), "{stdout}");
+    assert!(stderr.contains("may be written by others"), "{stderr}");
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (_, stdout, _) = outcome(&sluice_with_cache(&["inspect", COUNT], &cache));
+    assert!(stdout.contains("compiled:  Disk"), "{stdout}");
 }
 
 #[test]

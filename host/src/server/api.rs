@@ -110,11 +110,60 @@ impl FromRequestParts<Arc<Server>> for Tenant {
     }
 }
 
-/// Runs blocking server work on tokio's blocking pool.
+/// Requests of one tenant that may wait on the blocking pool at once (a stop waits up to
+/// 5 minutes for its savepoint, a submission compiles plugins): one tenant cannot take
+/// the pool's threads from the others.
+pub const BLOCKING_PER_TENANT: u32 = 8;
+
+/// One of a tenant's [`BLOCKING_PER_TENANT`] places; given back when dropped.
+struct BlockingPlace {
+    server: Arc<Server>,
+    tenant: String,
+}
+
+impl BlockingPlace {
+    fn take(server: &Arc<Server>, tenant: &TenantConfig) -> Result<BlockingPlace, ApiError> {
+        let mut in_progress = server.blocking.lock();
+        let n = in_progress.entry(tenant.name.clone()).or_default();
+        if *n >= BLOCKING_PER_TENANT {
+            return Err(ApiError::new(
+                ErrorKind::Quota,
+                format!(
+                    "tenant '{}' has {n} requests in progress that wait on its jobs or plugins                      (stop, start, submit, cancel, upload…); try again when one has answered",
+                    tenant.name
+                ),
+            ));
+        }
+        *n += 1;
+        Ok(BlockingPlace {
+            server: server.clone(),
+            tenant: tenant.name.clone(),
+        })
+    }
+}
+
+impl Drop for BlockingPlace {
+    fn drop(&mut self) {
+        if let Some(n) = self.server.blocking.lock().get_mut(&self.tenant) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+/// Runs blocking server work of `tenant` on tokio's blocking pool, within the tenant's
+/// [`BLOCKING_PER_TENANT`].
 async fn blocking<T: Send + 'static>(
+    server: &Arc<Server>,
+    tenant: &TenantConfig,
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+    let place = BlockingPlace::take(server, tenant)?;
+    tokio::task::spawn_blocking(move || {
+        let _place = place;
+        f()
+    })
+    .await
+    .unwrap_or_else(|e| {
         Err(ApiError::internal(anyhow::anyhow!(
             "a request handler failed: {e}"
         )))
@@ -382,7 +431,10 @@ async fn upload_plugin(
 ) -> Result<(StatusCode, Json<Plugin>), ApiError> {
     let bytes = body(bytes)?;
     let name = q.name.unwrap_or_else(|| "plugin.wasm".into());
-    let plugin = blocking(move || server.upload_plugin(&t, &name, &bytes)).await?;
+    let plugin = blocking(&server.clone(), &t.clone(), move || {
+        server.upload_plugin(&t, &name, &bytes)
+    })
+    .await?;
     Ok((StatusCode::CREATED, Json(plugin)))
 }
 
@@ -401,7 +453,10 @@ async fn delete_plugin(
     Path(key): Path<String>,
 ) -> Result<Json<Plugin>, ApiError> {
     Ok(Json(
-        blocking(move || server.delete_plugin(&t, &key)).await?,
+        blocking(&server.clone(), &t.clone(), move || {
+            server.delete_plugin(&t, &key)
+        })
+        .await?,
     ))
 }
 
@@ -436,7 +491,10 @@ async fn submit(
     let bytes = body(bytes)?;
     let text = String::from_utf8(bytes.to_vec())
         .map_err(|_| ApiError::bad("the job file must be UTF-8 text (TOML)"))?;
-    let job = blocking(move || server.submit(&t, &text)).await?;
+    let job = blocking(&server.clone(), &t.clone(), move || {
+        server.submit(&t, &text)
+    })
+    .await?;
     Ok((StatusCode::CREATED, Json(job)))
 }
 
@@ -470,7 +528,9 @@ async fn delete_job(
     Tenant(t): Tenant,
     Path(id): Path<String>,
 ) -> Result<Json<JobSummary>, ApiError> {
-    Ok(Json(blocking(move || server.delete(&t, &id)).await?))
+    Ok(Json(
+        blocking(&server.clone(), &t.clone(), move || server.delete(&t, &id)).await?,
+    ))
 }
 
 /// `?file=`: one of a job's output files.
@@ -498,7 +558,10 @@ async fn job_output(
     Path(id): Path<String>,
     Query(q): Query<OutputQuery>,
 ) -> Result<Response, ApiError> {
-    let files = blocking(move || server.job_output(&t, &id, q.file.as_deref())).await?;
+    let files = blocking(&server.clone(), &t.clone(), move || {
+        server.job_output(&t, &id, q.file.as_deref())
+    })
+    .await?;
     let body = Body::from_stream(FileChunks::new(files));
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }
@@ -516,7 +579,10 @@ async fn job_logs(
     Tenant(t): Tenant,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let text = blocking(move || server.job_logs(&t, &id)).await?;
+    let text = blocking(&server.clone(), &t.clone(), move || {
+        server.job_logs(&t, &id)
+    })
+    .await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
 }
 
@@ -534,7 +600,9 @@ async fn cancel(
     Tenant(t): Tenant,
     Path(id): Path<String>,
 ) -> Result<Json<JobSummary>, ApiError> {
-    Ok(Json(blocking(move || server.cancel(&t, &id)).await?))
+    Ok(Json(
+        blocking(&server.clone(), &t.clone(), move || server.cancel(&t, &id)).await?,
+    ))
 }
 
 /// `?drain=`: whether to fire all event-time timers first.
@@ -562,7 +630,12 @@ async fn stop(
     Path(id): Path<String>,
     Query(q): Query<StopQuery>,
 ) -> Result<Json<JobSummary>, ApiError> {
-    Ok(Json(blocking(move || server.stop(&t, &id, q.drain)).await?))
+    Ok(Json(
+        blocking(&server.clone(), &t.clone(), move || {
+            server.stop(&t, &id, q.drain)
+        })
+        .await?,
+    ))
 }
 
 /// How often a waiting `POST .../savepoint` looks at its request: at first soon (a
@@ -677,7 +750,10 @@ async fn start(
     Query(q): Query<StartQuery>,
 ) -> Result<Json<JobSummary>, ApiError> {
     Ok(Json(
-        blocking(move || server.start(&t, &id, q.savepoint.as_deref(), q.allow_rewind)).await?,
+        blocking(&server.clone(), &t.clone(), move || {
+            server.start(&t, &id, q.savepoint.as_deref(), q.allow_rewind)
+        })
+        .await?,
     ))
 }
 
@@ -768,6 +844,36 @@ impl futures_core::Stream for FileChunks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tenant_has_at_most_its_blocking_places_and_gets_each_back() {
+        let engine = Arc::new(
+            crate::wasm::WasmEngine::new(crate::wasm::EngineSettings {
+                cache_dir: None,
+                announce_compiles: false,
+            })
+            .unwrap(),
+        );
+        let server = Server::for_worker(crate::tenant::HostConfig::default(), engine);
+        let tenant = |name: &str| crate::tenant::HostConfig::default().tenant(name).unwrap();
+        let (a, b) = (tenant("a"), tenant("b"));
+        let mut held: Vec<_> = (0..BLOCKING_PER_TENANT)
+            .map(|_| BlockingPlace::take(&server, &a).unwrap())
+            .collect();
+        let err = BlockingPlace::take(&server, &a).err().unwrap();
+        assert_eq!(err.kind, ErrorKind::Quota);
+        assert!(
+            err.message
+                .contains("tenant 'a' has 8 requests in progress"),
+            "{}",
+            err.message
+        );
+        // Another tenant has its own.
+        let _b = BlockingPlace::take(&server, &b).unwrap();
+        // One answered, one more may wait.
+        held.pop();
+        held.push(BlockingPlace::take(&server, &a).unwrap());
+    }
 
     /// `(path, method, deprecated, open)` of every operation of the document.
     fn operations(doc: &serde_json::Value) -> Vec<(String, String, bool, bool)> {

@@ -60,6 +60,13 @@ pub fn serve(server: Arc<Server>, address: &str) -> Result<RunningServer> {
         None => None,
     };
     let https = tls.is_some();
+    if !https && !bound.ip().is_loopback() {
+        tracing::warn!(
+            "serving plain HTTP on {bound}, beyond this machine: tenants' bearer tokens, job \
+             files and output cross the network in the clear (set tls_cert and tls_key in \
+             [server], or listen on a loopback address behind a proxy that speaks TLS)"
+        );
+    }
     let app = router(server.clone());
     let thread = thread::Builder::new()
         .name("http server".into())

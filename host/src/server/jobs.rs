@@ -321,6 +321,7 @@ impl Server {
         let (run, output) = self.prepare(tenant, text, &dir, &mut plugins)?;
         self.not_quarantined(tenant, &plugins)?;
         let needs = run.needs()?;
+        let disk_used = self.disk_usage(&tenant.name);
         let _admission = self.jobs.admission.lock();
         // (Under the admission lock: a job launched now would not be among those the
         // shutdown stops.)
@@ -340,7 +341,8 @@ impl Server {
                 format!("job.toml: operator '{op}': its plugin was deleted meanwhile"),
             ));
         }
-        self.admit(tenant, &run.graph().name, needs)?;
+        self.admit_stored(tenant)?;
+        self.admit(tenant, &run.graph().name, needs, disk_used)?;
         let record = JobRecord {
             id: id.clone(),
             tenant: tenant.name.clone(),
@@ -641,6 +643,29 @@ impl Server {
         allow_rewind: bool,
     ) -> Result<JobSummary, ApiError> {
         let entry = self.entry(tenant, id)?;
+        let not_startable = |record: &JobRecord| {
+            ApiError::new(
+                ErrorKind::Conflict,
+                format!(
+                    "cannot start job '{id}': it is {}",
+                    state_name(record.state)
+                ),
+            )
+        };
+        let record = entry.record();
+        if entry.is_running() || record.state == JobState::Finished {
+            return Err(not_startable(&record));
+        }
+        // What is slow — compiling its plugins, asking Kafka for a cluster job's
+        // partitions, walking the tenant's folders — before the admission lock, which
+        // every submission and start waits for.
+        let text = fs::read_to_string(entry.dir.join("job.toml"))
+            .map_err(|e| ApiError::internal(anyhow::anyhow!("job {id}: job.toml: {e}")))?;
+        let mut plugins = record.plugins.clone();
+        let (run, _) = self.prepare(tenant, &text, &entry.dir, &mut plugins)?;
+        self.not_quarantined(tenant, &plugins)?;
+        let needs = run.needs()?;
+        let disk_used = self.disk_usage(&tenant.name);
         let _admission = self.jobs.admission.lock();
         // A job started now would not be among those the shutdown stops.
         if self.jobs.is_shutting_down() {
@@ -649,23 +674,15 @@ impl Server {
                 format!("cannot start job '{id}': the server is shutting down"),
             ));
         }
+        // Started, or deleted, by another request meanwhile.
         let record = entry.record();
         if entry.is_running() || record.state == JobState::Finished {
-            return Err(ApiError::new(
-                ErrorKind::Conflict,
-                format!(
-                    "cannot start job '{id}': it is {}",
-                    state_name(record.state)
-                ),
-            ));
+            return Err(not_startable(&record));
         }
-        let text = fs::read_to_string(entry.dir.join("job.toml"))
-            .map_err(|e| ApiError::internal(anyhow::anyhow!("job {id}: job.toml: {e}")))?;
-        let mut plugins = record.plugins.clone();
-        let (run, _) = self.prepare(tenant, &text, &entry.dir, &mut plugins)?;
-        self.not_quarantined(tenant, &plugins)?;
-        let needs = run.needs()?;
-        self.admit(tenant, &record.name, needs)?;
+        if !self.jobs.by_id.lock().contains_key(id) {
+            return Err(ApiError::not_found("job", id));
+        }
+        self.admit(tenant, &record.name, needs, disk_used)?;
         let job = match run {
             Run::Local(job) => job,
             Run::Cluster(_) if savepoint.is_some() => {

@@ -168,6 +168,8 @@ pub struct Server {
     uploads: Mutex<BTreeMap<String, u64>>,
     /// Whether it resumed the jobs of its registry: until then its API answers 503.
     resumed: AtomicBool,
+    /// Requests of each tenant waiting on the blocking pool (`api::BLOCKING_PER_TENANT`).
+    blocking: Mutex<BTreeMap<String, u32>>,
     /// The tenants' worker processes, when jobs run in them ([`Server::use_workers`]).
     workers: std::sync::OnceLock<Arc<worker::supervisor::Workers>>,
 }
@@ -220,6 +222,7 @@ impl Server {
             jobs: registry::Jobs::default(),
             uploads: Mutex::default(),
             resumed: AtomicBool::new(false),
+            blocking: Mutex::default(),
             workers: std::sync::OnceLock::new(),
         });
         // The thread holds the server weakly: it ends once the server is dropped.
@@ -251,6 +254,7 @@ impl Server {
             jobs: registry::Jobs::default(),
             uploads: Mutex::default(),
             resumed: AtomicBool::new(true),
+            blocking: Mutex::default(),
             workers: std::sync::OnceLock::new(),
         })
     }

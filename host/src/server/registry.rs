@@ -239,11 +239,14 @@ impl Server {
 
     /// Checks the tenant's quotas for one more running job. Called under the admission
     /// lock, which is held until the job is launched, so that what it counts is current.
+    /// `disk_used` is the tenant's [`Server::disk_usage`], measured before the lock was
+    /// taken (a walk of its folders is too slow to hold every submission up for).
     pub(super) fn admit(
         &self,
         tenant: &TenantConfig,
         job: &str,
         (instances, subtasks): (u32, u32),
+        disk_used: u64,
     ) -> Result<(), ApiError> {
         let (running, in_use, threads) = self
             .jobs
@@ -287,17 +290,39 @@ impl Server {
                 ),
             ));
         }
-        let used = self.disk_usage(&tenant.name);
-        if used >= tenant.max_disk_bytes {
+        if disk_used >= tenant.max_disk_bytes {
             return Err(ApiError::new(
                 ErrorKind::Quota,
-                disk_quota_message(tenant, used),
+                disk_quota_message(tenant, disk_used),
             ));
         }
         Ok(())
     }
 
-    /// Bytes the tenant's job folders and plugins take under the server's folder.
+    /// Refuses to store one more job of a tenant that stores `max_stored_jobs` (every
+    /// job is a folder, a record in memory and a walk of the disk quota).
+    pub(super) fn admit_stored(&self, tenant: &TenantConfig) -> Result<(), ApiError> {
+        let stored = self
+            .jobs
+            .by_id
+            .lock()
+            .values()
+            .filter(|e| e.record.lock().tenant == tenant.name)
+            .count();
+        if stored >= tenant.max_stored_jobs as usize {
+            return Err(ApiError::new(
+                ErrorKind::Quota,
+                format!(
+                    "tenant '{}' stores {stored} jobs, its quota (max_stored_jobs): delete jobs                      it no longer needs (DELETE /v1/jobs/ID) first",
+                    tenant.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Bytes of disk the tenant's job folders and plugins take under the server's folder
+    /// (blocks allocated, so many small files and sparse ones count as what they take).
     pub(super) fn disk_usage(&self, tenant: &str) -> u64 {
         let dirs: Vec<PathBuf> = self
             .jobs
@@ -409,21 +434,46 @@ fn disk_quota_message(tenant: &TenantConfig, used: u64) -> String {
     )
 }
 
-/// Bytes of the files under `path` (symbolic links are not followed; what cannot be read
-/// counts nothing).
+/// Bytes of disk allocated to `path` and everything under it, folders included
+/// (symbolic links are not followed; what cannot be read counts nothing).
 fn dir_bytes(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
     let Ok(meta) = fs::symlink_metadata(path) else {
         return 0;
     };
+    let own = meta.blocks().saturating_mul(512);
     if !meta.is_dir() {
-        return meta.len();
+        return own;
     }
     fs::read_dir(path)
         .map(|entries| {
             entries
                 .flatten()
                 .map(|e| dir_bytes(&e.path()))
-                .fold(0u64, u64::saturating_add)
+                .fold(own, u64::saturating_add)
         })
-        .unwrap_or(0)
+        .unwrap_or(own)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_usage_counts_the_blocks_files_take_not_their_apparent_size() {
+        let dir = tempfile::tempdir().unwrap();
+        // A sparse gigabyte takes (almost) nothing.
+        let sparse = fs::File::create(dir.path().join("sparse")).unwrap();
+        sparse.set_len(1 << 30).unwrap();
+        assert!(dir_bytes(dir.path()) < 1 << 20, "{}", dir_bytes(dir.path()));
+        // A thousand one-byte files take a block each at least, beside their folder's.
+        let many = dir.path().join("many");
+        fs::create_dir(&many).unwrap();
+        for i in 0..1000 {
+            fs::write(many.join(i.to_string()), b"x").unwrap();
+        }
+        let used = dir_bytes(&many);
+        assert!(used >= 1000 * 512, "{used}");
+        assert!(dir_bytes(dir.path()) >= used);
+    }
 }

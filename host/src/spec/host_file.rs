@@ -76,7 +76,10 @@ pub struct LimitsSpec {
     pub max_plugin_mb: Option<u64>,
     /// `sluice serve`: subtasks (threads) of its running jobs (default 2000).
     pub max_subtasks: Option<u32>,
-    /// `sluice serve`: disk its jobs and plugins take, MiB (default 10,240).
+    /// `sluice serve`: jobs it stores, in any state (default 1000).
+    pub max_stored_jobs: Option<u32>,
+    /// `sluice serve`: disk its jobs and plugins take (blocks allocated), MiB (default
+    /// 10,240).
     pub max_disk_mb: Option<u64>,
     /// `sluice serve`: private writable memory of the tenant's worker process
     /// (`RLIMIT_DATA`), MiB (default: `tenant_state_mb` × 1.5 + 1024).

@@ -97,12 +97,13 @@ impl ComponentCache {
             .dir
             .as_ref()
             .map(|d| d.join(format!("{}.cwasm", hex::encode(key))));
-        if let Some(file) = file.as_ref().filter(|f| f.exists()) {
+        if let Some(file) = file.as_ref().filter(|f| f.exists() && only_ours(f)) {
             // SAFETY: the file was written by `store` below from `Component::serialize`
             // of this very engine configuration (the key covers the engine's
-            // compatibility hash), into a directory owned by the host, with an atomic
-            // rename, so it is a complete artifact wasmtime produced. wasmtime checks
-            // its header and version again while loading.
+            // compatibility hash), into a directory only this user may write (checked by
+            // `only_ours`, created 0700 by `store`), with an atomic rename, so it is a
+            // complete artifact wasmtime produced. wasmtime checks its header and version
+            // again while loading.
             match unsafe { Component::deserialize_file(engine, file) } {
                 Ok(c) => {
                     // Marks its use, for the disk's least-recently-used order.
@@ -156,9 +157,37 @@ impl ComponentCache {
 }
 
 fn store(file: &Path, component: &Component) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
     let dir = file.parent().expect("cache files live in a directory");
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Artifacts are native code this process loads: no one else may write beside them.
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
     crate::durable::write_atomically(file, &component.serialize()?)
+}
+
+/// Whether `file` and its folder belong to this process's user and no one else may
+/// write them: an artifact is loaded as native code, so one that another user could
+/// have put there or changed is compiled again instead (and said, once per file).
+fn only_ours(file: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let ours = |path: &Path| {
+        fs::metadata(path).is_ok_and(|m| m.uid() == me && m.mode() & 0o022 == 0)
+    };
+    let dir = file.parent().unwrap_or(Path::new("."));
+    if ours(dir) && ours(file) {
+        return true;
+    }
+    tracing::warn!(
+        "not loading cached artifact {}: it or its folder belongs to another user or may be \
+         written by others (the cache folder should be the user's own, mode 0700); compiling \
+         again",
+        file.display()
+    );
+    false
 }
 
 /// SHA-256 of the bytes, hex-encoded: how plugins are identified in logs and checkpoints.
