@@ -121,6 +121,9 @@ pub struct ServerSettings {
     /// Run each tenant's jobs in a worker process of its own, under OS limits (default
     /// true); false runs them in the server's process.
     pub workers: bool,
+    /// With workers: how long compiling an uploaded plugin may take (in a process of its
+    /// own) before it is stopped and the upload refused.
+    pub compile_deadline: Duration,
 }
 
 impl Default for ServerSettings {
@@ -133,6 +136,7 @@ impl Default for ServerSettings {
             keep_ended_for: Duration::from_secs(600),
             tls: None,
             workers: true,
+            compile_deadline: Duration::from_secs(300),
         }
     }
 }
@@ -457,6 +461,11 @@ fn server_from(spec: ServerSpec, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<S
             Duration::from_secs(m.saturating_mul(60))
         }),
         workers: spec.workers.unwrap_or(default.workers),
+        compile_deadline: match spec.compile_deadline_ms {
+            Some(0) => bail!("compile_deadline_ms must be at least 1"),
+            Some(ms) => Duration::from_millis(ms),
+            None => default.compile_deadline,
+        },
     })
 }
 

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use sluice::server::model::JobState;
-use sluice_tests::plugins::{TEST_HOG, TOKENIZE};
+use sluice_tests::plugins::{COUNT, TEST_HOG, TOKENIZE};
 use sluice_tests::{test_dir, throttled_wordcount, write_job};
 
 use crate::server::{ServerProcess, error_of, failure_free_output, host_config_with, wait_for};
@@ -214,4 +214,42 @@ fn a_tenants_jobs_run_in_one_worker_under_its_limits_which_ends_with_its_last_jo
     wait_for("the worker to exit", Duration::from_secs(30), || {
         children(server.pid()).is_empty()
     });
+}
+
+#[test]
+fn an_upload_that_compiles_past_the_deadline_is_refused_apart_from_the_server() {
+    let dir = test_dir("worker-compile");
+    let config = host_config_with(&dir, "compile_deadline_ms = 1", "");
+    // An empty compile cache: the plugin really compiles (hundreds of milliseconds).
+    let cache = dir.join("cache");
+    let server =
+        ServerProcess::start_with(&config, &[("SLUICE_CACHE_DIR", cache.to_str().unwrap())]);
+    let a = server.client(Some("token-a"));
+    let e = error_of(a.upload_plugin(std::path::Path::new(COUNT)));
+    assert!(
+        e.contains("400") && e.contains("count.wasm: compiling it took longer than 1 ms"),
+        "{e}"
+    );
+    assert!(a.plugins().unwrap().plugins.is_empty());
+    // Not a component at all: refused with the reason, which names the file.
+    let bad = dir.join("bad.wasm");
+    std::fs::write(&bad, b"not wasm").unwrap();
+    let e = error_of(a.upload_plugin(&bad));
+    assert!(
+        e.contains("400") && e.contains("bad.wasm is not a WebAssembly file"),
+        "{e}"
+    );
+    assert!(!e.contains(".incoming"), "{e}");
+    // The server answers, and compiles nothing itself: its compile cache is as empty as
+    // before.
+    assert!(
+        server
+            .client(Some("token-b"))
+            .plugins()
+            .unwrap()
+            .plugins
+            .is_empty()
+    );
+    let cached = std::fs::read_dir(&cache).map_or(0, |d| d.count());
+    assert_eq!(cached, 0);
 }

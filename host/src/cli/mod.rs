@@ -189,6 +189,16 @@ enum Command {
         #[arg(long)]
         tenant: String,
     },
+    /// Compiles a plugin into the compile cache, for the `sluice serve` that started it
+    /// (not for people).
+    #[command(hide = true)]
+    Compile {
+        /// The plugin.
+        file: PathBuf,
+        /// With fuel metering.
+        #[arg(long)]
+        fuel: bool,
+    },
     /// Submit a job file to a server, uploading the plugins it names.
     Submit {
         /// The job file.
@@ -496,7 +506,10 @@ fn engine(cli: &Cli) -> Result<Arc<WasmEngine>> {
         cli.cache_dir.clone().or_else(ComponentCache::default_dir)
     };
     // People watch these commands; a server (which logs) has its own engine.
-    let announce_compiles = !matches!(cli.command, Command::Serve { .. } | Command::Worker { .. });
+    let announce_compiles = !matches!(
+        cli.command,
+        Command::Serve { .. } | Command::Worker { .. } | Command::Compile { .. }
+    );
     Ok(Arc::new(WasmEngine::new(EngineSettings {
         cache_dir,
         announce_compiles,
@@ -569,6 +582,11 @@ fn run(cli: Cli) -> Result<Exit> {
             host_config,
             address,
         } => serve(&cli, host_config, address.as_deref()),
+        Command::Compile { file, fuel } => {
+            crate::server::worker::limits::deny_system_calls()?;
+            crate::wasm::Plugin::load(&*engine(&cli)?, file, *fuel)?;
+            Ok(Exit::Success)
+        }
         Command::Worker {
             host_config,
             tenant,

@@ -179,10 +179,11 @@ impl Server {
             .map_err(|e| ApiError::internal(anyhow::anyhow!("storing {name}: {e}")))
             .and_then(|()| {
                 let fuel = tenant.limits.fuel_per_call.is_some();
-                Plugin::load(&self.engine, &file, fuel).map_err(|e| {
-                    let prefix = format!("{}/", incoming.display());
-                    ApiError::bad(format!("{e:#}").replace(&prefix, ""))
-                })
+                let prefix = format!("{}/", incoming.display());
+                self.compile_apart(tenant, &file, fuel, name)
+                    .map_err(|e| ApiError::bad(e.message.replace(&prefix, "")))?;
+                Plugin::load(&self.engine, &file, fuel)
+                    .map_err(|e| ApiError::bad(format!("{e:#}").replace(&prefix, "")))
             });
         let result = checked.and_then(|plugin| {
             let entry = PluginEntry {
@@ -203,6 +204,41 @@ impl Server {
         });
         let _ = fs::remove_dir_all(&incoming);
         result.map(PluginEntry::view)
+    }
+}
+
+impl Server {
+    /// With workers, compiles an uploaded plugin in a process of its own first (see
+    /// [`super::worker::compile`]), so that the server only loads what compiled there.
+    fn compile_apart(
+        &self,
+        tenant: &TenantConfig,
+        file: &std::path::Path,
+        fuel: bool,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        use super::worker::compile::Compiled;
+        let Some(workers) = self.workers.get() else {
+            return Ok(());
+        };
+        let deadline = self.host.server.compile_deadline;
+        match workers
+            .compile(tenant, file, fuel, deadline)
+            .map_err(ApiError::internal)?
+        {
+            Compiled::Done => Ok(()),
+            Compiled::Refused(why) => Err(ApiError::bad(why)),
+            Compiled::TooSlow(deadline) => Err(ApiError::bad(format!(
+                "{name}: compiling it took longer than {} ms (compile_deadline_ms of the \
+                 server), and was stopped",
+                deadline.as_millis()
+            ))),
+            Compiled::Died(why) => Err(ApiError::bad(format!(
+                "{name}: the process compiling it (under tenant '{}''s memory limit, \
+                 process_memory_mb) died: {why}",
+                tenant.name
+            ))),
+        }
     }
 }
 

@@ -154,4 +154,8 @@ pub struct ServerSpec {
     /// Run each tenant's jobs in a worker process of its own, under OS limits derived
     /// from its quotas (default true); false runs them in the server's process.
     pub workers: Option<bool>,
+    /// With workers: how long compiling an uploaded plugin (in a process of its own, under
+    /// the tenant's memory limit) may take before the upload is refused, ms (default
+    /// 300,000: a Python or JavaScript component takes tens of seconds).
+    pub compile_deadline_ms: Option<u64>,
 }

@@ -174,9 +174,8 @@ fn store(file: &Path, component: &Component) -> Result<()> {
 fn only_ours(file: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     let me = rustix::process::geteuid().as_raw();
-    let ours = |path: &Path| {
-        fs::metadata(path).is_ok_and(|m| m.uid() == me && m.mode() & 0o022 == 0)
-    };
+    let ours =
+        |path: &Path| fs::metadata(path).is_ok_and(|m| m.uid() == me && m.mode() & 0o022 == 0);
     let dir = file.parent().unwrap_or(Path::new("."));
     if ours(dir) && ours(file) {
         return true;

@@ -11,6 +11,7 @@
 //! then it is quarantined.
 
 pub mod child;
+pub mod compile;
 pub mod limits;
 pub mod protocol;
 pub mod supervisor;

@@ -130,6 +130,21 @@ impl Workers {
             .quarantine(tenant, plugins, Instant::now())
     }
 
+    /// How it starts processes.
+    pub(super) fn command(&self) -> &WorkerCommand {
+        &self.command
+    }
+
+    /// Starts `command` on the launcher thread (see its `launcher` field).
+    pub(super) fn spawn(&self, command: Command) -> Result<Child> {
+        let (reply, spawned) = unbounded();
+        let _ = self.launcher.lock().send((command, reply));
+        spawned
+            .recv()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the launcher thread is gone")))
+            .with_context(|| format!("starting {}", self.command.program.display()))
+    }
+
     /// How many worker processes it started so far.
     pub fn started(&self) -> u64 {
         *self.started.lock()
@@ -230,18 +245,9 @@ impl Workers {
         unsafe {
             command.pre_exec(move || limits.apply_in_child());
         }
-        let (reply, spawned) = unbounded();
-        let _ = self.launcher.lock().send((command, reply));
-        let spawned = spawned
-            .recv()
-            .unwrap_or_else(|_| Err(std::io::Error::other("the launcher thread is gone")));
-        let mut child = spawned.with_context(|| {
-            format!(
-                "starting the worker process of tenant '{}' ({})",
-                tenant.name,
-                self.command.program.display()
-            )
-        })?;
+        let mut child = self
+            .spawn(command)
+            .with_context(|| format!("starting the worker process of tenant '{}'", tenant.name))?;
         let stdin = child.stdin.take().context("the worker's stdin")?;
         let stdout = child.stdout.take().context("the worker's stdout")?;
         let worker = Arc::new(Worker {
@@ -350,7 +356,7 @@ impl Worker {
 }
 
 /// How a worker's exit reads in a job's failure.
-fn describe_exit(status: ExitStatus) -> String {
+pub(super) fn describe_exit(status: ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("it exited with status {code}"),
         (None, Some(signal)) => {
