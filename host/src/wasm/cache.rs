@@ -7,9 +7,11 @@
 //! only ever loaded by an engine that could have produced it.
 //!
 //! Both levels are bounded, least recently used first out: [`MEMORY_ENTRIES`] components
-//! in memory (an instance keeps its own reference, so eviction never affects a running
-//! job), and [`DISK_BYTES`] of artifacts on disk (a file's modification time marks its
-//! last use).
+//! and [`MEMORY_BYTES`] of their compiled code in memory (an instance keeps its own
+//! reference, so eviction never affects a running job), and [`DISK_BYTES`] of artifacts
+//! on disk (a file's modification time marks its last use). A server's tenants share
+//! both: one tenant's many or large plugins push the others' out, which costs those a
+//! load from disk (about a millisecond), not memory.
 
 use parking_lot::Mutex;
 use std::fs;
@@ -40,11 +42,49 @@ pub struct ComponentCache {
     dir: Option<PathBuf>,
     /// Say on standard error when a large component is compiled.
     announce: bool,
-    memory: Mutex<LruCache<[u8; 32], Component>>,
+    memory: Mutex<Memory>,
+}
+
+/// The components kept in memory, and the bytes of their compiled code.
+#[derive(Debug)]
+struct Memory {
+    components: LruCache<[u8; 32], Component>,
+    bytes: u64,
+    /// [`MEMORY_BYTES`], but for tests.
+    max_bytes: u64,
+}
+
+impl Memory {
+    fn get(&mut self, key: &[u8; 32]) -> Option<&Component> {
+        self.components.get(key)
+    }
+
+    /// Keeps `component`, dropping the least recently used ones past either bound.
+    fn put(&mut self, key: [u8; 32], component: Component) {
+        self.bytes += code_bytes(&component);
+        if let Some(old) = self.components.put(key, component) {
+            self.bytes -= code_bytes(&old);
+        }
+        while self.components.len() > 1
+            && (self.bytes > self.max_bytes || self.components.len() > MEMORY_ENTRIES.get())
+        {
+            let (_, old) = self.components.pop_lru().expect("more than one");
+            self.bytes -= code_bytes(&old);
+        }
+    }
+}
+
+/// The bytes of a component's compiled code.
+fn code_bytes(component: &Component) -> u64 {
+    let range = component.image_range();
+    (range.end as usize - range.start as usize) as u64
 }
 
 /// Compiled components kept in memory.
 pub const MEMORY_ENTRIES: NonZeroUsize = NonZeroUsize::new(256).expect("not zero");
+/// Bytes of compiled code kept in memory (a Rust operator's is well under a megabyte; a
+/// Python or JavaScript one's tens of megabytes).
+pub const MEMORY_BYTES: u64 = 1 << 30;
 /// Bytes of compiled artifacts kept on disk.
 pub const DISK_BYTES: u64 = 2 << 30;
 /// Components larger than this are announced when compiled (a Rust operator is well
@@ -58,7 +98,11 @@ impl ComponentCache {
         ComponentCache {
             dir,
             announce: false,
-            memory: Mutex::new(LruCache::new(MEMORY_ENTRIES)),
+            memory: Mutex::new(Memory {
+                components: LruCache::unbounded(),
+                bytes: 0,
+                max_bytes: MEMORY_BYTES,
+            }),
         }
     }
 
@@ -151,7 +195,7 @@ impl ComponentCache {
         Ok((component, CacheOutcome::Compiled))
     }
 
-    fn lock(&self) -> parking_lot::MutexGuard<'_, LruCache<[u8; 32], Component>> {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Memory> {
         self.memory.lock()
     }
 }
@@ -241,6 +285,39 @@ fn cache_key(engine: &Engine, bytes: &[u8]) -> [u8; 32] {
 mod tests {
     use super::*;
     use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn memory_keeps_the_most_recently_used_components_within_its_bytes() {
+        let engine = Engine::default();
+        let component = |n: u32| {
+            let body = "(local.set 0 (i32.mul (local.get 0) (i32.const 3)))".repeat(n as usize);
+            let wat = format!(
+                "(component (core module (func (export \"f\") (param i32) (result i32) \
+                 {body} (local.get 0))))"
+            );
+            Component::new(&engine, wat::parse_str(&wat).unwrap()).unwrap()
+        };
+        let (a, b, c) = (component(100), component(101), component(102));
+        let size = code_bytes(&a).max(code_bytes(&b)).max(code_bytes(&c));
+        assert!(size > 0);
+        let mut memory = Memory {
+            components: LruCache::unbounded(),
+            bytes: 0,
+            max_bytes: 2 * size,
+        };
+        memory.put([1; 32], a);
+        memory.put([2; 32], b);
+        assert!(memory.get(&[1; 32]).is_some());
+        // A third does not fit: the least recently used (b) goes.
+        memory.put([3; 32], c);
+        assert!(memory.get(&[2; 32]).is_none());
+        assert!(memory.get(&[1; 32]).is_some() && memory.get(&[3; 32]).is_some());
+        assert!(memory.bytes <= 2 * size, "{}", memory.bytes);
+        // The same key again replaces its bytes rather than adding them.
+        let before = memory.bytes;
+        memory.put([3; 32], component(102));
+        assert_eq!(memory.bytes, before);
+    }
 
     #[test]
     fn the_disk_cache_drops_the_least_recently_used_first() {
