@@ -252,4 +252,15 @@ fn an_upload_that_compiles_past_the_deadline_is_refused_apart_from_the_server() 
     );
     let cached = std::fs::read_dir(&cache).map_or(0, |d| d.count());
     assert_eq!(cached, 0);
+    // Each refusal cost a compile: after 20 in 10 minutes, uploads are refused unseen.
+    for _ in 2..20 {
+        assert!(error_of(a.upload_plugin(&bad)).contains("400"));
+    }
+    let e = error_of(a.upload_plugin(&bad));
+    assert!(
+        e.contains("429") && e.contains("tenant 'a' had 20 plugin uploads refused"),
+        "{e}"
+    );
+    let e = error_of(server.client(Some("token-b")).upload_plugin(&bad));
+    assert!(e.contains("400"), "{e}");
 }

@@ -168,6 +168,8 @@ pub struct Server {
     uploads: Mutex<BTreeMap<String, u64>>,
     /// Whether it resumed the jobs of its registry: until then its API answers 503.
     resumed: AtomicBool,
+    /// When each tenant's plugin uploads were refused of late (`plugins::REFUSED_UPLOADS`).
+    refused_uploads: Mutex<BTreeMap<String, Vec<std::time::Instant>>>,
     /// Requests of each tenant waiting on the blocking pool (`api::BLOCKING_PER_TENANT`).
     blocking: Mutex<BTreeMap<String, u32>>,
     /// The tenants' worker processes, when jobs run in them ([`Server::use_workers`]).
@@ -223,6 +225,7 @@ impl Server {
             uploads: Mutex::default(),
             resumed: AtomicBool::new(false),
             blocking: Mutex::default(),
+            refused_uploads: Mutex::default(),
             workers: std::sync::OnceLock::new(),
         });
         // The thread holds the server weakly: it ends once the server is dropped.
@@ -255,6 +258,7 @@ impl Server {
             uploads: Mutex::default(),
             resumed: AtomicBool::new(true),
             blocking: Mutex::default(),
+            refused_uploads: Mutex::default(),
             workers: std::sync::OnceLock::new(),
         })
     }

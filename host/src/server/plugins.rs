@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -167,6 +167,7 @@ impl Server {
         }
         let sha256 = hex(&Sha256::digest(bytes));
         let dir = self.plugin_dir(&tenant.name);
+        self.not_refusing_uploads(tenant)?;
         let _reservation = self.reserve_upload(tenant, name, &sha256, bytes.len() as u64)?;
         // Check it under its own name, so that errors name the file the tenant sent; in a
         // folder of its own, as the same bytes may be uploaded twice at once.
@@ -203,7 +204,38 @@ impl Server {
             Ok(entry)
         });
         let _ = fs::remove_dir_all(&incoming);
+        if matches!(&result, Err(e) if e.kind == ErrorKind::BadRequest) {
+            // Checking it cost a compile: a tenant gets only so many refusals.
+            self.refused_uploads
+                .lock()
+                .entry(tenant.name.clone())
+                .or_default()
+                .push(Instant::now());
+        }
         result.map(PluginEntry::view)
+    }
+
+    /// Refuses uploads of a tenant whose uploads were refused [`REFUSED_UPLOADS`] times
+    /// within [`REFUSED_WINDOW`]: each cost a compile in a process of its own.
+    fn not_refusing_uploads(&self, tenant: &TenantConfig) -> Result<(), ApiError> {
+        let mut refused = self.refused_uploads.lock();
+        let times = refused.entry(tenant.name.clone()).or_default();
+        times.retain(|t| t.elapsed() < REFUSED_WINDOW);
+        if times.len() < REFUSED_UPLOADS {
+            return Ok(());
+        }
+        let wait = REFUSED_WINDOW.saturating_sub(times[0].elapsed());
+        Err(ApiError::new(
+            ErrorKind::Quota,
+            format!(
+                "tenant '{}' had {} plugin uploads refused in the last {} minutes (each is \
+                 compiled to be checked); it may upload again in {} s",
+                tenant.name,
+                times.len(),
+                REFUSED_WINDOW.as_secs() / 60,
+                wait.as_secs().max(1)
+            ),
+        ))
     }
 }
 
@@ -241,6 +273,13 @@ impl Server {
         }
     }
 }
+
+/// Refused uploads a tenant may have within [`REFUSED_WINDOW`] before its uploads are
+/// refused without a look.
+pub const REFUSED_UPLOADS: usize = 20;
+
+/// How long a refused upload counts.
+pub const REFUSED_WINDOW: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Bytes of an upload under way, counted against the tenant's quotas until dropped.
 struct UploadReservation<'a> {
