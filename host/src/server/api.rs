@@ -389,12 +389,17 @@ async fn openapi_document() -> Response {
         (status = 200, description = "The tenant's metrics (OpenMetrics text)", body = String,
             content_type = "application/openmetrics-text"),
         (status = 401, description = "No valid bearer token", body = ErrorBody),
+        (status = 429, description = "The tenant has 8 requests in progress already", body = ErrorBody),
         (status = 503, description = "The server is starting", body = ErrorBody),
     ))]
-async fn metrics(State(server): State<Arc<Server>>, Tenant(t): Tenant) -> Response {
-    let text = server.metrics(&t);
+async fn metrics(
+    State(server): State<Arc<Server>>,
+    Tenant(t): Tenant,
+) -> Result<Response, ApiError> {
+    // Off the async workers: a tenant's metrics grow with its jobs' counters.
+    let text = blocking(&server.clone(), &t.clone(), move || Ok(server.metrics(&t))).await?;
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-    ([(header::CONTENT_TYPE, content_type)], text).into_response()
+    Ok(([(header::CONTENT_TYPE, content_type)], text).into_response())
 }
 
 #[utoipa::path(get, path = "/plugins", tag = "plugins",
@@ -504,6 +509,7 @@ async fn submit(
         (status = 200, description = "Everything about the job", body = JobDetail),
         (status = 401, description = "No valid bearer token", body = ErrorBody),
         (status = 404, description = "No such job of the tenant", body = ErrorBody),
+        (status = 429, description = "The tenant has 8 requests in progress already", body = ErrorBody),
         (status = 503, description = "The server is starting", body = ErrorBody),
     ))]
 async fn job_detail(
@@ -511,7 +517,13 @@ async fn job_detail(
     Tenant(t): Tenant,
     Path(id): Path<String>,
 ) -> Result<Json<JobDetail>, ApiError> {
-    Ok(Json(server.job_detail(&t, &id)?))
+    // Off the async workers: a job's detail grows with its tasks and counters.
+    Ok(Json(
+        blocking(&server.clone(), &t.clone(), move || {
+            server.job_detail(&t, &id)
+        })
+        .await?,
+    ))
 }
 
 #[utoipa::path(delete, path = "/jobs/{id}", tag = "jobs",
