@@ -121,6 +121,9 @@ pub struct ServerSettings {
     /// Run each tenant's jobs in a worker process of its own, under OS limits (default
     /// true); false runs them in the server's process.
     pub workers: bool,
+    /// With workers: how long a worker may send nothing (it reports four times a second)
+    /// before it is taken for stuck and killed.
+    pub worker_timeout: Duration,
     /// With workers: how long compiling an uploaded plugin may take (in a process of its
     /// own) before it is stopped and the upload refused.
     pub compile_deadline: Duration,
@@ -137,6 +140,7 @@ impl Default for ServerSettings {
             tls: None,
             workers: true,
             compile_deadline: Duration::from_secs(300),
+            worker_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -465,6 +469,11 @@ fn server_from(spec: ServerSpec, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<S
             Some(0) => bail!("compile_deadline_ms must be at least 1"),
             Some(ms) => Duration::from_millis(ms),
             None => default.compile_deadline,
+        },
+        worker_timeout: match spec.worker_timeout_ms {
+            Some(ms) if ms < 1000 => bail!("worker_timeout_ms must be at least 1000"),
+            Some(ms) => Duration::from_millis(ms),
+            None => default.worker_timeout,
         },
     })
 }

@@ -264,3 +264,61 @@ fn an_upload_that_compiles_past_the_deadline_is_refused_apart_from_the_server() 
     let e = error_of(server.client(Some("token-b")).upload_plugin(&bad));
     assert!(e.contains("400"), "{e}");
 }
+
+#[test]
+fn a_worker_that_stops_answering_is_killed_and_its_job_resumes_exactly_once() {
+    let dir = test_dir("worker-silent");
+    let config = host_config_with(&dir, "worker_timeout_ms = 1000", "");
+    let server = ServerProcess::start(&config);
+    let (a, b) = (
+        server.client(Some("token-a")),
+        server.client(Some("token-b")),
+    );
+    let text = throttled_wordcount(1, 3000, 1000.0);
+    let b_dir = dir.join("b");
+    std::fs::create_dir_all(&b_dir).unwrap();
+    let b_id = b.submit(&write_job(&b_dir, &text)).unwrap().id;
+    let a_id = a.submit(&write_job(&dir, &text)).unwrap().id;
+    wait_for("a checkpoint of a's job", Duration::from_secs(30), || {
+        a.status(&a_id).unwrap().checkpoints.completed >= 1
+    });
+    // Freeze a's worker (the one whose command line names tenant a).
+    let frozen = children(server.pid())
+        .into_iter()
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.ends_with("--tenant\0a\0"))
+        })
+        .expect("a's worker");
+    // SAFETY: kill(2) on a child of the server this test started.
+    unsafe { libc::kill(frozen as i32, libc::SIGSTOP) };
+    wait_for("a's job to finish", Duration::from_secs(60), || {
+        a.status(&a_id).unwrap().job.state == JobState::Finished
+    });
+    let detail = a.status(&a_id).unwrap();
+    assert_eq!(
+        detail.failures_by_kind.get("worker"),
+        Some(&1),
+        "{detail:?}"
+    );
+    assert_eq!(detail.restarts, 1, "{detail:?}");
+    let expected = failure_free_output(&text);
+    let output = String::from_utf8(a.output(&a_id, None).unwrap()).unwrap();
+    assert_eq!(output, expected);
+    // The frozen worker is gone, killed.
+    assert!(
+        !std::path::Path::new(&format!("/proc/{frozen}")).exists() || {
+            let stat = std::fs::read_to_string(format!("/proc/{frozen}/stat")).unwrap_or_default();
+            stat.contains(") Z ")
+        }
+    );
+    wait_for("b's job to finish", Duration::from_secs(60), || {
+        b.status(&b_id).unwrap().job.state == JobState::Finished
+    });
+    let detail = b.status(&b_id).unwrap();
+    assert_eq!(detail.restarts, 0, "{detail:?}");
+    assert_eq!(
+        String::from_utf8(b.output(&b_id, None).unwrap()).unwrap(),
+        expected
+    );
+}

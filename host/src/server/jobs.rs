@@ -406,6 +406,9 @@ impl Server {
         {
             let record = entry.record.lock();
             *entry.counted_before.lock() = (record.records_read, record.records_written);
+            entry
+                .restarts_before
+                .store(record.restarts, Ordering::Relaxed);
             *entry.history_before.lock() = (record.checkpoints.clone(), record.checkpoint_counts);
         }
         let (control, control_rx) = unbounded();

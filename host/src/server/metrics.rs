@@ -38,7 +38,9 @@ impl Server {
                 &JobSample {
                     tenant: t,
                     job: &record.id,
-                    earlier_restarts: record.restarts,
+                    earlier_restarts: entry
+                        .restarts_before
+                        .load(std::sync::atomic::Ordering::Relaxed),
                     monitor: &monitor,
                 },
             );

@@ -268,9 +268,10 @@ impl Server {
     pub fn use_workers(&self, command: worker::supervisor::WorkerCommand) -> Result<()> {
         if self.host.server.workers {
             tracing::info!("{}", worker::limits::describe());
-            let _ = self
-                .workers
-                .set(Arc::new(worker::supervisor::Workers::new(command)?));
+            let _ = self.workers.set(Arc::new(worker::supervisor::Workers::new(
+                command,
+                self.host.server.worker_timeout,
+            )?));
         } else {
             tracing::info!("jobs run in the server's process ([server] workers = false)");
         }

@@ -96,6 +96,9 @@ pub(super) struct JobEntry {
     pub(super) counted_before: Mutex<(u64, u64)>,
     /// Its checkpoint history and counts before the current run.
     pub(super) history_before: Mutex<(Vec<CheckpointSummary>, (u64, u64))>,
+    /// Restarts of its runs before the one its monitor shows, which the monitor's
+    /// attempts add to.
+    pub(super) restarts_before: AtomicU32,
     /// Why the server cancels its run (a quota): the run then ends as failed with it.
     pub(super) kill_cause: Mutex<Option<String>>,
     /// What this server's host of a cluster job does, while it runs.
@@ -126,6 +129,7 @@ impl JobEntry {
     /// A job kept in `dir`, not running.
     pub(super) fn new(dir: PathBuf, record: JobRecord) -> Arc<JobEntry> {
         let history = (record.checkpoints.clone(), record.checkpoint_counts);
+        let restarts = record.restarts;
         let savepoints = Mutex::new(Triggers::new(&record.id));
         Arc::new(JobEntry {
             dir,
@@ -139,6 +143,7 @@ impl JobEntry {
             cluster: Mutex::new(None),
             counted_before: Mutex::new((0, 0)),
             history_before: Mutex::new(history),
+            restarts_before: AtomicU32::new(restarts),
             savepoints,
         })
     }
@@ -162,6 +167,12 @@ impl JobEntry {
 
     pub(super) fn is_running(&self) -> bool {
         self.run.lock().is_some()
+    }
+
+    /// Restarts over all its runs: those before the run its monitor shows, and that
+    /// run's (a restart counted once, whether the run still goes or has ended).
+    pub(super) fn restarts(&self) -> u32 {
+        self.restarts_before.load(Ordering::Relaxed) + self.monitor.lock().attempt()
     }
 
     /// Records read and written: live while it runs, else as of the end of its last run.
@@ -417,9 +428,12 @@ impl Server {
         {
             tracing::error!("job {id}: keeping its log lines: {e:#}");
         }
-        *entry.monitor.lock() = Arc::new(JobMonitor::default());
-        // The run's checkpoints are in the record now; they are its history.
         let record = entry.record();
+        // The run's restarts and checkpoints are in the record now; they are its history.
+        *entry.monitor.lock() = Arc::new(JobMonitor::default());
+        entry
+            .restarts_before
+            .store(record.restarts, Ordering::Relaxed);
         *entry.history_before.lock() = (record.checkpoints, record.checkpoint_counts);
         *ended = None;
     }

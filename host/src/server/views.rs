@@ -136,7 +136,7 @@ impl Server {
                     tenant: r.tenant.clone(),
                     records_read,
                     records_written,
-                    restarts: r.restarts + monitor.attempt(),
+                    restarts: e.restarts(),
                     last_checkpoint,
                 }
             })
@@ -205,7 +205,7 @@ impl Server {
             job: summary(&record, entry.is_running()),
             tenant: record.tenant.clone(),
             plugins: record.plugins.clone(),
-            restarts: record.restarts + monitor.attempt(),
+            restarts: entry.restarts(),
             records_read,
             records_written,
             failures_by_kind: monitor.failures_by_kind(),

@@ -158,4 +158,7 @@ pub struct ServerSpec {
     /// the tenant's memory limit) may take before the upload is refused, ms (default
     /// 300,000: a Python or JavaScript component takes tens of seconds).
     pub compile_deadline_ms: Option<u64>,
+    /// With workers: how long a worker may send nothing (it reports four times a second)
+    /// before it is taken for stuck and killed, ms (default 30,000, at least 1,000).
+    pub worker_timeout_ms: Option<u64>,
 }

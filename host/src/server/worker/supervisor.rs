@@ -5,7 +5,7 @@
 //! and monitor — but runs the job through [`Workers::run`], which hands it to the
 //! tenant's worker, forwards control, mirrors the worker's reports into the monitor,
 //! and returns the job's end or the worker's death. A worker that dies (aborts, is
-//! killed by its memory limit) or stops answering for [`SILENCE`] fails only its
+//! killed by its memory limit) or stops answering (`[server] worker_timeout_ms`) fails only its
 //! tenant's jobs; each job's thread decides whether to start it again.
 
 use std::collections::{BTreeMap, HashMap};
@@ -27,10 +27,6 @@ use crate::job::{JobControl, JobMonitor, JobOutcome, MonitorSnapshot, RunOptions
 use crate::server::logs::JobLogs;
 use crate::tenant::TenantConfig;
 
-/// A worker that sends nothing for this long is stuck (it reports every running job's
-/// monitor four times a second) and is killed.
-pub const SILENCE: Duration = Duration::from_secs(30);
-
 /// How a server starts its workers: this program, with the options it was started with.
 #[derive(Debug, Clone)]
 pub struct WorkerCommand {
@@ -45,6 +41,9 @@ pub struct WorkerCommand {
 /// A server's worker processes, by tenant.
 pub struct Workers {
     command: WorkerCommand,
+    /// A worker that sends nothing for this long is stuck (it reports every running
+    /// job's monitor four times a second) and is killed.
+    silence: Duration,
     /// Starts processes on one long-lived thread: a worker is killed when the thread
     /// that started it ends (its parent-death signal is the thread's), and a job's
     /// thread ends with its job.
@@ -66,6 +65,8 @@ struct Worker {
     crashes: Arc<Mutex<Crashes>>,
     last_heard: Mutex<Instant>,
     child: Mutex<Child>,
+    /// Why the server killed it, if it did.
+    killed_for: Mutex<Option<String>>,
 }
 
 /// A job attached to a worker: where its messages go, and the plugins it runs.
@@ -103,7 +104,7 @@ pub struct WorkerJob {
 
 impl Workers {
     /// Workers started as `command` says.
-    pub fn new(command: WorkerCommand) -> Result<Workers> {
+    pub fn new(command: WorkerCommand, silence: Duration) -> Result<Workers> {
         let (launcher, launches) = unbounded::<(Command, Sender<std::io::Result<Child>>)>();
         thread::Builder::new()
             .name("worker launcher".into())
@@ -115,6 +116,7 @@ impl Workers {
             .context("starting the worker launcher thread")?;
         Ok(Workers {
             command,
+            silence,
             launcher: Mutex::new(launcher),
             by_tenant: Mutex::default(),
             started: Mutex::new(0),
@@ -180,7 +182,13 @@ impl Workers {
                 options,
             })
             .map_err(|e| anyhow::anyhow!("{e:#}"))
-            .and_then(|()| follow(&worker, &id, &heard, control, monitor, earlier_attempts));
+            .and_then(|()| {
+                let heard = Heard {
+                    events: &heard,
+                    silence: self.silence,
+                };
+                follow(&worker, &id, heard, control, monitor, earlier_attempts)
+            });
         self.detach(&worker, &id);
         end
     }
@@ -258,6 +266,7 @@ impl Workers {
             crashes: self.crashes.clone(),
             last_heard: Mutex::new(Instant::now()),
             child: Mutex::new(child),
+            killed_for: Mutex::new(None),
         });
         *self.started.lock() += 1;
         tracing::info!(
@@ -328,10 +337,12 @@ impl Worker {
         if jobs.is_empty() {
             return;
         }
-        let why = why.unwrap_or_else(|| match &status {
-            Ok(status) => describe_exit(*status),
-            Err(e) => format!("its exit could not be read ({e})"),
-        });
+        let why = why
+            .or_else(|| self.killed_for.lock().clone())
+            .unwrap_or_else(|| match &status {
+                Ok(status) => describe_exit(*status),
+                Err(e) => format!("its exit could not be read ({e})"),
+            });
         let why = format!(
             "the worker process of tenant '{}' (pid {}) died: {why}",
             self.tenant, self.pid
@@ -349,8 +360,9 @@ impl Worker {
         }
     }
 
-    /// Kills it (it stopped answering); its reader reports the death.
-    fn kill(&self) {
+    /// Kills it, for `why`; its reader reports the death.
+    fn kill(&self, why: String) {
+        *self.killed_for.lock() = Some(why);
         let _ = self.child.lock().kill();
     }
 }
@@ -372,11 +384,17 @@ pub(super) fn describe_exit(status: ExitStatus) -> String {
     }
 }
 
+/// What a job's thread hears from its worker, and how long the worker may be silent.
+struct Heard<'a> {
+    events: &'a Receiver<Event>,
+    silence: Duration,
+}
+
 /// Follows one job in `worker` until it ends or the worker dies.
 fn follow(
     worker: &Worker,
     job: &str,
-    heard: &Receiver<Event>,
+    heard: Heard<'_>,
     control: &Receiver<JobControl>,
     monitor: &JobMonitor,
     earlier_attempts: u32,
@@ -421,7 +439,7 @@ fn follow(
                     continue;
                 }
             }
-            recv(heard) -> event => match event {
+            recv(heard.events) -> event => match event {
                 Ok(Event::Message(FromWorker::Monitor { snapshot, .. })) => apply(snapshot, &failures_before),
                 Ok(Event::Message(FromWorker::Answer { request, result, .. })) => {
                     if let Some(reply) = replies.remove(&request) {
@@ -443,14 +461,16 @@ fn follow(
                 Ok(Event::Died(why)) => return Ok(WorkerEnd::Died(why)),
                 Err(_) => return Ok(WorkerEnd::Died("its reader ended".into())),
             },
-            default(Duration::from_secs(1)) => {
+            default(heard.silence.min(Duration::from_secs(1))) => {
                 let silent = worker.last_heard.lock().elapsed();
-                if silent > SILENCE {
-                    tracing::error!(
-                        tenant = %worker.tenant, pid = worker.pid,
-                        "the worker process sent nothing for {silent:?}: killing it"
+                if silent > heard.silence {
+                    let why = format!(
+                        "it sent nothing for {} ms (worker_timeout_ms {}), so the server killed it",
+                        silent.as_millis(),
+                        heard.silence.as_millis()
                     );
-                    worker.kill();
+                    tracing::error!(tenant = %worker.tenant, pid = worker.pid, "{why}");
+                    worker.kill(why);
                 }
             }
         }
