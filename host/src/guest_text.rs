@@ -42,6 +42,22 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// Output a job wrote, as shown on a terminal: each line [`printable`] but for its tabs
+/// (a tab-separated line stays one), invalid UTF-8 replaced, line breaks kept. What a
+/// job writes is its tenant's, and a terminal obeys the escapes in it.
+pub fn for_terminal(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c == '\n' || c == '\t' || !is_unprintable(c) {
+            out.push(c);
+        } else {
+            out.extend(c.escape_default());
+        }
+    }
+    out
+}
+
 /// A guest's string as the host keeps or prints it: cut to `max` bytes (on a character
 /// boundary, saying how much was cut) and [`printable`].
 pub fn guest_text(text: &str, max: usize) -> String {
@@ -62,6 +78,12 @@ pub fn guest_text(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_for_a_terminal_keeps_lines_and_tabs_and_escapes_the_rest() {
+        let shown = for_terminal(b"a\tb\n\x1b[2Jc\r\xff\xe2\x80\xaed\n");
+        assert_eq!(shown, "a\tb\n\\u{1b}[2Jc\\r\u{fffd}\\u{202e}d\n");
+    }
 
     #[test]
     fn guest_strings_are_cut_and_cannot_forge_lines() {

@@ -692,7 +692,14 @@ fn run(cli: Cli) -> Result<Exit> {
         }
         Command::Output { id, file, remote } => {
             let output = remote.client()?.output(id, file.as_deref())?;
-            std::io::stdout().write_all(&output)?;
+            let mut stdout = std::io::stdout();
+            // As it is into a file or a pipe; with its escapes shown, not obeyed, on a
+            // terminal.
+            if stdout.is_terminal() {
+                stdout.write_all(crate::guest_text::for_terminal(&output).as_bytes())?;
+            } else {
+                stdout.write_all(&output)?;
+            }
             Ok(Exit::Success)
         }
         Command::Completions { shell } => manual::completions(*shell),
