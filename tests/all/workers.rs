@@ -205,6 +205,8 @@ fn a_tenants_jobs_run_in_one_worker_under_its_limits_which_ends_with_its_last_jo
     assert!(core.split_whitespace().nth(4) == Some("0"), "{core}");
     assert_eq!(proc_line(worker, "status", "NoNewPrivs"), "NoNewPrivs:\t1");
     assert_eq!(proc_line(worker, "status", "Seccomp:"), "Seccomp:\t2");
+    let adj = std::fs::read_to_string(format!("/proc/{worker}/oom_score_adj")).unwrap();
+    assert_eq!(adj.trim(), "500");
 
     // The worker lives while one of its jobs runs, and ends with the last.
     a.cancel(&first).unwrap();

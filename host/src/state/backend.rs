@@ -108,7 +108,58 @@ pub struct KeyedStateBackend {
     /// Entries of TTL states in about the order they were written, for the incremental
     /// cleanup: `(key group, prefix, user key, written at)`, one per entry. An entry
     /// written again since goes back to the end when its turn comes.
-    ttl_queue: VecDeque<(u32, Prefix, Prefix, i64)>,
+    ttl_queue: TtlQueue,
+}
+
+/// An item of the TTL cleanup's queue: `(key group, prefix, user key, written at)`.
+type Queued = (u32, Prefix, Prefix, i64);
+
+/// The TTL cleanup's queue, and what it holds (counted as keyed state: a guest that
+/// writes and deletes entries of a state with a long TTL grows the queue, not the maps).
+#[derive(Debug, Clone, Default)]
+struct TtlQueue {
+    items: VecDeque<Queued>,
+    bytes: u64,
+}
+
+impl TtlQueue {
+    /// What one item holds: its place, and its keys where they do not fit inline.
+    fn item_bytes((_, prefix, user_key, _): &Queued) -> u64 {
+        let spilled = |k: &Prefix| if k.spilled() { k.len() } else { 0 };
+        (size_of::<Queued>() + spilled(prefix) + spilled(user_key)) as u64
+    }
+
+    fn push_back(&mut self, item: Queued) {
+        self.bytes += Self::item_bytes(&item);
+        self.items.push_back(item);
+    }
+
+    fn front(&self) -> Option<&Queued> {
+        self.items.front()
+    }
+
+    fn pop_front(&mut self) -> Option<Queued> {
+        let item = self.items.pop_front()?;
+        self.bytes -= Self::item_bytes(&item);
+        Some(item)
+    }
+
+    fn retain(&mut self, keep: impl FnMut(&Queued) -> bool) {
+        self.items.retain(keep);
+        self.bytes = self.items.iter().map(Self::item_bytes).sum();
+    }
+
+    /// Takes every item, leaving it empty.
+    fn take(&mut self) -> Vec<Queued> {
+        self.bytes = 0;
+        std::mem::take(&mut self.items).into()
+    }
+
+    /// Replaces the items.
+    fn set(&mut self, items: Vec<Queued>) {
+        self.bytes = items.iter().map(Self::item_bytes).sum();
+        self.items = items.into();
+    }
 }
 
 /// What the host counts one entry as holding: its composite key, its value, and an
@@ -173,7 +224,7 @@ impl KeyedStateBackend {
             bytes: 0,
             entries: 0,
             scratch: Vec::new(),
-            ttl_queue: VecDeque::new(),
+            ttl_queue: TtlQueue::default(),
         }
     }
 
@@ -231,7 +282,7 @@ impl KeyedStateBackend {
 
     /// Bytes the entries hold, as [`entry_bytes`] counts them.
     pub fn bytes(&self) -> u64 {
-        self.bytes
+        self.bytes + self.ttl_queue.bytes
     }
 
     fn add_bytes(&mut self, group: usize, added: u64, removed: u64) {
@@ -486,10 +537,10 @@ impl KeyedStateBackend {
             }
         }
         found.sort_by_key(|(_, _, _, at)| *at);
-        let mut queue: Vec<_> = std::mem::take(&mut self.ttl_queue).into();
+        let mut queue = self.ttl_queue.take();
         queue.extend(found);
         queue.sort_by_key(|(_, _, _, at)| *at);
-        self.ttl_queue = queue.into();
+        self.ttl_queue.set(queue);
     }
 
     /// A consistent view of all state at processing time `now` (entries expired by then

@@ -10,6 +10,8 @@
 //! - `RLIMIT_NOFILE` bounds its open files and sockets to the tenant's `open_files`.
 //! - `RLIMIT_CORE` is 0: a crashing worker leaves no core file with a tenant's data.
 //! - No new privileges, and the parent's death kills it.
+//! - An `oom_score_adj` of 500: when the machine runs out of memory, the kernel's
+//!   out-of-memory killer picks a worker before the server.
 //! - cgroup v2 (`memory.max`, `pids.max`, `cpu.weight`) applies only where the server's
 //!   own cgroup is delegated to it; [`describe`] says at start-up whether it is.
 //!
@@ -66,11 +68,24 @@ impl ProcessLimits {
         set(Resource::Data, self.memory_bytes)?;
         set(Resource::Nofile, self.open_files)?;
         set(Resource::Core, 0)?;
+        // When the machine runs out of memory, the kernel kills a worker before the
+        // server (raising one's own score needs no privilege).
+        let adj = rustix::fs::open(
+            "/proc/self/oom_score_adj",
+            rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?;
+        rustix::io::write(&adj, OOM_SCORE_ADJ)?;
+        drop(adj);
         rustix::thread::set_no_new_privs(true)?;
         rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
         Ok(())
     }
 }
+
+/// A worker's `oom_score_adj`: the kernel's out-of-memory killer picks workers before the
+/// server (whose own is usually 0).
+const OOM_SCORE_ADJ: &[u8] = b"500";
 
 /// The system calls a worker is denied (see the module docs).
 #[cfg(target_arch = "x86_64")]
