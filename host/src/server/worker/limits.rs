@@ -87,8 +87,9 @@ impl ProcessLimits {
 /// server (whose own is usually 0).
 const OOM_SCORE_ADJ: &[u8] = b"500";
 
-/// The system calls a worker is denied (see the module docs).
-#[cfg(target_arch = "x86_64")]
+/// The system calls a worker is denied (see the module docs), on every architecture with
+/// a filter.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 const DENIED: &[libc::c_long] = &[
     libc::SYS_ptrace,
     libc::SYS_process_vm_readv,
@@ -101,13 +102,6 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_chroot,
     libc::SYS_unshare,
     libc::SYS_setns,
-    libc::SYS_open_tree,
-    libc::SYS_move_mount,
-    libc::SYS_fsopen,
-    libc::SYS_fsconfig,
-    libc::SYS_fsmount,
-    libc::SYS_fspick,
-    libc::SYS_mount_setattr,
     libc::SYS_init_module,
     libc::SYS_finit_module,
     libc::SYS_delete_module,
@@ -118,8 +112,6 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_swapoff,
     libc::SYS_acct,
     libc::SYS_quotactl,
-    libc::SYS_iopl,
-    libc::SYS_ioperm,
     libc::SYS_keyctl,
     libc::SYS_add_key,
     libc::SYS_request_key,
@@ -131,7 +123,6 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_io_uring_register,
     libc::SYS_open_by_handle_at,
     libc::SYS_name_to_handle_at,
-    libc::SYS_fanotify_init,
     libc::SYS_settimeofday,
     libc::SYS_clock_settime,
     libc::SYS_clock_adjtime,
@@ -145,53 +136,24 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_execveat,
 ];
 
-/// The system calls a worker is denied (see the module docs).
-#[cfg(target_arch = "aarch64")]
-const DENIED: &[libc::c_long] = &[
-    libc::SYS_ptrace,
-    libc::SYS_process_vm_readv,
-    libc::SYS_process_vm_writev,
-    libc::SYS_kcmp,
-    libc::SYS_pidfd_getfd,
-    libc::SYS_mount,
-    libc::SYS_umount2,
-    libc::SYS_pivot_root,
-    libc::SYS_chroot,
-    libc::SYS_unshare,
-    libc::SYS_setns,
-    libc::SYS_init_module,
-    libc::SYS_finit_module,
-    libc::SYS_delete_module,
-    libc::SYS_kexec_load,
-    libc::SYS_kexec_file_load,
-    libc::SYS_reboot,
-    libc::SYS_swapon,
-    libc::SYS_swapoff,
-    libc::SYS_acct,
-    libc::SYS_quotactl,
-    libc::SYS_keyctl,
-    libc::SYS_add_key,
-    libc::SYS_request_key,
-    libc::SYS_bpf,
-    libc::SYS_perf_event_open,
-    libc::SYS_userfaultfd,
-    libc::SYS_io_uring_setup,
-    libc::SYS_io_uring_enter,
-    libc::SYS_io_uring_register,
-    libc::SYS_open_by_handle_at,
-    libc::SYS_name_to_handle_at,
-    libc::SYS_settimeofday,
-    libc::SYS_clock_settime,
-    libc::SYS_clock_adjtime,
-    libc::SYS_adjtimex,
-    libc::SYS_sethostname,
-    libc::SYS_setdomainname,
-    libc::SYS_syslog,
-    libc::SYS_vhangup,
-    libc::SYS_personality,
-    libc::SYS_execve,
-    libc::SYS_execveat,
+/// ... and those only x86-64 has (or that this list names there only).
+#[cfg(target_arch = "x86_64")]
+const DENIED_HERE: &[libc::c_long] = &[
+    libc::SYS_iopl,
+    libc::SYS_ioperm,
+    libc::SYS_fanotify_init,
+    libc::SYS_open_tree,
+    libc::SYS_move_mount,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
 ];
+
+/// ... and those only x86-64 has (or that this list names there only).
+#[cfg(target_arch = "aarch64")]
+const DENIED_HERE: &[libc::c_long] = &[];
 
 /// Installs the worker's system-call filter on every thread of the calling process
 /// (call it before starting threads that run plugins).
@@ -200,6 +162,7 @@ pub fn deny_system_calls() -> Result<()> {
     use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
     let rules = DENIED
         .iter()
+        .chain(DENIED_HERE)
         .map(|&call| (call, Vec::new()))
         .collect::<BTreeMap<_, _>>();
     let arch = TargetArch::try_from(std::env::consts::ARCH)
