@@ -250,7 +250,7 @@ fn check_grants_apart(tenants: &BTreeMap<String, TenantConfig>) -> Result<()> {
         .values()
         .filter_map(|t| {
             let store = t.kafka.as_ref()?.checkpoints.as_ref()?;
-            Some((t.name.as_str(), format!("{}/", store.trim_end_matches('/'))))
+            Some((t.name.as_str(), store_key(store)))
         })
         .collect();
     for (a, sa) in &stores {
@@ -264,6 +264,48 @@ fn check_grants_apart(tenants: &BTreeMap<String, TenantConfig>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A checkpoint store as it is compared with another: a URL normalized (scheme and host
+/// in lower case, `.` and `..` resolved), a directory with its symbolic links, `.` and
+/// `..` resolved (as far as it exists), each ending in `/`. Two spellings of one place
+/// compare equal, so a tenant cannot name another's store by spelling it otherwise.
+fn store_key(store: &str) -> String {
+    let key = if store.contains("://") {
+        url::Url::parse(store).map_or_else(
+            |_| store.to_string(),
+            |mut url| {
+                // (A bucket or host name is the same in any case; the url crate lowers
+                // only those of the schemes it knows.)
+                if let Some(host) = url.host_str().map(str::to_ascii_lowercase) {
+                    let _ = url.set_host(Some(&host));
+                }
+                url.to_string()
+            },
+        )
+    } else {
+        let mut path = PathBuf::new();
+        for part in Path::new(store).components() {
+            match part {
+                std::path::Component::ParentDir => {
+                    path.pop();
+                }
+                std::path::Component::CurDir => {}
+                other => path.push(other),
+            }
+        }
+        // The longest part that exists, with its links resolved, and the rest as written.
+        let mut existing = path.clone();
+        while !existing.exists() && existing.pop() {}
+        match std::fs::canonicalize(&existing) {
+            Ok(mut real) => {
+                real.extend(path.components().skip(existing.components().count()));
+                real.to_string_lossy().into_owned()
+            }
+            Err(_) => path.to_string_lossy().into_owned(),
+        }
+    };
+    format!("{}/", key.trim_end_matches('/'))
 }
 
 fn kafka_grant_from(
@@ -855,6 +897,11 @@ tenant_state_mb = 64
         let store = path.parent().unwrap().join("stores/acme");
         assert_eq!(grant.checkpoints.as_deref(), store.to_str());
         assert_eq!(c.tenant("b").unwrap().kafka, None);
+        // A store reached through a symbolic link is the store it links to.
+        let bad =
+            std::env::temp_dir().join(format!("sluice-tenant-kafka-bad-{}", std::process::id()));
+        std::fs::create_dir_all(bad.join("stores/a")).unwrap();
+        let _ = std::os::unix::fs::symlink(bad.join("stores/a"), bad.join("link-to-a"));
         for (text, expected) in [
             (
                 "[defaults.kafka]\nbootstrap = \"k:1\"\n",
@@ -881,6 +928,22 @@ tenant_state_mb = 64
             (
                 "[tenant.a.kafka]\nbootstrap = \"k:1\"\ncheckpoints = \" \"\n",
                 "`checkpoints` must name a directory or a URL",
+            ),
+            // Another spelling of a's store, or of a folder inside it, is a's store.
+            (
+                "[tenant.a.kafka]\nbootstrap = \"k:1\"\ncheckpoints = \"S3://B/t\"\n\
+                 [tenant.b.kafka]\nbootstrap = \"k:1\"\ncheckpoints = \"s3://b/x/../t/b\"\n",
+                "each tenant's checkpoint store must be its own",
+            ),
+            (
+                "[tenant.a.kafka]\nbootstrap = \"k:1\"\ncheckpoints = \"stores/a\"\n\
+                 [tenant.b.kafka]\nbootstrap = \"k:1\"\ncheckpoints = \"stores/b/../a/./b\"\n",
+                "each tenant's checkpoint store must be its own",
+            ),
+            (
+                "[tenant.a.kafka]\nbootstrap = \"k:1\"\ncheckpoints = \"stores/a\"\n\
+                 [tenant.b.kafka]\nbootstrap = \"k:1\"\ncheckpoints = \"link-to-a/b\"\n",
+                "each tenant's checkpoint store must be its own",
             ),
         ] {
             let err = format!(
