@@ -35,10 +35,9 @@ use crossbeam_channel::{Sender, unbounded};
 use super::kafka_grant::{no_kafka_grant, within_kafka_grant};
 use super::model::{JobState, JobSummary};
 use super::plugins::now_ms;
-use super::registry::{JobEntry, JobRecord, LOGS_FILE, QUARANTINE_AFTER};
+use super::registry::{JobEntry, JobRecord, LOGS_FILE, QUARANTINE_AFTER, latest_or_fresh};
 use super::views::{graph_summary, output_files, state_name, summary};
 use super::{ApiError, ErrorKind, Server, is_plain_name, write_atomic};
-use crate::checkpoint::CheckpointStorage;
 use crate::cluster::plan::is_topic_char;
 use crate::cluster::{ClusterHost, ClusterSettings, HostEnd, Plan};
 use crate::job::{
@@ -265,44 +264,6 @@ impl Server {
             Run::Cluster(Box::new(ClusterRun { graph, settings })),
             output,
         ))
-    }
-
-    /// Builds a job from the registry and runs it in this process, as a worker process
-    /// does for its server (a job over several servers runs in the server itself).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn run_here(
-        &self,
-        tenant: &TenantConfig,
-        text: &str,
-        dir: &Path,
-        plugins: &mut BTreeMap<String, String>,
-        options: RunOptions,
-        control: &crossbeam_channel::Receiver<JobControl>,
-        monitor: &JobMonitor,
-    ) -> Result<JobOutcome> {
-        match self.prepare(tenant, text, dir, plugins) {
-            Ok((Run::Local(job), _)) => Ok(job.run(options, control, monitor)?.outcome),
-            Ok((Run::Cluster(_), _)) => {
-                anyhow::bail!("a job over several servers does not run in a worker process")
-            }
-            Err(e) => Err(anyhow::anyhow!("{e}")),
-        }
-    }
-
-    /// Refuses to start a job whose tenant or plugins crashed workers too often of late.
-    fn not_quarantined(
-        &self,
-        tenant: &TenantConfig,
-        plugins: &BTreeMap<String, String>,
-    ) -> Result<(), ApiError> {
-        let Some(workers) = self.workers.get() else {
-            return Ok(());
-        };
-        let hashes: Vec<String> = plugins.values().cloned().collect();
-        match workers.quarantine(&tenant.name, &hashes) {
-            Some(why) => Err(ApiError::new(ErrorKind::Conflict, why)),
-            None => Ok(()),
-        }
     }
 
     /// Validates a job file, stores it and starts it. Nothing remains of a submission
@@ -904,23 +865,6 @@ impl Server {
     }
 }
 
-/// The latest complete checkpoint or savepoint of a job folder, or a fresh start when
-/// it has none. A folder that cannot be read is an error, not a fresh start: that would
-/// take back what the job committed.
-pub(super) fn latest_or_fresh(job_dir: &Path) -> Result<RestorePoint> {
-    let dir = job_dir.join("checkpoints");
-    if !dir.exists() {
-        return Ok(RestorePoint::Fresh);
-    }
-    let latest = CheckpointStorage::new(&dir)
-        .and_then(|s| s.find_latest())
-        .with_context(|| format!("finding where the job resumes in {}", dir.display()))?;
-    Ok(match latest {
-        Some(_) => RestorePoint::Latest,
-        None => RestorePoint::Fresh,
-    })
-}
-
 /// Waits until the job's thread has recorded its end; false on timeout.
 fn wait_until_ended(entry: &JobEntry, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
@@ -931,32 +875,4 @@ fn wait_until_ended(entry: &JobEntry, timeout: Duration) -> bool {
         thread::sleep(Duration::from_millis(5));
     }
     true
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_job_folder_resumes_from_its_latest_checkpoint_and_one_that_cannot_be_read_is_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        assert!(matches!(
-            latest_or_fresh(dir.path()),
-            Ok(RestorePoint::Fresh)
-        ));
-        let checkpoints = dir.path().join("checkpoints");
-        fs::create_dir_all(&checkpoints).unwrap();
-        assert!(matches!(
-            latest_or_fresh(dir.path()),
-            Ok(RestorePoint::Fresh)
-        ));
-        // What a crash or a full disk can leave: a lineage that does not parse. A fresh
-        // start would take back what the job committed.
-        fs::write(checkpoints.join("_lineage"), b"{ not json").unwrap();
-        let err = format!("{:#}", latest_or_fresh(dir.path()).unwrap_err());
-        assert!(
-            err.contains("finding where the job resumes") && err.contains("is corrupt"),
-            "{err}"
-        );
-    }
 }

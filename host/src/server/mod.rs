@@ -28,6 +28,7 @@
 //! the metrics and log lines of jobs that ended long enough ago.
 
 mod api;
+mod blocking;
 pub mod client;
 mod http;
 mod jobs;
@@ -170,7 +171,7 @@ pub struct Server {
     resumed: AtomicBool,
     /// When each tenant's plugin uploads were refused of late (`plugins::REFUSED_UPLOADS`).
     refused_uploads: Mutex<BTreeMap<String, Vec<std::time::Instant>>>,
-    /// Requests of each tenant waiting on the blocking pool (`api::BLOCKING_PER_TENANT`).
+    /// Requests of each tenant waiting on the blocking pool (`blocking::BLOCKING_PER_TENANT`).
     blocking: Mutex<BTreeMap<String, u32>>,
     /// The tenants' worker processes, when jobs run in them ([`Server::use_workers`]).
     workers: std::sync::OnceLock<Arc<worker::supervisor::Workers>>,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -18,8 +18,9 @@ use super::model::{ChainSummary, JobState};
 use super::savepoints::Triggers;
 use super::views::CheckpointSummary;
 use super::{ApiError, ErrorKind, Server, write_atomic};
+use crate::checkpoint::CheckpointStorage;
 use crate::cluster::HostView;
-use crate::job::{JobControl, JobMonitor};
+use crate::job::{JobControl, JobMonitor, RestorePoint};
 use crate::tenant::TenantConfig;
 
 /// How many times in a row a restarted server resumes a job that reaches neither a
@@ -469,9 +470,49 @@ fn dir_bytes(path: &Path) -> u64 {
         .unwrap_or(own)
 }
 
+/// The latest complete checkpoint or savepoint of a job folder, or a fresh start when
+/// it has none. A folder that cannot be read is an error, not a fresh start: that would
+/// take back what the job committed.
+pub(super) fn latest_or_fresh(job_dir: &Path) -> Result<RestorePoint> {
+    let dir = job_dir.join("checkpoints");
+    if !dir.exists() {
+        return Ok(RestorePoint::Fresh);
+    }
+    let latest = CheckpointStorage::new(&dir)
+        .and_then(|s| s.find_latest())
+        .with_context(|| format!("finding where the job resumes in {}", dir.display()))?;
+    Ok(match latest {
+        Some(_) => RestorePoint::Latest,
+        None => RestorePoint::Fresh,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_folder_resumes_from_its_latest_checkpoint_and_one_that_cannot_be_read_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            latest_or_fresh(dir.path()),
+            Ok(RestorePoint::Fresh)
+        ));
+        let checkpoints = dir.path().join("checkpoints");
+        fs::create_dir_all(&checkpoints).unwrap();
+        assert!(matches!(
+            latest_or_fresh(dir.path()),
+            Ok(RestorePoint::Fresh)
+        ));
+        // What a crash or a full disk can leave: a lineage that does not parse. A fresh
+        // start would take back what the job committed.
+        fs::write(checkpoints.join("_lineage"), b"{ not json").unwrap();
+        let err = format!("{:#}", latest_or_fresh(dir.path()).unwrap_err());
+        assert!(
+            err.contains("finding where the job resumes") && err.contains("is corrupt"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn disk_usage_counts_the_blocks_files_take_not_their_apparent_size() {

@@ -16,16 +16,60 @@ pub mod limits;
 pub mod protocol;
 pub mod supervisor;
 
+use std::collections::BTreeMap;
 use std::fs;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Result;
 use crossbeam_channel::Receiver;
 
 use self::supervisor::{WorkerEnd, WorkerJob, Workers};
+use super::jobs::Run;
 use super::registry::JobEntry;
+use super::{ApiError, ErrorKind, Server};
 use crate::job::{JobControl, JobMonitor, JobOutcome, RestartStrategy, RunOptions};
 use crate::tenant::TenantConfig;
+
+impl Server {
+    /// Builds a job from the registry and runs it in this process, as a worker process
+    /// does for its server (a job over several servers runs in the server itself).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run_here(
+        &self,
+        tenant: &TenantConfig,
+        text: &str,
+        dir: &Path,
+        plugins: &mut BTreeMap<String, String>,
+        options: RunOptions,
+        control: &Receiver<JobControl>,
+        monitor: &JobMonitor,
+    ) -> Result<JobOutcome> {
+        match self.prepare(tenant, text, dir, plugins) {
+            Ok((Run::Local(job), _)) => Ok(job.run(options, control, monitor)?.outcome),
+            Ok((Run::Cluster(_), _)) => {
+                anyhow::bail!("a job over several servers does not run in a worker process")
+            }
+            Err(e) => Err(anyhow::anyhow!("{e}")),
+        }
+    }
+
+    /// Refuses to start a job whose tenant or plugins crashed workers too often of late.
+    pub(super) fn not_quarantined(
+        &self,
+        tenant: &TenantConfig,
+        plugins: &BTreeMap<String, String>,
+    ) -> Result<(), ApiError> {
+        let Some(workers) = self.workers.get() else {
+            return Ok(());
+        };
+        let hashes: Vec<String> = plugins.values().cloned().collect();
+        match workers.quarantine(&tenant.name, &hashes) {
+            Some(why) => Err(ApiError::new(ErrorKind::Conflict, why)),
+            None => Ok(()),
+        }
+    }
+}
 
 /// A job quarantined because its worker died too often (the job's state becomes
 /// `quarantined`, not `failed`).
@@ -101,7 +145,7 @@ pub(super) fn run_job(
         }
         // As a server that restarts resumes it: from its latest checkpoint, or from
         // scratch when it completed none (and so committed nothing).
-        options = RunOptions::from(super::jobs::latest_or_fresh(&entry.dir)?);
+        options = RunOptions::from(super::registry::latest_or_fresh(&entry.dir)?);
     }
 }
 
