@@ -49,7 +49,6 @@ pub struct Workers {
     /// thread ends with its job.
     launcher: Mutex<Sender<(Command, Sender<std::io::Result<Child>>)>>,
     by_tenant: Mutex<BTreeMap<String, Arc<Worker>>>,
-    started: Mutex<u64>,
     crashes: Arc<Mutex<Crashes>>,
 }
 
@@ -119,7 +118,6 @@ impl Workers {
             silence,
             launcher: Mutex::new(launcher),
             by_tenant: Mutex::default(),
-            started: Mutex::new(0),
             crashes: Arc::default(),
         })
     }
@@ -145,16 +143,6 @@ impl Workers {
             .recv()
             .unwrap_or_else(|_| Err(std::io::Error::other("the launcher thread is gone")))
             .with_context(|| format!("starting {}", self.command.program.display()))
-    }
-
-    /// How many worker processes it started so far.
-    pub fn started(&self) -> u64 {
-        *self.started.lock()
-    }
-
-    /// The pid of `tenant`'s worker, if it has one.
-    pub fn pid(&self, tenant: &str) -> Option<u32> {
-        self.by_tenant.lock().get(tenant).map(|w| w.pid)
     }
 
     /// Runs `job` in `tenant`'s worker (started if it has none), forwarding `control`
@@ -268,7 +256,6 @@ impl Workers {
             child: Mutex::new(child),
             killed_for: Mutex::new(None),
         });
-        *self.started.lock() += 1;
         tracing::info!(
             tenant = %tenant.name, pid = worker.pid,
             memory_mb = limits.memory_bytes >> 20, open_files = limits.open_files,
@@ -433,11 +420,8 @@ fn follow(
                 if let Some(reply) = reply {
                     replies.insert(requests, reply);
                 }
-                let sent = worker.send(&ToWorker::Control { job: job.to_string(), request: requests, control });
-                if sent.is_err() {
-                    // Its death is reported by its reader.
-                    continue;
-                }
+                // A worker that is gone has its death reported by its reader.
+                let _ = worker.send(&ToWorker::Control { job: job.to_string(), request: requests, control });
             }
             recv(heard.events) -> event => match event {
                 Ok(Event::Message(FromWorker::Monitor { snapshot, .. })) => apply(snapshot, &failures_before),
