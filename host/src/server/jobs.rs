@@ -460,6 +460,12 @@ fn finished_run(
     let (read, written) = monitor.records_read_written();
     let (read_before, written_before) = *entry.counted_before.lock();
     let checkpointed = !monitor.checkpoints().completed.is_empty();
+    entry.save_history();
+    *entry.ended.lock() = Some(Instant::now());
+    // How it ended is recorded and the run let go in one step: a request that sees the job
+    // ended cannot reach its run any more, and one that reaches the run (a savepoint, a
+    // start) does not see it ended.
+    let mut run = entry.run.lock();
     entry.update(|r| {
         r.restarts += restarts;
         (r.records_read, r.records_written) = (read_before + read, written_before + written);
@@ -499,15 +505,14 @@ fn finished_run(
             }
         }
     });
-    entry.save_history();
+    run.take();
+    drop(run);
     let record = entry.record();
     tracing::info!(
         tenant = %record.tenant, job = %record.id, state = state_name(record.state),
         restarts = record.restarts, failure = record.failure.as_deref().unwrap_or(""),
         "job ended"
     );
-    *entry.ended.lock() = Some(Instant::now());
-    entry.run.lock().take();
 }
 
 impl Server {
