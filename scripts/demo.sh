@@ -3,7 +3,7 @@
 # the host, runs examples/wordcount/job.toml and shows where the output went.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rustup target add wasm32-wasip2
+scripts/build-deps.sh
 cargo build --release --target wasm32-wasip2 -p tokenize -p filter -p count -p window
 # A demo starts over each time: --fresh moves an earlier run's output and checkpoints
 # aside (out/counts.tsv.1, ...) instead of refusing to start. Arguments replace it.

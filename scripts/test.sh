@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-rustup target add wasm32-wasip2
+scripts/build-deps.sh
 
 # The dashboard's browser test drives Debian's Chromium through its WebDriver.
 if ! [ -x /usr/bin/chromium ] || ! [ -x /usr/bin/chromedriver ]; then

@@ -21,6 +21,7 @@
 //! counters = 1000                 # distinct counter names per operator instance
 //! guest_string_kb = 16            # longest log line, error, counter name or timer key kept
 //! cpu_weight = 1                  # share of the host's cores, against other tenants' weights
+//! state_backend = "heap"          # keyed state of jobs without `[state] backend`: heap, rocksdb
 //! tenant_state_mb = 4096          # keyed state of all the tenant's instances in this host
 //! tenant_timers = 50000000        # timers of all the tenant's instances in this host
 //! max_jobs = 20                   # jobs running at once (`sluice serve`)
@@ -574,6 +575,9 @@ fn tenant_from(
     }
     if let Some(n) = spec.counters {
         limits.max_counters = n;
+    }
+    if let Some(backend) = spec.state_backend {
+        limits.state_backend = backend;
     }
     if let Some(weight) = spec.cpu_weight {
         if weight == 0 {

@@ -25,5 +25,6 @@ mod runtime;
 mod sandbox;
 mod server;
 mod server_clients;
+mod state_backends;
 mod wordcount;
 mod workers;

@@ -25,7 +25,7 @@ use crossbeam_channel::unbounded;
 use sluice::chain::{OperatorChain, OperatorState};
 use sluice::checkpoint::{CheckpointStorage, SnapshotKind};
 use sluice::job::{Job, JobControl, JobMonitor, RestorePoint};
-use sluice::state::{KeyedStateBackend, StateDescriptor, StateKind};
+use sluice::state::{KeyedState, KeyedStateBackend, StateDescriptor, StateKind};
 use sluice::tenant::HostConfig;
 use sluice_codec::BatchWriter;
 use sluice_tests::bench::{open_info, opened_chain, paired, rate, runs, wasm_operator};
@@ -112,7 +112,11 @@ fn count_chain(keys: u64) -> OperatorChain {
     }
     opened_chain(vec![
         (
-            wasm_operator(COUNT, "count", OperatorState::new(Some(backend))),
+            wasm_operator(
+                COUNT,
+                "count",
+                OperatorState::new(Some(KeyedState::Heap(backend))),
+            ),
             open_info("count", &[], true),
         ),
         (
@@ -183,7 +187,12 @@ fn stall() {
         let write = Instant::now();
         for s in &snapshots {
             storage
-                .write_operator_state(&storage.folder(id, SnapshotKind::Checkpoint), s, 0)
+                .write_operator_state(
+                    &storage.folder(id, SnapshotKind::Checkpoint),
+                    SnapshotKind::Checkpoint,
+                    s,
+                    0,
+                )
                 .unwrap();
         }
         let written = write.elapsed();

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::unbounded;
 use sluice::chain::{OpenInfo, Operator, OperatorIdentity, OperatorState};
 use sluice::job::{Job, JobControl, JobMonitor, RestorePoint};
-use sluice::state::KeyedStateBackend;
+use sluice::state::KeyedState;
 use sluice::tenant::HostConfig;
 use sluice::wasm::{EngineSettings, SandboxLimits, WasmEngine};
 use sluice_tests::bench::{median_time, rate, runs};
@@ -291,7 +291,7 @@ fn instances() {
             subtask: i as u32,
             parallelism: N as u32,
         };
-        let state = OperatorState::new(Some(KeyedStateBackend::new(128, 0..128)));
+        let state = OperatorState::new(Some(KeyedState::heap(128, 0..128)));
         let mut op = plugin
             .instantiate(
                 identity,

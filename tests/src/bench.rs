@@ -12,7 +12,7 @@ use sluice::chain::{
     ChainOutput, ChainedOperator, OpenInfo, Operator, OperatorChain, OperatorIdentity,
     OperatorState,
 };
-use sluice::state::KeyedStateBackend;
+use sluice::state::KeyedState;
 use sluice::wasm::SandboxLimits;
 
 use crate::engine;
@@ -145,7 +145,7 @@ pub fn wasm_operator(path: &str, name: &str, state: OperatorState) -> Box<dyn Op
 
 /// Keyed state for a benchmark operator: all 128 key groups.
 pub fn keyed_state() -> OperatorState {
-    OperatorState::new(Some(KeyedStateBackend::new(128, 0..128)))
+    OperatorState::new(Some(KeyedState::heap(128, 0..128)))
 }
 
 /// `operators` as one opened chain without outputs.

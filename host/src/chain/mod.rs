@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use sluice_codec::{BatchReader, BatchWriter, TimeDomain};
 
 use crate::checkpoint::OperatorSnapshot;
@@ -788,7 +788,8 @@ impl OperatorChain {
     }
 
     /// The synchronous part of a checkpoint: every operator's own state (its `snapshot`
-    /// call) and an O(1) copy of its keyed state and timers, head first.
+    /// call), a copy of its timers and a snapshot of its keyed state (O(1) on the heap; a
+    /// flush and hard links in RocksDB), head first.
     pub fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<OperatorSnapshot>> {
         let mut snapshots = Vec::with_capacity(self.operators.len());
         let now = now_millis();
@@ -803,10 +804,17 @@ impl OperatorChain {
                 error,
             })?;
             let host = link.operator.state();
+            let keyed = match host.keyed.as_mut() {
+                Some(k) => Some(k.snapshot(checkpoint_id, now).with_context(|| {
+                    format!("{}: snapshot of its keyed state", link.operator.identity())
+                })?),
+                None => None,
+            };
+            let host = link.operator.state();
             snapshots.push(OperatorSnapshot {
                 operator: link.state_id.clone(),
                 state,
-                keyed: host.keyed.as_ref().map(|k| k.snapshot(now)),
+                keyed,
                 timers: host.timers.clone(),
                 watermark: host.watermark,
             });

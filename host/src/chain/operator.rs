@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use sluice_codec::{Effect, EffectReader};
 
 use crate::network::BatchWatermark;
-use crate::state::{Account, Holding, KeyedStateBackend, StateError, key_groups::key_group_of};
+use crate::state::{Account, Holding, KeyedState, StateError, key_groups::key_group_of};
 use crate::timers::TimerQueues;
 
 /// Who an operator instance is: used in every log line and error about it.
@@ -196,7 +196,7 @@ impl TrapKind {
 }
 
 /// How many entries of an operator with TTL states the host looks at after each call
-/// at least, dropping the expired ones (see [`KeyedStateBackend::expire_some`]).
+/// at least, dropping the expired ones (see [`KeyedState::expire_some`]).
 const TTL_CLEANUP_PER_CALL: usize = 64;
 
 /// How a call into an operator failed.
@@ -285,10 +285,10 @@ impl std::error::Error for OperatorFailure {}
 /// The host-managed part of an operator instance: its keyed state, timers, current
 /// watermark and counters. The host reads it during calls (`state-get`) and changes it
 /// only by applying a call's effects after the call returned.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct OperatorState {
     /// Keyed state; `None` when the operator's input is not keyed.
-    pub keyed: Option<KeyedStateBackend>,
+    pub keyed: Option<KeyedState>,
     /// Event- and processing-time timers.
     pub timers: TimerQueues,
     /// The operator's current input watermark.
@@ -319,7 +319,7 @@ pub const COUNTER_BYTES: u64 = 96;
 
 impl OperatorState {
     /// State for an instance; `keyed` holds the backend when the input is keyed.
-    pub fn new(keyed: Option<KeyedStateBackend>) -> Self {
+    pub fn new(keyed: Option<KeyedState>) -> Self {
         OperatorState {
             keyed,
             timers: TimerQueues::new(),
@@ -364,7 +364,7 @@ impl OperatorState {
     fn holding(&self) -> Holding {
         let timers = self.timers.len() as u64;
         Holding {
-            state_bytes: self.keyed.as_ref().map_or(0, KeyedStateBackend::bytes)
+            state_bytes: self.keyed.as_ref().map_or(0, KeyedState::bytes)
                 + self.timers.key_bytes() as u64
                 + timers * TIMER_BYTES
                 + self.counter_bytes,
@@ -487,7 +487,7 @@ impl OperatorState {
         Ok(())
     }
 
-    fn backend(&mut self) -> Result<&mut KeyedStateBackend, CallError> {
+    fn backend(&mut self) -> Result<&mut KeyedState, CallError> {
         self.keyed.as_mut().ok_or_else(|| {
             CallError::Contract(
                 "keyed state used, but the operator's input is not keyed (set `key_by` in the \
@@ -591,7 +591,7 @@ mod tests {
 
     #[test]
     fn effects_update_state_timers_and_counters() {
-        let mut backend = KeyedStateBackend::new(128, 0..128);
+        let mut backend = KeyedState::heap(128, 0..128);
         let s = backend
             .declare(StateDescriptor {
                 name: "count".into(),

@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use sluice_codec::TimeDomain;
 
 use super::LoadedCheckpoint;
-use crate::state::KeyedStateSnapshot;
+use crate::state::KeyedSnapshot;
 use crate::state::key_groups::{key_group_of, key_groups_of_subtask};
 use crate::timers::TimerQueues;
 
@@ -17,7 +17,7 @@ pub struct OperatorRestore {
     /// What its `snapshot` returned (same subtask index).
     pub state: Option<Vec<u8>>,
     /// Keyed state of every old subtask whose key groups overlap this one's.
-    pub keyed: Vec<KeyedStateSnapshot>,
+    pub keyed: Vec<KeyedSnapshot>,
     /// Timers (of this subtask's key groups, for keyed operators).
     pub timers: TimerQueues,
     /// The watermark to continue from: the lowest of the restored subtasks'.

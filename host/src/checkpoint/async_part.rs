@@ -158,7 +158,7 @@ impl CheckpointLink {
             let mut handles = Vec::with_capacity(operators.len());
             let mut failure = None;
             for op in &operators {
-                match storage.write_operator_state(&folder, op, task.subtask) {
+                match storage.write_operator_state(&folder, kind, op, task.subtask) {
                     Ok(h) => handles.push(h),
                     Err(e) => {
                         failure = Some(e);

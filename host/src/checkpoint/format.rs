@@ -5,13 +5,20 @@
 //!              descriptors keyed timers
 //! descriptors := count:u32 (name:bytes kind:u8 has_ttl:u8 ttl:u64)*
 //! keyed     := 0 | 1 first_key_group:u32 groups:u32 (key_group:u32 count:u64 entry*)*
+//!              | 2 first_key_group:u32 end_key_group:u32 taken_at:i64 count:u32 db_file*
 //! entry     := composite_key:bytes value:bytes written_at:i64
+//! db_file   := name:bytes size:u64 crc32:u32 (0 bytes:bytes64 | 1 shared_name:bytes)
 //! timers    := count:u64 (domain:u8 timestamp:i64 key:bytes)*
 //! ```
 //! Integers are little-endian; `bytes` is a u32 length and the bytes, `bytes64` the same
 //! with a u64 length. The file is streamed while it is written (a state of millions of
 //! keys is never materialized as one buffer) and its CRC-32 is recorded in the
 //! checkpoint's metadata, so a torn or altered file is detected before it is used.
+//!
+//! Keyed state comes as entries (`1`: the heap backend's, and every savepoint's, so a
+//! savepoint is self-contained and either backend reads it) or as the manifest of an LSM
+//! instance's database (`2`: a checkpoint's, whose table files are in the checkpoint
+//! storage's shared folder).
 
 use std::io::{self, Read, Write};
 
@@ -19,7 +26,8 @@ use anyhow::{Context, Result, bail};
 use sluice_codec::TimeDomain;
 
 use super::snapshot::OperatorSnapshot;
-use crate::state::{Entry, KeyedStateSnapshot, StateDescriptor, StateKind};
+use crate::state::lsm::{DbFile, LsmFiles, LsmSnapshot, Place};
+use crate::state::{Entry, KeyedSnapshot, KeyedStateSnapshot, StateDescriptor, StateKind};
 use crate::timers::TimerQueues;
 
 const MAGIC: &[u8; 8] = b"SLUICEST";
@@ -77,7 +85,7 @@ pub fn write_operator_state(w: &mut impl Write, snapshot: &OperatorSnapshot) -> 
     let descriptors = snapshot
         .keyed
         .as_ref()
-        .map_or(&[][..], |k| &k.descriptors[..]);
+        .map_or(&[][..], KeyedSnapshot::descriptors);
     w.write_all(&(descriptors.len() as u32).to_le_bytes())?;
     for d in descriptors {
         put_bytes(w, d.name.as_bytes())?;
@@ -86,24 +94,9 @@ pub fn write_operator_state(w: &mut impl Write, snapshot: &OperatorSnapshot) -> 
     }
     match &snapshot.keyed {
         None => w.write_all(&[0])?,
-        Some(keyed) => {
-            w.write_all(&[1])?;
-            w.write_all(&keyed.first_key_group.to_le_bytes())?;
-            let groups: Vec<_> = keyed.key_groups().collect();
-            w.write_all(&(groups.len() as u32).to_le_bytes())?;
-            for (kg, entries) in groups {
-                let entries: Vec<_> = entries.collect();
-                w.write_all(&kg.to_le_bytes())?;
-                w.write_all(&(entries.len() as u64).to_le_bytes())?;
-                for (k, e) in entries {
-                    w.write_all(&(k.len() as u32).to_le_bytes())?;
-                    w.write_all(k.prefix)?;
-                    w.write_all(k.user_key)?;
-                    put_bytes(w, &e.value)?;
-                    w.write_all(&e.written_at.to_le_bytes())?;
-                }
-            }
-        }
+        Some(KeyedSnapshot::Heap(keyed)) => write_heap(w, keyed)?,
+        Some(KeyedSnapshot::Lsm(local)) => write_lsm_entries(w, local)?,
+        Some(KeyedSnapshot::Files(files)) => write_lsm_files(w, files)?,
     }
     let timers: Vec<(TimeDomain, i64, &[u8])> = [TimeDomain::EventTime, TimeDomain::ProcessingTime]
         .into_iter()
@@ -114,6 +107,104 @@ pub fn write_operator_state(w: &mut impl Write, snapshot: &OperatorSnapshot) -> 
         w.write_all(&[domain.to_byte()])?;
         w.write_all(&ts.to_le_bytes())?;
         put_bytes(w, key)?;
+    }
+    Ok(())
+}
+
+/// The heap backend's entries, by key group.
+fn write_heap(w: &mut impl Write, keyed: &KeyedStateSnapshot) -> io::Result<()> {
+    w.write_all(&[1])?;
+    w.write_all(&keyed.first_key_group.to_le_bytes())?;
+    let groups: Vec<_> = keyed.key_groups().collect();
+    w.write_all(&(groups.len() as u32).to_le_bytes())?;
+    for (kg, entries) in groups {
+        let entries: Vec<_> = entries.collect();
+        w.write_all(&kg.to_le_bytes())?;
+        w.write_all(&(entries.len() as u64).to_le_bytes())?;
+        for (k, e) in entries {
+            w.write_all(&(k.len() as u32).to_le_bytes())?;
+            w.write_all(k.prefix)?;
+            w.write_all(k.user_key)?;
+            put_bytes(w, &e.value)?;
+            w.write_all(&e.written_at.to_le_bytes())?;
+        }
+    }
+    Ok(())
+}
+
+/// An LSM instance's entries in the heap backend's layout (a savepoint), read from its
+/// local checkpoint one key group at a time.
+fn write_lsm_entries(w: &mut impl Write, local: &LsmSnapshot) -> io::Result<()> {
+    let groups = local.key_groups.clone();
+    w.write_all(&[1])?;
+    w.write_all(&groups.start.to_le_bytes())?;
+    w.write_all(&(groups.len() as u32).to_le_bytes())?;
+    // A group's entries are counted before they are written: one group in memory.
+    let mut group: Vec<u8> = Vec::new();
+    let (mut current, mut count) = (groups.start, 0u64);
+    fn flush(w: &mut impl Write, kg: u32, count: u64, group: &mut Vec<u8>) -> io::Result<()> {
+        w.write_all(&kg.to_le_bytes())?;
+        w.write_all(&count.to_le_bytes())?;
+        w.write_all(group)?;
+        group.clear();
+        Ok(())
+    }
+    let mut error: Option<io::Error> = None;
+    let read = crate::state::lsm::read_entries(
+        local.local(),
+        groups.clone(),
+        |kg, key, written_at, value| {
+            let mut step = || -> io::Result<()> {
+                while current < kg {
+                    flush(w, current, count, &mut group)?;
+                    (current, count) = (current + 1, 0);
+                }
+                put_bytes(&mut group, key)?;
+                put_bytes(&mut group, value)?;
+                group.extend_from_slice(&written_at.to_le_bytes());
+                count += 1;
+                Ok(())
+            };
+            step().map_err(|e| {
+                let shown = e.to_string();
+                error = Some(e);
+                shown
+            })
+        },
+    );
+    if let Some(e) = error {
+        return Err(e);
+    }
+    read.map_err(|e| io::Error::other(format!("{e:#}")))?;
+    while current < groups.end {
+        flush(w, current, count, &mut group)?;
+        (current, count) = (current + 1, 0);
+    }
+    Ok(())
+}
+
+/// An LSM instance's manifest (a checkpoint): its files, tables by their shared names.
+fn write_lsm_files(w: &mut impl Write, files: &LsmFiles) -> io::Result<()> {
+    w.write_all(&[2])?;
+    w.write_all(&files.key_groups.start.to_le_bytes())?;
+    w.write_all(&files.key_groups.end.to_le_bytes())?;
+    w.write_all(&files.taken_at.to_le_bytes())?;
+    w.write_all(&(files.files.len() as u32).to_le_bytes())?;
+    for f in &files.files {
+        put_bytes(w, f.name.as_bytes())?;
+        w.write_all(&f.size.to_le_bytes())?;
+        w.write_all(&f.crc32.to_le_bytes())?;
+        match &f.place {
+            Place::Inline(bytes) => {
+                w.write_all(&[0])?;
+                w.write_all(&(bytes.len() as u64).to_le_bytes())?;
+                w.write_all(bytes)?;
+            }
+            Place::Shared(name) => {
+                w.write_all(&[1])?;
+                put_bytes(w, name.as_bytes())?;
+            }
+        }
     }
     Ok(())
 }
@@ -174,6 +265,61 @@ impl<R: Read> Reader<R> {
     }
 }
 
+/// An LSM manifest (after its marker). Its shared folder is left for the caller, who
+/// knows where the checkpoint is.
+fn read_lsm_files(
+    r: &mut Reader<impl Read>,
+    descriptors: Vec<StateDescriptor>,
+) -> Result<LsmFiles> {
+    let (start, end) = (r.u32()?, r.u32()?);
+    if start > end {
+        bail!("state file: key groups {start}..{end}");
+    }
+    let taken_at = r.i64()?;
+    let files = (0..r.u32()?)
+        .map(|_| {
+            let name = String::from_utf8(r.bytes()?).context("state file name")?;
+            // Names become paths: one plain name each.
+            if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+                bail!("state file: bad file name {name:?}");
+            }
+            let size = r.u64()?;
+            let crc32 = r.u32()?;
+            let place = match r.u8()? {
+                0 => {
+                    let len = r.u64()?;
+                    let bytes = r.vec(len)?;
+                    if bytes.len() as u64 != size || crc32fast::hash(&bytes) != crc32 {
+                        bail!("state file: {name} is corrupt");
+                    }
+                    Place::Inline(bytes)
+                }
+                1 => {
+                    let shared = String::from_utf8(r.bytes()?).context("shared file name")?;
+                    if shared.is_empty() || shared.contains('/') || shared.starts_with('.') {
+                        bail!("state file: bad shared file name {shared:?}");
+                    }
+                    Place::Shared(shared)
+                }
+                p => bail!("state file: unknown file place {p}"),
+            };
+            Ok(DbFile {
+                name,
+                size,
+                crc32,
+                place,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(LsmFiles {
+        descriptors,
+        key_groups: start..end,
+        taken_at,
+        files,
+        shared: None,
+    })
+}
+
 /// Reads a file written by [`write_operator_state`].
 pub fn read_operator_state(r: impl Read) -> Result<OperatorSnapshot> {
     let mut r = Reader { inner: r };
@@ -227,11 +373,12 @@ pub fn read_operator_state(r: impl Read) -> Result<OperatorSnapshot> {
                 }
                 parts.push(entries);
             }
-            Some(
+            Some(KeyedSnapshot::Heap(
                 KeyedStateSnapshot::from_parts(descriptors, first, parts)
                     .map_err(|e| anyhow::anyhow!("state file: {e}"))?,
-            )
+            ))
         }
+        2 => Some(KeyedSnapshot::Files(read_lsm_files(&mut r, descriptors)?)),
         b => bail!("bad keyed-state marker {b}"),
     };
     let mut timers = TimerQueues::new();
@@ -280,7 +427,7 @@ mod tests {
         let snapshot = OperatorSnapshot {
             operator: "count".into(),
             state: b"opaque".to_vec(),
-            keyed: Some(backend.snapshot(8)),
+            keyed: Some(KeyedSnapshot::Heap(backend.snapshot(8))),
             timers: timers.clone(),
             watermark: 77,
         };
@@ -295,7 +442,9 @@ mod tests {
         assert_eq!(back.state, b"opaque");
         assert_eq!(back.timers, timers);
         assert_eq!(back.watermark, 77);
-        let keyed = back.keyed.unwrap();
+        let Some(KeyedSnapshot::Heap(keyed)) = back.keyed else {
+            panic!("heap state reads back as entries")
+        };
         assert_eq!(keyed.len(), written);
         assert_eq!(keyed.descriptors[0].ttl_ms, Some(5));
         let mut restored = KeyedStateBackend::new(128, 32..64);

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::KeyedStateSnapshot;
+use crate::state::KeyedSnapshot;
 use crate::timers::TimerQueues;
 
 /// Identifies a task: its place in the job graph and its subtask index.
@@ -23,7 +23,7 @@ pub struct OperatorSnapshot {
     /// What the operator's `snapshot` returned.
     pub state: Vec<u8>,
     /// Keyed state, for keyed operators.
-    pub keyed: Option<KeyedStateSnapshot>,
+    pub keyed: Option<KeyedSnapshot>,
     /// Timers.
     pub timers: TimerQueues,
     /// The operator's watermark at the checkpoint, so that after a restore records are
@@ -44,4 +44,8 @@ pub struct StateHandle {
     pub size: u64,
     /// CRC-32 of the file.
     pub crc32: u32,
+    /// Files of the checkpoint storage's shared folder the state refers to (an LSM
+    /// instance's tables), with their sizes: kept while a retained checkpoint names them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared: Vec<(String, u64)>,
 }

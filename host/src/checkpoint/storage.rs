@@ -6,6 +6,9 @@
 //!         _metadata                 written last: its presence makes the checkpoint complete
 //! <dir>/savepoint-0000000009/      a savepoint (never deleted by retention)
 //! <dir>/_lineage                    where the current run of the job started (see below)
+//! <dir>/shared/                     table files of LSM state, named by the checkpoints that
+//!                                   need them (see `state::lsm`)
+//! <dir>/_working/                   the running tasks' LSM databases
 //! ```
 //!
 //! A directory may hold checkpoints of several runs of a job: a run that restored an
@@ -20,6 +23,7 @@
 //! checkpoint is restored, every file is checked against the size and CRC-32 in the
 //! metadata; an incomplete or corrupt checkpoint is skipped in favour of the previous one.
 
+use std::collections::BTreeSet;
 use std::fs::{self, File};
 use std::io::{BufReader, BufWriter, Read};
 use std::path::{Path, PathBuf};
@@ -31,9 +35,12 @@ use serde::{Deserialize, Serialize};
 
 use super::format::{CrcWriter, read_operator_state, write_operator_state};
 use super::snapshot::{OperatorSnapshot, StateHandle};
+use crate::state::KeyedSnapshot;
+use crate::state::lsm::SharedFolder;
 
 const METADATA: &str = "_metadata";
 const LINEAGE: &str = "_lineage";
+const WORKING: &str = "_working";
 const FORMAT: u32 = 1;
 
 /// Checkpoint or savepoint.
@@ -156,14 +163,63 @@ impl CheckpointStorage {
         self.dir.join(format!("{}{id:010}", kind.prefix()))
     }
 
-    /// Writes one operator instance's state into `folder`.
+    /// The folder the LSM instances of the job's running tasks keep their databases in
+    /// (one file system with the checkpoints, so checkpoints link files, not copy them).
+    pub fn working(&self) -> PathBuf {
+        self.dir.join(WORKING)
+    }
+
+    /// Deletes what earlier runs left in [`CheckpointStorage::working`] (a crash leaves
+    /// its databases). Only when a run starts.
+    pub fn clear_working(&self) -> Result<()> {
+        match fs::remove_dir_all(self.working()) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("deleting {}", self.working().display()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The folder LSM instances' table files are shared in by its checkpoints.
+    pub fn shared(&self) -> SharedFolder {
+        SharedFolder::of(&self.dir)
+    }
+
+    /// Writes one operator instance's state into `folder`. An LSM instance's state goes
+    /// into a checkpoint as its files (those not yet in the shared folder copied there),
+    /// into a savepoint as entries (self-contained).
     pub fn write_operator_state(
         &self,
         folder: &Path,
+        kind: SnapshotKind,
         snapshot: &OperatorSnapshot,
         subtask: u32,
     ) -> Result<StateHandle> {
         fs::create_dir_all(folder).with_context(|| format!("creating {}", folder.display()))?;
+        let uploaded;
+        let snapshot = match (&snapshot.keyed, kind) {
+            (Some(KeyedSnapshot::Lsm(local)), SnapshotKind::Checkpoint) => {
+                let files = local.upload().with_context(|| {
+                    format!(
+                        "copying the state files of {} (subtask {subtask})",
+                        snapshot.operator
+                    )
+                })?;
+                uploaded = OperatorSnapshot {
+                    keyed: Some(KeyedSnapshot::Files(files)),
+                    ..snapshot.clone()
+                };
+                &uploaded
+            }
+            _ => snapshot,
+        };
+        let shared = match &snapshot.keyed {
+            Some(KeyedSnapshot::Files(files)) => files
+                .shared_files()
+                .map(|(name, size)| (name.to_string(), size))
+                .collect(),
+            _ => Vec::new(),
+        };
         let file = state_file_name(&snapshot.operator, subtask);
         let path = folder.join(&file);
         crate::failpoint!("checkpoint::write-state");
@@ -180,6 +236,7 @@ impl CheckpointStorage {
             file,
             size,
             crc32,
+            shared,
         })
     }
 
@@ -261,17 +318,70 @@ impl CheckpointStorage {
             .rev()
             .take(keep.max(1))
             .collect();
+        let mut released = BTreeSet::new();
+        let mut still_named = BTreeSet::new();
         for (id, kind, path, is_complete) in folders {
             let delete = match (kind, is_complete) {
                 (SnapshotKind::Savepoint, true) => false,
                 (SnapshotKind::Checkpoint, true) => !kept.contains(&id),
                 (_, false) => id < newest,
             };
+            let names = if is_complete {
+                shared_files_of(&path)
+            } else {
+                BTreeSet::new()
+            };
             if delete && !protected(&path) {
                 self.discard(&path);
+                released.extend(names);
+            } else {
+                still_named.extend(names);
+            }
+        }
+        // Shared files the deleted checkpoints named and no other complete one does:
+        // deleted after the checkpoints (a crash between leaves files no checkpoint names,
+        // which the next run collects), never before.
+        crate::failpoint!("checkpoint::release-shared-files");
+        for name in released.difference(&still_named) {
+            self.delete_shared(name);
+        }
+        Ok(())
+    }
+
+    /// Deletes the shared files no complete checkpoint names (left by checkpoints that
+    /// were aborted, or by a crash while old ones were deleted). Only while no
+    /// checkpoint of the job is being written: when a run starts.
+    pub fn collect_shared_files(&self) -> Result<()> {
+        let shared = self.shared();
+        let entries = match fs::read_dir(shared.path()) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => {
+                return Err(e).with_context(|| format!("listing {}", shared.path().display()));
+            }
+        };
+        let named: BTreeSet<String> = self
+            .folders()?
+            .into_iter()
+            .filter(|f| f.3)
+            .flat_map(|f| shared_files_of(&f.2))
+            .collect();
+        for entry in entries {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if !named.contains(&name) {
+                self.delete_shared(&name);
             }
         }
         Ok(())
+    }
+
+    fn delete_shared(&self, name: &str) {
+        let path = self.shared().path().join(name);
+        if let Err(e) = fs::remove_file(&path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!("could not delete {}: {e}", path.display());
+        }
     }
 
     /// Where the current run started; `None` in a directory written before lineages
@@ -358,6 +468,28 @@ pub struct Lineage {
     pub started_from: Option<PathBuf>,
 }
 
+/// The shared folder of the checkpoint storage the checkpoint in `folder` is in.
+fn shared_folder_of(folder: &Path) -> SharedFolder {
+    SharedFolder::of(folder.parent().unwrap_or(Path::new(".")))
+}
+
+/// The shared files the complete checkpoint in `folder` names (none when its metadata
+/// cannot be read: it is then no checkpoint to keep files for).
+fn shared_files_of(folder: &Path) -> BTreeSet<String> {
+    let Ok(bytes) = fs::read(folder.join(METADATA)) else {
+        return BTreeSet::new();
+    };
+    let Ok(metadata) = serde_json::from_slice::<CheckpointMetadata>(&bytes) else {
+        return BTreeSet::new();
+    };
+    metadata
+        .operators
+        .iter()
+        .flat_map(|o| &o.subtasks)
+        .flat_map(|h| h.shared.iter().map(|(name, _)| name.clone()))
+        .collect()
+}
+
 /// Loads and checks the checkpoint or savepoint in `path`.
 pub fn load(path: &Path) -> Result<LoadedCheckpoint> {
     let meta_path = path.join(METADATA);
@@ -398,6 +530,21 @@ pub fn load(path: &Path) -> Result<LoadedCheckpoint> {
                     file.display(),
                     h.size
                 );
+            }
+            // Shared table files are checked by size (reading them all would read the
+            // whole state); RocksDB checks their blocks' checksums as it reads them.
+            for (name, size) in &h.shared {
+                let shared = shared_folder_of(path).path().join(name);
+                match fs::metadata(&shared) {
+                    Ok(m) if m.len() == *size => {}
+                    Ok(m) => bail!(
+                        "{} has {} bytes, not the {size} {} recorded",
+                        shared.display(),
+                        m.len(),
+                        file.display()
+                    ),
+                    Err(e) => bail!("{} is missing: {e}", shared.display()),
+                }
             }
         }
     }
@@ -460,10 +607,14 @@ impl LoadedCheckpoint {
     /// Reads the state file of `handle`.
     pub fn read_state(&self, handle: &StateHandle) -> Result<OperatorSnapshot> {
         let file = self.path.join(&handle.file);
-        read_operator_state(BufReader::new(
+        let mut snapshot = read_operator_state(BufReader::new(
             File::open(&file).with_context(|| format!("opening {}", file.display()))?,
         ))
-        .with_context(|| format!("reading {}", file.display()))
+        .with_context(|| format!("reading {}", file.display()))?;
+        if let Some(KeyedSnapshot::Files(files)) = &mut snapshot.keyed {
+            files.shared = Some(shared_folder_of(&self.path));
+        }
+        Ok(snapshot)
     }
 
     /// The metadata of vertex `id`'s state, if the checkpoint has any.
@@ -493,7 +644,8 @@ mod tests {
     use super::*;
     use crate::checkpoint::assign_operator_state;
     use crate::state::key_groups::key_groups_of_subtask;
-    use crate::state::{KeyedStateBackend, StateDescriptor, StateKind};
+    use crate::state::lsm::LsmConfig;
+    use crate::state::{BackendKind, KeyedState, StateDescriptor, StateKind};
     use crate::timers::TimerQueues;
 
     fn storage(name: &str) -> CheckpointStorage {
@@ -511,12 +663,33 @@ mod tests {
         kind: SnapshotKind,
         parallelism: u32,
     ) -> PathBuf {
+        write_checkpoint_of(s, id, kind, parallelism, BackendKind::Heap)
+    }
+
+    /// [`write_checkpoint`] with keyed state in `backend`.
+    fn write_checkpoint_of(
+        s: &CheckpointStorage,
+        id: u64,
+        kind: SnapshotKind,
+        parallelism: u32,
+        backend: BackendKind,
+    ) -> PathBuf {
         let folder = s.folder(id, kind);
         let mut subtasks = Vec::new();
         for subtask in 0..parallelism {
-            let mut backend =
-                KeyedStateBackend::new(128, key_groups_of_subtask(subtask, parallelism, 128));
-            let state = backend
+            let groups = key_groups_of_subtask(subtask, parallelism, 128);
+            let mut keyed = match backend {
+                BackendKind::Heap => KeyedState::heap(128, groups),
+                BackendKind::Rocksdb => {
+                    let config = LsmConfig {
+                        dir: s.working().join(format!("{id}-{subtask}")),
+                        memory_bytes: 8 << 20,
+                        shared: Some(s.shared()),
+                    };
+                    KeyedState::lsm(config, 128, groups).unwrap()
+                }
+            };
+            let state = keyed
                 .declare(StateDescriptor {
                     name: "count".into(),
                     kind: StateKind::Value,
@@ -524,16 +697,19 @@ mod tests {
                 })
                 .unwrap();
             for i in 0..100 {
-                let _ = backend.put(state, format!("k{i}").as_bytes(), b"", &id.to_le_bytes(), 0);
+                let _ = keyed.put(state, format!("k{i}").as_bytes(), b"", &id.to_le_bytes(), 0);
             }
             let snapshot = OperatorSnapshot {
                 operator: "count".into(),
                 state: Vec::new(),
-                keyed: Some(backend.snapshot(0)),
+                keyed: Some(keyed.snapshot(id, 0).unwrap()),
                 timers: TimerQueues::new(),
                 watermark: i64::MIN,
             };
-            subtasks.push(s.write_operator_state(&folder, &snapshot, subtask).unwrap());
+            subtasks.push(
+                s.write_operator_state(&folder, kind, &snapshot, subtask)
+                    .unwrap(),
+            );
         }
         let metadata = CheckpointMetadata {
             format: FORMAT,
@@ -565,11 +741,8 @@ mod tests {
     fn value_of(c: &LoadedCheckpoint, subtask: u32, parallelism: u32, key: &str) -> Option<u64> {
         let restore =
             assign_operator_state(c, "count", subtask, parallelism, true, false).unwrap()?;
-        let mut backend =
-            KeyedStateBackend::new(128, key_groups_of_subtask(subtask, parallelism, 128));
-        for k in &restore.keyed {
-            backend.restore(k).unwrap();
-        }
+        let mut backend = KeyedState::heap(128, key_groups_of_subtask(subtask, parallelism, 128));
+        backend.restore(&restore.keyed).unwrap();
         let v = backend.get(0, key.as_bytes(), b"", 0).ok()??;
         Some(u64::from_le_bytes((*v).try_into().unwrap()))
     }
@@ -631,8 +804,7 @@ mod tests {
     #[test]
     fn state_files_of_distinct_ids_are_distinct() {
         let names = ["a.b", "a_b", "a-b", "ab", "a b", "a/b", "á"];
-        let files: std::collections::BTreeSet<String> =
-            names.iter().map(|n| state_file_name(n, 0)).collect();
+        let files: BTreeSet<String> = names.iter().map(|n| state_file_name(n, 0)).collect();
         assert_eq!(files.len(), names.len(), "{files:?}");
         assert_eq!(state_file_name("a.b", 3), "a_2eb-3.state");
     }
@@ -708,5 +880,51 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn shared_state_files_live_while_a_retained_checkpoint_names_them() {
+        let s = storage("shared");
+        let shared_dir = s.shared().path().to_path_buf();
+        let present = || -> BTreeSet<String> {
+            fs::read_dir(&shared_dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        };
+        for id in 1..=4 {
+            write_checkpoint_of(&s, id, SnapshotKind::Checkpoint, 2, BackendKind::Rocksdb);
+            s.retain(2, None).unwrap();
+        }
+        let named = |ids: &[u64]| -> BTreeSet<String> {
+            ids.iter()
+                .flat_map(|id| shared_files_of(&s.folder(*id, SnapshotKind::Checkpoint)))
+                .collect()
+        };
+        assert!(!named(&[3, 4]).is_empty());
+        // The deleted checkpoints' files went with them; the retained ones' stayed.
+        assert_eq!(present(), named(&[3, 4]));
+        let latest = s.find_latest().unwrap().unwrap();
+        assert_eq!(latest.metadata.id, 4);
+        for (subtask, parallelism) in [(0, 1), (1, 2), (2, 3)] {
+            assert_eq!(value_of(&latest, subtask, parallelism, "k7"), Some(4));
+        }
+        // A checkpoint whose shared file is gone is not restored.
+        let gone = named(&[4]).into_iter().next().unwrap();
+        fs::remove_file(shared_dir.join(&gone)).unwrap();
+        let err = load(&s.folder(4, SnapshotKind::Checkpoint)).unwrap_err();
+        assert!(format!("{err:#}").contains(&gone), "{err:#}");
+        assert_eq!(s.find_latest().unwrap().unwrap().metadata.id, 3);
+        // A savepoint of the same state is self-contained: it names no shared file.
+        let savepoint =
+            write_checkpoint_of(&s, 5, SnapshotKind::Savepoint, 2, BackendKind::Rocksdb);
+        assert!(shared_files_of(&savepoint).is_empty());
+        assert_eq!(value_of(&load(&savepoint).unwrap(), 0, 1, "k7"), Some(5));
+        // A file no checkpoint names (an aborted checkpoint's) goes when a run starts.
+        fs::write(shared_dir.join("orphan.sst"), b"x").unwrap();
+        s.collect_shared_files().unwrap();
+        let mut kept = named(&[3, 4]);
+        kept.remove(&gone);
+        assert_eq!(present(), kept);
     }
 }

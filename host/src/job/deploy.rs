@@ -32,7 +32,8 @@ use crate::metrics::{OperatorMetrics, TaskMetrics, TaskMetricsHandle};
 use crate::network::{InputGate, Partitioner, RecordWriter, channel};
 use crate::spec::SinkKind;
 use crate::state::key_groups::key_groups_of_subtask;
-use crate::state::{Account, InstanceLimits, KeyedStateBackend, TenantUsage};
+use crate::state::lsm::LsmConfig;
+use crate::state::{Account, BackendKind, InstanceLimits, KeyedState, TenantUsage};
 use crate::task::{
     SourceReader, StreamTask, TaskContext, TaskHandle, TaskInput, merge_source_checkpoints,
     panic_to_error,
@@ -384,23 +385,14 @@ struct ChainBuilder {
     allow_rewind: bool,
 }
 
-/// A fresh state for an operator instance: a keyed backend over the key groups of
-/// `subtask` when its input is keyed, and an account within `limits`.
+/// A fresh state for an operator instance with keyed state `keyed` (when its input is
+/// keyed), and an account within `limits`.
 fn fresh_state(
-    graph: &JobGraph,
-    keyed: bool,
-    subtask: u32,
-    parallelism: u32,
+    keyed: Option<KeyedState>,
     limits: &SandboxLimits,
     usage: &Arc<TenantUsage>,
 ) -> OperatorState {
-    let mut state = OperatorState::new(None);
-    state.keyed = keyed.then(|| {
-        KeyedStateBackend::new(
-            graph.max_parallelism,
-            key_groups_of_subtask(subtask, parallelism, graph.max_parallelism),
-        )
-    });
+    let mut state = OperatorState::new(keyed);
     state.account = Account::new(
         InstanceLimits {
             state_bytes: limits.max_state_bytes,
@@ -411,6 +403,56 @@ fn fresh_state(
         Some(usage.clone()),
     );
     state
+}
+
+/// An empty keyed state for subtask `subtask` of vertex `id`, in the backend the job
+/// asks for or else its tenant's default. A job over several hosts keeps it on the heap.
+fn keyed_state(
+    graph: &JobGraph,
+    limits: &SandboxLimits,
+    id: &str,
+    subtask: u32,
+    parallelism: u32,
+) -> Result<KeyedState> {
+    let groups = key_groups_of_subtask(subtask, parallelism, graph.max_parallelism);
+    let backend = match graph.state.backend {
+        _ if graph.cluster.is_some() => BackendKind::Heap,
+        Some(backend) => backend,
+        None => limits.state_backend,
+    };
+    if backend == BackendKind::Heap {
+        return Ok(KeyedState::heap(graph.max_parallelism, groups));
+    }
+    let memory = graph.state.memory_bytes;
+    if memory > limits.max_state_bytes {
+        bail!(
+            "the RocksDB state of each operator instance is given {} MiB (`[state] memory_mb`), \
+             more than the {} MiB of state the tenant's instances may hold (`state_mb`)",
+            memory >> 20,
+            limits.max_state_bytes >> 20
+        );
+    }
+    let unique = format!(
+        "{}-{}",
+        crate::checkpoint::state_file_name(id, subtask),
+        uuid::Uuid::new_v4().simple()
+    );
+    let (dir, shared) = match &graph.checkpoint {
+        Some(c) => {
+            let storage = crate::checkpoint::CheckpointStorage::new(&c.dir)?;
+            (storage.working().join(unique), Some(storage.shared()))
+        }
+        None => (
+            std::env::temp_dir().join(format!("sluice-state-{unique}")),
+            None,
+        ),
+    };
+    let config = LsmConfig {
+        dir,
+        memory_bytes: memory,
+        shared,
+    };
+    KeyedState::lsm(config, graph.max_parallelism, groups)
 }
 
 impl Job {
@@ -432,7 +474,10 @@ impl Job {
                 subtask: 0,
                 parallelism: o.parallelism,
             };
-            let state = fresh_state(graph, keyed, 0, o.parallelism, &self.tenant.limits, &usage);
+            // (Opened to be checked, not run: its keyed state is on the heap.)
+            let groups = key_groups_of_subtask(0, o.parallelism, graph.max_parallelism);
+            let backend = keyed.then(|| KeyedState::heap(graph.max_parallelism, groups));
+            let state = fresh_state(backend, &self.tenant.limits, &usage);
             let mut instance = self.plugins[&o.name].instantiate(
                 identity.clone(),
                 self.tenant.limits.clone(),
@@ -549,22 +594,17 @@ impl ChainBuilder {
             };
             let operator: Box<dyn Operator> = match &graph.vertices[v] {
                 Vertex::Operator(o) => {
-                    let mut state = fresh_state(
-                        graph,
-                        keyed,
-                        self.subtask,
-                        parallelism,
-                        &self.limits,
-                        &self.usage,
-                    );
+                    let keyed_state = keyed
+                        .then(|| keyed_state(graph, &self.limits, id, self.subtask, parallelism))
+                        .transpose()
+                        .with_context(|| format!("opening the keyed state of {identity}"))?;
+                    let mut state = fresh_state(keyed_state, &self.limits, &self.usage);
                     state.share_counters(metrics.counters.clone());
                     if let Some(r) = restore {
                         state.watermark = r.watermark;
                         if let Some(b) = state.keyed.as_mut() {
-                            for snapshot in &r.keyed {
-                                b.restore(snapshot)
-                                    .map_err(|e| anyhow!("restoring {identity}: {e}"))?;
-                            }
+                            b.restore(&r.keyed)
+                                .with_context(|| format!("restoring {identity}"))?;
                         }
                         state.timers = r.timers;
                         open_info.restored_state = r.state;

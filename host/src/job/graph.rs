@@ -266,6 +266,8 @@ pub struct JobGraph {
     pub chains: Vec<ChainSpec>,
     /// Checkpointing, if enabled.
     pub checkpoint: Option<CheckpointSettings>,
+    /// Where keyed state is kept.
+    pub state: StateSettings,
     /// Restart strategy.
     pub restart: RestartStrategy,
     /// Data exchange settings.
@@ -276,6 +278,24 @@ pub struct JobGraph {
     pub base_dir: PathBuf,
     /// `[cluster]`, as the job file gives it.
     pub cluster: Option<crate::spec::ClusterSpec>,
+}
+
+/// Where a job keeps its keyed state (`[state]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateSettings {
+    /// The backend the job asks for; `None`: the tenant's (host's) default.
+    pub backend: Option<crate::state::BackendKind>,
+    /// Memory of each RocksDB instance, bytes.
+    pub memory_bytes: u64,
+}
+
+impl Default for StateSettings {
+    fn default() -> Self {
+        StateSettings {
+            backend: None,
+            memory_bytes: limits::STATE_MEMORY_MB.default << 20,
+        }
+    }
 }
 
 impl JobGraph {

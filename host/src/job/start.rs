@@ -73,7 +73,12 @@ pub(super) fn prepare_run(
                 ),
                 None => None,
             };
-            Some(s.begin_run(from.as_deref())?)
+            let lineage = s.begin_run(from.as_deref())?;
+            // No checkpoint of the job is being written now: what no checkpoint names,
+            // and the state folders of runs that ended without cleaning up, can go.
+            s.collect_shared_files()?;
+            s.clear_working()?;
+            Some(lineage)
         }
         None => None,
     };

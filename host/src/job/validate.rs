@@ -10,7 +10,9 @@ use anyhow::{Result, anyhow, bail};
 use self::endpoints::{kafka_sink, sink_kind_name, source_vertex};
 use super::chaining::{chain, topological_order};
 use super::coordinator::CheckpointSettings;
-use super::graph::{Edge, JobGraph, OperatorVertex, SinkVertex, SourceInput, Vertex};
+use super::graph::{
+    Edge, JobGraph, OperatorVertex, SinkVertex, SourceInput, StateSettings, Vertex,
+};
 use super::restart::RestartStrategy;
 use crate::connectors::LineFormat;
 use crate::connectors::kafka::Delivery;
@@ -307,6 +309,14 @@ impl JobGraph {
             buffer_timeout: network.buffer_timeout,
             ..TaskSettings::default()
         };
+        let state =
+            state_settings(file.state.as_ref()).map_err(|e| anyhow!("{job}: [state]: {e}"))?;
+        if state.backend == Some(crate::state::BackendKind::Rocksdb) && file.cluster.is_some() {
+            bail!(
+                "{job}: [state]: backend \"rocksdb\" does not run over several hosts yet \
+                 (`[cluster]`): use \"heap\""
+            );
+        }
         let graph = JobGraph {
             name: file.name.clone(),
             tenant: file.tenant.clone(),
@@ -315,6 +325,7 @@ impl JobGraph {
             edges,
             chains,
             checkpoint,
+            state,
             restart,
             network,
             task,
@@ -369,6 +380,17 @@ impl JobGraph {
         }
         Ok(())
     }
+}
+
+/// The `[state]` settings, each within its range (see [`limits`]).
+fn state_settings(spec: Option<&crate::spec::StateSpec>) -> Result<StateSettings> {
+    let Some(spec) = spec else {
+        return Ok(StateSettings::default());
+    };
+    Ok(StateSettings {
+        backend: spec.backend,
+        memory_bytes: limits::STATE_MEMORY_MB.resolve(spec.memory_mb)? << 20,
+    })
 }
 
 /// The `[checkpoint]` settings, each within its range (see [`limits`]).

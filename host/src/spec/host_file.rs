@@ -63,6 +63,9 @@ pub struct LimitsSpec {
     pub guest_string_kb: Option<usize>,
     /// Share of the host's cores against other active tenants' weights (default 1).
     pub cpu_weight: Option<u32>,
+    /// Where the keyed state of jobs without `[state] backend` is kept: `heap` (default)
+    /// or `rocksdb`.
+    pub state_backend: Option<crate::state::BackendKind>,
     /// Keyed state of all the tenant's instances in this host, MiB (default 4096).
     pub tenant_state_mb: Option<u64>,
     /// Timers of all the tenant's instances in this host (default 50,000,000).

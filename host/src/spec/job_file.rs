@@ -46,6 +46,8 @@ pub struct JobFile {
     pub sink: Vec<SinkSpec>,
     /// Checkpointing; absent means no checkpoints.
     pub checkpoint: Option<CheckpointSpec>,
+    /// Where keyed state is kept.
+    pub state: Option<StateSpec>,
     /// What to do when the job fails.
     pub restart: Option<RestartSpec>,
     /// Batching and buffering.
@@ -338,6 +340,19 @@ pub struct CheckpointSpec {
     pub max_concurrent: Option<usize>,
     /// Complete checkpoints to keep (default 3, at most 100).
     pub retain: Option<usize>,
+}
+
+/// The `[state]` table.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StateSpec {
+    /// `heap` (in memory, for small and hot state) or `rocksdb` (on local disk, for state
+    /// larger than memory, with incremental checkpoints); default: the host's
+    /// `state_backend`, else `heap`.
+    pub backend: Option<crate::state::BackendKind>,
+    /// `rocksdb`: memory per operator instance for its block cache and write buffers,
+    /// MiB (default 64, at least 8); counted against the instance's `state_mb`.
+    pub memory_mb: Option<u64>,
 }
 
 /// The `[restart]` table.

@@ -188,6 +188,12 @@ pub const MAX_CONCURRENT: Knob<usize> = Knob {
     default: 1,
     range: 1..=16,
 };
+/// Memory of an operator instance's RocksDB (block cache and write buffers), MiB.
+pub const STATE_MEMORY_MB: Knob<u64> = Knob {
+    field: "memory_mb",
+    default: 64,
+    range: 8..=65_536,
+};
 /// Complete checkpoints kept on disk (default 3).
 pub const RETAIN: Knob<usize> = Knob {
     field: "retain",

@@ -12,7 +12,7 @@ pub mod values;
 pub use host_file::HostFile;
 pub use job_file::{
     CheckpointSpec, ClusterSpec, JobFile, OperatorSpec, RestartSpec, RuntimeSpec, SinkKind,
-    SinkSpec, SourceKind, SourceSpec,
+    SinkSpec, SourceKind, SourceSpec, StateSpec,
 };
 
 /// Parses the TOML `text` of the file at `path` into `T`. An error names the file, the

@@ -56,6 +56,8 @@ pub enum StateError {
         /// What was attempted.
         operation: &'static str,
     },
+    /// The store under the state failed (the LSM backend's disk).
+    Storage(String),
 }
 
 impl std::fmt::Display for StateError {
@@ -73,6 +75,7 @@ impl std::fmt::Display for StateError {
                 kind,
                 operation,
             } => write!(f, "cannot {operation} on {kind:?} state '{state}'"),
+            StateError::Storage(e) => write!(f, "the state's store failed: {e}"),
         }
     }
 }
@@ -162,6 +165,29 @@ impl TtlQueue {
     }
 }
 
+/// Declares `descriptor` among `descriptors`, or finds it there: `(its id, whether it
+/// gained a TTL)`. Fails when the name is known with another kind.
+pub(super) fn declare_in(
+    descriptors: &mut Vec<StateDescriptor>,
+    descriptor: StateDescriptor,
+) -> Result<(u32, bool), String> {
+    if let Some(id) = descriptors.iter().position(|d| d.name == descriptor.name) {
+        let existing = &mut descriptors[id];
+        if existing.kind != descriptor.kind {
+            return Err(format!(
+                "state '{}' is declared as {:?} state, but it exists as {:?} state \
+                 (declared earlier or restored from a checkpoint)",
+                descriptor.name, descriptor.kind, existing.kind
+            ));
+        }
+        let gains_ttl = existing.ttl_ms.is_none() && descriptor.ttl_ms.is_some();
+        existing.ttl_ms = descriptor.ttl_ms;
+        return Ok((id as u32, gains_ttl));
+    }
+    descriptors.push(descriptor);
+    Ok((descriptors.len() as u32 - 1, false))
+}
+
 /// What the host counts one entry as holding: its composite key, its value, and an
 /// estimate of the maps' and the reference counts' overhead per entry.
 pub fn entry_bytes(composite_key_len: usize, value_len: usize) -> u64 {
@@ -246,28 +272,11 @@ impl KeyedStateBackend {
     /// Declares a state or returns the id it already has (from an earlier declaration or
     /// a restored checkpoint). Fails when the name is known with another kind.
     pub fn declare(&mut self, descriptor: StateDescriptor) -> Result<u32, String> {
-        if let Some(id) = self
-            .descriptors
-            .iter()
-            .position(|d| d.name == descriptor.name)
-        {
-            let existing = &mut self.descriptors[id];
-            if existing.kind != descriptor.kind {
-                return Err(format!(
-                    "state '{}' is declared as {:?} state, but it exists as {:?} state \
-                     (declared earlier or restored from a checkpoint)",
-                    descriptor.name, descriptor.kind, existing.kind
-                ));
-            }
-            let gains_ttl = existing.ttl_ms.is_none() && descriptor.ttl_ms.is_some();
-            existing.ttl_ms = descriptor.ttl_ms;
-            if gains_ttl {
-                self.queue_ttl_entries(id as u32);
-            }
-            return Ok(id as u32);
+        let (id, gains_ttl) = declare_in(&mut self.descriptors, descriptor)?;
+        if gains_ttl {
+            self.queue_ttl_entries(id);
         }
-        self.descriptors.push(descriptor);
-        Ok(self.descriptors.len() as u32 - 1)
+        Ok(id)
     }
 
     /// Number of entries over all states and key groups.
@@ -587,6 +596,12 @@ impl KeyedStateBackend {
                 }
             }
         }
+        self.queue_restored_ttls();
+        Ok(())
+    }
+
+    /// Queues the entries of every TTL state anew, after entries were restored.
+    pub fn queue_restored_ttls(&mut self) {
         for (id, d) in self.descriptors.clone().iter().enumerate() {
             if d.ttl_ms.is_some() {
                 self.ttl_queue
@@ -594,6 +609,43 @@ impl KeyedStateBackend {
                 self.queue_ttl_entries(id as u32);
             }
         }
+    }
+
+    /// Declares the states of `descriptors` (restored ones): their ids here, by their
+    /// index there.
+    pub fn declare_all(&mut self, descriptors: &[StateDescriptor]) -> Result<Vec<u32>, String> {
+        descriptors
+            .iter()
+            .map(|d| self.declare(d.clone()))
+            .collect()
+    }
+
+    /// Inserts one restored entry of key group `kg` (`composite`: its key with the state
+    /// id it had, mapped through `ids`); entries of other key groups are left out. Call
+    /// [`KeyedStateBackend::queue_restored_ttls`] after the last.
+    pub fn restore_entry(
+        &mut self,
+        ids: &[u32],
+        kg: u32,
+        composite: &[u8],
+        written_at: i64,
+        value: &[u8],
+    ) -> Result<(), String> {
+        if !self.key_groups.contains(&kg) {
+            return Ok(());
+        }
+        let (state, key, user_key) = split_composite(composite)
+            .ok_or_else(|| "a restored state entry has a malformed key".to_string())?;
+        let id = *ids
+            .get(state as usize)
+            .ok_or_else(|| format!("a restored state entry names unknown state {state}"))?;
+        let prefix = prefix_of(id, key);
+        let g = (kg - self.key_groups.start) as usize;
+        let entry = Entry {
+            value: Value::from(value),
+            written_at,
+        };
+        self.insert_entry(g, &prefix, user_key, entry);
         Ok(())
     }
 

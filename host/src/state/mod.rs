@@ -8,9 +8,12 @@
 mod account;
 mod backend;
 pub mod key_groups;
+mod keyed;
+pub mod lsm;
 
 pub use account::{Account, Holding, InstanceLimits, TenantUsage};
 pub use backend::{
     Entry, KeyedStateBackend, KeyedStateSnapshot, StateDescriptor, StateError, StateKind, Value,
     split_composite,
 };
+pub use keyed::{BackendKind, KeyedSnapshot, KeyedState};

@@ -144,7 +144,7 @@ impl Host for StoreState {
 }
 
 impl StoreState {
-    fn keyed_backend(&self, call: &str) -> wasmtime::Result<&crate::state::KeyedStateBackend> {
+    fn keyed_backend(&self, call: &str) -> wasmtime::Result<&crate::state::KeyedState> {
         self.operator.keyed.as_ref().ok_or_else(|| {
             wasmtime::format_err!(
                 "{call}: the operator's input is not keyed, so it has no keyed state"

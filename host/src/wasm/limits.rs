@@ -46,6 +46,8 @@ pub struct SandboxLimits {
     pub max_guest_string_bytes: usize,
     /// The tenant's weight in sharing the host's cores (see `wasm::cpu`).
     pub cpu_weight: u32,
+    /// Where keyed state is kept for jobs that do not say (`[state] backend`).
+    pub state_backend: crate::state::BackendKind,
 }
 
 impl Default for SandboxLimits {
@@ -62,6 +64,7 @@ impl Default for SandboxLimits {
             max_counters: 1000,
             max_guest_string_bytes: 16 << 10,
             cpu_weight: 1,
+            state_backend: crate::state::BackendKind::Heap,
         }
     }
 }

@@ -26,7 +26,7 @@ fn cases() -> Vec<(String, &'static str)> {
     vec![
         (
             job(&format!("colour = \"blue\"\n{GEN}{OP}{SINK}")),
-            "/jobs/job.toml: in `colour`: TOML parse error at line 2, column 1\n  |\n2 | colour = \"blue\"\n  | ^^^^^^\nunknown field `colour`, expected one of `name`, `tenant`, `max_parallelism`, `source`, `operator`, `sink`, `checkpoint`, `restart`, `runtime`, `cluster`\n",
+            "/jobs/job.toml: in `colour`: TOML parse error at line 2, column 1\n  |\n2 | colour = \"blue\"\n  | ^^^^^^\nunknown field `colour`, expected one of `name`, `tenant`, `max_parallelism`, `source`, `operator`, `sink`, `checkpoint`, `state`, `restart`, `runtime`, `cluster`\n",
         ),
         (
             job(&format!(
@@ -219,6 +219,22 @@ fn cases() -> Vec<(String, &'static str)> {
                 "{GEN}[[operator]]\nname = \"t\\u202Eexe.txt\"\nplugin = \"t.wasm\"\n{SINK}"
             )),
             "/jobs/job.toml: the name \"t\\u{202e}exe.txt\" holds '\\u{202e}' (U+202E), a control, line separator or text direction character: names are printed in logs and on terminals",
+        ),
+        (
+            job(&format!("{GEN}{OP}{SINK}[state]\nbackend = \"lsm\"\n")),
+            "/jobs/job.toml: in `state.backend`: TOML parse error at line 11, column 11\n   |\n11 | backend = \"lsm\"\n   |           ^^^^^\nunknown variant `lsm`, expected `heap` or `rocksdb`\n",
+        ),
+        (
+            job(&format!(
+                "{GEN}{OP}{SINK}[state]\nbackend = \"rocksdb\"\nmemory_mb = 4\n"
+            )),
+            "/jobs/job.toml: [state]: `memory_mb` = 4 is out of range: it must be between 8 and 65536",
+        ),
+        (
+            job(&format!(
+                "{GEN}{OP}{SINK}[state]\nbackend = \"rocksdb\"\n[cluster]\nbootstrap = \"b:9\"\n"
+            )),
+            "/jobs/job.toml: [state]: backend \"rocksdb\" does not run over several hosts yet (`[cluster]`): use \"heap\"",
         ),
     ]
 }

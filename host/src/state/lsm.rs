@@ -1,0 +1,606 @@
+//! Keyed state in an embedded LSM tree (RocksDB), for state larger than memory.
+//!
+//! One database per operator instance, in a working folder of its own. A key is its key
+//! group (two bytes, big-endian) and then the composite key the heap backend and the
+//! checkpoint format use (`state id ‖ key length ‖ key ‖ user key`), so one key group is
+//! one contiguous key range and one `(state, key)` is one prefix; a value is the write's
+//! processing time (eight bytes, little-endian) and then the operator's bytes.
+//!
+//! There is no write-ahead log: durability is the checkpoint's. A checkpoint flushes the
+//! memtables and hard-links the database's files into a folder of their own (RocksDB's
+//! checkpoint), in the synchronous part; the asynchronous part (`lsm/files.rs`) copies
+//! only the table files no earlier checkpoint holds into the checkpoint storage.
+//!
+//! Memory is a fixed budget per instance (`[state] memory_mb`): a block cache with the
+//! index and filter blocks in it, and a write buffer manager for the memtables, both
+//! charged to the instance (and its tenant) as keyed state from the moment it opens.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use parking_lot::{Mutex, RwLock};
+use rocksdb::{
+    BlockBasedOptions, Cache, DB, Direction, IteratorMode, Options, ReadOptions, WriteBatch,
+    WriteBufferManager, WriteOptions, compaction_filter::Decision,
+};
+use sluice_codec::EntryWriter;
+
+use super::backend::{StateDescriptor, StateError, StateKind};
+use super::key_groups::key_group_of;
+
+mod files;
+pub use files::{DbFile, LsmFiles, LsmSnapshot, Place, SharedFolder};
+
+/// How an instance's database is set up.
+#[derive(Debug, Clone)]
+pub struct LsmConfig {
+    /// The instance's working folder (created; deleted when the backend is dropped).
+    pub dir: PathBuf,
+    /// Memory for its block cache and memtables, in bytes.
+    pub memory_bytes: u64,
+    /// Where its checkpoints keep table files, when the job checkpoints.
+    pub shared: Option<SharedFolder>,
+}
+
+/// The least memory an instance's database may be given.
+pub const MIN_MEMORY_BYTES: u64 = 8 << 20;
+
+/// Keyed state of one operator instance in RocksDB.
+pub struct LsmBackend {
+    db: DB,
+    /// Deletes the working folder once `db` (declared before it, so dropped first) is
+    /// closed.
+    _folder: Folder,
+    config: LsmConfig,
+    max_parallelism: u32,
+    key_groups: Range<u32>,
+    descriptors: Vec<StateDescriptor>,
+    /// The states' TTLs by id, for the compaction filter (which runs on RocksDB's threads).
+    ttls: Arc<RwLock<Vec<Option<u64>>>>,
+    write: WriteOptions,
+    /// Reused to build keys.
+    key: Vec<u8>,
+    /// Reused to build values.
+    value: Vec<u8>,
+    /// Table files of this database already in the shared folder, by their name here.
+    uploaded: Arc<Mutex<BTreeMap<String, DbFile>>>,
+    /// Checkpoint folders taken and not yet released, for their ids.
+    checkpoints: u64,
+}
+
+impl std::fmt::Debug for LsmBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LsmBackend")
+            .field("dir", &self.config.dir)
+            .field("key_groups", &self.key_groups)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The database's folder inside an instance's working folder.
+const DB_DIR: &str = "db";
+
+/// Bytes before the composite key: the key group.
+const GROUP_BYTES: usize = 2;
+
+/// Bytes before the operator's value: the write's time.
+const TIME_BYTES: usize = 8;
+
+impl LsmBackend {
+    /// An empty database for the key groups `key_groups` out of `max_parallelism`.
+    pub fn open(config: LsmConfig, max_parallelism: u32, key_groups: Range<u32>) -> Result<Self> {
+        Self::open_with(config, max_parallelism, key_groups, Vec::new())
+    }
+
+    /// Opens the database in `config.dir`, with the files `restored` put there first
+    /// (`None`: a new, empty one).
+    fn open_with(
+        config: LsmConfig,
+        max_parallelism: u32,
+        key_groups: Range<u32>,
+        uploaded: Vec<DbFile>,
+    ) -> Result<Self> {
+        let ttls: Arc<RwLock<Vec<Option<u64>>>> = Arc::default();
+        let options = options(config.memory_bytes, ttls.clone());
+        let path = config.dir.join(DB_DIR);
+        let db = DB::open(&options, &path)
+            .with_context(|| format!("opening the state database in {}", path.display()))?;
+        let mut write = WriteOptions::default();
+        write.disable_wal(true);
+        Ok(LsmBackend {
+            db,
+            _folder: Folder(config.dir.clone()),
+            max_parallelism,
+            key_groups,
+            descriptors: Vec::new(),
+            ttls,
+            write,
+            key: Vec::new(),
+            value: Vec::new(),
+            uploaded: Arc::new(Mutex::new(
+                uploaded.into_iter().map(|f| (f.name.clone(), f)).collect(),
+            )),
+            checkpoints: 0,
+            config,
+        })
+    }
+
+    /// Number of key groups of the job.
+    pub fn max_parallelism(&self) -> u32 {
+        self.max_parallelism
+    }
+
+    /// The key groups this backend holds.
+    pub fn key_groups(&self) -> Range<u32> {
+        self.key_groups.clone()
+    }
+
+    /// Declared states, indexed by id.
+    pub fn descriptors(&self) -> &[StateDescriptor] {
+        &self.descriptors
+    }
+
+    /// Declares a state or returns the id it already has, as the heap backend does.
+    pub fn declare(&mut self, descriptor: StateDescriptor) -> Result<u32, String> {
+        let (id, _) = super::backend::declare_in(&mut self.descriptors, descriptor)?;
+        *self.ttls.write() = self.descriptors.iter().map(|d| d.ttl_ms).collect();
+        Ok(id)
+    }
+
+    /// The memory the instance holds for its state: its database's budget.
+    pub fn bytes(&self) -> u64 {
+        self.config.memory_bytes
+    }
+
+    /// RocksDB's estimate of the number of entries.
+    pub fn len(&self) -> usize {
+        self.db
+            .property_int_value("rocksdb.estimate-num-keys")
+            .ok()
+            .flatten()
+            .unwrap_or(0) as usize
+    }
+
+    /// True when the estimate is no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes of its files on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        self.db
+            .property_int_value("rocksdb.total-sst-files-size")
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    }
+
+    fn descriptor(&self, state: u32) -> Result<&StateDescriptor, StateError> {
+        self.descriptors
+            .get(state as usize)
+            .ok_or(StateError::UnknownState(state))
+    }
+
+    fn group_of(&self, key: &[u8]) -> Result<u32, StateError> {
+        let kg = key_group_of(key, self.max_parallelism);
+        if self.key_groups.contains(&kg) {
+            Ok(kg)
+        } else {
+            Err(StateError::ForeignKey {
+                key_group: kg,
+                owned: self.key_groups.clone(),
+            })
+        }
+    }
+
+    /// Builds `kg ‖ state ‖ key length ‖ key ‖ user_key` in `self.key`.
+    fn compose(&mut self, state: u32, key: &[u8], user_key: &[u8]) -> Result<(), StateError> {
+        let kg = self.group_of(key)?;
+        compose(&mut self.key, kg, state, key, user_key);
+        Ok(())
+    }
+
+    /// Reads one entry; `None` when absent or expired at `now`.
+    pub fn get(
+        &self,
+        state: u32,
+        key: &[u8],
+        user_key: &[u8],
+        now: i64,
+    ) -> Result<Option<Vec<u8>>, StateError> {
+        let ttl = self.descriptor(state)?.ttl_ms;
+        let mut k = Vec::with_capacity(GROUP_BYTES + 8 + key.len() + user_key.len());
+        compose(&mut k, self.group_of(key)?, state, key, user_key);
+        let found = self.db.get_pinned(&k).map_err(storage_error)?;
+        Ok(found.and_then(|v| {
+            let (written_at, value) = split_value(&v)?;
+            alive(written_at, ttl, now).then(|| value.to_vec())
+        }))
+    }
+
+    /// All live entries of `(state, key)` in the `entries` encoding, by user key.
+    pub fn entries(&self, state: u32, key: &[u8], now: i64) -> Result<Vec<u8>, StateError> {
+        let ttl = self.descriptor(state)?.ttl_ms;
+        let mut prefix = Vec::new();
+        compose(&mut prefix, self.group_of(key)?, state, key, &[]);
+        let mut out = EntryWriter::new();
+        self.scan_prefix(&prefix, |user_key, written_at, value| {
+            if alive(written_at, ttl, now) {
+                out.push(user_key, value);
+            }
+        })?;
+        Ok(out.into_bytes())
+    }
+
+    /// Calls `f(user key, written at, value)` for every entry under `prefix`, in order.
+    fn scan_prefix(
+        &self,
+        prefix: &[u8],
+        mut f: impl FnMut(&[u8], i64, &[u8]),
+    ) -> Result<(), StateError> {
+        let mut read = ReadOptions::default();
+        if let Some(end) = successor(prefix) {
+            read.set_iterate_upper_bound(end);
+        }
+        let mut it = self.db.raw_iterator_opt(read);
+        it.seek(prefix);
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if let Some((written_at, value)) = split_value(v) {
+                f(&k[prefix.len()..], written_at, value);
+            }
+            it.next();
+        }
+        it.status().map_err(storage_error)
+    }
+
+    /// Sets one entry.
+    pub fn put(
+        &mut self,
+        state: u32,
+        key: &[u8],
+        user_key: &[u8],
+        value: &[u8],
+        now: i64,
+    ) -> Result<(), StateError> {
+        self.descriptor(state)?;
+        self.compose(state, key, user_key)?;
+        self.value.clear();
+        self.value.extend_from_slice(&now.to_le_bytes());
+        self.value.extend_from_slice(value);
+        self.db
+            .put_opt(&self.key, &self.value, &self.write)
+            .map_err(storage_error)
+    }
+
+    /// Removes one entry.
+    pub fn delete(&mut self, state: u32, key: &[u8], user_key: &[u8]) -> Result<(), StateError> {
+        self.descriptor(state)?;
+        self.compose(state, key, user_key)?;
+        self.db
+            .delete_opt(&self.key, &self.write)
+            .map_err(storage_error)
+    }
+
+    /// Removes every entry of `(state, key)`.
+    pub fn clear(&mut self, state: u32, key: &[u8]) -> Result<(), StateError> {
+        self.descriptor(state)?;
+        self.compose(state, key, &[])?;
+        let prefix = self.key.clone();
+        let mut batch = WriteBatch::default();
+        let mut k = prefix.clone();
+        self.scan_prefix(&prefix, |user_key, _, _| {
+            k.truncate(prefix.len());
+            k.extend_from_slice(user_key);
+            batch.delete(&k);
+        })?;
+        self.db.write_opt(batch, &self.write).map_err(storage_error)
+    }
+
+    /// Appends an element to a list state, at the position after its last one
+    /// (big-endian, so user-key order is append order), as the heap backend does.
+    pub fn append(
+        &mut self,
+        state: u32,
+        key: &[u8],
+        value: &[u8],
+        now: i64,
+    ) -> Result<(), StateError> {
+        let d = self.descriptor(state)?;
+        if d.kind != StateKind::List {
+            return Err(StateError::WrongKind {
+                state: d.name.clone(),
+                kind: d.kind,
+                operation: "append",
+            });
+        }
+        self.compose(state, key, &[])?;
+        let prefix = self.key.clone();
+        let mut read = ReadOptions::default();
+        read.set_iterate_lower_bound(prefix.clone());
+        if let Some(end) = successor(&prefix) {
+            read.set_iterate_upper_bound(end);
+        }
+        let mut it = self.db.raw_iterator_opt(read);
+        it.seek_to_last();
+        let next = match it.key() {
+            Some(last) => {
+                let pos: [u8; 8] = last[prefix.len()..].try_into().unwrap_or([0xff; 8]);
+                u64::from_be_bytes(pos).saturating_add(1)
+            }
+            None => {
+                it.status().map_err(storage_error)?;
+                0
+            }
+        };
+        drop(it);
+        self.put(state, key, &next.to_be_bytes(), value, now)
+    }
+
+    /// Entries are dropped when read after their TTL and by compaction: nothing to do
+    /// per call.
+    pub fn expire_some(&mut self, _now: i64, _budget: usize) -> usize {
+        0
+    }
+
+    /// The synchronous part of checkpoint `id`: flushes the memtables and hard-links the
+    /// database's files into a folder of their own, which the asynchronous part copies
+    /// from and then deletes.
+    pub fn snapshot(&mut self, id: u64, now: i64) -> Result<LsmSnapshot> {
+        self.checkpoints += 1;
+        let local = self
+            .config
+            .dir
+            .join(format!("chk-{id:010}-{}", self.checkpoints));
+        if local.exists() {
+            std::fs::remove_dir_all(&local)
+                .with_context(|| format!("removing the stale {}", local.display()))?;
+        }
+        rocksdb::checkpoint::Checkpoint::new(&self.db)
+            .and_then(|c| c.create_checkpoint(&local))
+            .with_context(|| format!("taking a checkpoint of the state in {}", local.display()))?;
+        Ok(LsmSnapshot::new(
+            local,
+            self.descriptors.clone(),
+            self.key_groups.clone(),
+            now,
+            self.uploaded.clone(),
+            self.config.shared.clone(),
+        ))
+    }
+
+    /// A writer of restored entries of states `descriptors`, mapped to this backend's
+    /// by name (declared as needed).
+    pub fn restorer(&mut self, descriptors: &[StateDescriptor]) -> Result<Restorer<'_>, String> {
+        let ids = descriptors
+            .iter()
+            .map(|d| self.declare(d.clone()))
+            .collect::<Result<Vec<u32>, String>>()?;
+        Ok(Restorer {
+            backend: self,
+            ids,
+            batch: WriteBatch::default(),
+            key: Vec::new(),
+            value: Vec::new(),
+        })
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &LsmConfig {
+        &self.config
+    }
+
+    /// Opens the database of `files` as this instance's, when they hold exactly its key
+    /// groups: its table files are linked (or copied) into the working folder, never
+    /// read entry by entry.
+    pub fn open_restored(
+        config: LsmConfig,
+        max_parallelism: u32,
+        key_groups: Range<u32>,
+        files: &LsmFiles,
+    ) -> Result<Self> {
+        let db = config.dir.join(DB_DIR);
+        files.materialize(&db)?;
+        // Files that are the shared folder's already need not be copied again.
+        let reused = match (&config.shared, &files.shared) {
+            (Some(mine), Some(theirs)) if mine.same_as(theirs) => files
+                .files
+                .iter()
+                .filter(|f| matches!(f.place, Place::Shared(_)))
+                .cloned()
+                .collect(),
+            _ => Vec::new(),
+        };
+        let mut backend = Self::open_with(config, max_parallelism, key_groups, reused)?;
+        for d in &files.descriptors {
+            backend.declare(d.clone()).map_err(anyhow::Error::msg)?;
+        }
+        Ok(backend)
+    }
+
+    /// The working folder.
+    pub fn dir(&self) -> &Path {
+        &self.config.dir
+    }
+}
+
+/// Writes restored entries into an LSM backend, in batches.
+pub struct Restorer<'a> {
+    backend: &'a mut LsmBackend,
+    ids: Vec<u32>,
+    batch: WriteBatch,
+    key: Vec<u8>,
+    value: Vec<u8>,
+}
+
+impl Restorer<'_> {
+    /// Writes one entry (`composite`: `state ‖ key length ‖ key ‖ user key`, the state
+    /// by its id in the restored descriptors) if it is of the backend's key groups.
+    pub fn put(&mut self, kg: u32, composite: &[u8], written_at: i64, value: &[u8]) -> Result<()> {
+        if !self.backend.key_groups.contains(&kg) {
+            return Ok(());
+        }
+        let (state, key, user_key) = super::split_composite(composite)
+            .context("a restored state entry has a malformed key")?;
+        let id = *self
+            .ids
+            .get(state as usize)
+            .with_context(|| format!("a restored state entry names unknown state {state}"))?;
+        compose(&mut self.key, kg, id, key, user_key);
+        self.value.clear();
+        self.value.extend_from_slice(&written_at.to_le_bytes());
+        self.value.extend_from_slice(value);
+        self.batch.put(&self.key, &self.value);
+        if self.batch.size_in_bytes() >= 4 << 20 {
+            self.write()?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self) -> Result<()> {
+        let batch = std::mem::take(&mut self.batch);
+        self.backend
+            .db
+            .write_opt(batch, &self.backend.write)
+            .context("writing restored state")
+    }
+
+    /// Writes what is left.
+    pub fn finish(mut self) -> Result<()> {
+        self.write()
+    }
+}
+
+/// A working folder, deleted when dropped: it is the instance's alone, and the
+/// checkpoints keep their own copies of its files.
+struct Folder(PathBuf);
+
+impl Drop for Folder {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(
+                "could not delete the state folder {}: {e}",
+                self.0.display()
+            );
+        }
+    }
+}
+
+/// The database's options: memory within `memory` bytes, entries past their state's TTL
+/// dropped by compaction.
+fn options(memory: u64, ttls: Arc<RwLock<Vec<Option<u64>>>>) -> Options {
+    let memory = memory.max(MIN_MEMORY_BYTES) as usize;
+    let mut o = Options::default();
+    o.create_if_missing(true);
+    o.set_log_level(rocksdb::LogLevel::Warn);
+    o.set_stats_dump_period_sec(0);
+    // Memtables: a quarter of the budget, in two buffers; the rest is the block cache.
+    let buffers = memory / 4;
+    o.set_write_buffer_size(buffers / 2);
+    o.set_max_write_buffer_number(2);
+    o.set_write_buffer_manager(&WriteBufferManager::new_write_buffer_manager(
+        buffers, false,
+    ));
+    let cache = Cache::new_lru_cache(memory - buffers);
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(&cache);
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    table.set_bloom_filter(10.0, false);
+    table.set_block_size(16 << 10);
+    o.set_block_based_table_factory(&table);
+    o.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    o.set_bottommost_compression_type(rocksdb::DBCompressionType::Lz4);
+    o.set_level_compaction_dynamic_level_bytes(true);
+    o.set_max_open_files(256);
+    o.set_keep_log_file_num(2);
+    o.set_max_log_file_size(1 << 20);
+    o.set_compaction_filter("sluice-ttl", move |_level, key: &[u8], value: &[u8]| {
+        let state = key
+            .get(GROUP_BYTES..GROUP_BYTES + 4)
+            .map(|s| u32::from_be_bytes(s.try_into().expect("four bytes")));
+        let ttl = state.and_then(|s| ttls.read().get(s as usize).copied().flatten());
+        match (ttl, split_value(value)) {
+            (Some(ttl), Some((written_at, _)))
+                if !alive(written_at, Some(ttl), crate::timers::now_millis()) =>
+            {
+                Decision::Remove
+            }
+            _ => Decision::Keep,
+        }
+    });
+    o
+}
+
+/// `kg ‖ state ‖ key length ‖ key ‖ user_key` into `out`.
+fn compose(out: &mut Vec<u8>, kg: u32, state: u32, key: &[u8], user_key: &[u8]) {
+    out.clear();
+    out.extend_from_slice(&(kg as u16).to_be_bytes());
+    out.extend_from_slice(&state.to_be_bytes());
+    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(user_key);
+}
+
+/// The first key of key group `kg`.
+fn group_start(kg: u32) -> [u8; GROUP_BYTES] {
+    (kg as u16).to_be_bytes()
+}
+
+/// `(written at, value)` of a stored value.
+fn split_value(v: &[u8]) -> Option<(i64, &[u8])> {
+    let at = i64::from_le_bytes(v.get(..TIME_BYTES)?.try_into().ok()?);
+    Some((at, &v[TIME_BYTES..]))
+}
+
+/// The least key above every key that starts with `prefix`; `None` when there is none.
+fn successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+fn alive(written_at: i64, ttl: Option<u64>, now: i64) -> bool {
+    ttl.is_none_or(|ttl| now.saturating_sub(written_at) < ttl as i64)
+}
+
+fn storage_error(e: rocksdb::Error) -> StateError {
+    StateError::Storage(e.to_string())
+}
+
+/// Reads every entry of key groups `range` from the database in `path` (opened read
+/// only), calling `f(key group, composite key, written at, value)` in key order. Seeks to
+/// the range: other key groups are never read.
+pub(crate) fn read_entries(
+    path: &Path,
+    range: Range<u32>,
+    mut f: impl FnMut(u32, &[u8], i64, &[u8]) -> Result<(), String>,
+) -> Result<()> {
+    let db = DB::open_for_read_only(&Options::default(), path, false)
+        .with_context(|| format!("opening the state database in {}", path.display()))?;
+    let mut read = ReadOptions::default();
+    read.set_iterate_upper_bound(group_start(range.end).to_vec());
+    read.fill_cache(false);
+    let start = group_start(range.start);
+    let it = db.iterator_opt(IteratorMode::From(&start, Direction::Forward), read);
+    for item in it {
+        let (k, v) = item.with_context(|| format!("reading {}", path.display()))?;
+        let kg = u16::from_be_bytes([k[0], k[1]]) as u32;
+        let (written_at, value) = split_value(&v)
+            .with_context(|| format!("{}: a value without its time", path.display()))?;
+        f(kg, &k[GROUP_BYTES..], written_at, value).map_err(anyhow::Error::msg)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

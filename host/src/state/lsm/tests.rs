@@ -1,0 +1,289 @@
+use super::*;
+use crate::state::key_groups::key_groups_of_subtask;
+use crate::state::{KeyedSnapshot, KeyedState};
+use std::collections::BTreeMap;
+
+fn config(dir: &Path, shared: Option<&Path>) -> LsmConfig {
+    LsmConfig {
+        dir: dir.to_path_buf(),
+        memory_bytes: MIN_MEMORY_BYTES,
+        shared: shared.map(SharedFolder::of),
+    }
+}
+
+fn descriptor(name: &str, kind: StateKind, ttl_ms: Option<u64>) -> StateDescriptor {
+    StateDescriptor {
+        name: name.into(),
+        kind,
+        ttl_ms,
+    }
+}
+
+/// A small deterministic generator (xorshift), so a failure repeats.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Every live entry, as `(state, key) → entries` read through the backend's own calls.
+fn contents(state: &KeyedState, keys: u64) -> BTreeMap<(u32, Vec<u8>), Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for s in 0..state.descriptors().len() as u32 {
+        for k in 0..keys {
+            let key = format!("key-{k}").into_bytes();
+            if !state.key_groups().contains(&key_group_of(&key, 128)) {
+                continue;
+            }
+            let entries = state.entries(s, &key, 0).unwrap();
+            if !entries.is_empty() {
+                out.insert((s, key), entries);
+            }
+        }
+    }
+    out
+}
+
+/// The same random calls on both backends leave the same state, read the same way.
+fn run_calls(heap: &mut KeyedState, lsm: &mut KeyedState, seed: u64, calls: usize, keys: u64) {
+    let mut rng = Rng(seed);
+    for state in [heap as &mut KeyedState, lsm] {
+        state
+            .declare(descriptor("value", StateKind::Value, None))
+            .unwrap();
+        state
+            .declare(descriptor("list", StateKind::List, None))
+            .unwrap();
+        state
+            .declare(descriptor("map", StateKind::Map, None))
+            .unwrap();
+    }
+    for _ in 0..calls {
+        let key = format!("key-{}", rng.next(keys)).into_bytes();
+        let value = rng.next(1000).to_string().into_bytes();
+        let user_key = format!("u{}", rng.next(5)).into_bytes();
+        let op = rng.next(10);
+        for state in [&mut *heap, &mut *lsm] {
+            let owned = state
+                .key_groups()
+                .contains(&key_group_of(&key, state.max_parallelism()));
+            let result = match op {
+                0..=3 => state.put(0, &key, b"", &value, 1),
+                4 => state.delete(0, &key, b""),
+                5 | 6 => state.append(1, &key, &value, 1),
+                7 => state.put(2, &key, &user_key, &value, 1),
+                8 => state.delete(2, &key, &user_key),
+                _ => state.clear(if value[0].is_multiple_of(2) { 1 } else { 2 }, &key),
+            };
+            assert_eq!(result.is_ok(), owned, "{result:?}");
+        }
+    }
+}
+
+#[test]
+fn the_lsm_backend_answers_every_call_as_the_heap_backend_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let groups = key_groups_of_subtask(1, 2, 128);
+    let mut heap = KeyedState::heap(128, groups.clone());
+    let mut lsm = KeyedState::lsm(config(&dir.path().join("db"), None), 128, groups).unwrap();
+    run_calls(&mut heap, &mut lsm, 7, 5_000, 200);
+    let expected = contents(&heap, 200);
+    assert!(expected.len() > 100, "{}", expected.len());
+    assert_eq!(contents(&lsm, 200), expected);
+    let owned = (0..200)
+        .map(|k| format!("key-{k}").into_bytes())
+        .filter(|k| lsm.key_groups().contains(&key_group_of(k, 128)))
+        .collect::<Vec<_>>();
+    let present = owned
+        .iter()
+        .filter(|k| heap.get(0, k, b"", 0).unwrap().is_some())
+        .count();
+    assert!(present > 10, "{present}");
+    for k in &owned {
+        assert_eq!(
+            lsm.get(0, k, b"", 0).unwrap(),
+            heap.get(0, k, b"", 0).unwrap()
+        );
+    }
+    // A key of another subtask's key groups is refused, naming them.
+    let foreign = (0..200)
+        .map(|k| format!("key-{k}").into_bytes())
+        .find(|k| !lsm.key_groups().contains(&key_group_of(k, 128)))
+        .unwrap();
+    let err = lsm.put(0, &foreign, b"", b"1", 0).unwrap_err();
+    assert!(
+        err.to_string().contains("subtask owns key groups 64..128"),
+        "{err}"
+    );
+    // Appending is for list states only.
+    let err = lsm.append(0, &owned[0], b"x", 0).unwrap_err();
+    assert!(err.to_string().contains("cannot append"), "{err}");
+}
+
+#[test]
+fn entries_past_their_ttl_read_as_absent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lsm = KeyedState::lsm(config(dir.path(), None), 128, 0..128).unwrap();
+    let s = lsm
+        .declare(descriptor("seen", StateKind::Value, Some(100)))
+        .unwrap();
+    lsm.put(s, b"k", b"", b"1", 1_000).unwrap();
+    assert_eq!(lsm.get(s, b"k", b"", 1_099).unwrap(), Some(b"1".to_vec()));
+    assert_eq!(lsm.get(s, b"k", b"", 1_100).unwrap(), None);
+    assert!(lsm.entries(s, b"k", 1_100).unwrap().is_empty());
+}
+
+/// Uploads `snapshot` as a checkpoint would, and reads back its manifest as a restore
+/// from the checkpoint storage `storage` would.
+fn checkpoint(snapshot: KeyedSnapshot, storage: &Path) -> LsmFiles {
+    let KeyedSnapshot::Lsm(local) = snapshot else {
+        panic!("not an LSM snapshot")
+    };
+    let mut files = local.upload().unwrap();
+    files.shared = Some(SharedFolder::of(storage));
+    files
+}
+
+#[test]
+fn a_checkpoint_copies_only_the_files_the_last_one_did_not_and_restores_whole() {
+    let root = tempfile::tempdir().unwrap();
+    let storage = root.path().join("checkpoints");
+    let groups = 0..128;
+    let mut heap = KeyedState::heap(128, groups.clone());
+    let mut lsm = KeyedState::lsm(
+        config(&root.path().join("work"), Some(&storage)),
+        128,
+        groups.clone(),
+    )
+    .unwrap();
+    run_calls(&mut heap, &mut lsm, 11, 3_000, 300);
+    let first = checkpoint(lsm.snapshot(1, 0).unwrap(), &storage);
+    let tables = |f: &LsmFiles| {
+        f.shared_files()
+            .map(|(n, _)| n.to_string())
+            .collect::<Vec<_>>()
+    };
+    assert!(!tables(&first).is_empty());
+    // No change: the next checkpoint copies nothing new.
+    let second = checkpoint(lsm.snapshot(2, 0).unwrap(), &storage);
+    assert_eq!(tables(&second), tables(&first));
+    // A few changes: one new table, the old ones named again.
+    lsm.put(0, b"key-1", b"", b"changed", 5).unwrap();
+    heap.put(0, b"key-1", b"", b"changed", 5).unwrap();
+    let third = checkpoint(lsm.snapshot(3, 0).unwrap(), &storage);
+    let new: Vec<_> = tables(&third)
+        .into_iter()
+        .filter(|t| !tables(&first).contains(t))
+        .collect();
+    assert_eq!(new.len(), 1, "{new:?}");
+    assert_eq!(
+        std::fs::read_dir(storage.join("shared")).unwrap().count(),
+        tables(&first).len() + 1
+    );
+    // Restored whole into a new instance: the same state, its tables linked.
+    let mut restored = KeyedState::lsm(
+        config(&root.path().join("work2"), Some(&storage)),
+        128,
+        groups,
+    )
+    .unwrap();
+    restored
+        .restore(&[KeyedSnapshot::Files(third.clone())])
+        .unwrap();
+    assert_eq!(contents(&restored, 300), contents(&heap, 300));
+    // And it names the restored tables again instead of copying them.
+    let fourth = checkpoint(restored.snapshot(4, 0).unwrap(), &storage);
+    assert_eq!(tables(&fourth), tables(&third));
+}
+
+#[test]
+fn lsm_and_heap_state_restore_into_each_other_at_another_parallelism() {
+    let root = tempfile::tempdir().unwrap();
+    let storage = root.path().join("checkpoints");
+    let mut heap = KeyedState::heap(128, 0..128);
+    let mut lsm = KeyedState::lsm(
+        config(&root.path().join("work"), Some(&storage)),
+        128,
+        0..128,
+    )
+    .unwrap();
+    run_calls(&mut heap, &mut lsm, 23, 3_000, 300);
+    let files = checkpoint(lsm.snapshot(1, 0).unwrap(), &storage);
+    let heap_snapshot = heap.snapshot(1, 0).unwrap();
+    let all = contents(&heap, 300);
+    for subtask in 0..3 {
+        let groups = key_groups_of_subtask(subtask, 3, 128);
+        let mine = |m: &BTreeMap<(u32, Vec<u8>), Vec<u8>>| {
+            m.iter()
+                .filter(|((_, k), _)| groups.contains(&key_group_of(k, 128)))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        // LSM checkpoint into the heap backend.
+        let mut into_heap = KeyedState::heap(128, groups.clone());
+        into_heap
+            .restore(&[KeyedSnapshot::Files(files.clone())])
+            .unwrap();
+        assert_eq!(contents(&into_heap, 300), mine(&all), "subtask {subtask}");
+        // Heap snapshot into the LSM backend.
+        let mut into_lsm = KeyedState::lsm(
+            config(&root.path().join(format!("into-{subtask}")), None),
+            128,
+            groups.clone(),
+        )
+        .unwrap();
+        into_lsm
+            .restore(std::slice::from_ref(&heap_snapshot))
+            .unwrap();
+        assert_eq!(contents(&into_lsm, 300), mine(&all), "subtask {subtask}");
+        // LSM checkpoint into an LSM backend of other key groups: read by range.
+        let mut rescaled = KeyedState::lsm(
+            config(&root.path().join(format!("rescaled-{subtask}")), None),
+            128,
+            groups.clone(),
+        )
+        .unwrap();
+        rescaled
+            .restore(&[KeyedSnapshot::Files(files.clone())])
+            .unwrap();
+        assert_eq!(contents(&rescaled, 300), mine(&all), "subtask {subtask}");
+    }
+}
+
+#[test]
+fn a_restore_names_a_missing_or_truncated_table_file() {
+    let root = tempfile::tempdir().unwrap();
+    let storage = root.path().join("checkpoints");
+    let mut lsm = KeyedState::lsm(
+        config(&root.path().join("work"), Some(&storage)),
+        128,
+        0..128,
+    )
+    .unwrap();
+    let s = lsm
+        .declare(descriptor("v", StateKind::Value, None))
+        .unwrap();
+    lsm.put(s, b"k", b"", b"1", 0).unwrap();
+    let files = checkpoint(lsm.snapshot(1, 0).unwrap(), &storage);
+    let (table, _) = files.shared_files().next().unwrap();
+    let path = storage.join("shared").join(table);
+    std::fs::write(&path, b"short").unwrap();
+    let mut restored =
+        KeyedState::lsm(config(&root.path().join("again"), None), 128, 0..128).unwrap();
+    let err = restored
+        .restore(&[KeyedSnapshot::Files(files.clone())])
+        .unwrap_err();
+    assert!(format!("{err:#}").contains(table), "{err:#}");
+    std::fs::remove_file(&path).unwrap();
+    let mut restored =
+        KeyedState::lsm(config(&root.path().join("again2"), None), 128, 0..128).unwrap();
+    let err = restored
+        .restore(&[KeyedSnapshot::Files(files)])
+        .unwrap_err();
+    assert!(format!("{err:#}").contains("is missing"), "{err:#}");
+}
