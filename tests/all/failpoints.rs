@@ -19,6 +19,11 @@ use sluice_tests::{
 /// A word count over 600 lines, slowed to about a line per millisecond so that
 /// checkpoints (every 20 ms) come while it runs.
 fn job(dir: &Path) -> (std::path::PathBuf, String) {
+    job_in(dir, "heap")
+}
+
+/// [`job`] with its keyed state in `backend`.
+fn job_in(dir: &Path, backend: &str) -> (std::path::PathBuf, String) {
     let text = sample_text(11, 600);
     fs::write(dir.join("input.txt"), &text).unwrap();
     let job = write_job(
@@ -56,6 +61,9 @@ delay_ms = 10
 [runtime]
 batch_size = 20
 buffer_timeout_ms = 5
+[state]
+backend = "{backend}"
+memory_mb = 8
 "#
         ),
     );
@@ -110,8 +118,13 @@ fn check_output(dir: &Path, text: &str) {
 
 /// Crashes the process at the `skip + 1`-th pass through `point`, then resumes.
 fn crash_at(point: &str, skip: u32) {
+    crash_at_in(point, skip, "heap");
+}
+
+/// [`crash_at`] with keyed state in `backend`; returns the job's folder.
+fn crash_at_in(point: &str, skip: u32, backend: &str) -> std::path::PathBuf {
     let dir = test_dir(&format!("crash-{}", point.replace("::", "-")));
-    let (job, text) = job(&dir);
+    let (job, text) = job_in(&dir, backend);
     let out = run(
         &job,
         &[],
@@ -124,14 +137,20 @@ fn crash_at(point: &str, skip: u32) {
     );
     finish(&dir, &job);
     check_output(&dir, &text);
+    dir
 }
 
 /// Makes `point` fail once with an error: the job restarts by itself and finishes, and
 /// the restarted attempt triggers none of the checkpoint ids the failed one did (a
 /// checkpoint of the failed attempt may still be written or staged when it ends).
 fn fail_at(point: &str, skip: u32) {
+    fail_at_in(point, skip, "heap");
+}
+
+/// [`fail_at`] with keyed state in `backend`.
+fn fail_at_in(point: &str, skip: u32, backend: &str) {
     let dir = test_dir(&format!("error-{}", point.replace("::", "-")));
-    let (job, text) = job(&dir);
+    let (job, text) = job_in(&dir, backend);
     let mut command = sluice_run(env!("CARGO_BIN_EXE_sluice-test-cli"), &job, None);
     let out = command
         .env("SLUICE_LOG", "warn,sluice::job::coordinator=debug")
@@ -207,6 +226,50 @@ fn a_crash_in_the_final_checkpoint() {
 #[test]
 fn an_error_in_the_final_checkpoint() {
     fail_at("checkpoint::final", 0);
+}
+
+#[test]
+fn a_crash_while_rocksdb_state_files_are_copied() {
+    crash_at_in("checkpoint::upload-state-file", 4, "rocksdb");
+}
+
+#[test]
+fn an_error_while_rocksdb_state_files_are_copied() {
+    fail_at_in("checkpoint::upload-state-file", 4, "rocksdb");
+}
+
+#[test]
+fn a_crash_after_a_rocksdb_checkpoints_metadata() {
+    crash_at_in("checkpoint::after-metadata", 3, "rocksdb");
+}
+
+#[test]
+fn a_crash_before_released_shared_files_are_deleted_leaves_none_behind() {
+    let dir = crash_at_in("checkpoint::release-shared-files", 3, "rocksdb");
+    // The files the deleted checkpoints named were left by the crash; the next run
+    // deleted them: what remains is what the complete checkpoints name.
+    let checkpoints = dir.join("checkpoints");
+    let mut named = std::collections::BTreeSet::new();
+    for folder in fs::read_dir(&checkpoints).unwrap() {
+        let metadata = folder.unwrap().path().join("_metadata");
+        let Ok(bytes) = fs::read(&metadata) else {
+            continue;
+        };
+        let metadata: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        for o in metadata["operators"].as_array().unwrap() {
+            for s in o["subtasks"].as_array().unwrap() {
+                for pair in s["shared"].as_array().cloned().unwrap_or_default() {
+                    named.insert(pair[0].as_str().unwrap().to_string());
+                }
+            }
+        }
+    }
+    let present: std::collections::BTreeSet<String> = fs::read_dir(checkpoints.join("shared"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!named.is_empty());
+    assert_eq!(present, named);
 }
 
 #[test]

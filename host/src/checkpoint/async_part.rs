@@ -156,10 +156,14 @@ impl CheckpointLink {
             let start = Instant::now();
             let folder = storage.folder(barrier.id, kind);
             let mut handles = Vec::with_capacity(operators.len());
+            let mut written = 0;
             let mut failure = None;
             for op in &operators {
                 match storage.write_operator_state(&folder, kind, op, task.subtask) {
-                    Ok(h) => handles.push(h),
+                    Ok((h, bytes)) => {
+                        handles.push(h);
+                        written += bytes;
+                    }
                     Err(e) => {
                         failure = Some(e);
                         break;
@@ -177,7 +181,11 @@ impl CheckpointLink {
                     .compare_exchange(RUNNING, COMPLETED, Ordering::SeqCst, Ordering::SeqCst)
                     .is_ok() =>
                 {
-                    let bytes = handles.iter().map(|h| h.size).sum();
+                    // The whole state: its files and every shared file they name.
+                    let full_bytes = handles
+                        .iter()
+                        .map(|h| h.size + h.shared.iter().map(|(_, size)| size).sum::<u64>())
+                        .sum();
                     let _ = coordinator.send(CoordinatorMessage::Ack(Acknowledgement {
                         id: barrier.id,
                         task,
@@ -187,7 +195,8 @@ impl CheckpointLink {
                         handles,
                         sync_duration,
                         async_duration: start.elapsed(),
-                        bytes,
+                        bytes: written,
+                        full_bytes,
                     }));
                 }
                 None => {

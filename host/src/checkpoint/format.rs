@@ -317,6 +317,7 @@ fn read_lsm_files(
         taken_at,
         files,
         shared: None,
+        copied: 0,
     })
 }
 

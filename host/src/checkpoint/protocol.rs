@@ -28,8 +28,10 @@ pub struct Acknowledgement {
     pub sync_duration: Duration,
     /// How long writing took.
     pub async_duration: Duration,
-    /// Bytes written.
+    /// Bytes written: its state files, and the shared files it copied.
     pub bytes: u64,
+    /// Bytes of the whole state: its state files and every shared file they name.
+    pub full_bytes: u64,
 }
 
 /// What reaches the coordinator.

@@ -187,14 +187,15 @@ impl CheckpointStorage {
 
     /// Writes one operator instance's state into `folder`. An LSM instance's state goes
     /// into a checkpoint as its files (those not yet in the shared folder copied there),
-    /// into a savepoint as entries (self-contained).
+    /// into a savepoint as entries (self-contained). Returns where it is and the bytes
+    /// written (its state file, and the tables it copied).
     pub fn write_operator_state(
         &self,
         folder: &Path,
         kind: SnapshotKind,
         snapshot: &OperatorSnapshot,
         subtask: u32,
-    ) -> Result<StateHandle> {
+    ) -> Result<(StateHandle, u64)> {
         fs::create_dir_all(folder).with_context(|| format!("creating {}", folder.display()))?;
         let uploaded;
         let snapshot = match (&snapshot.keyed, kind) {
@@ -213,12 +214,15 @@ impl CheckpointStorage {
             }
             _ => snapshot,
         };
-        let shared = match &snapshot.keyed {
-            Some(KeyedSnapshot::Files(files)) => files
-                .shared_files()
-                .map(|(name, size)| (name.to_string(), size))
-                .collect(),
-            _ => Vec::new(),
+        let (shared, copied) = match &snapshot.keyed {
+            Some(KeyedSnapshot::Files(files)) => (
+                files
+                    .shared_files()
+                    .map(|(name, size)| (name.to_string(), size))
+                    .collect(),
+                files.copied,
+            ),
+            _ => (Vec::new(), 0),
         };
         let file = state_file_name(&snapshot.operator, subtask);
         let path = folder.join(&file);
@@ -230,14 +234,15 @@ impl CheckpointStorage {
         let (buffered, size, crc32) = w.finish();
         let f = buffered.into_inner().map_err(|e| e.into_error())?;
         f.sync_all()?;
-        Ok(StateHandle {
+        let handle = StateHandle {
             operator: snapshot.operator.clone(),
             subtask,
             file,
             size,
             crc32,
             shared,
-        })
+        };
+        Ok((handle, size + copied))
     }
 
     /// Makes the checkpoint in `folder` complete by writing its metadata last.
@@ -708,7 +713,8 @@ mod tests {
             };
             subtasks.push(
                 s.write_operator_state(&folder, kind, &snapshot, subtask)
-                    .unwrap(),
+                    .unwrap()
+                    .0,
             );
         }
         let metadata = CheckpointMetadata {

@@ -47,12 +47,18 @@ pub(super) fn job_detail(job: &JobDetail) -> String {
     );
     if let Some(last) = checkpoints.last.first() {
         cp.push_str(&format!(
-            "; last #{} ({}) took {:.0} ms, {}",
+            "; last #{} ({}) took {:.0} ms (sync {:.1} ms, async {:.0} ms), {}",
             last.id,
             last.kind,
             last.duration_ms,
+            last.max_sync_ms,
+            last.max_async_ms,
             bytes(last.bytes)
         ));
+        // Incremental: it wrote less than the state it restores.
+        if last.full_bytes > last.bytes {
+            cp.push_str(&format!(" of {}", bytes(last.full_bytes)));
+        }
     }
     line(cp);
     if let Some(failure) = &job.last_failure {
@@ -204,7 +210,8 @@ mod tests {
             "checkpoints": {"completed": 3, "aborted": 0, "last_aborted": [],
                 "last": [{"status": "completed", "id": 3, "kind": "checkpoint", "name": null,
                     "triggered_ms": 0, "triggered": "1970-01-01T00:00:00.000Z",
-                    "duration_ms": 12.4, "max_sync_ms": 1.0, "bytes": 2048}]},
+                    "duration_ms": 12.4, "max_sync_ms": 1.0, "max_async_ms": 9.0,
+                    "bytes": 2048, "full_bytes": 8192}]},
             "tasks": [{"task": "source -> tokenize (1/1)", "records_in": 10, "records_out": 40,
                 "busy_ms": 10, "idle_ms": 30, "backpressured_ms": 0, "mailbox_depth": 0,
                 "watermark": null,
@@ -223,7 +230,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("last #3 (checkpoint) took 12 ms, 2.0 KiB"),
+            text.contains(
+                "last #3 (checkpoint) took 12 ms (sync 1.0 ms, async 9 ms), 2.0 KiB of 8.0 KiB"
+            ),
             "{text}"
         );
         assert!(text.contains("25%") && text.contains("75%"), "{text}");

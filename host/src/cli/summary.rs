@@ -97,6 +97,35 @@ pub(super) struct OperatorSummary {
 pub(super) struct CheckpointCounts {
     completed: usize,
     aborted: usize,
+    /// Bytes the completed ones wrote, in all (incremental ones: their new files).
+    written_bytes: u64,
+    /// The whole state of the last completed one.
+    last_full_bytes: u64,
+    /// Their synchronous parts (the longest task's): median and longest, ms.
+    sync_ms_median: f64,
+    sync_ms_max: f64,
+    /// Their asynchronous parts (the longest task's): median, ms.
+    async_ms_median: f64,
+}
+
+impl CheckpointCounts {
+    fn of(stats: &CheckpointStats) -> CheckpointCounts {
+        let done = &stats.completed;
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
+        };
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        CheckpointCounts {
+            completed: done.len(),
+            aborted: stats.aborted.len(),
+            written_bytes: done.iter().map(|c| c.bytes).sum(),
+            last_full_bytes: done.last().map_or(0, |c| c.full_bytes),
+            sync_ms_median: median(done.iter().map(|c| ms(c.max_sync)).collect()),
+            sync_ms_max: done.iter().map(|c| ms(c.max_sync)).fold(0.0, f64::max),
+            async_ms_median: median(done.iter().map(|c| ms(c.max_async)).collect()),
+        }
+    }
 }
 
 /// Where a file sink wrote.
@@ -210,10 +239,7 @@ impl JobSummary {
                 .sum(),
             failures: failures.clone(),
             tasks: tasks.iter().map(TaskSummary::of).collect(),
-            checkpoints: CheckpointCounts {
-                completed: checkpoints.completed.len(),
-                aborted: checkpoints.aborted.len(),
-            },
+            checkpoints: CheckpointCounts::of(checkpoints),
             outputs,
         }
     }
@@ -377,6 +403,17 @@ fn print_job(job: &JobSummary) {
             "  checkpoints: {} completed, {} aborted",
             c.completed, c.aborted
         );
+        if c.completed > 0 {
+            eprintln!(
+                "    wrote {} in all, the last one's state {}; sync part {:.1} ms median \
+                 ({:.1} ms longest), async part {:.0} ms median",
+                ByteSize(c.written_bytes).display().iec(),
+                ByteSize(c.last_full_bytes).display().iec(),
+                c.sync_ms_median,
+                c.sync_ms_max,
+                c.async_ms_median
+            );
+        }
     }
     for output in &job.outputs {
         match output.files {
@@ -463,10 +500,7 @@ mod tests {
             records_written: 4,
             failures: BTreeMap::from([("error".to_string(), 1)]),
             tasks: Vec::new(),
-            checkpoints: CheckpointCounts {
-                completed: 0,
-                aborted: 0,
-            },
+            checkpoints: CheckpointCounts::of(&CheckpointStats::default()),
             outputs: Vec::new(),
         }
     }

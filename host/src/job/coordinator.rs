@@ -53,8 +53,14 @@ pub struct CompletedCheckpoint {
     pub duration: Duration,
     /// The longest synchronous part of any task.
     pub max_sync: Duration,
-    /// Bytes written.
+    /// Bytes written (incremental: a RocksDB state's files only when they are new).
     pub bytes: u64,
+    /// Bytes of the whole state it restores (the files it names written earlier too).
+    #[serde(default)]
+    pub full_bytes: u64,
+    /// The longest asynchronous part of any task.
+    #[serde(default)]
+    pub max_async: Duration,
     /// When it was triggered, in milliseconds since the Unix epoch.
     pub triggered_ms: i64,
 }
@@ -542,16 +548,24 @@ impl Coordinator {
                 .max()
                 .unwrap_or_default(),
             bytes: pending.acks.iter().map(|a| a.bytes).sum(),
+            full_bytes: pending.acks.iter().map(|a| a.full_bytes).sum(),
+            max_async: pending
+                .acks
+                .iter()
+                .map(|a| a.async_duration)
+                .max()
+                .unwrap_or_default(),
         };
         tracing::info!(
-            "completed {} {id} in {:?} ({} bytes)",
+            "completed {} {id} in {:?} ({} bytes written, {} in all)",
             if kind == SnapshotKind::Savepoint {
                 "savepoint"
             } else {
                 "checkpoint"
             },
             completed.duration,
-            completed.bytes
+            completed.bytes,
+            completed.full_bytes
         );
         self.last_completion = Some(Instant::now());
         for old in subsumed_by(&self.pending, id) {
@@ -715,6 +729,7 @@ mod tests {
             sync_duration: Duration::ZERO,
             async_duration: Duration::ZERO,
             bytes: 0,
+            full_bytes: 0,
         }
     }
 

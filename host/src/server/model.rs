@@ -126,8 +126,15 @@ pub struct CompletedCheckpoint {
     pub duration_ms: f64,
     /// The longest synchronous part of any task.
     pub max_sync_ms: f64,
-    /// Bytes written.
+    /// The longest asynchronous part of any task (writing its state).
+    #[serde(default)]
+    pub max_async_ms: f64,
+    /// Bytes it wrote: with RocksDB state, only the files no earlier checkpoint holds.
     pub bytes: u64,
+    /// Bytes of the whole state it restores (with RocksDB state, the files it shares
+    /// with earlier checkpoints too).
+    #[serde(default)]
+    pub full_bytes: u64,
 }
 
 /// An aborted checkpoint of a job's current run.

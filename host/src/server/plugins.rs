@@ -253,6 +253,17 @@ impl Server {
         let Some(workers) = self.workers.get() else {
             return Ok(());
         };
+        // What its first bytes tell is refused without starting a process.
+        let head = {
+            use std::io::Read;
+            let mut head = Vec::with_capacity(8);
+            fs::File::open(file)
+                .and_then(|f| f.take(8).read_to_end(&mut head))
+                .map_err(|e| ApiError::internal(anyhow::anyhow!("{}: {e}", file.display())))?;
+            head
+        };
+        crate::wasm::check_is_component(&head, std::path::Path::new(name))
+            .map_err(|e| ApiError::bad(format!("{e:#}")))?;
         let deadline = self.host.server.compile_deadline;
         match workers
             .compile(tenant, file, fuel, deadline)

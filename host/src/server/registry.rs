@@ -199,6 +199,8 @@ impl JobEntry {
             triggered_ms: c.triggered_ms,
             duration_ms: c.duration.as_secs_f64() * 1e3,
             max_sync_ms: c.max_sync.as_secs_f64() * 1e3,
+            max_async_ms: c.max_async.as_secs_f64() * 1e3,
+            full_bytes: c.full_bytes,
             bytes: c.bytes,
         }));
         let drop = history.len().saturating_sub(HISTORY);

@@ -29,7 +29,12 @@ pub(super) struct CheckpointSummary {
     pub(super) duration_ms: f64,
     /// The longest synchronous part of a task.
     pub(super) max_sync_ms: f64,
+    /// The longest asynchronous part of a task.
+    #[serde(default)]
+    pub(super) max_async_ms: f64,
     pub(super) bytes: u64,
+    #[serde(default)]
+    pub(super) full_bytes: u64,
 }
 
 pub(super) fn graph_summary(graph: &JobGraph) -> Vec<ChainSummary> {
@@ -171,7 +176,9 @@ impl Server {
                 triggered: rfc3339(c.triggered_ms),
                 duration_ms: c.duration_ms,
                 max_sync_ms: c.max_sync_ms,
+                max_async_ms: c.max_async_ms,
                 bytes: c.bytes,
+                full_bytes: c.full_bytes,
             })
             .collect();
         let last_aborted = checkpoints

@@ -18,6 +18,6 @@ pub use cpu::{CpuShares, CpuTenant};
 pub use engine::{EPOCH_TICK, EngineSettings, WasmEngine};
 pub use instance::WasmOperator;
 pub use limits::{DirGrant, MemoryLimitExceeded, SandboxLimits};
-pub use plugin::{Plugin, PluginInfo, supported_version};
+pub use plugin::{Plugin, PluginInfo, check_is_component, supported_version};
 pub use sandbox::Interrupted;
 pub use store::StoreState;

@@ -115,30 +115,36 @@ fn wasm_kind(bytes: &[u8]) -> WasmKind {
     }
 }
 
+/// Refuses `bytes` (of the file at `path`) unless they are a WebAssembly component: a
+/// check of their first bytes, before anything compiles them.
+pub fn check_is_component(bytes: &[u8], path: &Path) -> Result<()> {
+    match wasm_kind(bytes) {
+        WasmKind::Component => Ok(()),
+        WasmKind::NotWasm => bail!(
+            "{} is not a WebAssembly file (it does not start with the `\\0asm` magic bytes)",
+            path.display()
+        ),
+        WasmKind::CoreModule => bail!(
+            "{} is a core WebAssembly module, not a component: build the plugin with \
+             `cargo build --target wasm32-wasip2` (which produces a component), or wrap \
+             the module with `wasm-tools component new`",
+            path.display()
+        ),
+        WasmKind::Unknown => bail!(
+            "{} has an unsupported WebAssembly binary version {:?}",
+            path.display(),
+            &bytes[4..8]
+        ),
+    }
+}
+
 impl Plugin {
     /// Reads `path`, checks that it is a component exporting this host's version of
     /// the operator interface, and compiles it (or takes it from the cache).
     pub fn load(engine: &WasmEngine, path: &Path, fuel: bool) -> Result<Plugin> {
         let bytes = std::fs::read(path)
             .with_context(|| format!("cannot read plugin file {}", path.display()))?;
-        match wasm_kind(&bytes) {
-            WasmKind::Component => {}
-            WasmKind::NotWasm => bail!(
-                "{} is not a WebAssembly file (it does not start with the `\\0asm` magic bytes)",
-                path.display()
-            ),
-            WasmKind::CoreModule => bail!(
-                "{} is a core WebAssembly module, not a component: build the plugin with \
-                 `cargo build --target wasm32-wasip2` (which produces a component), or wrap \
-                 the module with `wasm-tools component new`",
-                path.display()
-            ),
-            WasmKind::Unknown => bail!(
-                "{} has an unsupported WebAssembly binary version {:?}",
-                path.display(),
-                &bytes[4..8]
-            ),
-        }
+        check_is_component(&bytes, path)?;
         let wasmtime_engine = engine.engine_for(fuel)?;
         let (component, compiled) = engine
             .cache()

@@ -142,6 +142,7 @@ impl LsmSnapshot {
             .collect::<std::io::Result<_>>()?;
         names.sort();
         let mut files = Vec::with_capacity(names.len());
+        let mut copied = 0;
         for name in names {
             let path = self.local().join(&name);
             if !name.ends_with(".sst") {
@@ -166,6 +167,7 @@ impl LsmSnapshot {
             crate::failpoint!("checkpoint::upload-state-file");
             let unique = format!("{}-{name}", uuid::Uuid::new_v4().simple());
             let crc32 = copy_durably(&path, &shared.path().join(&unique))?;
+            copied += size;
             let file = DbFile {
                 name: name.clone(),
                 size,
@@ -182,6 +184,7 @@ impl LsmSnapshot {
             taken_at: self.taken_at,
             files,
             shared: Some(shared.clone()),
+            copied,
         })
     }
 }
@@ -225,6 +228,8 @@ pub struct LsmFiles {
     pub files: Vec<DbFile>,
     /// The shared folder its tables are in (known once read from a checkpoint).
     pub shared: Option<SharedFolder>,
+    /// Bytes of tables the upload that made it copied (0 when read back).
+    pub copied: u64,
 }
 
 impl LsmFiles {
