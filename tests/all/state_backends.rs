@@ -223,3 +223,41 @@ fn a_job_moves_between_backends_and_parallelisms_through_savepoints_and_checkpoi
     let output = std::fs::read_to_string(dir.join("out/counts.tsv")).unwrap();
     assert_eq!(sorted_lines(&output), sorted_lines(&reference));
 }
+
+#[test]
+fn a_rocksdb_job_runs_in_its_tenants_worker_under_its_limits() {
+    use crate::server::{ServerProcess, host_config, state, wait_for};
+    use sluice::server::model::JobState;
+    let dir = test_dir("rocksdb-server");
+    // The tenant's default backend: the job file does not say.
+    let server = ServerProcess::start(&host_config(&dir, "state_backend = \"rocksdb\""));
+    let a = server.client(Some("token-a"));
+    let text = throttled_wordcount(2, 3_000, 3_000.0);
+    let id = a.submit(&write_job(&dir, &text)).unwrap().id;
+    wait_for("a checkpoint", Duration::from_secs(30), || {
+        a.status(&id).unwrap().checkpoints.completed > 0
+    });
+    // A stop takes a savepoint (entries) of the RocksDB state; the job resumes from it.
+    let stopped = a.stop(&id, false).unwrap();
+    assert_eq!(stopped.state, JobState::Stopped, "{stopped:?}");
+    let savepoint = a.status(&id).unwrap().savepoint.unwrap();
+    a.start(&id, Some(&savepoint)).unwrap();
+    wait_for("the job to finish", Duration::from_secs(60), || {
+        state(&a, &id) == JobState::Finished
+    });
+    let detail = a.status(&id).unwrap();
+    let last = &detail.checkpoints.last[0];
+    assert!(
+        last.full_bytes >= last.bytes && last.full_bytes > 0,
+        "{last:?}"
+    );
+    let output = String::from_utf8(a.output(&id, None).unwrap()).unwrap();
+    let records = 3_000;
+    let reference = {
+        let dir = test_dir("rocksdb-server-reference");
+        let job = write_job(&dir, &throttled_wordcount(1, records, 1e9));
+        run_job(&job).unwrap();
+        std::fs::read_to_string(dir.join("out/counts.tsv")).unwrap()
+    };
+    assert_eq!(sorted_lines(&output), sorted_lines(&reference));
+}

@@ -498,24 +498,41 @@ fn options(memory: u64, ttls: Arc<RwLock<Vec<Option<u64>>>>) -> Options {
     o.create_if_missing(true);
     o.set_log_level(rocksdb::LogLevel::Warn);
     o.set_stats_dump_period_sec(0);
-    // Memtables: a quarter of the budget, in two buffers; the rest is the block cache.
-    let buffers = memory / 4;
+    // Memtables: half of the budget, in two buffers; the rest is the block cache. A
+    // bloom filter over each memtable's keys answers the lookups of keys it does not
+    // hold (most of them, in a job that keeps meeting new keys) without a search.
+    let buffers = memory / 2;
     o.set_write_buffer_size(buffers / 2);
     o.set_max_write_buffer_number(2);
+    o.set_memtable_whole_key_filtering(true);
+    o.set_memtable_prefix_bloom_ratio(0.1);
     o.set_write_buffer_manager(&WriteBufferManager::new_write_buffer_manager(
         buffers, false,
     ));
     let cache = Cache::new_lru_cache(memory - buffers);
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(&cache);
+    // Index and filter blocks in the cache, so memory stays within the budget however
+    // many keys there are; partitioned, so a lookup loads a 4 KiB partition of a
+    // table's filter, not the whole filter (whole ones thrash the cache once tables
+    // are large: measured, most of a lookup's time went into re-reading them).
     table.set_cache_index_and_filter_blocks(true);
+    table.set_cache_index_and_filter_blocks_with_high_priority(true);
+    table.set_index_type(rocksdb::BlockBasedIndexType::TwoLevelIndexSearch);
+    table.set_partition_filters(true);
+    table.set_metadata_block_size(4096);
+    table.set_pin_top_level_index_and_filter(true);
     table.set_pin_l0_filter_and_index_blocks_in_cache(true);
     table.set_bloom_filter(10.0, false);
     table.set_block_size(16 << 10);
     o.set_block_based_table_factory(&table);
     o.set_compression_type(rocksdb::DBCompressionType::Lz4);
     o.set_bottommost_compression_type(rocksdb::DBCompressionType::Lz4);
-    o.set_level_compaction_dynamic_level_bytes(true);
+    // Universal compaction: each checkpoint uploads what compaction wrote since the last
+    // one, and universal compaction writes less than levelled (measured on 12 M keys with
+    // checkpoints every second: 4.5–6.0× the final state uploaded in all, against 9.0×, at
+    // the same speed).
+    o.set_compaction_style(rocksdb::DBCompactionStyle::Universal);
     o.set_max_open_files(256);
     o.set_keep_log_file_num(2);
     o.set_max_log_file_size(1 << 20);
