@@ -18,15 +18,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sluice_tests::bench::env_or;
 use sluice_tests::plugins::{COUNT, TOKENIZE};
 use sluice_tests::{scratch_root, test_dir};
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// What one run measured.
 struct Measured {

@@ -20,15 +20,9 @@ use std::io::{BufRead, BufReader};
 use sluice::server::client::Client;
 use sluice::server::model::JobState;
 use sluice::server::token_sha256;
+use sluice_tests::bench::env_or;
 use sluice_tests::plugins::{COUNT, TOKENIZE, WINDOW};
 use sluice_tests::{scratch_root, test_dir, write_job};
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// A `sluice serve` of its own registry; killed when dropped.
 struct Served {

@@ -148,6 +148,14 @@ pub fn keyed_state() -> OperatorState {
     OperatorState::new(Some(KeyedState::heap(128, 0..128)))
 }
 
+/// The number in environment variable `name`, or `default` when it is unset or not one.
+pub fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// `operators` as one opened chain without outputs.
 pub fn opened_chain(operators: Vec<(Box<dyn Operator>, OpenInfo)>) -> OperatorChain {
     let operators = operators

@@ -165,6 +165,24 @@ impl TtlQueue {
     }
 }
 
+/// The key group of `key` out of `max_parallelism`, when it is one of `owned`; else the
+/// error naming both.
+pub(super) fn owned_key_group(
+    key: &[u8],
+    max_parallelism: u32,
+    owned: &Range<u32>,
+) -> Result<u32, StateError> {
+    let kg = key_group_of(key, max_parallelism);
+    if owned.contains(&kg) {
+        Ok(kg)
+    } else {
+        Err(StateError::ForeignKey {
+            key_group: kg,
+            owned: owned.clone(),
+        })
+    }
+}
+
 /// Declares `descriptor` among `descriptors`, or finds it there: `(its id, whether it
 /// gained a TTL)`. Fails when the name is known with another kind.
 pub(super) fn declare_in(
@@ -698,15 +716,8 @@ impl KeyedStateBackend {
     }
 
     fn group_index(&self, key: &[u8]) -> Result<usize, StateError> {
-        let kg = key_group_of(key, self.max_parallelism);
-        if self.key_groups.contains(&kg) {
-            Ok((kg - self.key_groups.start) as usize)
-        } else {
-            Err(StateError::ForeignKey {
-                key_group: kg,
-                owned: self.key_groups.clone(),
-            })
-        }
+        let kg = owned_key_group(key, self.max_parallelism, &self.key_groups)?;
+        Ok((kg - self.key_groups.start) as usize)
     }
 }
 

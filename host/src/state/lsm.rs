@@ -29,7 +29,6 @@ use rocksdb::{
 use sluice_codec::EntryWriter;
 
 use super::backend::{StateDescriptor, StateError, StateKind};
-use super::key_groups::key_group_of;
 
 mod files;
 pub use files::{DbFile, LsmFiles, LsmSnapshot, Place, SharedFolder};
@@ -185,15 +184,7 @@ impl LsmBackend {
     }
 
     fn group_of(&self, key: &[u8]) -> Result<u32, StateError> {
-        let kg = key_group_of(key, self.max_parallelism);
-        if self.key_groups.contains(&kg) {
-            Ok(kg)
-        } else {
-            Err(StateError::ForeignKey {
-                key_group: kg,
-                owned: self.key_groups.clone(),
-            })
-        }
+        super::backend::owned_key_group(key, self.max_parallelism, &self.key_groups)
     }
 
     /// Builds `kg ‖ state ‖ key length ‖ key ‖ user_key` in `self.key`.

@@ -1,5 +1,5 @@
 use super::*;
-use crate::state::key_groups::key_groups_of_subtask;
+use crate::state::key_groups::{key_group_of, key_groups_of_subtask};
 use crate::state::{KeyedSnapshot, KeyedState};
 use std::collections::BTreeMap;
 
