@@ -287,3 +287,32 @@ fn a_restore_names_a_missing_or_truncated_table_file() {
         .unwrap_err();
     assert!(format!("{err:#}").contains("is missing"), "{err:#}");
 }
+
+#[test]
+fn compaction_drops_entries_past_their_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lsm = LsmBackend::open(config(dir.path(), None), 128, 0..128).unwrap();
+    let short = lsm
+        .declare(descriptor("short", StateKind::Value, Some(60_000)))
+        .unwrap();
+    let forever = lsm
+        .declare(descriptor("forever", StateKind::Value, None))
+        .unwrap();
+    let now = crate::timers::now_millis();
+    for i in 0..100u32 {
+        let key = i.to_be_bytes();
+        // Written two minutes ago: past the one-minute TTL.
+        lsm.put(short, &key, b"", b"old", now - 120_000).unwrap();
+        lsm.put(forever, &key, b"", b"kept", now - 120_000).unwrap();
+    }
+    lsm.db.flush().unwrap();
+    let stored = |lsm: &LsmBackend| lsm.db.iterator(IteratorMode::Start).count();
+    assert_eq!(stored(&lsm), 200);
+    lsm.db.compact_range::<&[u8], &[u8]>(None, None);
+    // The expired entries are gone from the files, not only hidden from reads.
+    assert_eq!(stored(&lsm), 100);
+    assert_eq!(
+        lsm.get(forever, &7u32.to_be_bytes(), b"", now).unwrap(),
+        Some(b"kept".to_vec())
+    );
+}
