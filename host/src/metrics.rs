@@ -23,6 +23,10 @@ pub struct OperatorMetrics {
     pub counters: Arc<Mutex<BTreeMap<String, u64>>>,
     /// Largest linear memory of the instance, in bytes.
     pub memory_bytes: AtomicU64,
+    /// Memory the host holds for its keyed state, as of its last checkpoint.
+    pub state_memory_bytes: AtomicU64,
+    /// Disk its keyed state takes (RocksDB's files), as of its last checkpoint.
+    pub state_disk_bytes: AtomicU64,
     /// Guest log lines dropped by the tenant's log rate.
     pub log_lines_dropped: AtomicU64,
     /// Sources of partitioned logs: records behind the end of each partition read
@@ -92,6 +96,12 @@ pub struct OperatorReport {
     pub counters: BTreeMap<String, u64>,
     /// Largest linear memory, in bytes.
     pub memory_bytes: u64,
+    /// Memory the host holds for its keyed state, as of its last checkpoint.
+    #[serde(default)]
+    pub state_memory_bytes: u64,
+    /// Disk its keyed state takes, as of its last checkpoint.
+    #[serde(default)]
+    pub state_disk_bytes: u64,
     /// Guest log lines dropped by the log rate.
     pub log_lines_dropped: u64,
     /// Records behind the end of each partition a source reads.
@@ -189,6 +199,8 @@ impl OperatorMetrics {
             busy: Duration::from_nanos(self.busy_ns.load(Relaxed)),
             counters: self.counters.lock().clone(),
             memory_bytes: self.memory_bytes.load(Relaxed),
+            state_memory_bytes: self.state_memory_bytes.load(Relaxed),
+            state_disk_bytes: self.state_disk_bytes.load(Relaxed),
             log_lines_dropped: self.log_lines_dropped.load(Relaxed),
             lag: self.lag.lock().clone(),
             is_sink: self.is_sink,

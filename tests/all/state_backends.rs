@@ -234,8 +234,21 @@ fn a_rocksdb_job_runs_in_its_tenants_worker_under_its_limits() {
     let a = server.client(Some("token-a"));
     let text = throttled_wordcount(2, 3_000, 3_000.0);
     let id = a.submit(&write_job(&dir, &text)).unwrap().id;
+    // Its count operator's state, as of its last checkpoint: the database's memory
+    // budget (the default 64 MiB) and its files.
     wait_for("a checkpoint", Duration::from_secs(30), || {
-        a.status(&id).unwrap().checkpoints.completed > 0
+        let detail = a.status(&id).unwrap();
+        let counts: Vec<_> = detail
+            .tasks
+            .iter()
+            .flat_map(|t| &t.operators)
+            .filter(|o| o.operator == "count")
+            .collect();
+        detail.checkpoints.completed > 0
+            && counts.len() == 2
+            && counts
+                .iter()
+                .all(|o| o.state_memory_bytes == 64 << 20 && o.state_disk_bytes > 0)
     });
     // A stop takes a savepoint (entries) of the RocksDB state; the job resumes from it.
     let stopped = a.stop(&id, false).unwrap();

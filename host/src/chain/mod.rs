@@ -805,9 +805,13 @@ impl OperatorChain {
             })?;
             let host = link.operator.state();
             let keyed = match host.keyed.as_mut() {
-                Some(k) => Some(k.snapshot(checkpoint_id, now).with_context(|| {
-                    format!("{}: snapshot of its keyed state", link.operator.identity())
-                })?),
+                Some(k) => {
+                    link.metrics.state_memory_bytes.store(k.bytes(), Relaxed);
+                    link.metrics.state_disk_bytes.store(k.disk_bytes(), Relaxed);
+                    Some(k.snapshot(checkpoint_id, now).with_context(|| {
+                        format!("{}: snapshot of its keyed state", link.operator.identity())
+                    })?)
+                }
                 None => None,
             };
             let host = link.operator.state();

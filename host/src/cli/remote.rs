@@ -89,6 +89,14 @@ pub(super) fn job_detail(job: &JobDetail) -> String {
             }
         }
         for op in &task.operators {
+            if op.state_memory_bytes > 0 || op.state_disk_bytes > 0 {
+                below.push(format!(
+                    "    {} state: {} in memory, {} on disk (at its last checkpoint)",
+                    op.operator,
+                    bytes(op.state_memory_bytes),
+                    bytes(op.state_disk_bytes)
+                ));
+            }
             if let Some(counters) = pairs(&op.counters) {
                 below.push(format!("    {}: {counters}", op.operator));
             }
@@ -219,6 +227,7 @@ mod tests {
                     "lag": {"t/0": 5}, "counters": {}},
                 "operators": [{"operator": "tokenize", "subtask": 0, "records_in": 10,
                     "records_out": 40, "busy_ms": 10, "memory_bytes": 0,
+                    "state_memory_bytes": 67108864, "state_disk_bytes": 1048576,
                     "counters": {"seen": 2}}]}],
             "graph": [], "output": [], "cluster": false,
         }))
@@ -238,5 +247,9 @@ mod tests {
         assert!(text.contains("25%") && text.contains("75%"), "{text}");
         assert!(text.contains("source lag: t/0=5"), "{text}");
         assert!(text.contains("tokenize: seen=2"), "{text}");
+        assert!(
+            text.contains("tokenize state: 64.0 MiB in memory, 1.0 MiB on disk"),
+            "{text}"
+        );
     }
 }

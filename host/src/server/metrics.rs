@@ -202,6 +202,22 @@ fn add_job(m: &mut Metrics, sample: &JobSample<'_>) {
                 &labels,
                 op.memory_bytes as f64,
             );
+            m.add(
+                "sluice_operator_state_memory_bytes",
+                "gauge",
+                "Memory the host holds for an operator instance's keyed state, as of its \
+                 last checkpoint.",
+                &labels,
+                op.state_memory_bytes as f64,
+            );
+            m.add(
+                "sluice_operator_state_disk_bytes",
+                "gauge",
+                "Disk an operator instance's keyed state takes (RocksDB's files), as of its \
+                 last checkpoint.",
+                &labels,
+                op.state_disk_bytes as f64,
+            );
         }
         for op in task.source.iter().chain(&task.operators) {
             let subtask = op.subtask.to_string();

@@ -191,6 +191,13 @@ pub struct OperatorMetrics {
     pub busy_ms: u64,
     /// Its largest linear memory, in bytes.
     pub memory_bytes: u64,
+    /// Memory the host holds for its keyed state (RocksDB: its cache and write buffers),
+    /// as of its last checkpoint.
+    #[serde(default)]
+    pub state_memory_bytes: u64,
+    /// Disk its keyed state takes (RocksDB's files), as of its last checkpoint.
+    #[serde(default)]
+    pub state_disk_bytes: u64,
     /// Its own counters.
     pub counters: BTreeMap<String, u64>,
 }

@@ -111,6 +111,8 @@ fn operator_metrics(op: &OperatorReport) -> OperatorMetrics {
         records_out: op.records_out,
         busy_ms: op.busy.as_millis() as u64,
         memory_bytes: op.memory_bytes,
+        state_memory_bytes: op.state_memory_bytes,
+        state_disk_bytes: op.state_disk_bytes,
         counters: op.counters.clone(),
     }
 }

@@ -118,6 +118,14 @@ impl KeyedState {
         each!(self, b => b.bytes())
     }
 
+    /// Disk its entries take: the LSM backend's table files (0 on the heap).
+    pub fn disk_bytes(&self) -> u64 {
+        match self {
+            KeyedState::Heap(_) => 0,
+            KeyedState::Lsm(b) => b.disk_bytes(),
+        }
+    }
+
     /// Number of entries (an estimate for the LSM backend).
     pub fn len(&self) -> usize {
         each!(self, b => b.len())
