@@ -149,33 +149,26 @@ fn write_lsm_entries(w: &mut impl Write, local: &LsmSnapshot) -> io::Result<()> 
         group.clear();
         Ok(())
     }
-    let mut error: Option<io::Error> = None;
-    let read = crate::state::lsm::read_entries(
+    crate::state::lsm::read_entries(
         local.local(),
         groups.clone(),
         |kg, key, written_at, value| {
-            let mut step = || -> io::Result<()> {
-                while current < kg {
-                    flush(w, current, count, &mut group)?;
-                    (current, count) = (current + 1, 0);
-                }
-                put_bytes(&mut group, key)?;
-                put_bytes(&mut group, value)?;
-                group.extend_from_slice(&written_at.to_le_bytes());
-                count += 1;
-                Ok(())
-            };
-            step().map_err(|e| {
-                let shown = e.to_string();
-                error = Some(e);
-                shown
-            })
+            while current < kg {
+                flush(w, current, count, &mut group)?;
+                (current, count) = (current + 1, 0);
+            }
+            put_bytes(&mut group, key)?;
+            put_bytes(&mut group, value)?;
+            group.extend_from_slice(&written_at.to_le_bytes());
+            count += 1;
+            Ok(())
         },
-    );
-    if let Some(e) = error {
-        return Err(e);
-    }
-    read.map_err(|e| io::Error::other(format!("{e:#}")))?;
+    )
+    // A failed write stays the I/O error it was (a full disk, say).
+    .map_err(|e| {
+        e.downcast::<io::Error>()
+            .unwrap_or_else(|e| io::Error::other(format!("{e:#}")))
+    })?;
     while current < groups.end {
         flush(w, current, count, &mut group)?;
         (current, count) = (current + 1, 0);

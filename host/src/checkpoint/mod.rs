@@ -20,7 +20,7 @@ mod storage;
 
 pub use assignment::{OperatorRestore, assign_operator_state};
 pub use async_part::{AsyncPartHandle, AsyncPool, CheckpointLink};
-pub use format::{read_operator_state, write_operator_state};
+pub use format::{CrcWriter, read_operator_state, write_operator_state};
 pub use protocol::{Acknowledgement, CoordinatorMessage};
 pub use snapshot::{OperatorSnapshot, StateHandle, TaskId};
 pub use storage::{

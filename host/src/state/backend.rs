@@ -165,6 +165,20 @@ impl TtlQueue {
     }
 }
 
+/// `(state id here, key, user key)` of a restored entry's composite key, whose state id
+/// is mapped through `ids` (restored descriptors' ids here, by their index there).
+pub(super) fn restored_key<'a>(
+    ids: &[u32],
+    composite: &'a [u8],
+) -> Result<(u32, &'a [u8], &'a [u8]), String> {
+    let (state, key, user_key) = split_composite(composite)
+        .ok_or_else(|| "a restored state entry has a malformed key".to_string())?;
+    let id = *ids
+        .get(state as usize)
+        .ok_or_else(|| format!("a restored state entry names unknown state {state}"))?;
+    Ok((id, key, user_key))
+}
+
 /// The key group of `key` out of `max_parallelism`, when it is one of `owned`; else the
 /// error naming both.
 pub(super) fn owned_key_group(
@@ -652,11 +666,7 @@ impl KeyedStateBackend {
         if !self.key_groups.contains(&kg) {
             return Ok(());
         }
-        let (state, key, user_key) = split_composite(composite)
-            .ok_or_else(|| "a restored state entry has a malformed key".to_string())?;
-        let id = *ids
-            .get(state as usize)
-            .ok_or_else(|| format!("a restored state entry names unknown state {state}"))?;
+        let (id, key, user_key) = restored_key(ids, composite)?;
         let prefix = prefix_of(id, key);
         let g = (kg - self.key_groups.start) as usize;
         let entry = Entry {

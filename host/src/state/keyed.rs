@@ -253,13 +253,14 @@ impl KeyedState {
                             .map_err(anyhow::Error::msg)?;
                         files.read_entries(&scratch, range, |kg, k, at, v| {
                             b.restore_entry(&ids, kg, k, at, v)
+                                .map_err(anyhow::Error::msg)
                         })
                     }
                     KeyedState::Lsm(b) => {
                         let mut writer =
                             b.restorer(&files.descriptors).map_err(anyhow::Error::msg)?;
                         files.read_entries(&scratch, range, |kg, k, at, v| {
-                            writer.put(kg, k, at, v).map_err(|e| format!("{e:#}"))
+                            writer.put(kg, k, at, v)
                         })?;
                         writer.finish()
                     }
@@ -274,7 +275,8 @@ impl KeyedState {
 
 /// The key groups both ranges hold.
 fn overlap(a: &Range<u32>, b: &Range<u32>) -> Range<u32> {
-    a.start.max(b.start)..a.end.min(b.end).max(a.start.max(b.start))
+    let start = a.start.max(b.start);
+    start..a.end.min(b.end).max(start)
 }
 
 /// A new folder to open a copy of `files`' database in: beside the LSM backend's own

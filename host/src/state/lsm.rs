@@ -66,7 +66,7 @@ pub struct LsmBackend {
     value: Vec<u8>,
     /// Table files of this database already in the shared folder, by their name here.
     uploaded: Arc<Mutex<BTreeMap<String, DbFile>>>,
-    /// Checkpoint folders taken and not yet released, for their ids.
+    /// Local checkpoints taken, to name each one's folder uniquely.
     checkpoints: u64,
 }
 
@@ -94,8 +94,8 @@ impl LsmBackend {
         Self::open_with(config, max_parallelism, key_groups, Vec::new())
     }
 
-    /// Opens the database in `config.dir`, with the files `restored` put there first
-    /// (`None`: a new, empty one).
+    /// Opens the database in `config.dir` (new, or a restored one put there), knowing
+    /// `uploaded`: the table files of it the shared folder already holds.
     fn open_with(
         config: LsmConfig,
         max_parallelism: u32,
@@ -258,9 +258,7 @@ impl LsmBackend {
     ) -> Result<(), StateError> {
         self.descriptor(state)?;
         self.compose(state, key, user_key)?;
-        self.value.clear();
-        self.value.extend_from_slice(&now.to_le_bytes());
-        self.value.extend_from_slice(value);
+        encode_value(&mut self.value, now, value);
         self.db
             .put_opt(&self.key, &self.value, &self.write)
             .map_err(storage_error)
@@ -345,10 +343,6 @@ impl LsmBackend {
             .config
             .dir
             .join(format!("chk-{id:010}-{}", self.checkpoints));
-        if local.exists() {
-            std::fs::remove_dir_all(&local)
-                .with_context(|| format!("removing the stale {}", local.display()))?;
-        }
         rocksdb::checkpoint::Checkpoint::new(&self.db)
             .and_then(|c| c.create_checkpoint(&local))
             .with_context(|| format!("taking a checkpoint of the state in {}", local.display()))?;
@@ -433,16 +427,10 @@ impl Restorer<'_> {
         if !self.backend.key_groups.contains(&kg) {
             return Ok(());
         }
-        let (state, key, user_key) = super::split_composite(composite)
-            .context("a restored state entry has a malformed key")?;
-        let id = *self
-            .ids
-            .get(state as usize)
-            .with_context(|| format!("a restored state entry names unknown state {state}"))?;
+        let (id, key, user_key) =
+            super::backend::restored_key(&self.ids, composite).map_err(anyhow::Error::msg)?;
         compose(&mut self.key, kg, id, key, user_key);
-        self.value.clear();
-        self.value.extend_from_slice(&written_at.to_le_bytes());
-        self.value.extend_from_slice(value);
+        encode_value(&mut self.value, written_at, value);
         self.batch.put(&self.key, &self.value);
         if self.batch.size_in_bytes() >= 4 << 20 {
             self.write()?;
@@ -559,6 +547,13 @@ fn group_start(kg: u32) -> [u8; GROUP_BYTES] {
     (kg as u16).to_be_bytes()
 }
 
+/// A stored value: `written_at ‖ value`, into `out`.
+fn encode_value(out: &mut Vec<u8>, written_at: i64, value: &[u8]) {
+    out.clear();
+    out.extend_from_slice(&written_at.to_le_bytes());
+    out.extend_from_slice(value);
+}
+
 /// `(written at, value)` of a stored value.
 fn split_value(v: &[u8]) -> Option<(i64, &[u8])> {
     let at = i64::from_le_bytes(v.get(..TIME_BYTES)?.try_into().ok()?);
@@ -591,7 +586,7 @@ fn storage_error(e: rocksdb::Error) -> StateError {
 pub(crate) fn read_entries(
     path: &Path,
     range: Range<u32>,
-    mut f: impl FnMut(u32, &[u8], i64, &[u8]) -> Result<(), String>,
+    mut f: impl FnMut(u32, &[u8], i64, &[u8]) -> Result<()>,
 ) -> Result<()> {
     let db = DB::open_for_read_only(&Options::default(), path, false)
         .with_context(|| format!("opening the state database in {}", path.display()))?;
@@ -605,7 +600,7 @@ pub(crate) fn read_entries(
         let kg = u16::from_be_bytes([k[0], k[1]]) as u32;
         let (written_at, value) = split_value(&v)
             .with_context(|| format!("{}: a value without its time", path.display()))?;
-        f(kg, &k[GROUP_BYTES..], written_at, value).map_err(anyhow::Error::msg)?;
+        f(kg, &k[GROUP_BYTES..], written_at, value)?;
     }
     Ok(())
 }

@@ -15,7 +15,6 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{Read, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,6 +22,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use parking_lot::Mutex;
 
+use crate::checkpoint::CrcWriter;
 use crate::state::StateDescriptor;
 
 /// The folder checkpoints keep table files in: `<checkpoint dir>/shared`.
@@ -192,27 +192,18 @@ impl LsmSnapshot {
 /// Copies `from` to `to` (a new file) and syncs it; returns its CRC-32.
 fn copy_durably(from: &Path, to: &Path) -> Result<u32> {
     let mut src = File::open(from).with_context(|| format!("opening {}", from.display()))?;
-    let mut dst = File::options()
+    let dst = File::options()
         .write(true)
         .create_new(true)
         .open(to)
         .with_context(|| format!("creating {}", to.display()))?;
-    let mut hasher = crc32fast::Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = src
-            .read(&mut buf)
-            .with_context(|| format!("reading {}", from.display()))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        dst.write_all(&buf[..n])
-            .with_context(|| format!("writing {}", to.display()))?;
-    }
+    let mut w = CrcWriter::new(dst);
+    std::io::copy(&mut src, &mut w)
+        .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    let (dst, _, crc32) = w.finish();
     dst.sync_all()
         .with_context(|| format!("writing {}", to.display()))?;
-    Ok(hasher.finalize())
+    Ok(crc32)
 }
 
 /// An LSM instance's state as a checkpoint keeps it: the manifest of its files.
@@ -285,7 +276,7 @@ impl LsmFiles {
         &self,
         scratch: &Path,
         range: Range<u32>,
-        f: impl FnMut(u32, &[u8], i64, &[u8]) -> Result<(), String>,
+        f: impl FnMut(u32, &[u8], i64, &[u8]) -> Result<()>,
     ) -> Result<()> {
         struct Scratch<'a>(&'a Path);
         impl Drop for Scratch<'_> {
