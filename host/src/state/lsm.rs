@@ -315,10 +315,11 @@ impl LsmBackend {
         let mut it = self.db.raw_iterator_opt(read);
         it.seek_to_last();
         let next = match it.key() {
-            Some(last) => {
-                let pos: [u8; 8] = last[prefix.len()..].try_into().unwrap_or([0xff; 8]);
-                u64::from_be_bytes(pos).saturating_add(1)
-            }
+            // An element under the empty user key sorts first: the list goes on at 0.
+            Some(last) => match &last[prefix.len()..] {
+                [] => 0,
+                pos => u64::from_be_bytes(pos.try_into().unwrap_or([0xff; 8])).saturating_add(1),
+            },
             None => {
                 it.status().map_err(storage_error)?;
                 0

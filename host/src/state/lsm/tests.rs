@@ -316,3 +316,22 @@ fn compaction_drops_entries_past_their_ttl() {
         Some(b"kept".to_vec())
     );
 }
+
+#[test]
+fn a_list_whose_only_element_has_the_empty_user_key_goes_on_as_on_the_heap() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut heap = KeyedState::heap(128, 0..128);
+    let mut lsm = KeyedState::lsm(config(dir.path(), None), 128, 0..128).unwrap();
+    for state in [&mut heap, &mut lsm] {
+        let s = state
+            .declare(descriptor("list", StateKind::List, None))
+            .unwrap();
+        state.put(s, b"k", b"", b"first", 0).unwrap();
+        state.append(s, b"k", b"second", 0).unwrap();
+        state.append(s, b"k", b"third", 0).unwrap();
+    }
+    assert_eq!(
+        lsm.entries(0, b"k", 0).unwrap(),
+        heap.entries(0, b"k", 0).unwrap()
+    );
+}
