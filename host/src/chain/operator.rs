@@ -378,6 +378,20 @@ impl OperatorState {
     /// before the bad one stay applied, and the task fails anyway. Returns how many
     /// state entries were written.
     pub fn apply_effects(&mut self, effects: &[u8], now: i64) -> Result<usize, CallError> {
+        let applied = self.apply_all(effects, now);
+        // The LSM backend writes a call's puts and deletes at once, in key order.
+        let committed = match self.keyed.as_mut() {
+            Some(keyed) => keyed
+                .commit()
+                .map_err(|e| CallError::Contract(e.to_string())),
+            None => Ok(()),
+        };
+        let writes = applied?;
+        committed?;
+        Ok(writes)
+    }
+
+    fn apply_all(&mut self, effects: &[u8], now: i64) -> Result<usize, CallError> {
         let mut writes = 0;
         for effect in EffectReader::new(effects) {
             let effect = effect.map_err(|e| CallError::Contract(e.to_string()))?;

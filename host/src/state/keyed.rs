@@ -148,8 +148,26 @@ impl KeyedState {
     }
 
     /// All live entries of `(state, key)` in the `entries` encoding.
-    pub fn entries(&self, state: u32, key: &[u8], now: i64) -> Result<Vec<u8>, StateError> {
+    pub fn entries(&mut self, state: u32, key: &[u8], now: i64) -> Result<Vec<u8>, StateError> {
         each!(self, b => b.entries(state, key, now))
+    }
+
+    /// Reads ahead what a call processing `records` will read (the LSM backend; the heap
+    /// backend answers reads from memory anyway).
+    pub fn prefetch(&mut self, records: &[u8]) -> Result<(), StateError> {
+        match self {
+            KeyedState::Heap(_) => Ok(()),
+            KeyedState::Lsm(b) => b.prefetch(records),
+        }
+    }
+
+    /// Writes what the LSM backend holds of the effects applied so far (the heap backend
+    /// applies each at once).
+    pub fn commit(&mut self) -> Result<(), StateError> {
+        match self {
+            KeyedState::Heap(_) => Ok(()),
+            KeyedState::Lsm(b) => b.commit(),
+        }
     }
 
     /// Sets one entry.

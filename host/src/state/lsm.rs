@@ -23,15 +23,20 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use parking_lot::{Mutex, RwLock};
 use rocksdb::{
-    BlockBasedOptions, Cache, DB, Direction, IteratorMode, Options, ReadOptions, WriteBatch,
-    WriteBufferManager, WriteOptions, compaction_filter::Decision,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, DEFAULT_COLUMN_FAMILY_NAME, Direction,
+    IteratorMode, Options, ReadOptions, WriteBatch, WriteBufferManager, WriteOptions,
+    compaction_filter::Decision,
 };
 use sluice_codec::EntryWriter;
 
 use super::backend::{StateDescriptor, StateError, StateKind};
 
 mod files;
+mod pending;
+mod prefetch;
 pub use files::{DbFile, LsmFiles, LsmSnapshot, Place, SharedFolder};
+use pending::Pending;
+use prefetch::Prefetched;
 
 /// How an instance's database is set up.
 #[derive(Debug, Clone)]
@@ -64,6 +69,10 @@ pub struct LsmBackend {
     key: Vec<u8>,
     /// Reused to build values.
     value: Vec<u8>,
+    /// Puts and deletes not yet written: the effects of the call being applied.
+    pending: Pending,
+    /// Value states of the keys of the batch being processed, read before the call.
+    prefetched: Prefetched,
     /// Table files of this database already in the shared folder, by their name here.
     uploaded: Arc<Mutex<BTreeMap<String, DbFile>>>,
     /// Local checkpoints taken, to name each one's folder uniquely.
@@ -105,7 +114,10 @@ impl LsmBackend {
         let ttls: Arc<RwLock<Vec<Option<u64>>>> = Arc::default();
         let options = options(config.memory_bytes, ttls.clone());
         let path = config.dir.join(DB_DIR);
-        let db = DB::open(&options, &path)
+        // Opened with its default column family named, so that a handle to it exists
+        // (multi-gets need one).
+        let default = ColumnFamilyDescriptor::new(DEFAULT_COLUMN_FAMILY_NAME, options.clone());
+        let db = DB::open_cf_descriptors(&options, &path, [default])
             .with_context(|| format!("opening the state database in {}", path.display()))?;
         let mut write = WriteOptions::default();
         write.disable_wal(true);
@@ -119,6 +131,8 @@ impl LsmBackend {
             write,
             key: Vec::new(),
             value: Vec::new(),
+            pending: Pending::default(),
+            prefetched: Prefetched::default(),
             uploaded: Arc::new(Mutex::new(
                 uploaded.into_iter().map(|f| (f.name.clone(), f)).collect(),
             )),
@@ -205,15 +219,76 @@ impl LsmBackend {
         let ttl = self.descriptor(state)?.ttl_ms;
         let mut k = Vec::with_capacity(GROUP_BYTES + 8 + key.len() + user_key.len());
         compose(&mut k, self.group_of(key)?, state, key, user_key);
-        let found = self.db.get_pinned(&k).map_err(storage_error)?;
-        Ok(found.and_then(|v| {
-            let (written_at, value) = split_value(&v)?;
+        let live = |v: &[u8]| {
+            let (written_at, value) = split_value(v)?;
             alive(written_at, ttl, now).then(|| value.to_vec())
-        }))
+        };
+        if let Some(held) = self.pending.get(&k) {
+            return Ok(held.and_then(live));
+        }
+        if user_key.is_empty()
+            && let Some(read) = self.prefetched.get(&k)
+        {
+            return Ok(read.and_then(live));
+        }
+        let found = self.db.get_pinned(&k).map_err(storage_error)?;
+        Ok(found.and_then(|v| live(&v)))
+    }
+
+    /// Writes the puts and deletes held so far to the database, in one batch in key
+    /// order. The chain calls it once a call's effects are applied; reads of more than
+    /// one entry call it first.
+    pub fn commit(&mut self) -> Result<(), StateError> {
+        self.prefetched.forget();
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::default();
+        self.pending.drain_into(&mut batch);
+        self.db.write_opt(batch, &self.write).map_err(storage_error)
+    }
+
+    /// Reads the value states of the keys of `records` (an encoded batch) in one
+    /// multi-get, for the call about to process them: its `state-get`s of them are
+    /// answered from what was read, until the call's effects are committed.
+    pub fn prefetch(&mut self, records: &[u8]) -> Result<(), StateError> {
+        self.prefetched.forget();
+        let values: Vec<u32> = (self.descriptors.iter().enumerate())
+            .filter(|(_, d)| d.kind == StateKind::Value)
+            .map(|(id, _)| id as u32)
+            .collect();
+        if values.is_empty() || !self.pending.is_empty() || !self.prefetched.wanted() {
+            return Ok(());
+        }
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        for record in sluice_codec::BatchReader::new(records) {
+            let Ok(record) = record else { break };
+            let Some(kg) = record.key.and_then(|k| self.group_of(k).ok()) else {
+                continue;
+            };
+            for &state in &values {
+                let mut k = Vec::new();
+                compose(&mut k, kg, state, record.key.unwrap_or_default(), &[]);
+                keys.push(k);
+            }
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        let Some(cf) = self.db.cf_handle(DEFAULT_COLUMN_FAMILY_NAME) else {
+            return Ok(());
+        };
+        let read = ReadOptions::default();
+        let found = self.db.batched_multi_get_cf_opt(cf, &keys, true, &read);
+        for (key, value) in keys.iter().zip(found) {
+            let value = value.map_err(storage_error)?;
+            self.prefetched.push(key, value.as_deref());
+        }
+        Ok(())
     }
 
     /// All live entries of `(state, key)` in the `entries` encoding, by user key.
-    pub fn entries(&self, state: u32, key: &[u8], now: i64) -> Result<Vec<u8>, StateError> {
+    pub fn entries(&mut self, state: u32, key: &[u8], now: i64) -> Result<Vec<u8>, StateError> {
+        self.commit()?;
         let ttl = self.descriptor(state)?.ttl_ms;
         let mut prefix = Vec::new();
         compose(&mut prefix, self.group_of(key)?, state, key, &[]);
@@ -259,22 +334,24 @@ impl LsmBackend {
         self.descriptor(state)?;
         self.compose(state, key, user_key)?;
         encode_value(&mut self.value, now, value);
-        self.db
-            .put_opt(&self.key, &self.value, &self.write)
-            .map_err(storage_error)
+        self.pending.put(&self.key, &self.value);
+        if self.pending.bytes() >= pending::FLUSH_BYTES {
+            self.commit()?;
+        }
+        Ok(())
     }
 
     /// Removes one entry.
     pub fn delete(&mut self, state: u32, key: &[u8], user_key: &[u8]) -> Result<(), StateError> {
         self.descriptor(state)?;
         self.compose(state, key, user_key)?;
-        self.db
-            .delete_opt(&self.key, &self.write)
-            .map_err(storage_error)
+        self.pending.delete(&self.key);
+        Ok(())
     }
 
     /// Removes every entry of `(state, key)`.
     pub fn clear(&mut self, state: u32, key: &[u8]) -> Result<(), StateError> {
+        self.commit()?;
         self.descriptor(state)?;
         self.compose(state, key, &[])?;
         let prefix = self.key.clone();
@@ -297,6 +374,7 @@ impl LsmBackend {
         value: &[u8],
         now: i64,
     ) -> Result<(), StateError> {
+        self.commit()?;
         let d = self.descriptor(state)?;
         if d.kind != StateKind::List {
             return Err(StateError::WrongKind {
@@ -339,6 +417,8 @@ impl LsmBackend {
     /// database's files into a folder of their own, which the asynchronous part copies
     /// from and then deletes.
     pub fn snapshot(&mut self, id: u64, now: i64) -> Result<LsmSnapshot> {
+        self.commit()
+            .context("writing the state before a checkpoint")?;
         self.checkpoints += 1;
         let local = self
             .config

@@ -82,7 +82,7 @@ impl Host for StoreState {
     }
 
     fn state_entries(&mut self, state: u32, key: Vec<u8>) -> wasmtime::Result<Vec<u8>> {
-        let backend = self.keyed_backend("state-entries")?;
+        let backend = self.keyed_backend_mut("state-entries")?;
         backend
             .entries(state, &key, now_millis())
             .map_err(|e| wasmtime::format_err!("state-entries: {e}"))
@@ -146,6 +146,14 @@ impl Host for StoreState {
 impl StoreState {
     fn keyed_backend(&self, call: &str) -> wasmtime::Result<&crate::state::KeyedState> {
         self.operator.keyed.as_ref().ok_or_else(|| {
+            wasmtime::format_err!(
+                "{call}: the operator's input is not keyed, so it has no keyed state"
+            )
+        })
+    }
+
+    fn keyed_backend_mut(&mut self, call: &str) -> wasmtime::Result<&mut crate::state::KeyedState> {
+        self.operator.keyed.as_mut().ok_or_else(|| {
             wasmtime::format_err!(
                 "{call}: the operator's input is not keyed, so it has no keyed state"
             )

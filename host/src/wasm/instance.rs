@@ -319,6 +319,11 @@ impl Operator for WasmOperator {
         records: &[u8],
         watermarks: &[BatchWatermark],
     ) -> Result<ProcessOutput, CallError> {
+        if let Some(keyed) = self.store.data_mut().operator.keyed.as_mut() {
+            keyed
+                .prefetch(records)
+                .map_err(|e| CallError::Failed(format!("reading keyed state: {e}")))?;
+        }
         if let Bindings::V1(_) = self.bindings {
             // A 0.1.0 operator cannot read headers or partitions: it gets the records
             // without them (and the watermarks after the batch, from the chain).

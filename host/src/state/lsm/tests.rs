@@ -32,7 +32,7 @@ impl Rng {
 }
 
 /// Every live entry, as `(state, key) → entries` read through the backend's own calls.
-fn contents(state: &KeyedState, keys: u64) -> BTreeMap<(u32, Vec<u8>), Vec<u8>> {
+fn contents(state: &mut KeyedState, keys: u64) -> BTreeMap<(u32, Vec<u8>), Vec<u8>> {
     let mut out = BTreeMap::new();
     for s in 0..state.descriptors().len() as u32 {
         for k in 0..keys {
@@ -67,7 +67,24 @@ fn run_calls(heap: &mut KeyedState, lsm: &mut KeyedState, seed: u64, calls: usiz
         let key = format!("key-{}", rng.next(keys)).into_bytes();
         let value = rng.next(1000).to_string().into_bytes();
         let user_key = format!("u{}", rng.next(5)).into_bytes();
-        let op = rng.next(10);
+        let op = rng.next(13);
+        if op >= 10 {
+            // Reads, as a call makes them: after the effects so far are committed and the
+            // keys of a batch (this key among others) read ahead, or with writes pending.
+            if op == 10 {
+                let mut batch = sluice_codec::BatchWriter::new();
+                for k in [key.clone(), format!("key-{}", rng.next(keys)).into_bytes()] {
+                    batch.push(Some(&k), b"", None);
+                }
+                for state in [&mut *heap, &mut *lsm] {
+                    state.commit().unwrap();
+                    state.prefetch(batch.as_bytes()).unwrap();
+                }
+            }
+            let read = |s: &KeyedState| s.get(0, &key, b"", 1).ok();
+            assert_eq!(read(heap), read(lsm), "key {key:?}");
+            continue;
+        }
         for state in [&mut *heap, &mut *lsm] {
             let owned = state
                 .key_groups()
@@ -92,9 +109,9 @@ fn the_lsm_backend_answers_every_call_as_the_heap_backend_does() {
     let mut heap = KeyedState::heap(128, groups.clone());
     let mut lsm = KeyedState::lsm(config(&dir.path().join("db"), None), 128, groups).unwrap();
     run_calls(&mut heap, &mut lsm, 7, 5_000, 200);
-    let expected = contents(&heap, 200);
+    let expected = contents(&mut heap, 200);
     assert!(expected.len() > 100, "{}", expected.len());
-    assert_eq!(contents(&lsm, 200), expected);
+    assert_eq!(contents(&mut lsm, 200), expected);
     let owned = (0..200)
         .map(|k| format!("key-{k}").into_bytes())
         .filter(|k| lsm.key_groups().contains(&key_group_of(k, 128)))
@@ -195,7 +212,7 @@ fn a_checkpoint_copies_only_the_files_the_last_one_did_not_and_restores_whole() 
     restored
         .restore(&[KeyedSnapshot::Files(third.clone())])
         .unwrap();
-    assert_eq!(contents(&restored, 300), contents(&heap, 300));
+    assert_eq!(contents(&mut restored, 300), contents(&mut heap, 300));
     // And it names the restored tables again instead of copying them.
     let fourth = checkpoint(restored.snapshot(4, 0).unwrap(), &storage);
     assert_eq!(tables(&fourth), tables(&third));
@@ -215,7 +232,7 @@ fn lsm_and_heap_state_restore_into_each_other_at_another_parallelism() {
     run_calls(&mut heap, &mut lsm, 23, 3_000, 300);
     let files = checkpoint(lsm.snapshot(1, 0).unwrap(), &storage);
     let heap_snapshot = heap.snapshot(1, 0).unwrap();
-    let all = contents(&heap, 300);
+    let all = contents(&mut heap, 300);
     for subtask in 0..3 {
         let groups = key_groups_of_subtask(subtask, 3, 128);
         let mine = |m: &BTreeMap<(u32, Vec<u8>), Vec<u8>>| {
@@ -229,7 +246,11 @@ fn lsm_and_heap_state_restore_into_each_other_at_another_parallelism() {
         into_heap
             .restore(&[KeyedSnapshot::Files(files.clone())])
             .unwrap();
-        assert_eq!(contents(&into_heap, 300), mine(&all), "subtask {subtask}");
+        assert_eq!(
+            contents(&mut into_heap, 300),
+            mine(&all),
+            "subtask {subtask}"
+        );
         // Heap snapshot into the LSM backend.
         let mut into_lsm = KeyedState::lsm(
             config(&root.path().join(format!("into-{subtask}")), None),
@@ -240,7 +261,11 @@ fn lsm_and_heap_state_restore_into_each_other_at_another_parallelism() {
         into_lsm
             .restore(std::slice::from_ref(&heap_snapshot))
             .unwrap();
-        assert_eq!(contents(&into_lsm, 300), mine(&all), "subtask {subtask}");
+        assert_eq!(
+            contents(&mut into_lsm, 300),
+            mine(&all),
+            "subtask {subtask}"
+        );
         // LSM checkpoint into an LSM backend of other key groups: read by range.
         let mut rescaled = KeyedState::lsm(
             config(&root.path().join(format!("rescaled-{subtask}")), None),
@@ -251,7 +276,11 @@ fn lsm_and_heap_state_restore_into_each_other_at_another_parallelism() {
         rescaled
             .restore(&[KeyedSnapshot::Files(files.clone())])
             .unwrap();
-        assert_eq!(contents(&rescaled, 300), mine(&all), "subtask {subtask}");
+        assert_eq!(
+            contents(&mut rescaled, 300),
+            mine(&all),
+            "subtask {subtask}"
+        );
     }
 }
 
@@ -305,6 +334,7 @@ fn compaction_drops_entries_past_their_ttl() {
         lsm.put(short, &key, b"", b"old", now - 120_000).unwrap();
         lsm.put(forever, &key, b"", b"kept", now - 120_000).unwrap();
     }
+    lsm.commit().unwrap();
     lsm.db.flush().unwrap();
     let stored = |lsm: &LsmBackend| lsm.db.iterator(IteratorMode::Start).count();
     assert_eq!(stored(&lsm), 200);
