@@ -530,6 +530,8 @@ impl Coordinator {
             self.abort(id, reason);
             return;
         }
+        // The whole state includes what ended tasks keep (carried over, written before).
+        let full_bytes = acks.iter().map(|a| a.full_bytes).sum();
         for ack in acks.into_iter().filter(|a| a.finished) {
             self.final_acks.insert(ack.task, ack);
         }
@@ -548,7 +550,7 @@ impl Coordinator {
                 .max()
                 .unwrap_or_default(),
             bytes: pending.acks.iter().map(|a| a.bytes).sum(),
-            full_bytes: pending.acks.iter().map(|a| a.full_bytes).sum(),
+            full_bytes,
             max_async: pending
                 .acks
                 .iter()
