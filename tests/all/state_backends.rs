@@ -274,3 +274,41 @@ fn a_rocksdb_job_runs_in_its_tenants_worker_under_its_limits() {
     };
     assert_eq!(sorted_lines(&output), sorted_lines(&reference));
 }
+
+#[test]
+fn a_rocksdb_job_without_checkpoints_keeps_its_databases_in_its_folder_on_a_server() {
+    use crate::server::{ServerProcess, error_of, host_config, state, wait_for};
+    use sluice::server::model::JobState;
+    let dir = test_dir("rocksdb-server-no-checkpoints");
+    let server = ServerProcess::start(&host_config(&dir, "state_backend = \"rocksdb\""));
+    let a = server.client(Some("token-a"));
+    let text = throttled_wordcount(1, 6_000, 3_000.0);
+    let text = text.replace(
+        "[checkpoint]\ninterval_ms = 100\ndir = \"checkpoints\"\n",
+        "",
+    );
+    assert!(!text.contains("[checkpoint]"), "{text}");
+    // Where they go is the server's to choose: in the job's folder, so that they count
+    // against the tenant's disk quota.
+    let elsewhere = format!("{text}[state]\ndir = \"/tmp\"\n");
+    let e = error_of(a.submit(&write_job(&dir, &elsewhere)));
+    assert!(e.contains("`dir` is the server's to choose"), "{e}");
+    let id = a.submit(&write_job(&dir, &text)).unwrap().id;
+    let folder = dir.join("registry/jobs").join(&id).join("state");
+    let databases = || {
+        std::fs::read_dir(&folder)
+            .map(|d| d.flatten().count())
+            .unwrap_or(0)
+    };
+    wait_for(
+        "the count operator's database in the job's folder",
+        Duration::from_secs(30),
+        || databases() == 1 || state(&a, &id) != JobState::Running,
+    );
+    assert_eq!(databases(), 1, "{:?}", a.status(&id).unwrap().job);
+    wait_for("the job to finish", Duration::from_secs(60), || {
+        state(&a, &id) == JobState::Finished
+    });
+    // Deleted with the run.
+    assert_eq!(databases(), 0);
+}

@@ -5,7 +5,8 @@
 //!
 //! - `file`: file → file in a `sluice run` process, resumed from the latest checkpoint
 //!   after each kill, at `count` parallelism 1 and 4; compared line by line with a
-//!   failure-free run.
+//!   failure-free run. Its keyed state is on the backend `STATE_BACKEND` names (`heap`,
+//!   the default, or `rocksdb`).
 //! - `kafka`: topic → topic, exactly once, in a `sluice run` process resumed from the
 //!   latest checkpoint after each kill; every running count of every word must be in the
 //!   output topic once.
@@ -16,6 +17,7 @@
 //! ```text
 //! cargo bench -p sluice-tests --bench soak                 # all three
 //! SOAK=kafka,cluster KILLS=20 cargo bench -p sluice-tests --bench soak
+//! SOAK=file STATE_BACKEND=rocksdb cargo bench -p sluice-tests --bench soak
 //! ```
 //!
 //! The Kafka soaks use the broker in `SLUICE_KAFKA`, or start one.
@@ -119,7 +121,11 @@ fn soak(parallelism: u32, kills: usize, seed: &mut u64) {
     // Long enough that every kill lands while it runs: about 1 s of input per kill.
     let records = 5_000 * (kills as u64 + 2);
     let rate = 5000.0;
-    let text = throttled_wordcount(parallelism, records, rate);
+    let backend = std::env::var("STATE_BACKEND").unwrap_or_else(|_| "heap".into());
+    let text = format!(
+        "{}[state]\nbackend = \"{backend}\"\n",
+        throttled_wordcount(parallelism, records, rate)
+    );
     // The same records, unthrottled.
     let reference_dir = test_dir(&format!("soak-reference-{parallelism}"));
     let unthrottled = text.replace(&format!("rate = {rate}\n"), "");
@@ -148,7 +154,7 @@ fn soak(parallelism: u32, kills: usize, seed: &mut u64) {
         .map(|(_, n)| n)
         .sum::<i64>();
     println!(
-        "file, parallelism {parallelism}: {killed} kills in {:.0} s, {} lines expected, {lost} lost, {duplicated} duplicated",
+        "file, {backend}, parallelism {parallelism}: {killed} kills in {:.0} s, {} lines expected, {lost} lost, {duplicated} duplicated",
         started.elapsed().as_secs_f64(),
         reference.lines().count()
     );

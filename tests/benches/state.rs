@@ -12,10 +12,18 @@
 //! last checkpoint's whole state, their ratio, and the median synchronous part; then
 //! rocksdb's speed as a fraction of the heap's.
 //!
+//! With `RECOVERY_LINES` (e.g. 33,000,000: about 100 M keys), instead, the recovery of a
+//! `rocksdb` run of the many-keys job over that many lines: SIGKILLed after
+//! `KILL_AFTER_S` seconds (default 60), then resumed from its latest checkpoint; prints
+//! the state it restored and the time from the new process's start to the count
+//! operator's first record (read from its metrics), and that run's own figures.
+//!
 //! `cargo bench -p sluice-tests --bench state`
+//! `RECOVERY_LINES=33000000 cargo bench -p sluice-tests --bench state`
 
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sluice_tests::bench::env_or;
@@ -74,16 +82,25 @@ fn run(dir: &Path, job: &str, host: &str) -> Measured {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("job.toml"), job).unwrap();
     std::fs::write(dir.join("host.toml"), host).unwrap();
-    let start = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+    finish(Instant::now(), start(dir, &[], Stdio::null()))
+}
+
+/// Starts `sluice run` on the job and host files in `dir`, with `more` arguments.
+fn start(dir: &Path, more: &[&str], stderr: Stdio) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
         .args(["run", "--quiet", "--json", "--host-config"])
         .arg(dir.join("host.toml"))
         .arg(dir.join("job.toml"))
+        .args(more)
         .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Waits for `child` (started at `start`) to end, and reads its summary.
+fn finish(start: Instant, mut child: Child) -> Measured {
     let pid = child.id();
     let stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap());
@@ -108,6 +125,93 @@ fn run(dir: &Path, job: &str, host: &str) -> Measured {
     }
 }
 
+/// The count operator's records in, from the metrics at `address`.
+fn count_records_in(address: &str) -> Option<u64> {
+    let mut stream = std::net::TcpStream::connect(address).ok()?;
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let line = text.lines().find(|l| {
+        l.starts_with("sluice_operator_records_in_total{") && l.contains("operator=\"count\"")
+    })?;
+    line.rsplit(' ').next()?.parse().ok()
+}
+
+/// Runs the many-keys job over `lines` on `rocksdb`, SIGKILLs it after `kill_after`,
+/// and measures its recovery from the latest checkpoint.
+fn recovery(root: &Path, lines: u64, kill_after: Duration) {
+    let dir = root.join("recovery");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("job.toml"),
+        job(lines, 3, 1_000_000_000, "rocksdb"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("host.toml"), "").unwrap();
+    let mut first = start(&dir, &[], Stdio::null());
+    let began = Instant::now();
+    let mut peak = 0;
+    while began.elapsed() < kill_after && first.try_wait().unwrap().is_none() {
+        peak = peak_rss(first.id()).unwrap_or(peak).max(peak);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let restored: u64 = std::fs::read_dir(dir.join("checkpoints/shared"))
+        .map(|d| d.flatten().map(|e| e.metadata().unwrap().len()).sum())
+        .unwrap_or(0);
+    println!(
+        "  killed after {:.0} s (peak RSS {:.0} MiB), {:.0} MiB of table files checkpointed",
+        kill_after.as_secs_f64(),
+        mib(peak),
+        mib(restored)
+    );
+    let started = Instant::now();
+    let mut again = start(
+        &dir,
+        &["--from-checkpoint", "latest", "--metrics", "127.0.0.1:0"],
+        Stdio::piped(),
+    );
+    let mut stderr = BufReader::new(again.stderr.take().unwrap());
+    let mut line = String::new();
+    let address = loop {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "no metrics address"
+        );
+        if let Some(a) = line.trim().strip_prefix("sluice: metrics at http://") {
+            break a.trim_end_matches("/metrics").to_string();
+        }
+    };
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let first_record = loop {
+        if count_records_in(&address).is_some_and(|n| n > 0) {
+            break started.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    println!(
+        "  resumed: first record counted {:.2} s after the process started",
+        first_record.as_secs_f64()
+    );
+    let m = finish(started, again);
+    println!(
+        "  the resumed run: {:.1} s, peak RSS {:.0} MiB, checkpoints {}, sync part {:.1} ms \
+         median, last state {:.1} MiB",
+        m.wall.as_secs_f64(),
+        mib(m.peak_rss),
+        m.completed,
+        m.sync_ms,
+        mib(m.full)
+    );
+}
+
 fn mib(b: u64) -> f64 {
     b as f64 / (1 << 20) as f64
 }
@@ -117,6 +221,13 @@ fn main() {
     let lines = env_or("LINES", 4_000_000);
     let small = env_or("SMALL_LINES", 1_000_000);
     let root = test_dir("bench-state");
+    let recovery_lines = env_or("RECOVERY_LINES", 0);
+    if recovery_lines > 0 {
+        println!("recovery: {recovery_lines} lines of 3 words out of 1000000000, rocksdb");
+        let kill_after = Duration::from_secs(env_or("KILL_AFTER_S", 60));
+        recovery(&root, recovery_lines, kill_after);
+        return;
+    }
     let roomy = "[defaults]\nstate_mb = 8192\ntenant_state_mb = 16384\n";
     let cases = [
         ("many keys", lines, 3, 1_000_000_000),

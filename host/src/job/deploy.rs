@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::thread;
@@ -442,10 +443,14 @@ fn keyed_state(
             let storage = crate::checkpoint::CheckpointStorage::new(&c.dir)?;
             (storage.working().join(unique), Some(storage.shared()))
         }
-        None => (
-            std::env::temp_dir().join(format!("sluice-state-{unique}")),
-            None,
-        ),
+        None => {
+            let base = graph.state.dir.clone().unwrap_or_else(std::env::temp_dir);
+            std::fs::create_dir_all(&base)
+                .with_context(|| format!("creating the state folder {}", base.display()))?;
+            clear_abandoned_state(&base);
+            let pid = std::process::id();
+            (base.join(format!("{STATE_FOLDER}{pid}-{unique}")), None)
+        }
     };
     let config = LsmConfig {
         dir,
@@ -453,6 +458,41 @@ fn keyed_state(
         shared,
     };
     KeyedState::lsm(config, graph.max_parallelism, groups)
+}
+
+/// The start of the name of a RocksDB instance's folder of a job without checkpoints,
+/// before the id of the process that runs it.
+const STATE_FOLDER: &str = "sluice-state-";
+
+/// Deletes the folders in `base` of RocksDB instances whose process is gone (killed
+/// before it could delete them): no one else reads them. Where processes cannot be
+/// looked up (no `/proc`), nothing is deleted.
+fn clear_abandoned_state(base: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = (name.to_str())
+            .and_then(|n| n.strip_prefix(STATE_FOLDER))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+            tracing::warn!(
+                "could not delete the abandoned state folder {}: {e}",
+                entry.path().display()
+            );
+        }
+    }
 }
 
 impl Job {
@@ -663,5 +703,28 @@ impl ChainBuilder {
             });
         }
         Ok(OperatorChain::new(operators, output, ctx.metrics.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_state_folders_of_processes_that_are_gone_are_deleted() {
+        let base = tempfile::tempdir().unwrap();
+        let mine = format!("{STATE_FOLDER}{}-count-0-abc", std::process::id());
+        // Process ids stay below 2^22 on Linux.
+        let gone = format!("{STATE_FOLDER}{}-count-0-def", u32::MAX);
+        for name in [&mine, &gone, "sluice-state-notes", "unrelated"] {
+            std::fs::create_dir_all(base.path().join(name).join("db")).unwrap();
+        }
+        clear_abandoned_state(base.path());
+        let mut left: Vec<String> = std::fs::read_dir(base.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, [mine.as_str(), "sluice-state-notes", "unrelated"]);
     }
 }

@@ -281,12 +281,15 @@ pub struct JobGraph {
 }
 
 /// Where a job keeps its keyed state (`[state]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateSettings {
     /// The backend the job asks for; `None`: the tenant's (host's) default.
     pub backend: Option<crate::state::BackendKind>,
     /// Memory of each RocksDB instance, bytes.
     pub memory_bytes: u64,
+    /// Where RocksDB instances of a job without checkpoints keep their databases;
+    /// `None`: the system's temporary folder.
+    pub dir: Option<std::path::PathBuf>,
 }
 
 impl Default for StateSettings {
@@ -294,6 +297,7 @@ impl Default for StateSettings {
         StateSettings {
             backend: None,
             memory_bytes: limits::STATE_MEMORY_MB.default << 20,
+            dir: None,
         }
     }
 }

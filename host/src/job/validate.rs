@@ -309,8 +309,8 @@ impl JobGraph {
             buffer_timeout: network.buffer_timeout,
             ..TaskSettings::default()
         };
-        let state =
-            state_settings(file.state.as_ref()).map_err(|e| anyhow!("{job}: [state]: {e}"))?;
+        let state = state_settings(file.state.as_ref(), resolve)
+            .map_err(|e| anyhow!("{job}: [state]: {e}"))?;
         if state.backend == Some(crate::state::BackendKind::Rocksdb) && file.cluster.is_some() {
             bail!(
                 "{job}: [state]: backend \"rocksdb\" does not run over several hosts yet \
@@ -383,13 +383,17 @@ impl JobGraph {
 }
 
 /// The `[state]` settings, each within its range (see [`limits`]).
-fn state_settings(spec: Option<&crate::spec::StateSpec>) -> Result<StateSettings> {
+fn state_settings(
+    spec: Option<&crate::spec::StateSpec>,
+    resolve: impl Fn(&Path) -> PathBuf,
+) -> Result<StateSettings> {
     let Some(spec) = spec else {
         return Ok(StateSettings::default());
     };
     Ok(StateSettings {
         backend: spec.backend,
         memory_bytes: limits::STATE_MEMORY_MB.resolve(spec.memory_mb)? << 20,
+        dir: spec.dir.as_deref().map(resolve),
     })
 }
 

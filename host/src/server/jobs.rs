@@ -167,6 +167,14 @@ impl Server {
         if let Some(checkpoint) = &mut file.checkpoint {
             checkpoint.dir = Some(job_dir.join("checkpoints"));
         }
+        // RocksDB's working files stay in the job's folder, within the tenant's disk quota.
+        let state = file.state.get_or_insert_with(Default::default);
+        if state.dir.is_some() {
+            return Err(ApiError::bad(
+                "job.toml: [state]: `dir` is the server's to choose (in the job's folder)",
+            ));
+        }
+        state.dir = Some(job_dir.join("state"));
         if let Some(spec) = &mut file.cluster {
             let Some(grant) = grant else {
                 return Err(no_kafka_grant(tenant, "[cluster]", ""));

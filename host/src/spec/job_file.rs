@@ -343,7 +343,7 @@ pub struct CheckpointSpec {
 }
 
 /// The `[state]` table.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StateSpec {
     /// `heap` (in memory, for small and hot state) or `rocksdb` (on local disk, for state
@@ -353,6 +353,11 @@ pub struct StateSpec {
     /// `rocksdb`: memory per operator instance for its block cache and write buffers,
     /// MiB (default 64, at least 8); counted against the instance's `state_mb`.
     pub memory_mb: Option<u64>,
+    /// `rocksdb`, a job without checkpoints: the folder its databases are kept in while
+    /// it runs (default: the system's temporary folder). A job that checkpoints keeps
+    /// them in its checkpoint folder, so that checkpoints link their files, not copy
+    /// them. On a server, the server chooses it (in the job's own folder).
+    pub dir: Option<PathBuf>,
 }
 
 /// The `[restart]` table.
