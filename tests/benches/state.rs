@@ -138,42 +138,17 @@ fn count_records_in(address: &str) -> Option<u64> {
     let line = text.lines().find(|l| {
         l.starts_with("sluice_operator_records_in_total{") && l.contains("operator=\"count\"")
     })?;
-    line.rsplit(' ').next()?.parse().ok()
+    // Prometheus' text format: a float.
+    let n: f64 = line.rsplit(' ').next()?.parse().ok()?;
+    Some(n as u64)
 }
 
-/// Runs the many-keys job over `lines` on `rocksdb`, SIGKILLs it after `kill_after`,
-/// and measures its recovery from the latest checkpoint.
-fn recovery(root: &Path, lines: u64, kill_after: Duration) {
-    let dir = root.join("recovery");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("job.toml"),
-        job(lines, 3, 1_000_000_000, "rocksdb"),
-    )
-    .unwrap();
-    std::fs::write(dir.join("host.toml"), "").unwrap();
-    let mut first = start(&dir, &[], Stdio::null());
-    let began = Instant::now();
-    let mut peak = 0;
-    while began.elapsed() < kill_after && first.try_wait().unwrap().is_none() {
-        peak = peak_rss(first.id()).unwrap_or(peak).max(peak);
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    first.kill().unwrap();
-    first.wait().unwrap();
-    let restored: u64 = std::fs::read_dir(dir.join("checkpoints/shared"))
-        .map(|d| d.flatten().map(|e| e.metadata().unwrap().len()).sum())
-        .unwrap_or(0);
-    println!(
-        "  killed after {:.0} s (peak RSS {:.0} MiB), {:.0} MiB of table files checkpointed",
-        kill_after.as_secs_f64(),
-        mib(peak),
-        mib(restored)
-    );
+/// Starts the job in `dir` again from its latest checkpoint; returns the process and the
+/// time from its start to the count operator's first record.
+fn resume(dir: &Path) -> (Child, Duration) {
     let started = Instant::now();
     let mut again = start(
-        &dir,
+        dir,
         &["--from-checkpoint", "latest", "--metrics", "127.0.0.1:0"],
         Stdio::piped(),
     );
@@ -194,10 +169,68 @@ fn recovery(root: &Path, lines: u64, kill_after: Duration) {
         if count_records_in(&address).is_some_and(|n| n > 0) {
             break started.elapsed();
         }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "no record counted in 10 minutes (metrics at {address})"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
+    (again, first_record)
+}
+
+/// Runs the many-keys job over `lines` on `rocksdb`, SIGKILLs it after `kill_after`,
+/// and measures its recovery from the latest checkpoint: at another parallelism (its
+/// entries read) and at the same (its files reopened), which then runs to the end.
+fn recovery(root: &Path, lines: u64, kill_after: Duration) {
+    let dir = root.join("recovery");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = job(lines, 3, 1_000_000_000, "rocksdb");
+    std::fs::write(dir.join("job.toml"), &text).unwrap();
+    std::fs::write(dir.join("host.toml"), "").unwrap();
+    let mut first = start(&dir, &[], Stdio::null());
+    let began = Instant::now();
+    let mut peak = 0;
+    while began.elapsed() < kill_after && first.try_wait().unwrap().is_none() {
+        peak = peak_rss(first.id()).unwrap_or(peak).max(peak);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let restored: u64 = std::fs::read_dir(dir.join("checkpoints/state-rocksdb/shared"))
+        .map(|d| d.flatten().map(|e| e.metadata().unwrap().len()).sum())
+        .unwrap_or(0);
     println!(
-        "  resumed: first record counted {:.2} s after the process started",
+        "  killed after {:.0} s (peak RSS {:.0} MiB), {:.0} MiB of table files checkpointed",
+        kill_after.as_secs_f64(),
+        mib(peak),
+        mib(restored)
+    );
+    // The same checkpoint (copied to a folder of its own) at another parallelism: each
+    // instance reads the entries of its key groups.
+    let rescaled = root.join("recovery-rescaled");
+    let _ = std::fs::remove_dir_all(&rescaled);
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(&dir)
+        .arg(&rescaled)
+        .status();
+    assert!(copied.unwrap().success(), "copying {}", dir.display());
+    let two = text.replace("key_by = \"key\"", "key_by = \"key\"\nparallelism = 2");
+    std::fs::write(rescaled.join("job.toml"), two).unwrap();
+    let (mut child, first_record) = resume(&rescaled);
+    println!(
+        "  resumed at parallelism 2 (entries read): first record counted {:.2} s after the \
+         process started",
+        first_record.as_secs_f64()
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let started = Instant::now();
+    let (again, first_record) = resume(&dir);
+    println!(
+        "  resumed at parallelism 1 (files reopened): first record counted {:.2} s after \
+         the process started",
         first_record.as_secs_f64()
     );
     let m = finish(started, again);

@@ -381,9 +381,11 @@ impl OperatorState {
         let applied = self.apply_all(effects, now);
         // The LSM backend writes a call's puts and deletes at once, in key order.
         let committed = match self.keyed.as_mut() {
+            // Not the operator's fault when the store fails (a full disk): a failure to
+            // restart from, not a broken contract.
             Some(keyed) => keyed
                 .commit()
-                .map_err(|e| CallError::Contract(e.to_string())),
+                .map_err(|e| CallError::Failed(format!("writing keyed state: {e}"))),
             None => Ok(()),
         };
         let writes = applied?;

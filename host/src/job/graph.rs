@@ -289,7 +289,7 @@ pub struct StateSettings {
     pub memory_bytes: u64,
     /// Where RocksDB instances of a job without checkpoints keep their databases;
     /// `None`: the system's temporary folder.
-    pub dir: Option<std::path::PathBuf>,
+    pub dir: Option<PathBuf>,
 }
 
 impl Default for StateSettings {

@@ -31,6 +31,7 @@ use sluice_codec::EntryWriter;
 
 use super::backend::{StateDescriptor, StateError, StateKind};
 
+mod arena;
 mod files;
 mod pending;
 mod prefetch;
@@ -239,10 +240,11 @@ impl LsmBackend {
     /// order. The chain calls it once a call's effects are applied; reads of more than
     /// one entry call it first.
     pub fn commit(&mut self) -> Result<(), StateError> {
-        self.prefetched.forget();
         if self.pending.is_empty() {
             return Ok(());
         }
+        // What was read ahead may be about to change.
+        self.prefetched.forget();
         let mut batch = WriteBatch::default();
         self.pending.drain_into(&mut batch);
         self.db.write_opt(batch, &self.write).map_err(storage_error)

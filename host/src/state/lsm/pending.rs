@@ -8,19 +8,21 @@
 
 use rocksdb::WriteBatch;
 
+use super::arena::{Arena, Span};
+
 /// Puts and deletes not yet in the database, in the order they were made.
 #[derive(Debug, Default)]
 pub struct Pending {
-    /// Keys and values, one after another.
-    bytes: Vec<u8>,
+    /// Keys and values.
+    bytes: Arena,
     ops: Vec<Op>,
 }
 
-/// One write: its key and, for a put, its value, as ranges of `Pending::bytes`.
+/// One write: its key and, for a put, its value.
 #[derive(Debug, Clone, Copy)]
 struct Op {
-    key: (u32, u32),
-    value: Option<(u32, u32)>,
+    key: Span,
+    value: Option<Span>,
 }
 
 /// Past this many bytes held, writes go to the database without waiting for the call's
@@ -40,25 +42,19 @@ impl Pending {
 
     /// Holds a put of `value` (already encoded) under `key`.
     pub fn put(&mut self, key: &[u8], value: &[u8]) {
-        let key = self.push(key);
-        let value = Some(self.push(value));
+        let key = self.bytes.push(key);
+        let value = Some(self.bytes.push(value));
         self.ops.push(Op { key, value });
     }
 
     /// Holds a delete of `key`.
     pub fn delete(&mut self, key: &[u8]) {
-        let key = self.push(key);
+        let key = self.bytes.push(key);
         self.ops.push(Op { key, value: None });
     }
 
-    fn push(&mut self, b: &[u8]) -> (u32, u32) {
-        let start = self.bytes.len() as u32;
-        self.bytes.extend_from_slice(b);
-        (start, self.bytes.len() as u32)
-    }
-
-    fn slice(&self, (start, end): (u32, u32)) -> &[u8] {
-        &self.bytes[start as usize..end as usize]
+    fn slice(&self, span: Span) -> &[u8] {
+        self.bytes.get(span)
     }
 
     /// The last write held for `key`: `Some(Some(value))` a put, `Some(None)` a delete,

@@ -7,12 +7,14 @@
 
 use std::cell::Cell;
 
+use super::arena::{Arena, Span};
+
 /// Entries read for one call: sorted keys and what each holds (`None`: absent).
 #[derive(Debug, Default)]
 pub struct Prefetched {
-    bytes: Vec<u8>,
-    /// Key and value (as ranges of `bytes`), in key order.
-    entries: Vec<((u32, u32), Option<(u32, u32)>)>,
+    bytes: Arena,
+    /// Key and value, in key order.
+    entries: Vec<(Span, Option<Span>)>,
     /// How many of `entries` the call read.
     used: Cell<usize>,
     /// Calls left to go without prefetching.
@@ -49,19 +51,13 @@ impl Prefetched {
 
     /// Adds an entry; keys must come in increasing order.
     pub fn push(&mut self, key: &[u8], value: Option<&[u8]>) {
-        let key = self.push_bytes(key);
-        let value = value.map(|v| self.push_bytes(v));
+        let key = self.bytes.push(key);
+        let value = value.map(|v| self.bytes.push(v));
         self.entries.push((key, value));
     }
 
-    fn push_bytes(&mut self, b: &[u8]) -> (u32, u32) {
-        let start = self.bytes.len() as u32;
-        self.bytes.extend_from_slice(b);
-        (start, self.bytes.len() as u32)
-    }
-
-    fn slice(&self, (start, end): (u32, u32)) -> &[u8] {
-        &self.bytes[start as usize..end as usize]
+    fn slice(&self, span: Span) -> &[u8] {
+        self.bytes.get(span)
     }
 
     /// What was read for `key`: `Some(Some(value))`, `Some(None)` when it is absent, or
