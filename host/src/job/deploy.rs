@@ -444,10 +444,9 @@ fn keyed_state(
             (storage.working().join(unique), Some(storage.shared()))
         }
         None => {
-            let base = graph.state.dir.clone().unwrap_or_else(std::env::temp_dir);
+            let base = state_base(graph);
             std::fs::create_dir_all(&base)
                 .with_context(|| format!("creating the state folder {}", base.display()))?;
-            clear_abandoned_state(&base);
             let pid = std::process::id();
             (base.join(format!("{STATE_FOLDER}{pid}-{unique}")), None)
         }
@@ -464,10 +463,15 @@ fn keyed_state(
 /// before the id of the process that runs it.
 const STATE_FOLDER: &str = "sluice-state-";
 
+/// Where the RocksDB instances of a job without checkpoints keep their folders.
+pub(super) fn state_base(graph: &JobGraph) -> std::path::PathBuf {
+    graph.state.dir.clone().unwrap_or_else(std::env::temp_dir)
+}
+
 /// Deletes the folders in `base` of RocksDB instances whose process is gone (killed
 /// before it could delete them): no one else reads them. Where processes cannot be
 /// looked up (no `/proc`), nothing is deleted.
-fn clear_abandoned_state(base: &Path) {
+pub(super) fn clear_abandoned_state(base: &Path) {
     if !Path::new("/proc/self").exists() {
         return;
     }

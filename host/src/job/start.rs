@@ -80,7 +80,11 @@ pub(super) fn prepare_run(
             s.clear_working()?;
             Some(lineage)
         }
-        None => None,
+        None => {
+            // RocksDB folders of killed runs of jobs without checkpoints, once per run.
+            super::deploy::clear_abandoned_state(&super::deploy::state_base(graph));
+            None
+        }
     };
     Ok(RunStart {
         _locks: locks,

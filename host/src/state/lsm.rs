@@ -265,12 +265,13 @@ impl LsmBackend {
         let mut keys: Vec<Vec<u8>> = Vec::new();
         for record in sluice_codec::BatchReader::new(records) {
             let Ok(record) = record else { break };
-            let Some(kg) = record.key.and_then(|k| self.group_of(k).ok()) else {
+            // Keys of other subtasks' groups: the call's own reads fail on them.
+            let Some((key, kg)) = record.key.and_then(|k| Some((k, self.group_of(k).ok()?))) else {
                 continue;
             };
             for &state in &values {
                 let mut k = Vec::new();
-                compose(&mut k, kg, state, record.key.unwrap_or_default(), &[]);
+                compose(&mut k, kg, state, key, &[]);
                 keys.push(k);
             }
         }
