@@ -245,9 +245,25 @@ impl CheckpointStorage {
         Ok((handle, size + copied))
     }
 
-    /// Makes the checkpoint in `folder` complete by writing its metadata last.
+    /// Makes the checkpoint in `folder` complete by writing its metadata last, once every
+    /// state file it names is there at the size written (never a `_metadata` over files
+    /// that went missing) and the folder's entries are durable.
     pub fn commit(&self, folder: &Path, metadata: &CheckpointMetadata) -> Result<()> {
+        for handle in metadata.operators.iter().flat_map(|o| &o.subtasks) {
+            let path = folder.join(&handle.file);
+            let found = fs::metadata(&path)
+                .with_context(|| format!("{} is missing", path.display()))?
+                .len();
+            if found != handle.size {
+                bail!(
+                    "{} holds {found} bytes, {} were written",
+                    path.display(),
+                    handle.size
+                );
+            }
+        }
         fs::create_dir_all(folder)?;
+        File::open(folder)?.sync_all()?;
         crate::failpoint!("checkpoint::write-metadata");
         write_atomically(
             &folder.join(METADATA),
@@ -299,9 +315,11 @@ impl CheckpointStorage {
 
     /// Keeps the newest `keep` complete checkpoints and `protect` (the current run's
     /// starting point), deletes the other complete checkpoints and every incomplete
-    /// folder older than the newest complete one (aborted, or orphaned by a crash).
-    /// Complete savepoints are never deleted.
-    pub fn retain(&self, keep: usize, protect: Option<&Path>) -> Result<()> {
+    /// folder older than the newest complete one (aborted, or orphaned by a crash)
+    /// unless its id is `in_flight`: a savepoint is not subsumed by a newer checkpoint
+    /// and may still be being written when one completes. Complete savepoints are never
+    /// deleted.
+    pub fn retain(&self, keep: usize, protect: Option<&Path>, in_flight: &[u64]) -> Result<()> {
         let folders = self.folders()?;
         // The same folder may be named in other words (relative, through a link).
         let protect = protect.and_then(|p| fs::canonicalize(p).ok());
@@ -329,7 +347,7 @@ impl CheckpointStorage {
             let delete = match (kind, is_complete) {
                 (SnapshotKind::Savepoint, true) => false,
                 (SnapshotKind::Checkpoint, true) => !kept.contains(&id),
-                (_, false) => id < newest,
+                (_, false) => id < newest && !in_flight.contains(&id),
             };
             let names = if is_complete {
                 shared_files_of(&path)

@@ -581,11 +581,13 @@ impl Coordinator {
         for task in &self.setup.tasks {
             let _ = task.notify_complete(id);
         }
+        let in_flight: Vec<u64> = self.pending.keys().copied().collect();
         if kind == SnapshotKind::Checkpoint
-            && let Err(e) = self
-                .setup
-                .storage
-                .retain(self.setup.settings.retain, self.setup.protect.as_deref())
+            && let Err(e) = self.setup.storage.retain(
+                self.setup.settings.retain,
+                self.setup.protect.as_deref(),
+                &in_flight,
+            )
         {
             tracing::warn!("retention of checkpoints failed: {e:#}");
         }

@@ -180,7 +180,7 @@ fn retention_keeps_the_newest_complete_checkpoints_and_all_savepoints() {
     fs::create_dir_all(&incomplete_new).unwrap();
     // An aborted savepoint's folder, left by a late write: orphaned.
     fs::create_dir_all(s.folder(3, SnapshotKind::Savepoint)).unwrap();
-    s.retain(2, None).unwrap();
+    s.retain(2, None, &[]).unwrap();
     let left: Vec<(u64, SnapshotKind)> = s.folders().unwrap().iter().map(|f| (f.0, f.1)).collect();
     assert_eq!(
         left,
@@ -201,9 +201,46 @@ fn retention_keeps_the_newest_complete_checkpoints_and_all_savepoints() {
         .join(start.file_name().unwrap());
     write_checkpoint(&s, 7, SnapshotKind::Checkpoint, 1);
     write_checkpoint(&s, 8, SnapshotKind::Checkpoint, 1);
-    s.retain(1, Some(&named_otherwise)).unwrap();
+    s.retain(1, Some(&named_otherwise), &[]).unwrap();
     assert!(start.exists(), "the protected start point was deleted");
     assert!(!s.folder(5, SnapshotKind::Checkpoint).exists());
+}
+
+/// A savepoint is not subsumed: a newer checkpoint may complete while it is still being
+/// written, and retention must not take its folder (and the files already in it) away.
+#[test]
+fn retention_leaves_a_savepoint_in_flight_older_than_the_newest_checkpoint() {
+    let s = storage("retain-in-flight");
+    let savepoint = s.folder(3, SnapshotKind::Savepoint);
+    fs::create_dir_all(&savepoint).unwrap();
+    fs::write(savepoint.join("count-0.state"), b"written").unwrap();
+    for id in 4..=6 {
+        write_checkpoint(&s, id, SnapshotKind::Checkpoint, 1);
+    }
+    s.retain(1, None, &[3, 7]).unwrap();
+    assert!(savepoint.join("count-0.state").exists());
+    assert!(!s.folder(4, SnapshotKind::Checkpoint).exists());
+    // Once it is no longer in flight (aborted and left behind), it goes.
+    s.retain(1, None, &[]).unwrap();
+    assert!(!savepoint.exists());
+}
+
+/// `_metadata` is never written over a state file that went missing or short.
+#[test]
+fn a_checkpoint_whose_state_file_went_missing_is_not_committed() {
+    let s = storage("commit-missing");
+    let folder = write_checkpoint(&s, 1, SnapshotKind::Savepoint, 2);
+    let metadata: CheckpointMetadata =
+        serde_json::from_slice(&fs::read(folder.join(METADATA)).unwrap()).unwrap();
+    fs::remove_file(folder.join(METADATA)).unwrap();
+    let file = folder.join(&metadata.operators[0].subtasks[1].file);
+    fs::write(&file, b"short").unwrap();
+    let err = format!("{:#}", s.commit(&folder, &metadata).unwrap_err());
+    assert!(err.contains("holds 5 bytes"), "{err}");
+    fs::remove_file(&file).unwrap();
+    let err = format!("{:#}", s.commit(&folder, &metadata).unwrap_err());
+    assert!(err.contains("count-1.state is missing"), "{err}");
+    assert!(!folder.join(METADATA).exists());
 }
 
 #[test]
@@ -249,7 +286,7 @@ fn shared_state_files_live_while_a_retained_checkpoint_names_them() {
     };
     for id in 1..=4 {
         write_checkpoint_of(&s, id, SnapshotKind::Checkpoint, 2, BackendKind::Rocksdb);
-        s.retain(2, None).unwrap();
+        s.retain(2, None, &[]).unwrap();
     }
     let named = |ids: &[u64]| -> BTreeSet<String> {
         ids.iter()
