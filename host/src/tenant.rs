@@ -45,6 +45,8 @@
 //! id_prefix = "acme."             # every group and transactional id begins so (default `NAME.`)
 //! checkpoints = "/mnt/shared/acme"  # its cluster jobs' checkpoint store (a directory every
 //!                                 # server reads, or s3://, gs://, az://); none: no cluster jobs
+//! cluster_partitions = 256        # partitions of the topics its cluster jobs make, all stored
+//!                                 # jobs together (they stay until a job is deleted)
 //! properties = { "security.protocol" = "SASL_SSL", "sasl.mechanism" = "SCRAM-SHA-512", "sasl.username" = "acme", "sasl.password" = "…" }
 //!
 //! [cluster]                       # `sluice run --cluster`: this machine's defaults for the
@@ -209,7 +211,13 @@ pub struct KafkaGrant {
     /// The checkpoint store of its jobs run over several servers (`[cluster]`): a
     /// directory (resolved against the host file's) or a URL. None: it may run none.
     pub checkpoints: Option<String>,
+    /// Partitions of the control and exchange topics its cluster jobs may make, all its
+    /// stored jobs together.
+    pub cluster_partitions: u64,
 }
+
+/// Partitions of cluster topics a tenant's stored jobs may make, unless its grant says.
+pub const DEFAULT_CLUSTER_PARTITIONS: u64 = 256;
 
 impl KafkaGrant {
     /// Whether `topic` is one the tenant may read.
@@ -346,6 +354,9 @@ fn kafka_grant_from(
         id_prefix,
         properties: spec.properties.clone(),
         checkpoints,
+        cluster_partitions: spec
+            .cluster_partitions
+            .unwrap_or(DEFAULT_CLUSTER_PARTITIONS),
     })
 }
 

@@ -2,13 +2,14 @@
 //! processes share the units of a job, a killed or stopped host's units move, and the
 //! committed output is checked against counts computed here.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use sluice_tests::cluster::owned_units;
-use sluice_tests::kafka::{broker, create_topic, produce_to, read_committed, unique_topic};
+use sluice_tests::kafka::{broker, create_topic, produce_to, read_committed, topics, unique_topic};
 use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE, WINDOW};
 use sluice_tests::{
     expected_word_counts, final_counts_any_order, sample_text, test_dir, write_job,
@@ -356,12 +357,56 @@ fn a_host_added_mid_run_takes_over_units() {
         .map(|h| h["units"].as_array().unwrap().len())
         .sum();
     assert_eq!(units, 12, "{json:#}");
+    // What the job made outside the hosts: its control and two exchange topics, its
+    // units' checkpoints in the store. Not deleted while hosts run it.
+    let prefix = format!("sluice-{}", wc.output);
+    let made: BTreeSet<String> = ["units", "exchange-1", "exchange-2"]
+        .iter()
+        .map(|t| format!("{prefix}.{t}"))
+        .collect();
+    let gc = || {
+        Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+            .args(["cluster", "gc"])
+            .arg(&wc.job)
+            .args(["--cluster", &wc.broker])
+            .output()
+            .unwrap()
+    };
+    let refused = gc();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(75), "{said}");
+    assert!(
+        said.contains("still runs on 2 host(s)") && said.contains("nothing was deleted"),
+        "{said}"
+    );
+    assert!(topics(&wc.broker).is_superset(&made));
+    let store = dir.join("store").join(&prefix);
+    assert!(store.is_dir());
     wc.write_rest();
     wc.complete(&mut hosts.into_iter().map(Some).collect::<Vec<_>>());
     assert!(
         log_of(dir, 1).contains("restoring"),
         "the new host restored no unit: {}",
         log_of(dir, 1)
+    );
+    // Every host left the group (SIGTERM): now they go, and the output stays.
+    let deleted = gc();
+    let said = String::from_utf8_lossy(&deleted.stdout);
+    assert!(
+        deleted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&deleted.stderr)
+    );
+    for topic in &made {
+        assert!(said.contains(&format!("deleted topic {topic}")), "{said}");
+    }
+    wait_until("the topics are gone", Duration::from_secs(30), || {
+        topics(&wc.broker).is_disjoint(&made)
+    });
+    assert!(!store.exists(), "{} is still there", store.display());
+    assert_counts(
+        &as_count_lines(&read_committed(&wc.broker, &wc.output)),
+        &wc.text,
     );
 }
 
@@ -572,7 +617,8 @@ fn two_servers_share_a_tenants_job() {
     let (input, text) = topic_of_lines(&broker, "a.cluster-in", 4, 43, 3_000);
     let output = unique_topic("a.cluster-out");
     create_topic(&broker, &output, 2);
-    let grant = grant_of_a(&broker, &dir);
+    // Each job's topics take 12 partitions (a control topic of 8, an exchange of 4).
+    let grant = format!("{}cluster_partitions = 20\n", grant_of_a(&broker, &dir));
     let servers: Vec<ServerProcess> = (0..2)
         .map(|n| {
             let home = dir.join(format!("server-{n}"));
@@ -680,6 +726,30 @@ fn two_servers_share_a_tenants_job() {
         !read_committed(&broker, &exchange).is_empty(),
         "no records in {exchange}"
     );
+    // The topics stay while the job is stored, and count against the tenant's
+    // `cluster_partitions`: a second job's would pass it.
+    let e = error_of(clients[1].submit(&job("")));
+    assert!(
+        e.contains("429") && e.contains("need 12 partitions") && e.contains("12 of its 20"),
+        "{e}"
+    );
+    // Deleting the job deletes its topics and its units' checkpoints in the store; the
+    // output stays.
+    let made: BTreeSet<String> = [format!("a.sluice-{output}.units"), exchange]
+        .into_iter()
+        .collect();
+    assert!(topics(&broker).is_superset(&made));
+    let store = dir.join("store").join(format!("a.sluice-{output}"));
+    assert!(store.is_dir());
+    client.delete_job(&ids[0]).unwrap();
+    assert!(!store.exists(), "{} is still there", store.display());
+    wait_for("the topics to go", Duration::from_secs(30), || {
+        topics(&broker).is_disjoint(&made)
+    });
+    clients[1].delete_job(&ids[1]).unwrap();
+    let admitted = clients[1].submit(&job("")).unwrap();
+    clients[1].cancel(&admitted.id).unwrap();
+    assert_counts(&as_count_lines(&read_committed(&broker, &output)), &text);
 }
 
 /// A server's unit that keeps failing (a plugin that panics) runs again after a delay,

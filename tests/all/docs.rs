@@ -754,12 +754,20 @@ fn invocation(words: &[&str], at: String) -> Option<Invocation> {
             options: options(rest),
         });
     }
+    // A group of commands (`sluice cluster gc`) names its command in the next word.
+    let words = match rest.get(1) {
+        Some(second) if GROUPS.contains(first) && !second.starts_with('-') => 2,
+        _ => 1,
+    };
     Some(Invocation {
         at,
-        subcommand: Some(first.to_string()),
-        options: options(&rest[1..]),
+        subcommand: Some(rest[..words].join(" ")),
+        options: options(&rest[words..]),
     })
 }
+
+/// The commands that hold commands of their own.
+const GROUPS: &[&str] = &["cluster"];
 
 /// A shell line without its comment (a `#` that begins a word, outside quotes).
 fn shell_code(line: &str) -> &str {
@@ -827,7 +835,10 @@ fn table_commands(page: &Page, out: &mut Vec<Invocation>) {
 
 /// `sluice [SUBCOMMAND] --help`, or why it failed.
 fn help_of(subcommand: Option<&str>) -> Result<String, String> {
-    let mut args: Vec<&str> = subcommand.into_iter().collect();
+    let mut args: Vec<&str> = subcommand
+        .into_iter()
+        .flat_map(str::split_whitespace)
+        .collect();
     args.push("--help");
     let (code, stdout, stderr) = outcome(&sluice(&args));
     match code {

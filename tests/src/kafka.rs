@@ -3,7 +3,7 @@
 //! The broker is the real Apache Kafka that `scripts/test.sh` starts
 //! (`scripts/kafka/broker.sh`); tests find it in `SLUICE_KAFKA`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -67,14 +67,19 @@ fn block_on<F: Future>(future: F) -> F::Output {
     }
 }
 
-/// Creates `topic` with `partitions` partitions.
+/// Creates `topic` with `partitions` partitions, without time retention: the tests'
+/// records carry event times of 1970 as their Kafka timestamps, which the broker's
+/// default `retention.ms` (7 days) takes for long expired, so a retention check (every 5
+/// minutes) falling inside a test would delete its input, or the first committed
+/// records of its output (alone in the first segment: the commit marker after them,
+/// stamped with the broker's clock, rolls a new one).
 pub fn create_topic(broker: &str, topic: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", broker)
         .create()
         .expect("an admin client");
     let results = block_on(admin.create_topics(
-        &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+        &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1)).set("retention.ms", "-1")],
         &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
     ))
     .expect("creating a topic");
@@ -270,6 +275,22 @@ pub fn read_committed_from(broker: &str, topic: &str, from: &BTreeMap<i32, i64>)
         }
     }
     out
+}
+
+/// The names of the topics on `broker` (read from the metadata of all, which makes none).
+pub fn topics(broker: &str) -> BTreeSet<String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .create()
+        .expect("a consumer");
+    let metadata = consumer
+        .fetch_metadata(None, Duration::from_secs(30))
+        .expect("metadata");
+    metadata
+        .topics()
+        .iter()
+        .map(|t| t.name().to_string())
+        .collect()
 }
 
 /// Where each partition of `topic` ends now (its high watermark).

@@ -8,6 +8,7 @@ use std::fmt;
 use std::process::ExitCode;
 
 use crate::chain::{CallError, OperatorFailure};
+use crate::cluster::gc::StillRunning;
 use crate::job::{InUse, JobFailed, StartRefused};
 
 /// An exit status of `sluice`.
@@ -27,8 +28,8 @@ pub enum Exit {
     Unavailable,
     /// A job failed past its restarts (`EX_SOFTWARE`).
     JobFailed,
-    /// A start was refused and nothing was changed; it can succeed later or with other
-    /// flags (`EX_TEMPFAIL`).
+    /// A start (or `cluster gc`) was refused and nothing was changed; it can succeed
+    /// later or with other flags (`EX_TEMPFAIL`).
     Refused,
     /// Cancelled (128 + SIGINT).
     Cancelled,
@@ -70,7 +71,7 @@ impl Exit {
             Exit::BadInput => "a bad job, host or plugin file",
             Exit::Unavailable => "no server (or running job) answers",
             Exit::JobFailed => "a job failed past its restarts",
-            Exit::Refused => "a start was refused, nothing was changed",
+            Exit::Refused => "a start or a clean-up was refused, nothing was changed",
             Exit::Cancelled => "cancelled",
         }
     }
@@ -90,7 +91,10 @@ impl Exit {
                     Some(marked.exit)
                 } else if cause.is::<JobFailed>() {
                     Some(Exit::JobFailed)
-                } else if cause.is::<StartRefused>() || cause.is::<InUse>() {
+                } else if cause.is::<StartRefused>()
+                    || cause.is::<InUse>()
+                    || cause.is::<StillRunning>()
+                {
                     Some(Exit::Refused)
                 } else {
                     cause

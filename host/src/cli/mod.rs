@@ -257,6 +257,9 @@ enum Command {
         #[arg(long, value_name = "HOST.toml", env = "SLUICE_HOST_CONFIG")]
         host_config: Option<PathBuf>,
     },
+    /// Commands for a job run over several hosts (`run --cluster`).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// Cancel a job on a server.
     Cancel {
         /// The job id.
@@ -344,6 +347,26 @@ enum Command {
         /// `/usr/local/share/man/man1`).
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+    },
+}
+
+/// `sluice cluster …`.
+#[derive(Debug, Subcommand)]
+enum ClusterCommand {
+    /// Delete what a job run over several hosts left outside them once it ended on every
+    /// host: its control and exchange topics and its units' checkpoints in the store.
+    /// Refused while a host is still in the job's group. The job's name is spent after
+    /// it (its sink topic's markers name checkpoints that are gone).
+    Gc {
+        /// The job file.
+        job: PathBuf,
+        /// The Kafka brokers (or `[cluster] bootstrap` when none is given).
+        #[arg(long, value_name = "HOST:PORT", num_args = 0..=1, default_missing_value = "")]
+        cluster: Option<String>,
+        /// The host configuration whose `[cluster]` fills in what the job file's leaves
+        /// out.
+        #[arg(long, value_name = "HOST.toml", env = "SLUICE_HOST_CONFIG")]
+        host_config: Option<PathBuf>,
     },
 }
 
@@ -650,6 +673,34 @@ fn run(cli: Cli) -> Result<Exit> {
             out!(
                 "{}",
                 crate::cluster::reset_unit(&graph, settings, *unit, &to)?
+            );
+            Ok(Exit::Success)
+        }
+        Command::Cluster(ClusterCommand::Gc {
+            job,
+            cluster,
+            host_config: host_path,
+        }) => {
+            let graph = crate::job::load_graph(job).map_err(exit::bad_input)?;
+            let host = host_config(host_path.as_deref())?;
+            let settings = crate::cluster::ClusterSettings::of(
+                &graph,
+                cluster.as_deref().filter(|b| !b.is_empty()),
+                host.cluster.as_ref(),
+            )
+            .with_context(|| job.display().to_string())
+            .map_err(exit::bad_input)?;
+            let plan = crate::cluster::Plan::new(&graph, &settings)?;
+            let resources =
+                crate::cluster::gc::ClusterResources::of(&plan, &settings, &graph.base_dir);
+            let deleted = crate::cluster::gc::delete(&resources, &settings.client())
+                .with_context(|| format!("job '{}'", graph.name))?;
+            for topic in &deleted.topics {
+                out!("deleted topic {topic}");
+            }
+            out!(
+                "deleted the units' checkpoints under {}",
+                deleted.checkpoints
             );
             Ok(Exit::Success)
         }

@@ -21,6 +21,7 @@
 //!   partition it feeds, with the checkpoint's transaction; a reader takes the smallest
 //!   over all producers, and the end of input (`i64::MAX`) from all of them ends its own.
 
+pub mod gc;
 pub mod plan;
 pub mod reset;
 pub mod store;

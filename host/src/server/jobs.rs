@@ -38,6 +38,7 @@ use super::plugins::now_ms;
 use super::registry::{JobEntry, JobRecord, LOGS_FILE, QUARANTINE_AFTER, latest_or_fresh};
 use super::views::{graph_summary, output_files, state_name, summary};
 use super::{ApiError, ErrorKind, Server, is_plain_name, write_atomic};
+use crate::cluster::gc::ClusterResources;
 use crate::cluster::plan::is_topic_char;
 use crate::cluster::{ClusterHost, ClusterSettings, HostEnd, Plan};
 use crate::job::{
@@ -67,17 +68,21 @@ impl Run {
         }
     }
 
-    /// The operator instances and subtasks it may take on this server. A cluster job
-    /// may take all of its units' (the group can give every unit to one server), so it
-    /// is admitted for them all; finding its units asks the brokers for its source's
-    /// partitions.
-    fn needs(&self) -> Result<(u32, u32), ApiError> {
+    /// The operator instances and subtasks it may take on this server, and for a cluster
+    /// job what it makes outside the server. A cluster job may take all of its units'
+    /// (the group can give every unit to one server), so it is admitted for them all;
+    /// finding its units asks the brokers for its source's partitions.
+    fn needs(&self) -> Result<((u32, u32), Option<ClusterResources>), ApiError> {
         let bad = |e: anyhow::Error| ApiError::bad(format!("{e:#}"));
         match self {
-            Run::Local(job) => Ok((job.instances(), job.graph().subtasks())),
+            Run::Local(job) => Ok(((job.instances(), job.graph().subtasks()), None)),
             Run::Cluster(c) => {
                 let plan = Plan::new(&c.graph, &c.settings).map_err(bad)?;
-                units_need(&plan, &c.settings).map_err(bad)
+                let resources = ClusterResources::of(&plan, &c.settings, &c.graph.base_dir);
+                Ok((
+                    units_need(&plan, &c.settings).map_err(bad)?,
+                    Some(resources),
+                ))
             }
         }
     }
@@ -289,7 +294,7 @@ impl Server {
         let mut plugins = BTreeMap::new();
         let (run, output) = self.prepare(tenant, text, &dir, &mut plugins)?;
         self.not_quarantined(tenant, &plugins)?;
-        let needs = run.needs()?;
+        let (needs, cluster_resources) = run.needs()?;
         let disk_used = self.disk_usage(&tenant.name);
         let _admission = self.jobs.admission.lock();
         // (Under the admission lock: a job launched now would not be among those the
@@ -312,6 +317,7 @@ impl Server {
         }
         self.admit_stored(tenant)?;
         self.admit(tenant, &run.graph().name, needs, disk_used)?;
+        self.admit_cluster_topics(tenant, None, cluster_resources.as_ref())?;
         let record = JobRecord {
             id: id.clone(),
             tenant: tenant.name.clone(),
@@ -330,6 +336,7 @@ impl Server {
             checkpoints: Vec::new(),
             checkpoint_counts: (0, 0),
             cluster: matches!(run, Run::Cluster(_)),
+            cluster_resources,
         };
         let entry = JobEntry::new(dir.clone(), record.clone());
         let stored = fs::create_dir_all(&dir)
@@ -641,7 +648,7 @@ impl Server {
         let mut plugins = record.plugins.clone();
         let (run, _) = self.prepare(tenant, &text, &entry.dir, &mut plugins)?;
         self.not_quarantined(tenant, &plugins)?;
-        let needs = run.needs()?;
+        let (needs, cluster_resources) = run.needs()?;
         let disk_used = self.disk_usage(&tenant.name);
         let _admission = self.jobs.admission.lock();
         // A job started now would not be among those the shutdown stops.
@@ -673,10 +680,12 @@ impl Server {
                 ));
             }
             cluster => {
+                self.admit_cluster_topics(tenant, Some(id), cluster_resources.as_ref())?;
                 entry.update(|r| {
                     r.state = JobState::Running;
                     r.failure = None;
                     r.recoveries = 0;
+                    r.cluster_resources = cluster_resources;
                 });
                 self.launch(&entry, cluster, needs, RestorePoint::Fresh);
                 return Ok(summary(&entry.record(), true));
@@ -720,19 +729,46 @@ impl Server {
     }
 
     /// Deletes one of `tenant`'s jobs that is not running, with its folder: job file,
-    /// record, checkpoints, savepoints, output and logs.
+    /// record, checkpoints, savepoints, output and logs. A job over several servers takes
+    /// its topics and its store folder with it ([`crate::cluster::gc`]), refused while a
+    /// server still runs it.
     pub fn delete(&self, tenant: &TenantConfig, id: &str) -> Result<JobSummary, ApiError> {
         let entry = self.entry(tenant, id)?;
+        let not_running = || {
+            if entry.is_running() {
+                return Err(ApiError::new(
+                    ErrorKind::Conflict,
+                    format!("cannot delete job '{id}': it is running (stop or cancel it first)"),
+                ));
+            }
+            Ok(())
+        };
+        let resources = {
+            let _admission = self.jobs.admission.lock();
+            not_running()?;
+            entry.record().cluster_resources
+        };
+        if let Some(resources) = resources {
+            // Out of the registry while Kafka is asked (no `start` finds it meanwhile),
+            // without holding the admission lock.
+            {
+                let _admission = self.jobs.admission.lock();
+                not_running()?;
+                self.jobs.by_id.lock().remove(id);
+            }
+            if let Err(e) = self.delete_cluster_resources(tenant, &resources) {
+                self.jobs.by_id.lock().insert(id.to_string(), entry.clone());
+                return Err(ApiError::new(
+                    e.kind,
+                    format!("cannot delete job '{id}': {}", e.message),
+                ));
+            }
+        }
         // Under the admission lock, so that no `start` launches it meanwhile, and with
         // its lines' lock, so that no `forget` writes them into the folder meanwhile.
         let _admission = self.jobs.admission.lock();
         let _ended = entry.ended.lock();
-        if entry.is_running() {
-            return Err(ApiError::new(
-                ErrorKind::Conflict,
-                format!("cannot delete job '{id}': it is running (stop or cancel it first)"),
-            ));
-        }
+        not_running()?;
         let summary = summary(&entry.record(), false);
         self.jobs.by_id.lock().remove(id);
         super::logs::JobLogs::global().take(id);
@@ -744,6 +780,46 @@ impl Server {
         })?;
         tracing::info!(tenant = %tenant.name, job = %id, "job deleted");
         Ok(summary)
+    }
+
+    /// Deletes a cluster job's topics and store folder through its tenant's grant.
+    fn delete_cluster_resources(
+        &self,
+        tenant: &TenantConfig,
+        resources: &ClusterResources,
+    ) -> Result<(), ApiError> {
+        let Some(grant) = &tenant.kafka else {
+            return Err(ApiError::new(
+                ErrorKind::Forbidden,
+                format!(
+                    "tenant '{}' has no Kafka grant any more, so its topics {:?} cannot be \
+                     deleted from this server (delete them with Kafka's tools, or give the \
+                     grant back)",
+                    tenant.name,
+                    resources.topics.iter().map(|t| &t.0).collect::<Vec<_>>()
+                ),
+            ));
+        };
+        let mut client = rdkafka::ClientConfig::new();
+        for (key, value) in &grant.properties {
+            client.set(key, value);
+        }
+        client.set("bootstrap.servers", grant.bootstrap.join(","));
+        let deleted = crate::cluster::gc::delete(resources, &client).map_err(|e| {
+            let kind = if e.is::<crate::cluster::gc::StillRunning>() {
+                ErrorKind::Conflict
+            } else {
+                ErrorKind::Unavailable
+            };
+            ApiError::new(kind, format!("{e:#}"))
+        })?;
+        tracing::info!(
+            tenant = %tenant.name,
+            "deleted topics {:?} and the checkpoints under {}",
+            deleted.topics,
+            deleted.checkpoints
+        );
+        Ok(())
     }
 
     /// Loads the jobs on disk and resumes those that were running.
@@ -818,7 +894,7 @@ impl Server {
             match prepared {
                 Ok(((run, _), restore)) => {
                     let needs = match &run {
-                        Run::Local(_) => run.needs().unwrap_or_default(),
+                        Run::Local(_) => run.needs().map(|n| n.0).unwrap_or_default(),
                         Run::Cluster(_) => (0, 0),
                     };
                     self.launch(&entry, run, needs, restore);

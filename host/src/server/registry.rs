@@ -20,6 +20,7 @@ use super::views::CheckpointSummary;
 use super::{ApiError, ErrorKind, Server, write_atomic};
 use crate::checkpoint::CheckpointStorage;
 use crate::cluster::HostView;
+use crate::cluster::gc::ClusterResources;
 use crate::job::{JobControl, JobMonitor, RestorePoint};
 use crate::tenant::TenantConfig;
 
@@ -74,6 +75,11 @@ pub(super) struct JobRecord {
     /// Whether it runs over several servers (`[cluster]`).
     #[serde(default)]
     pub(super) cluster: bool,
+    /// What it makes outside the server when it runs over several (its topics and store
+    /// folder), as of its last submission or start: counted against its tenant's
+    /// `cluster_partitions` while it is stored, and deleted with it.
+    #[serde(default)]
+    pub(super) cluster_resources: Option<ClusterResources>,
 }
 
 /// Completed checkpoints a job's record keeps.
@@ -255,6 +261,51 @@ impl Server {
     /// lock, which is held until the job is launched, so that what it counts is current.
     /// `disk_used` is the tenant's [`Server::disk_usage`], measured before the lock was
     /// taken (a walk of its folders is too slow to hold every submission up for).
+    /// Admits a cluster job's topics (`resources`) within its tenant's
+    /// `cluster_partitions`, counting those of its other stored jobs (every job but
+    /// `id`): the topics stay while their job is stored, running or not.
+    pub(super) fn admit_cluster_topics(
+        &self,
+        tenant: &TenantConfig,
+        id: Option<&str>,
+        resources: Option<&ClusterResources>,
+    ) -> Result<(), ApiError> {
+        let (Some(resources), Some(grant)) = (resources, tenant.kafka.as_ref()) else {
+            return Ok(());
+        };
+        let stored: u64 = self
+            .jobs
+            .by_id
+            .lock()
+            .iter()
+            .filter(|(other, _)| Some(other.as_str()) != id)
+            .filter_map(|(_, e)| {
+                let r = e.record.lock();
+                (r.tenant == tenant.name)
+                    .then(|| {
+                        r.cluster_resources
+                            .as_ref()
+                            .map(ClusterResources::partitions)
+                    })
+                    .flatten()
+            })
+            .sum();
+        let wanted = resources.partitions();
+        if stored + wanted > grant.cluster_partitions {
+            return Err(ApiError::new(
+                ErrorKind::Quota,
+                format!(
+                    "job.toml: [cluster]: the job's topics need {wanted} partitions, but tenant \
+                     '{}''s stored jobs over several servers have {stored} of its {} \
+                     (cluster_partitions in [tenant.{}.kafka]); delete jobs it no longer \
+                     needs, which deletes their topics",
+                    tenant.name, grant.cluster_partitions, tenant.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     pub(super) fn admit(
         &self,
         tenant: &TenantConfig,

@@ -113,6 +113,9 @@ pub struct KafkaSpec {
     /// Its cluster jobs' checkpoint store: a directory every server reads, or `s3://`,
     /// `gs://`, `az://` (none: no cluster jobs).
     pub checkpoints: Option<String>,
+    /// Partitions of the control and exchange topics its cluster jobs make, all its
+    /// stored jobs together (default 256): they stay until a job is deleted.
+    pub cluster_partitions: Option<u64>,
     /// librdkafka properties of every Kafka client of its jobs, over the job's own.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
