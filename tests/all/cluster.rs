@@ -698,6 +698,44 @@ fn two_servers_share_a_tenants_job() {
             shared == [true, true] && read_committed(&broker, &output).len() >= 100
         },
     );
+    // Each server runs its share in tenant a's worker process: the member of the job's
+    // group is the worker (its client id names the worker's pid). Killing server 1's
+    // worker fails that share alone, which joins again from a new worker, while the
+    // server answers throughout.
+    let workers_of = |server: &ServerProcess| crate::workers::children(server.pid());
+    let worker = workers_of(&servers[1]);
+    assert_eq!(worker.len(), 1, "{worker:?}");
+    let status = clients[1].status(&ids[1]).unwrap();
+    let ClusterStatus::Host(cluster) = &status.cluster else {
+        panic!("{status:?}")
+    };
+    assert!(
+        cluster.host.contains(&format!("-{}", worker[0])),
+        "{} is not worker {}",
+        cluster.host,
+        worker[0]
+    );
+    let killed = Command::new("kill")
+        .args(["-KILL", &worker[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    wait_for(
+        "server 1's share to run again in a new worker",
+        Duration::from_secs(60),
+        || {
+            let status = clients[1].status(&ids[1]).unwrap();
+            assert_eq!(status.job.state, JobState::Running, "{status:?}");
+            let again = workers_of(&servers[1]);
+            let ClusterStatus::Host(cluster) = &status.cluster else {
+                return false;
+            };
+            status.failures_by_kind.get("worker") == Some(&1)
+                && again.len() == 1
+                && again[0] != worker[0]
+                && cluster.host.contains(&format!("-{}", again[0]))
+        },
+    );
     let mut servers = servers.into_iter();
     servers.next().unwrap().kill();
     let finished = |client: &sluice::server::client::Client, id: &str| {

@@ -130,7 +130,7 @@ dir = "checkpoints"
 }
 
 /// The processes whose parent is `pid`.
-fn children(pid: u32) -> Vec<u32> {
+pub(crate) fn children(pid: u32) -> Vec<u32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {

@@ -79,7 +79,7 @@ pub enum HostEnd {
 }
 
 /// What a host of a cluster job is doing, for whoever watches it (the server's API).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HostView {
     /// The host's name in the job's group.
     pub client_id: String,

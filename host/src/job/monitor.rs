@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::coordinator::CheckpointStats;
+use crate::cluster::HostView;
 use crate::metrics::{TaskMetricsHandle, TaskReport};
 
 /// A live view of a running job, for progress lines and status endpoints.
@@ -24,6 +25,9 @@ pub struct JobMonitor {
     /// The tasks' metrics as another process reported them last (a job in a worker
     /// process, [`JobMonitor::apply`]).
     reported_tasks: Mutex<Option<Vec<TaskReport>>>,
+    /// What this host of a job over several hosts does ([`crate::cluster`]), while it
+    /// runs one.
+    cluster: Mutex<Option<Arc<Mutex<HostView>>>>,
 }
 
 /// A point-in-time copy of a [`JobMonitor`], as a worker process reports the monitor of a
@@ -44,6 +48,9 @@ pub struct MonitorSnapshot {
     pub last_failure_ago: Option<Duration>,
     /// The error that ended the last failed attempt.
     pub last_failure: Option<String>,
+    /// What the host of a job over several hosts does.
+    #[serde(default)]
+    pub cluster: Option<Box<HostView>>,
 }
 
 impl JobMonitor {
@@ -122,7 +129,18 @@ impl JobMonitor {
             failures_by_kind: self.failures_by_kind(),
             last_failure_ago: self.last_failure_at().map(|at| at.elapsed()),
             last_failure: self.last_failure(),
+            cluster: self.cluster_view().map(Box::new),
         }
+    }
+
+    /// Follows `view`, the host of a job over several hosts this monitor's run is.
+    pub fn follow_cluster(&self, view: Arc<Mutex<HostView>>) {
+        *self.cluster.lock() = Some(view);
+    }
+
+    /// What the host of a job over several hosts does, if the run is one.
+    pub fn cluster_view(&self) -> Option<HostView> {
+        self.cluster.lock().as_ref().map(|view| view.lock().clone())
     }
 
     /// Counts a failure the job's own restarts did not see (its worker process died) as
@@ -155,5 +173,8 @@ impl JobMonitor {
             .last_failure_ago
             .and_then(|ago| Instant::now().checked_sub(ago));
         *self.last_failure.lock() = snapshot.last_failure;
+        if let Some(view) = snapshot.cluster {
+            *self.cluster.lock() = Some(Arc::new(Mutex::new(*view)));
+        }
     }
 }

@@ -60,6 +60,33 @@ pub(super) struct ClusterRun {
     settings: ClusterSettings,
 }
 
+impl ClusterRun {
+    /// Runs this server's host of the job until the job finished on every host
+    /// (`Finished`) or it is cancelled (`Cancelled`: its units move to the other hosts);
+    /// `planned` hears the operator instances and subtasks of all its units once it is
+    /// planned.
+    pub(super) fn run(
+        self,
+        engine: Arc<crate::wasm::WasmEngine>,
+        host: Arc<crate::tenant::HostConfig>,
+        budget: crate::tenant::InstanceBudget,
+        control: &crossbeam_channel::Receiver<JobControl>,
+        monitor: &JobMonitor,
+        planned: impl FnOnce((u32, u32)),
+    ) -> Result<JobOutcome> {
+        let settings = self.settings.clone();
+        let host = ClusterHost::new(&self.graph, self.settings, engine, host)?
+            .with_budget(budget)
+            .quiet();
+        planned(units_need(host.plan(), &settings)?);
+        monitor.follow_cluster(host.view());
+        Ok(match host.run(control)? {
+            HostEnd::JobFinished => JobOutcome::Finished,
+            HostEnd::Stopped => JobOutcome::Cancelled,
+        })
+    }
+}
+
 impl Run {
     fn graph(&self) -> &JobGraph {
         match self {
@@ -396,16 +423,17 @@ impl Server {
             Arc::new(self.host.clone()),
             self.budget.clone(),
         );
-        // A job on this server alone runs in its tenant's worker process, when there are
-        // workers; the server only follows it.
+        // A job runs in its tenant's worker process, when there are workers; the server
+        // only follows it.
         let in_worker = match (
-            &work,
             self.workers.get(),
             self.tenants().find(|t| t.name == tenant),
         ) {
-            (Run::Local(job), Some(workers), Some(config)) => {
-                Some((workers.clone(), job.graph().restart.clone(), config.clone()))
-            }
+            (Some(workers), Some(config)) => Some((
+                workers.clone(),
+                work.graph().restart.clone(),
+                config.clone(),
+            )),
             _ => None,
         };
         let spawned = thread::Builder::new()
@@ -416,8 +444,17 @@ impl Server {
                     .entered();
                 // A panic must not leave the job `running` with no thread behind it.
                 let result = std::panic::catch_unwind(AssertUnwindSafe(|| match work {
-                    Run::Local(_) if in_worker.is_some() => {
+                    work if in_worker.is_some() => {
                         let (workers, strategy, config) = in_worker.expect("checked");
+                        if let Run::Cluster(c) = &work
+                            && needs == (0, 0)
+                        {
+                            // Resumed by a restarted server: its needs come from its plan.
+                            let plan = Plan::new(&c.graph, &c.settings)?;
+                            let (instances, subtasks) = units_need(&plan, &c.settings)?;
+                            finished.instances.store(instances, Ordering::Relaxed);
+                            finished.subtasks.store(subtasks, Ordering::Relaxed);
+                        }
                         super::worker::run_job(
                             &workers,
                             &config,
@@ -432,18 +469,11 @@ impl Server {
                         .run(options, &control_rx, &monitor)
                         .map(|report| report.outcome),
                     Run::Cluster(c) => {
-                        let settings = c.settings.clone();
-                        let host = ClusterHost::new(&c.graph, c.settings, engine, host)?
-                            .with_budget(budget)
-                            .quiet();
-                        let (instances, subtasks) = units_need(host.plan(), &settings)?;
-                        finished.instances.store(instances, Ordering::Relaxed);
-                        finished.subtasks.store(subtasks, Ordering::Relaxed);
-                        *finished.cluster.lock() = Some(host.view());
-                        Ok(match host.run(&control_rx)? {
-                            HostEnd::JobFinished => JobOutcome::Finished,
-                            HostEnd::Stopped => JobOutcome::Cancelled,
-                        })
+                        let planned = |(instances, subtasks)| {
+                            finished.instances.store(instances, Ordering::Relaxed);
+                            finished.subtasks.store(subtasks, Ordering::Relaxed);
+                        };
+                        c.run(engine, host, budget, &control_rx, &monitor, planned)
                     }
                 }))
                 .unwrap_or_else(|panic| Err(crate::task::panic_to_error(panic)));

@@ -19,7 +19,6 @@ use super::savepoints::Triggers;
 use super::views::CheckpointSummary;
 use super::{ApiError, ErrorKind, Server, write_atomic};
 use crate::checkpoint::CheckpointStorage;
-use crate::cluster::HostView;
 use crate::cluster::gc::ClusterResources;
 use crate::job::{JobControl, JobMonitor, RestorePoint};
 use crate::tenant::TenantConfig;
@@ -108,8 +107,6 @@ pub(super) struct JobEntry {
     pub(super) restarts_before: AtomicU32,
     /// Why the server cancels its run (a quota): the run then ends as failed with it.
     pub(super) kill_cause: Mutex<Option<String>>,
-    /// What this server's host of a cluster job does, while it runs.
-    pub(super) cluster: Mutex<Option<Arc<Mutex<HostView>>>>,
     /// The savepoints triggered through the API, and how they went.
     pub(super) savepoints: Mutex<Triggers>,
 }
@@ -147,7 +144,6 @@ impl JobEntry {
             subtasks: AtomicU32::new(0),
             ended: Mutex::new(None),
             kill_cause: Mutex::new(None),
-            cluster: Mutex::new(None),
             counted_before: Mutex::new((0, 0)),
             history_before: Mutex::new(history),
             restarts_before: AtomicU32::new(restarts),

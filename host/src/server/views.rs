@@ -157,12 +157,7 @@ impl Server {
         let entry = self.entry(tenant, id)?;
         let record = entry.record();
         let monitor = entry.monitor.lock().clone();
-        let cluster = entry
-            .cluster
-            .lock()
-            .as_ref()
-            .filter(|_| record.cluster)
-            .map(|view| view.lock().clone());
+        let cluster = monitor.cluster_view().filter(|_| record.cluster);
         let (records_read, records_written) = entry.records_read_written(&record);
         let checkpoints = monitor.checkpoints();
         let (history, (completed, aborted)) = entry.checkpoint_history();

@@ -19,6 +19,7 @@ pub mod supervisor;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -33,7 +34,7 @@ use crate::tenant::TenantConfig;
 
 impl Server {
     /// Builds a job from the registry and runs it in this process, as a worker process
-    /// does for its server (a job over several servers runs in the server itself).
+    /// does for its server; a job over several servers runs as this server's host of it.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn run_here(
         &self,
@@ -47,9 +48,14 @@ impl Server {
     ) -> Result<JobOutcome> {
         match self.prepare(tenant, text, dir, plugins) {
             Ok((Run::Local(job), _)) => Ok(job.run(options, control, monitor)?.outcome),
-            Ok((Run::Cluster(_), _)) => {
-                anyhow::bail!("a job over several servers does not run in a worker process")
-            }
+            Ok((Run::Cluster(c), _)) => c.run(
+                self.engine.clone(),
+                Arc::new(self.host.clone()),
+                self.budget.clone(),
+                control,
+                monitor,
+                |_| {},
+            ),
             Err(e) => Err(anyhow::anyhow!("{e}")),
         }
     }
