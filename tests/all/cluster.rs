@@ -151,6 +151,17 @@ struct WordCount {
 impl WordCount {
     /// `None` without a broker.
     fn new(name: &str, seed: u64, lines: usize, repartition: bool) -> Option<WordCount> {
+        Self::with_state(name, seed, lines, repartition, "heap")
+    }
+
+    /// [`WordCount::new`] with keyed state in `backend`.
+    fn with_state(
+        name: &str,
+        seed: u64,
+        lines: usize,
+        repartition: bool,
+        backend: &str,
+    ) -> Option<WordCount> {
         let broker = broker()?;
         let input = unique_topic("cluster-in");
         create_topic(&broker, &input, 4);
@@ -163,7 +174,7 @@ impl WordCount {
             bounded: false,
             behavior: "slow-process",
             repartition,
-            cluster: "checkpoints = \"store\"",
+            cluster: &format!("checkpoints = \"store\"\n[state]\nbackend = \"{backend}\""),
         };
         let job = word_count_job(&dir, "job.toml", &input, &output, shape);
         let wc = WordCount {
@@ -251,6 +262,52 @@ fn three_hosts_share_a_job_and_a_killed_hosts_units_move() {
     wc.complete(&mut hosts);
     let logs = log_of(&wc.dir, 1) + &log_of(&wc.dir, 2);
     assert!(logs.contains("restoring"), "{logs}");
+}
+
+/// RocksDB state over several hosts: each unit's checkpoints copy only the table files
+/// the store lacks into its attempt's `shared` folder, and a killed host's units restore
+/// on the others from the store, table files and all, with exact output.
+#[test]
+fn rocksdb_state_moves_with_its_units_between_hosts() {
+    let Some(wc) = WordCount::with_state("cluster-rocksdb", 43, 1_600, false, "rocksdb") else {
+        return;
+    };
+    let mut hosts: Vec<Child> = (0..2).map(|n| wc.spawn(n)).collect();
+    wait_until("both hosts own units", Duration::from_secs(60), || {
+        owns(&wc.dir, 0, 4) && owns(&wc.dir, 1, 4)
+    });
+    wait_for_output(&wc.dir, &mut hosts, &wc.broker, &wc.output, 200);
+    let tables = || -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        let mut dirs = vec![wc.dir.join("store")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.parent().is_some_and(|p| p.ends_with("shared"))
+                    && path.extension().is_some_and(|e| e == "sst")
+                {
+                    found.push(path);
+                }
+            }
+        }
+        found
+    };
+    wait_until("table files in the store", Duration::from_secs(60), || {
+        !tables().is_empty()
+    });
+    hosts[0].kill().unwrap(); // SIGKILL
+    hosts[0].wait().unwrap();
+    wc.write_rest();
+    let mut hosts: Vec<Option<Child>> = hosts.into_iter().map(Some).collect();
+    hosts[0] = None;
+    wc.complete(&mut hosts);
+    assert!(
+        log_of(&wc.dir, 1).contains("restoring"),
+        "{}",
+        log_of(&wc.dir, 1)
+    );
 }
 
 /// Whether host `n`'s log says it owns `units` units.

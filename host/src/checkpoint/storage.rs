@@ -492,17 +492,23 @@ pub struct Lineage {
 }
 
 /// The shared folder of the checkpoint storage the checkpoint in `folder` is in.
-fn shared_folder_of(folder: &Path) -> SharedFolder {
+pub fn shared_folder_of(folder: &Path) -> SharedFolder {
     SharedFolder::of(folder.parent().unwrap_or(Path::new(".")))
 }
 
 /// The shared files the complete checkpoint in `folder` names (none when its metadata
 /// cannot be read: it is then no checkpoint to keep files for).
-fn shared_files_of(folder: &Path) -> BTreeSet<String> {
-    let Ok(bytes) = fs::read(folder.join(METADATA)) else {
-        return BTreeSet::new();
-    };
-    let Ok(metadata) = serde_json::from_slice::<CheckpointMetadata>(&bytes) else {
+pub fn shared_files_of(folder: &Path) -> BTreeSet<String> {
+    match fs::read(folder.join(METADATA)) {
+        Ok(bytes) => shared_files_named(&bytes),
+        Err(_) => BTreeSet::new(),
+    }
+}
+
+/// The shared files a checkpoint's `_metadata` (its bytes) names; none when it does not
+/// parse.
+pub fn shared_files_named(metadata: &[u8]) -> BTreeSet<String> {
+    let Ok(metadata) = serde_json::from_slice::<CheckpointMetadata>(metadata) else {
         return BTreeSet::new();
     };
     metadata

@@ -17,6 +17,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use std::collections::BTreeSet;
+
 use anyhow::{Context, Result, anyhow};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as StorePath;
@@ -29,6 +31,11 @@ pub const METADATA: &str = "_metadata";
 
 /// Checkpoints kept per attempt of a unit (older ones are deleted as new ones come).
 const KEEP: u64 = 5;
+
+/// The folder under an attempt's key that keeps the table files of its checkpoints' LSM
+/// state (`JOB/unit-N/ATTEMPT/shared/NAME`): each copied once, named by every checkpoint
+/// of the attempt that uses it, deleted once none kept does.
+const SHARED: &str = "shared";
 
 /// A checkpoint store.
 pub struct CheckpointStore {
@@ -250,7 +257,7 @@ impl CheckpointStore {
             // From the objects, not the store's folders: a directory store keeps empty
             // folders, which hold nothing.
             let objects = self.list(&prefix).await?;
-            let mut folders = std::collections::BTreeSet::new();
+            let mut folders = BTreeSet::new();
             for object in objects {
                 let mut parts = object.location.prefix_match(&prefix).into_iter().flatten();
                 if let (Some(first), Some(_)) = (parts.next(), parts.next()) {
@@ -280,7 +287,7 @@ impl CheckpointStore {
     }
 
     /// The units of the job under `job` that finished, in one listing.
-    pub fn finished_units(&self, job: &str) -> Result<std::collections::BTreeSet<u32>> {
+    pub fn finished_units(&self, job: &str) -> Result<BTreeSet<u32>> {
         Ok(self
             .names(&format!("{job}/finished"))?
             .iter()
@@ -343,17 +350,74 @@ impl CheckpointStore {
         })
     }
 
-    /// Copies checkpoint `id` of a unit's attempt (its local `folder`) to the store, then
-    /// deletes that attempt's checkpoints older than the newest few.
+    /// Copies checkpoint `id` of a unit's attempt (its local `folder`) to the store — the
+    /// shared table files it names that the store lacks first, its folder after, its
+    /// metadata last — then deletes that attempt's checkpoints older than the newest few,
+    /// and after them the shared files no checkpoint kept names.
     pub fn save_checkpoint(&self, attempt_key: &str, id: u64, folder: &Path) -> Result<()> {
+        let shared_key = format!("{attempt_key}/{SHARED}");
+        let named = crate::checkpoint::shared_files_of(folder);
+        let mut stored: BTreeSet<String> = if named.is_empty() {
+            BTreeSet::new()
+        } else {
+            self.names(&shared_key)?.into_iter().collect()
+        };
+        let local = crate::checkpoint::shared_folder_of(folder);
+        let missing: Vec<(String, PathBuf)> = named
+            .difference(&stored)
+            .map(|name| (name.clone(), local.path().join(name)))
+            .collect();
+        self.put_files(&shared_key, &missing)?;
+        stored.extend(named);
         self.upload(&format!("{attempt_key}/{id}"), folder)?;
         crate::failpoint!("cluster::after-upload");
+        let mut kept = Vec::new();
         for old in self.folders(attempt_key)? {
-            if old.parse::<u64>().is_ok_and(|o| o + KEEP <= id) {
-                self.delete(&format!("{attempt_key}/{old}"))?;
+            match old.parse::<u64>() {
+                Ok(o) if o + KEEP <= id => self.delete(&format!("{attempt_key}/{old}"))?,
+                Ok(o) => kept.push(o),
+                Err(_) => {}
             }
         }
+        if stored.is_empty() {
+            return Ok(());
+        }
+        let mut still_named = BTreeSet::new();
+        for kept in kept {
+            if let Some(metadata) = self.get(&format!("{attempt_key}/{kept}/{METADATA}"))? {
+                still_named.extend(crate::checkpoint::shared_files_named(&metadata));
+            }
+        }
+        for name in stored.difference(&still_named) {
+            self.delete_object(&format!("{shared_key}/{name}"))?;
+        }
         Ok(())
+    }
+
+    /// Copies the shared table files the checkpoint copied into `folder` from
+    /// `attempt_key` names into the shared folder beside it, where a restore looks. The
+    /// inner error: one is not in the store (the checkpoint is lost).
+    pub fn download_shared_files(
+        &self,
+        attempt_key: &str,
+        folder: &Path,
+    ) -> Result<std::result::Result<(), String>> {
+        let named = crate::checkpoint::shared_files_of(folder);
+        if named.is_empty() {
+            return Ok(Ok(()));
+        }
+        let local = crate::checkpoint::shared_folder_of(folder);
+        std::fs::create_dir_all(local.path())
+            .with_context(|| format!("creating {}", local.path().display()))?;
+        for name in named {
+            let key = format!("{attempt_key}/{SHARED}/{name}");
+            let Some(bytes) = self.get(&key)? else {
+                return Ok(Err(format!("{} is missing", self.describe(&key))));
+            };
+            let to = local.path().join(&name);
+            std::fs::write(&to, bytes).with_context(|| format!("writing {}", to.display()))?;
+        }
+        Ok(Ok(()))
     }
 }
 

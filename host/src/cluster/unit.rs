@@ -195,14 +195,25 @@ impl UnitContext {
         let (attempt, id) = (marker.attempt, marker.id);
         let key = format!("{}/{attempt}/{id}", self.unit_key(unit));
         let folder = local.join(format!("restore-{attempt}-{id}"));
-        let problem = match self.store.download_checkpoint(&key, &folder) {
-            Ok(true) => match crate::checkpoint::load(&folder) {
+        let attempt_key = format!("{}/{attempt}", self.unit_key(unit));
+        let fetched = self
+            .store
+            .download_checkpoint(&key, &folder)
+            .and_then(|found| {
+                Ok(match found {
+                    true => Some(self.store.download_shared_files(&attempt_key, &folder)?),
+                    false => None,
+                })
+            });
+        let problem = match fetched {
+            Ok(Some(Err(missing))) => missing,
+            Ok(Some(Ok(()))) => match crate::checkpoint::load(&folder) {
                 Ok(_) => return Ok(folder),
                 // Named as the store has it, not as this host copied it.
                 Err(e) => format!("{e:#}")
                     .replace(&folder.display().to_string(), &self.store.describe(&key)),
             },
-            Ok(false) => format!(
+            Ok(None) => format!(
                 "{} is missing",
                 self.store
                     .describe(&format!("{key}/{}", super::store::METADATA))

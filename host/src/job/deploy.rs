@@ -407,7 +407,7 @@ fn fresh_state(
 }
 
 /// An empty keyed state for subtask `subtask` of vertex `id`, in the backend the job
-/// asks for or else its tenant's default. A job over several hosts keeps it on the heap.
+/// asks for or else its tenant's default.
 fn keyed_state(
     graph: &JobGraph,
     limits: &SandboxLimits,
@@ -417,7 +417,6 @@ fn keyed_state(
 ) -> Result<KeyedState> {
     let groups = key_groups_of_subtask(subtask, parallelism, graph.max_parallelism);
     let backend = match graph.state.backend {
-        _ if graph.cluster.is_some() => BackendKind::Heap,
         Some(backend) => backend,
         None => limits.state_backend,
     };

@@ -311,12 +311,6 @@ impl JobGraph {
         };
         let state = state_settings(file.state.as_ref(), resolve)
             .map_err(|e| anyhow!("{job}: [state]: {e}"))?;
-        if state.backend == Some(crate::state::BackendKind::Rocksdb) && file.cluster.is_some() {
-            bail!(
-                "{job}: [state]: backend \"rocksdb\" does not run over several hosts yet \
-                 (`[cluster]`): use \"heap\""
-            );
-        }
         let graph = JobGraph {
             name: file.name.clone(),
             tenant: file.tenant.clone(),

@@ -230,12 +230,6 @@ fn cases() -> Vec<(String, &'static str)> {
             )),
             "/jobs/job.toml: [state]: `memory_mb` = 4 is out of range: it must be between 8 and 65536",
         ),
-        (
-            job(&format!(
-                "{GEN}{OP}{SINK}[state]\nbackend = \"rocksdb\"\n[cluster]\nbootstrap = \"b:9\"\n"
-            )),
-            "/jobs/job.toml: [state]: backend \"rocksdb\" does not run over several hosts yet (`[cluster]`): use \"heap\"",
-        ),
     ]
 }
 
