@@ -317,8 +317,9 @@ enum Command {
         #[command(flatten)]
         remote: Remote,
     },
-    /// Print your tenant's metrics (Prometheus' text format): jobs, operators,
-    /// counters, consumer lag, checkpoints.
+    /// Print your tenant's metrics (Prometheus' text format; `--json`: each family with
+    /// its `name`, `type`, `help` and `samples`, each sample its `name`, `labels` and
+    /// `value`): jobs, operators, counters, consumer lag, checkpoints.
     Metrics {
         #[command(flatten)]
         remote: Remote,
@@ -738,7 +739,13 @@ fn run(cli: Cli) -> Result<Exit> {
                 format!("deleted plugin {} ({})\n", p.name, p.sha256)
             }),
         Command::Metrics { remote } => {
-            std::io::stdout().write_all(&remote.client()?.metrics()?)?;
+            let text = remote.client()?.metrics()?;
+            if remote.json {
+                let text = String::from_utf8_lossy(&text);
+                print_json(&remote::metrics_json(&text).context("reading the server's metrics")?)?;
+            } else {
+                std::io::stdout().write_all(&text)?;
+            }
             Ok(Exit::Success)
         }
         Command::Output { id, file, remote } => {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::server::client::Client;
 use crate::server::model::{JobDetail, JobList, JobSummary, PluginList};
@@ -251,5 +251,152 @@ mod tests {
             text.contains("tokenize state: 64.0 MiB in memory, 1.0 MiB on disk"),
             "{text}"
         );
+    }
+}
+
+/// Prometheus' text format as JSON: `{"families": [{"name", "type", "help", "samples":
+/// [{"name", "labels", "value"}]}]}`, families in the order given. A value that is not a
+/// finite number (`NaN`, `+Inf`) stays a string, as JSON has no such numbers.
+pub(super) fn metrics_json(text: &str) -> Result<serde_json::Value> {
+    use serde_json::{Map, Value, json};
+    let mut families: Vec<Map<String, Value>> = Vec::new();
+    let family_of = |families: &mut Vec<Map<String, Value>>, name: &str| -> usize {
+        match families.iter().position(|f| f["name"] == name) {
+            Some(i) => i,
+            None => {
+                let mut family = Map::new();
+                family.insert("name".into(), json!(name));
+                family.insert("type".into(), json!("untyped"));
+                family.insert("help".into(), json!(""));
+                family.insert("samples".into(), json!([]));
+                families.push(family);
+                families.len() - 1
+            }
+        }
+    };
+    for (n, line) in text.lines().enumerate().map(|(n, l)| (n + 1, l.trim())) {
+        if line.is_empty() || line == "# EOF" {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut words = rest.splitn(3, ' ');
+            if let (Some(kind @ ("HELP" | "TYPE")), Some(name)) = (words.next(), words.next()) {
+                let i = family_of(&mut families, name);
+                let field = if kind == "HELP" { "help" } else { "type" };
+                families[i].insert(field.into(), json!(words.next().unwrap_or("")));
+            }
+            continue;
+        }
+        let (name, labels, value) =
+            metric_line(line).with_context(|| format!("line {n}: {line:?}"))?;
+        // A sample belongs to the family its name extends (`_total`, `_bucket`, …).
+        let i = families
+            .iter()
+            .rposition(|f| {
+                let family = f["name"].as_str().unwrap_or_default();
+                name == family
+                    || name
+                        .strip_prefix(family)
+                        .is_some_and(|suffix| suffix.starts_with('_'))
+            })
+            .unwrap_or_else(|| family_of(&mut families, &name));
+        let value = match value.parse::<f64>() {
+            Ok(v) if v.is_finite() => json!(v),
+            _ => json!(value),
+        };
+        families[i]["samples"]
+            .as_array_mut()
+            .expect("an array")
+            .push(json!({ "name": name, "labels": labels, "value": value }));
+    }
+    Ok(json!({ "families": families }))
+}
+
+/// One sample line: `name{label="value",…} value [timestamp]`.
+fn metric_line(line: &str) -> Result<(String, serde_json::Map<String, serde_json::Value>, String)> {
+    let end = line
+        .find(|c: char| c == '{' || c.is_whitespace())
+        .context("no value")?;
+    let name = line[..end].to_string();
+    let mut labels = serde_json::Map::new();
+    let mut rest = &line[end..];
+    if let Some(inner) = rest.strip_prefix('{') {
+        let mut chars = inner.char_indices().peekable();
+        let closed = loop {
+            // A label's name, `=`, and its quoted value with `\\`, `\"` and `\n` escapes.
+            while chars
+                .peek()
+                .is_some_and(|(_, c)| *c == ',' || c.is_whitespace())
+            {
+                chars.next();
+            }
+            let Some(&(start, c)) = chars.peek() else {
+                anyhow::bail!("labels not closed");
+            };
+            if c == '}' {
+                break start + 1;
+            }
+            let eq = inner[start..].find('=').context("a label without `=`")? + start;
+            let key = inner[start..eq].trim().to_string();
+            while chars.next().is_some_and(|(i, _)| i < eq) {}
+            if chars.next().map(|(_, c)| c) != Some('"') {
+                anyhow::bail!("label {key:?}: its value is not quoted");
+            }
+            let mut value = String::new();
+            loop {
+                match chars.next() {
+                    Some((_, '\\')) => match chars.next() {
+                        Some((_, 'n')) => value.push('\n'),
+                        Some((_, c)) => value.push(c),
+                        None => anyhow::bail!("label {key:?}: unfinished escape"),
+                    },
+                    Some((_, '"')) => break,
+                    Some((_, c)) => value.push(c),
+                    None => anyhow::bail!("label {key:?}: its value is not closed"),
+                }
+            }
+            labels.insert(key, serde_json::Value::String(value));
+        };
+        rest = &inner[closed..];
+    }
+    let value = rest
+        .split_whitespace()
+        .next()
+        .context("no value")?
+        .to_string();
+    Ok((name, labels, value))
+}
+
+#[cfg(test)]
+mod metrics_tests {
+    use super::metrics_json;
+    use serde_json::json;
+
+    #[test]
+    fn metrics_read_as_families_of_samples_with_their_labels() {
+        let text = "# HELP sluice_jobs Jobs by state.\n# TYPE sluice_jobs gauge\n\
+                    sluice_jobs{tenant=\"a\",state=\"finished\"} 1\n\
+                    # TYPE sluice_records counter\n\
+                    sluice_records_total{job=\"x \\\"q\\\" \\\\ \\n\",kind=\"in\"} 12.5\n\
+                    sluice_records_created{job=\"x\"} 1.7e9\n\
+                    lag NaN\n# EOF\n";
+        let json = metrics_json(text).unwrap();
+        assert_eq!(
+            json,
+            json!({"families": [
+                {"name": "sluice_jobs", "type": "gauge", "help": "Jobs by state.", "samples": [
+                    {"name": "sluice_jobs", "labels": {"tenant": "a", "state": "finished"}, "value": 1.0}
+                ]},
+                {"name": "sluice_records", "type": "counter", "help": "", "samples": [
+                    {"name": "sluice_records_total", "labels": {"job": "x \"q\" \\ \n", "kind": "in"}, "value": 12.5},
+                    {"name": "sluice_records_created", "labels": {"job": "x"}, "value": 1.7e9}
+                ]},
+                {"name": "lag", "type": "untyped", "help": "", "samples": [
+                    {"name": "lag", "labels": {}, "value": "NaN"}
+                ]}
+            ]})
+        );
+        let e = format!("{:#}", metrics_json("x{a=b} 1\n").unwrap_err());
+        assert!(e.contains("line 1") && e.contains("not quoted"), "{e}");
     }
 }

@@ -631,6 +631,21 @@ fn the_client_commands_print_for_people() {
         metrics.contains("sluice_jobs{tenant=\"a\",state=\"finished\"} 1"),
         "{metrics}"
     );
+    // The same for programs: families of samples.
+    let json: Value = serde_json::from_str(&cli(&["metrics", "--json"])).unwrap();
+    let jobs = json["families"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "sluice_jobs")
+        .unwrap_or_else(|| panic!("{json:#}"));
+    assert_eq!(jobs["type"], "gauge", "{jobs:#}");
+    assert!(
+        jobs["samples"].as_array().unwrap().iter().any(|s| {
+            s["labels"]["state"] == "finished" && s["labels"]["tenant"] == "a" && s["value"] == 1.0
+        }),
+        "{jobs:#}"
+    );
 }
 
 /// With `tls_cert` and `tls_key` the server speaks HTTPS only: a client that trusts its
