@@ -151,33 +151,67 @@ impl Client {
     }
 
     /// Submits the job file at `path`: uploads the plugins it names by path (relative to
-    /// the job file) and submits the file with them named by content hash.
+    /// the job file) and submits the file with them named by content hash, each in its
+    /// place (every other byte as written, so that the server's errors name the lines of
+    /// the file, which they name by its path).
     pub fn submit(&self, path: &Path) -> Result<JobSummary> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let mut job: toml::Table =
-            toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let mut job: toml_edit::DocumentMut = text
+            .parse()
+            .map_err(|e| anyhow!("{}: {e}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new(""));
-        if let Some(toml::Value::Array(operators)) = job.get_mut("operator") {
-            for op in operators.iter_mut() {
-                let Some(plugin) = op.get_mut("plugin") else {
-                    continue;
-                };
-                let Some(named) = plugin.as_str().filter(|p| !p.starts_with("sha256:")) else {
-                    continue;
-                };
-                let file = base.join(named);
-                if !file.is_file() {
-                    // Maybe the name of a plugin uploaded before: the server decides.
-                    continue;
-                }
-                let uploaded = self.upload_plugin(&file)?;
-                *plugin = toml::Value::String(format!("sha256:{}", uploaded.sha256));
+        // Names that are no file here: maybe plugins uploaded before (the server decides).
+        let mut not_files = Vec::new();
+        let mut plugins: Vec<&mut toml_edit::Value> = Vec::new();
+        match job.get_mut("operator") {
+            Some(toml_edit::Item::ArrayOfTables(operators)) => plugins.extend(
+                operators
+                    .iter_mut()
+                    .filter_map(|op| op.get_mut("plugin")?.as_value_mut()),
+            ),
+            Some(toml_edit::Item::Value(toml_edit::Value::Array(operators))) => plugins.extend(
+                operators
+                    .iter_mut()
+                    .filter_map(|op| op.as_inline_table_mut()?.get_mut("plugin")),
+            ),
+            _ => {}
+        }
+        for plugin in plugins {
+            let Some(named) = plugin.as_str().filter(|p| !p.starts_with("sha256:")) else {
+                continue;
+            };
+            let file = base.join(named);
+            if !file.is_file() {
+                not_files.push((named.to_string(), file));
+                continue;
+            }
+            let uploaded = self.upload_plugin(&file)?;
+            let decor = plugin.decor().clone();
+            *plugin = toml_edit::Value::from(format!("sha256:{}", uploaded.sha256));
+            *plugin.decor_mut() = decor;
+        }
+        let (status, answer) =
+            self.request("POST", "/v1/jobs", Some(job.to_string().as_bytes()))?;
+        if status < 400 {
+            return serde_json::from_slice(&answer)
+                .with_context(|| format!("submitting {}: the server's answer", path.display()));
+        }
+        // The server knows the file as `job.toml`; its reader knows it by its path.
+        let mut message = error_message(&answer).replace("job.toml", &path.display().to_string());
+        for (named, file) in not_files {
+            if message.contains(&format!("{named:?} was not uploaded")) {
+                message.push_str(&format!(
+                    "; and {named:?} is no file here either ({} does not exist; a plugin's \
+                     path is relative to the job file)",
+                    file.display()
+                ));
             }
         }
-        let text = toml::to_string(&job)?;
-        self.json("POST", "/v1/jobs", Some(text.as_bytes()))
-            .with_context(|| format!("submitting {}", path.display()))
+        match message.starts_with(&path.display().to_string()) {
+            true => bail!("{message} (the server answered {status})"),
+            false => bail!("submitting {}: {status}: {message}", path.display()),
+        }
     }
 
     /// The tenant's jobs.

@@ -648,6 +648,63 @@ fn the_client_commands_print_for_people() {
     );
 }
 
+/// `sluice submit` reports what the server finds wrong with a job file by the file's path
+/// and its own line numbers, and a plugin named by a path that is no file as missing,
+/// with where it was looked for.
+#[test]
+fn submit_errors_name_the_users_file_its_lines_and_a_missing_plugin() {
+    let dir = test_dir("server-submit-errors");
+    let server = ServerProcess::start(&host_config(&dir, ""));
+    let submit = |job: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+            .arg("submit")
+            .arg(job)
+            .env("SLUICE_SERVER", &server.url)
+            .env("SLUICE_TOKEN", "token-a")
+            .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // Comments, blank lines and a key of the wrong table, as people write files.
+    let text = format!(
+        "# word count\n\n{}",
+        throttled_wordcount(1, 600, 1000.0)
+            .replace("seed = 5\n", "seed = 5\n\n# how long\nbatch_size = 3\n")
+    );
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("batch_size = 3"))
+        .unwrap()
+        + 1;
+    let job = dir.join("my-job.toml");
+    std::fs::write(&job, &text).unwrap();
+    let said = submit(&job);
+    assert!(
+        said.contains(&format!("error: {}: in `source.batch_size`", job.display()))
+            && said.contains(&format!("line {line}"))
+            && said.matches("job.toml").count() == said.matches("my-job.toml").count(),
+        "line {line}: {said}"
+    );
+    // A plugin path that is no file.
+    let missing = dir.join("plugins").join("nope.wasm");
+    std::fs::write(
+        &job,
+        throttled_wordcount(1, 600, 1000.0).replacen(
+            &format!("plugin = \"{TOKENIZE}\""),
+            "plugin = \"plugins/nope.wasm\"",
+            1,
+        ),
+    )
+    .unwrap();
+    let said = submit(&job);
+    assert!(
+        said.contains(&format!("{} does not exist", missing.display())),
+        "{said}"
+    );
+}
+
 /// With `tls_cert` and `tls_key` the server speaks HTTPS only: a client that trusts its
 /// certificate (`--ca-cert`) works, one that does not, or speaks plain HTTP, gets nothing.
 #[test]
