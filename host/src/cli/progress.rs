@@ -94,8 +94,10 @@ pub(super) fn show_progress(jobs: &[Followed], done: &AtomicBool) {
             };
             bar.set_position(position);
             let mut msg = format!("read {read} ({}/s) written {written}", human(rate));
-            if let Some(w) = tasks.iter().map(|t| t.watermark).min().flatten() {
-                msg.push_str(&format!(" watermark {w}"));
+            match tasks.iter().map(|t| t.watermark).min().flatten() {
+                Some(i64::MAX) => msg.push_str(" watermark: end of input"),
+                Some(w) => msg.push_str(&format!(" watermark {w}")),
+                None => {}
             }
             let (back, total) = tasks.iter().fold((0.0, 0.0), |(b, t), task| {
                 let busy = task.busy + task.idle + task.backpressured;

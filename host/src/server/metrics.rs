@@ -149,7 +149,9 @@ fn add_job(m: &mut Metrics, sample: &JobSample<'_>) {
         );
     }
     for task in monitor.tasks() {
-        if let Some(watermark) = task.watermark {
+        // A task whose input ended has no event time (its watermark is the end of
+        // input, i64::MAX), and so no lag behind the clock.
+        if let Some(watermark) = task.watermark.filter(|w| *w != i64::MAX) {
             let labels = [job[0], job[1], ("task", task.task.as_str())];
             m.add(
                 "sluice_task_watermark_milliseconds",

@@ -1265,6 +1265,11 @@ batch_size = 10
         Some(&300),
         "{source:?}"
     );
+    // Read to its end: nothing is left unread.
+    assert!(
+        !source.lag.is_empty() && source.lag.values().all(|&lag| lag == 0),
+        "{source:?}"
+    );
     assert_eq!(
         source.counters.get("kafka-bytes-in").copied(),
         Some(text.lines().map(str::len).sum::<usize>() as u64),
@@ -1284,6 +1289,12 @@ batch_size = 10
     let metrics = String::from_utf8(a.request("GET", "/metrics", None).unwrap().1).unwrap();
     assert!(
         metrics.contains("counter=\"kafka-records-in\"} 300"),
+        "{metrics}"
+    );
+    // Its tasks' input ended: they have no event time, and no lag behind the clock.
+    assert!(
+        !metrics.contains("sluice_task_watermark_lag_seconds{")
+            && !metrics.contains("} 9223372036854775807"),
         "{metrics}"
     );
     // Offsets were committed to the group under the tenant's prefix.

@@ -660,6 +660,15 @@ impl Source for KafkaSource {
                 .iter()
                 .all(|(p, next)| self.stops.get(p).is_some_and(|stop| next >= stop))
         {
+            // What is left unread of what it was to read: nothing (the statistics'
+            // last lag is up to an interval old).
+            if let Some(metrics) = &self.metrics {
+                *metrics.lag.lock() = self
+                    .next
+                    .keys()
+                    .map(|(topic, partition)| (format!("{topic}/{partition}"), 0))
+                    .collect();
+            }
             return Ok(SourceStatus::End);
         }
         // Every producer of the exchange ended its output: so does this input.
