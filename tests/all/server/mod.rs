@@ -705,6 +705,40 @@ fn submit_errors_name_the_users_file_its_lines_and_a_missing_plugin() {
     );
 }
 
+/// A job whose restart strategy allows one restart, and that fails in every attempt,
+/// restarted once: its status says so, as the API and the CLI show it.
+#[test]
+fn a_job_that_restarted_once_shows_one_restart() {
+    let dir = test_dir("server-restarts");
+    let server = ServerProcess::start(&host_config(&dir, ""));
+    let client = server.client(Some("token-a"));
+    let job = write_job(
+        &dir,
+        &format!(
+            "name = \"twice\"\n[source]\ntype = \"generator\"\nrecords = 100\n\
+             [[operator]]\nname = \"misbehave\"\nplugin = \"{}\"\n\
+             config = {{ behavior = \"error-in-process\", after = 5 }}\n\
+             [sink]\ntype = \"file\"\npath = \"out.txt\"\n\
+             [restart]\nstrategy = \"fixed-delay\"\nattempts = 1\ndelay_ms = 10\n",
+            sluice_tests::plugins::TEST_MISBEHAVE
+        ),
+    );
+    let id = client.submit(&job).unwrap().id;
+    wait_for("the job to fail", Duration::from_secs(60), || {
+        client.status(&id).unwrap().job.state == JobState::Failed
+    });
+    let status = client.status(&id).unwrap();
+    assert_eq!(status.restarts, 1, "{status:?}");
+    let shown = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .args(["status", &id])
+        .env("SLUICE_SERVER", &server.url)
+        .env("SLUICE_TOKEN", "token-a")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("restarts 1\n"), "{shown}");
+}
+
 /// With `tls_cert` and `tls_key` the server speaks HTTPS only: a client that trusts its
 /// certificate (`--ca-cert`) works, one that does not, or speaks plain HTTP, gets nothing.
 #[test]
