@@ -213,6 +213,17 @@ impl WordCount {
         spawn_host(&self.dir, &self.job, &self.broker, n)
     }
 
+    /// SIGKILLs host 0, writes the rest of the input (it reaches every partition, the
+    /// killed host's too), and completes with the others.
+    fn kill_first_and_complete(&self, mut hosts: Vec<Child>) {
+        hosts[0].kill().unwrap();
+        hosts[0].wait().unwrap();
+        self.write_rest();
+        let mut hosts: Vec<Option<Child>> = hosts.into_iter().map(Some).collect();
+        hosts[0] = None;
+        self.complete(&mut hosts);
+    }
+
     /// Once the committed output counts every line (the whole input written), stops the
     /// hosts still running (SIGTERM: each leaves the job) and checks that nothing was
     /// counted twice on the way out. `hosts[n]` is `None` for a host that is gone.
@@ -253,13 +264,7 @@ fn three_hosts_share_a_job_and_a_killed_hosts_units_move() {
     let mut hosts: Vec<Child> = (0..3).map(|n| wc.spawn(n)).collect();
     // Killed once some output is committed: mid-run, with units of both stages busy.
     wait_for_output(&wc.dir, &mut hosts, &wc.broker, &wc.output, 200);
-    hosts[0].kill().unwrap(); // SIGKILL
-    hosts[0].wait().unwrap();
-    // The rest of the input reaches every partition, the killed host's too.
-    wc.write_rest();
-    let mut hosts: Vec<Option<Child>> = hosts.into_iter().map(Some).collect();
-    hosts[0] = None;
-    wc.complete(&mut hosts);
+    wc.kill_first_and_complete(hosts);
     let logs = log_of(&wc.dir, 1) + &log_of(&wc.dir, 2);
     assert!(logs.contains("restoring"), "{logs}");
 }
@@ -297,12 +302,7 @@ fn rocksdb_state_moves_with_its_units_between_hosts() {
     wait_until("table files in the store", Duration::from_secs(60), || {
         !tables().is_empty()
     });
-    hosts[0].kill().unwrap(); // SIGKILL
-    hosts[0].wait().unwrap();
-    wc.write_rest();
-    let mut hosts: Vec<Option<Child>> = hosts.into_iter().map(Some).collect();
-    hosts[0] = None;
-    wc.complete(&mut hosts);
+    wc.kill_first_and_complete(hosts);
     assert!(
         log_of(&wc.dir, 1).contains("restoring"),
         "{}",

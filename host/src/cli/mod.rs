@@ -429,6 +429,25 @@ macro_rules! out {
     };
 }
 
+/// The job file `job` run over several hosts, with its `[cluster]` as `--cluster` and the
+/// host configuration's complete it.
+fn cluster_job(
+    job: &Path,
+    cluster: Option<&str>,
+    host_path: Option<&Path>,
+) -> Result<(crate::job::JobGraph, crate::cluster::ClusterSettings)> {
+    let graph = crate::job::load_graph(job).map_err(exit::bad_input)?;
+    let host = host_config(host_path)?;
+    let settings = crate::cluster::ClusterSettings::of(
+        &graph,
+        cluster.filter(|b| !b.is_empty()),
+        host.cluster.as_ref(),
+    )
+    .with_context(|| job.display().to_string())
+    .map_err(exit::bad_input)?;
+    Ok((graph, settings))
+}
+
 /// Parses the arguments, runs the command, maps the result to an exit status
 /// ([`Exit`]).
 pub fn main() -> ExitCode {
@@ -628,17 +647,8 @@ fn run(cli: Cli) -> Result<Exit> {
             host_config: host_path,
             remote,
         } => {
-            let graph = crate::job::load_graph(Path::new(id)).map_err(exit::bad_input)?;
-            let host = host_config(host_path.as_deref())?;
-            let settings = crate::cluster::ClusterSettings::of(
-                &graph,
-                Some(bootstrap)
-                    .filter(|b| !b.is_empty())
-                    .map(String::as_str),
-                host.cluster.as_ref(),
-            )
-            .with_context(|| id.clone())
-            .map_err(exit::bad_input)?;
+            let (graph, settings) =
+                cluster_job(Path::new(id), Some(bootstrap), host_path.as_deref())?;
             let status = crate::cluster::status(&graph, settings)?;
             if remote.json {
                 print_json(&status)?;
@@ -661,15 +671,7 @@ fn run(cli: Cli) -> Result<Exit> {
             cluster,
             host_config: host_path,
         } => {
-            let graph = crate::job::load_graph(job).map_err(exit::bad_input)?;
-            let host = host_config(host_path.as_deref())?;
-            let settings = crate::cluster::ClusterSettings::of(
-                &graph,
-                cluster.as_deref().filter(|b| !b.is_empty()),
-                host.cluster.as_ref(),
-            )
-            .with_context(|| job.display().to_string())
-            .map_err(exit::bad_input)?;
+            let (graph, settings) = cluster_job(job, cluster.as_deref(), host_path.as_deref())?;
             let to = to.clone().unwrap_or(crate::cluster::ResetTo::Fresh);
             out!(
                 "{}",
@@ -682,15 +684,7 @@ fn run(cli: Cli) -> Result<Exit> {
             cluster,
             host_config: host_path,
         }) => {
-            let graph = crate::job::load_graph(job).map_err(exit::bad_input)?;
-            let host = host_config(host_path.as_deref())?;
-            let settings = crate::cluster::ClusterSettings::of(
-                &graph,
-                cluster.as_deref().filter(|b| !b.is_empty()),
-                host.cluster.as_ref(),
-            )
-            .with_context(|| job.display().to_string())
-            .map_err(exit::bad_input)?;
+            let (graph, settings) = cluster_job(job, cluster.as_deref(), host_path.as_deref())?;
             let plan = crate::cluster::Plan::new(&graph, &settings)?;
             let resources =
                 crate::cluster::gc::ClusterResources::of(&plan, &settings, &graph.base_dir);
