@@ -115,6 +115,15 @@ impl Run {
     }
 }
 
+/// Whether a path a job file gives would lead out of the folder the server keeps the job
+/// in (absolute, or up through `..`): refused, never quietly moved inside.
+fn leaves_its_folder(path: &Path) -> bool {
+    path.is_absolute()
+        || path
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+}
+
 /// The operator instances and subtasks of all of a plan's units.
 fn units_need(plan: &Plan, settings: &ClusterSettings) -> Result<(u32, u32)> {
     let (mut instances, mut subtasks) = (0, 0);
@@ -172,6 +181,18 @@ impl Server {
             let name = sink.name.clone().unwrap_or_else(|| format!("#{}", i + 1));
             match (sink.kind, grant) {
                 (SinkKind::File, _) => {
+                    if let Some(path) = sink.path.as_deref().filter(|p| leaves_its_folder(p)) {
+                        return Err(ApiError::new(
+                            ErrorKind::Forbidden,
+                            format!(
+                                "job.toml: sink {name}: path {:?} is outside the job's output \
+                                 folder, where a server job's file sinks write (read back \
+                                 with GET /v1/jobs/ID/output): give a relative path, such as \
+                                 \"counts.tsv\"",
+                                path.display().to_string()
+                            ),
+                        ));
+                    }
                     let file_name = sink
                         .path
                         .as_deref()
@@ -197,6 +218,16 @@ impl Server {
             }
         }
         if let Some(checkpoint) = &mut file.checkpoint {
+            if let Some(dir) = checkpoint.dir.as_deref().filter(|d| leaves_its_folder(d)) {
+                return Err(ApiError::new(
+                    ErrorKind::Forbidden,
+                    format!(
+                        "job.toml: [checkpoint]: dir {:?} is outside the job's folder, where \
+                         the server keeps a job's checkpoints: leave `dir` out",
+                        dir.display().to_string()
+                    ),
+                ));
+            }
             checkpoint.dir = Some(job_dir.join("checkpoints"));
         }
         // RocksDB's working files stay in the job's folder, within the tenant's disk quota.

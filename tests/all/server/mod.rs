@@ -739,6 +739,38 @@ fn a_job_that_restarted_once_shows_one_restart() {
     assert!(shown.contains("restarts 1\n"), "{shown}");
 }
 
+/// A path in a job file that leads out of the job's folder on the server (absolute, or
+/// up through `..`) is refused with the path named, not quietly moved inside.
+#[test]
+fn paths_out_of_a_jobs_folder_are_refused_by_name() {
+    let dir = test_dir("server-confined-paths");
+    let server = ServerProcess::start(&host_config(&dir, ""));
+    let client = server.client(Some("token-a"));
+    let job = throttled_wordcount(1, 600, 1000.0);
+    for (from, to, refused) in [
+        (
+            "path = \"out/counts.tsv\"",
+            "path = \"/tmp/owned.tsv\"",
+            "sink #1: path \"/tmp/owned.tsv\" is outside the job's output folder",
+        ),
+        (
+            "path = \"out/counts.tsv\"",
+            "path = \"out/../../../owned.tsv\"",
+            "sink #1: path \"out/../../../owned.tsv\" is outside the job's output folder",
+        ),
+        (
+            "dir = \"checkpoints\"",
+            "dir = \"/tmp/elsewhere\"",
+            "[checkpoint]: dir \"/tmp/elsewhere\" is outside the job's folder",
+        ),
+    ] {
+        let path = write_job(&dir, &job.replacen(from, to, 1));
+        let e = error_of(client.submit(&path));
+        assert!(e.contains("403") && e.contains(refused), "{e}");
+    }
+    assert_eq!(client.list().unwrap().jobs, []);
+}
+
 /// With `tls_cert` and `tls_key` the server speaks HTTPS only: a client that trusts its
 /// certificate (`--ca-cert`) works, one that does not, or speaks plain HTTP, gets nothing.
 #[test]
