@@ -130,7 +130,7 @@ pub fn delete(resources: &ClusterResources, client: &ClientConfig) -> Result<Del
         }
     }
     let store = CheckpointStore::open(&resources.store, Path::new("/"))?;
-    store.delete(&resources.store_key)?;
+    store.delete_folder(&resources.store_key)?;
     Ok(Deleted {
         topics: deleted,
         checkpoints: store.describe(&resources.store_key),

@@ -310,6 +310,26 @@ impl CheckpointStore {
         })
     }
 
+    /// Deletes everything under `key`, and in a directory store the folder itself with
+    /// what a write cut short left in it (a crash between writing a file's staging copy
+    /// and renaming it into place leaves the copy, which no listing shows).
+    pub fn delete_folder(&self, key: &str) -> Result<()> {
+        self.delete(key)?;
+        let Some((fs, _)) = &self.local else {
+            return Ok(());
+        };
+        let folder = fs
+            .path_to_filesystem(&self.path(key))
+            .map_err(|e| anyhow!(e))
+            .with_context(|| self.err(&format!("finding {key}")))?;
+        match std::fs::remove_dir_all(&folder) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("deleting {}", folder.display()))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Deletes the object at `key`, if there is one.
     pub fn delete_object(&self, key: &str) -> Result<()> {
         let path = self.path(key);
@@ -455,6 +475,22 @@ fn collect_files(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A job's folder goes whole, with the staging copy a crashed write left (which no
+    /// listing of the store shows).
+    #[test]
+    fn a_folder_goes_with_what_a_crashed_write_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open("store", dir.path()).unwrap();
+        store.put("job/unit-0/a0/1/state", b"state".to_vec()).unwrap();
+        let staged = dir.path().join("store/job/unit-0/a0/2/_metadata#1");
+        std::fs::create_dir_all(staged.parent().unwrap()).unwrap();
+        std::fs::write(&staged, b"cut short").unwrap();
+        store.put("other/kept", b"kept".to_vec()).unwrap();
+        store.delete_folder("job").unwrap();
+        assert!(!dir.path().join("store/job").exists());
+        assert_eq!(store.get("other/kept").unwrap().as_deref(), Some(&b"kept"[..]));
+    }
 
     #[test]
     fn checkpoints_go_to_the_store_and_back_and_old_ones_are_dropped() {
