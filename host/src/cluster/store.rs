@@ -482,14 +482,19 @@ mod tests {
     fn a_folder_goes_with_what_a_crashed_write_left() {
         let dir = tempfile::tempdir().unwrap();
         let store = CheckpointStore::open("store", dir.path()).unwrap();
-        store.put("job/unit-0/a0/1/state", b"state".to_vec()).unwrap();
+        store
+            .put("job/unit-0/a0/1/state", b"state".to_vec())
+            .unwrap();
         let staged = dir.path().join("store/job/unit-0/a0/2/_metadata#1");
         std::fs::create_dir_all(staged.parent().unwrap()).unwrap();
         std::fs::write(&staged, b"cut short").unwrap();
         store.put("other/kept", b"kept".to_vec()).unwrap();
         store.delete_folder("job").unwrap();
         assert!(!dir.path().join("store/job").exists());
-        assert_eq!(store.get("other/kept").unwrap().as_deref(), Some(&b"kept"[..]));
+        assert_eq!(
+            store.get("other/kept").unwrap().as_deref(),
+            Some(&b"kept"[..])
+        );
     }
 
     #[test]
