@@ -25,6 +25,6 @@ pub use protocol::{Acknowledgement, CoordinatorMessage};
 pub use snapshot::{OperatorSnapshot, StateHandle, TaskId};
 pub use storage::{
     CheckpointMetadata, CheckpointStorage, FinishedTask, Lineage, LoadedCheckpoint, OperatorMeta,
-    SnapshotKind, SourceMeta, SourcePosition, load, shared_files_named, shared_files_of,
-    shared_folder_of, state_file_name,
+    SnapshotKind, SourceMeta, SourcePosition, load, shared_files_of, shared_folder_of,
+    state_file_name,
 };

@@ -499,16 +499,10 @@ pub fn shared_folder_of(folder: &Path) -> SharedFolder {
 /// The shared files the complete checkpoint in `folder` names (none when its metadata
 /// cannot be read: it is then no checkpoint to keep files for).
 pub fn shared_files_of(folder: &Path) -> BTreeSet<String> {
-    match fs::read(folder.join(METADATA)) {
-        Ok(bytes) => shared_files_named(&bytes),
-        Err(_) => BTreeSet::new(),
-    }
-}
-
-/// The shared files a checkpoint's `_metadata` (its bytes) names; none when it does not
-/// parse.
-pub fn shared_files_named(metadata: &[u8]) -> BTreeSet<String> {
-    let Ok(metadata) = serde_json::from_slice::<CheckpointMetadata>(metadata) else {
+    let Ok(bytes) = fs::read(folder.join(METADATA)) else {
+        return BTreeSet::new();
+    };
+    let Ok(metadata) = serde_json::from_slice::<CheckpointMetadata>(&bytes) else {
         return BTreeSet::new();
     };
     metadata

@@ -189,71 +189,6 @@ fn bytes(n: u64) -> String {
     bytesize::ByteSize(n).display().iec().to_string()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn lines(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_string).collect()
-    }
-
-    #[test]
-    fn following_prints_only_the_lines_not_printed_yet() {
-        assert_eq!(new_lines_from(&[], &lines("a b")), 0);
-        assert_eq!(new_lines_from(&lines("a b"), &lines("a b c")), 2);
-        // The window slid: `a` left it.
-        assert_eq!(new_lines_from(&lines("a b c"), &lines("b c d e")), 2);
-        assert_eq!(new_lines_from(&lines("a b"), &lines("a b")), 2);
-        // Nothing in common: all of it is new.
-        assert_eq!(new_lines_from(&lines("a b"), &lines("x y")), 0);
-    }
-
-    #[test]
-    fn a_job_reads_in_a_few_lines() {
-        let job: JobDetail = serde_json::from_value(serde_json::json!({
-            "id": "ab12", "name": "wc", "state": "running", "running": true,
-            "submitted_ms": 0, "submitted": "1970-01-01T00:00:00.000Z", "tenant": "t",
-            "plugins": {}, "records_read": 10, "records_written": 4, "restarts": 1,
-            "failures_by_kind": {}, "last_failure": null, "savepoint": null,
-            "checkpoints": {"completed": 3, "aborted": 0, "last_aborted": [],
-                "last": [{"status": "completed", "id": 3, "kind": "checkpoint", "name": null,
-                    "triggered_ms": 0, "triggered": "1970-01-01T00:00:00.000Z",
-                    "duration_ms": 12.4, "max_sync_ms": 1.0, "max_async_ms": 9.0,
-                    "bytes": 2048, "full_bytes": 8192}]},
-            "tasks": [{"task": "source -> tokenize (1/1)", "records_in": 10, "records_out": 40,
-                "busy_ms": 10, "idle_ms": 30, "backpressured_ms": 0, "mailbox_depth": 0,
-                "watermark": null,
-                "source": {"source": "source", "subtask": 0, "records_out": 10,
-                    "lag": {"t/0": 5}, "counters": {}},
-                "operators": [{"operator": "tokenize", "subtask": 0, "records_in": 10,
-                    "records_out": 40, "busy_ms": 10, "memory_bytes": 0,
-                    "state_memory_bytes": 67108864, "state_disk_bytes": 1048576,
-                    "counters": {"seen": 2}}]}],
-            "graph": [], "output": [], "cluster": false,
-        }))
-        .unwrap();
-        let text = job_detail(&job);
-        assert!(text.starts_with("job ab12 'wc': running\n"), "{text}");
-        assert!(
-            text.contains("records read 10, written 4; restarts 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                "last #3 (checkpoint) took 12 ms (sync 1.0 ms, async 9 ms), 2.0 KiB of 8.0 KiB"
-            ),
-            "{text}"
-        );
-        assert!(text.contains("25%") && text.contains("75%"), "{text}");
-        assert!(text.contains("source lag: t/0=5"), "{text}");
-        assert!(text.contains("tokenize: seen=2"), "{text}");
-        assert!(
-            text.contains("tokenize state: 64.0 MiB in memory, 1.0 MiB on disk"),
-            "{text}"
-        );
-    }
-}
-
 /// Prometheus' text format as JSON: `{"families": [{"name", "type", "help", "samples":
 /// [{"name", "labels", "value"}]}]}`, families in the order given. A value that is not a
 /// finite number (`NaN`, `+Inf`) stays a string, as JSON has no such numbers.
@@ -368,9 +303,13 @@ fn metric_line(line: &str) -> Result<(String, serde_json::Map<String, serde_json
 }
 
 #[cfg(test)]
-mod metrics_tests {
-    use super::metrics_json;
+mod tests {
+    use super::*;
     use serde_json::json;
+
+    fn lines(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_string).collect()
+    }
 
     #[test]
     fn metrics_read_as_families_of_samples_with_their_labels() {
@@ -398,5 +337,61 @@ mod metrics_tests {
         );
         let e = format!("{:#}", metrics_json("x{a=b} 1\n").unwrap_err());
         assert!(e.contains("line 1") && e.contains("not quoted"), "{e}");
+    }
+
+    #[test]
+    fn following_prints_only_the_lines_not_printed_yet() {
+        assert_eq!(new_lines_from(&[], &lines("a b")), 0);
+        assert_eq!(new_lines_from(&lines("a b"), &lines("a b c")), 2);
+        // The window slid: `a` left it.
+        assert_eq!(new_lines_from(&lines("a b c"), &lines("b c d e")), 2);
+        assert_eq!(new_lines_from(&lines("a b"), &lines("a b")), 2);
+        // Nothing in common: all of it is new.
+        assert_eq!(new_lines_from(&lines("a b"), &lines("x y")), 0);
+    }
+
+    #[test]
+    fn a_job_reads_in_a_few_lines() {
+        let job: JobDetail = serde_json::from_value(serde_json::json!({
+            "id": "ab12", "name": "wc", "state": "running", "running": true,
+            "submitted_ms": 0, "submitted": "1970-01-01T00:00:00.000Z", "tenant": "t",
+            "plugins": {}, "records_read": 10, "records_written": 4, "restarts": 1,
+            "failures_by_kind": {}, "last_failure": null, "savepoint": null,
+            "checkpoints": {"completed": 3, "aborted": 0, "last_aborted": [],
+                "last": [{"status": "completed", "id": 3, "kind": "checkpoint", "name": null,
+                    "triggered_ms": 0, "triggered": "1970-01-01T00:00:00.000Z",
+                    "duration_ms": 12.4, "max_sync_ms": 1.0, "max_async_ms": 9.0,
+                    "bytes": 2048, "full_bytes": 8192}]},
+            "tasks": [{"task": "source -> tokenize (1/1)", "records_in": 10, "records_out": 40,
+                "busy_ms": 10, "idle_ms": 30, "backpressured_ms": 0, "mailbox_depth": 0,
+                "watermark": null,
+                "source": {"source": "source", "subtask": 0, "records_out": 10,
+                    "lag": {"t/0": 5}, "counters": {}},
+                "operators": [{"operator": "tokenize", "subtask": 0, "records_in": 10,
+                    "records_out": 40, "busy_ms": 10, "memory_bytes": 0,
+                    "state_memory_bytes": 67108864, "state_disk_bytes": 1048576,
+                    "counters": {"seen": 2}}]}],
+            "graph": [], "output": [], "cluster": false,
+        }))
+        .unwrap();
+        let text = job_detail(&job);
+        assert!(text.starts_with("job ab12 'wc': running\n"), "{text}");
+        assert!(
+            text.contains("records read 10, written 4; restarts 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "last #3 (checkpoint) took 12 ms (sync 1.0 ms, async 9 ms), 2.0 KiB of 8.0 KiB"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("25%") && text.contains("75%"), "{text}");
+        assert!(text.contains("source lag: t/0=5"), "{text}");
+        assert!(text.contains("tokenize: seen=2"), "{text}");
+        assert!(
+            text.contains("tokenize state: 64.0 MiB in memory, 1.0 MiB on disk"),
+            "{text}"
+        );
     }
 }

@@ -37,6 +37,14 @@ const KEEP: u64 = 5;
 /// of the attempt that uses it, deleted once none kept does.
 const SHARED: &str = "shared";
 
+/// The shared table files one attempt of a unit copied to the store, and which of its
+/// kept checkpoints names which.
+#[derive(Debug, Default)]
+pub struct AttemptTables {
+    stored: BTreeSet<String>,
+    named_by: std::collections::BTreeMap<u64, BTreeSet<String>>,
+}
+
 /// A checkpoint store.
 pub struct CheckpointStore {
     store: Arc<dyn ObjectStore>,
@@ -373,44 +381,38 @@ impl CheckpointStore {
     /// Copies checkpoint `id` of a unit's attempt (its local `folder`) to the store — the
     /// shared table files it names that the store lacks first, its folder after, its
     /// metadata last — then deletes that attempt's checkpoints older than the newest few,
-    /// and after them the shared files no checkpoint kept names.
-    pub fn save_checkpoint(&self, attempt_key: &str, id: u64, folder: &Path) -> Result<()> {
+    /// and after them the shared files no checkpoint kept names. `tables` is what this
+    /// attempt's earlier calls copied (an attempt's folder has one writer, this one).
+    pub fn save_checkpoint(
+        &self,
+        attempt_key: &str,
+        id: u64,
+        folder: &Path,
+        tables: &mut AttemptTables,
+    ) -> Result<()> {
         let shared_key = format!("{attempt_key}/{SHARED}");
         let named = crate::checkpoint::shared_files_of(folder);
-        let mut stored: BTreeSet<String> = if named.is_empty() {
-            BTreeSet::new()
-        } else {
-            self.names(&shared_key)?.into_iter().collect()
-        };
         let local = crate::checkpoint::shared_folder_of(folder);
         let missing: Vec<(String, PathBuf)> = named
-            .difference(&stored)
+            .difference(&tables.stored)
             .map(|name| (name.clone(), local.path().join(name)))
             .collect();
         self.put_files(&shared_key, &missing)?;
-        stored.extend(named);
+        tables.stored.extend(named.iter().cloned());
         self.upload(&format!("{attempt_key}/{id}"), folder)?;
+        tables.named_by.insert(id, named);
         crate::failpoint!("cluster::after-upload");
-        let mut kept = Vec::new();
         for old in self.folders(attempt_key)? {
-            match old.parse::<u64>() {
-                Ok(o) if o + KEEP <= id => self.delete(&format!("{attempt_key}/{old}"))?,
-                Ok(o) => kept.push(o),
-                Err(_) => {}
+            if old.parse::<u64>().is_ok_and(|o| o + KEEP <= id) {
+                self.delete(&format!("{attempt_key}/{old}"))?;
             }
         }
-        if stored.is_empty() {
-            return Ok(());
-        }
-        let mut still_named = BTreeSet::new();
-        for kept in kept {
-            if let Some(metadata) = self.get(&format!("{attempt_key}/{kept}/{METADATA}"))? {
-                still_named.extend(crate::checkpoint::shared_files_named(&metadata));
-            }
-        }
-        for name in stored.difference(&still_named) {
+        tables.named_by.retain(|kept, _| kept + KEEP > id);
+        let still_named: BTreeSet<String> = tables.named_by.values().flatten().cloned().collect();
+        for name in tables.stored.difference(&still_named) {
             self.delete_object(&format!("{shared_key}/{name}"))?;
         }
+        tables.stored.retain(|name| still_named.contains(name));
         Ok(())
     }
 
@@ -513,8 +515,11 @@ mod tests {
                 .unwrap()
         );
         store.delete("job/unit-0/a0").unwrap();
+        let mut tables = AttemptTables::default();
         for id in 1..=7 {
-            store.save_checkpoint("job/unit-0/a1", id, &local).unwrap();
+            store
+                .save_checkpoint("job/unit-0/a1", id, &local, &mut tables)
+                .unwrap();
         }
         let mut kept = store.folders("job/unit-0/a1").unwrap();
         kept.sort();
@@ -569,7 +574,9 @@ mod tests {
         std::fs::write(local.join("sub/state"), b"state").unwrap();
         std::fs::write(local.join("other"), b"other").unwrap();
         durable::take_synced();
-        store.save_checkpoint("job/unit-0/a1", 1, &local).unwrap();
+        store
+            .save_checkpoint("job/unit-0/a1", 1, &local, &mut AttemptTables::default())
+            .unwrap();
         let synced = durable::take_synced();
         let at = |p: &Path| synced.iter().position(|s| s == p);
         let checkpoint = root.join("job/unit-0/a1/1");

@@ -12,7 +12,7 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
 
 use super::plan::{ClusterSettings, Plan};
-use super::store::{CheckpointStore, finished_key, unit_key};
+use super::store::{AttemptTables, CheckpointStore, finished_key, unit_key};
 use crate::connectors::kafka::{fence_ahead, parse_marker_metadata, read_marker};
 use crate::job::{Job, JobControl, JobMonitor, JobOutcome, RestorePoint, RunOptions};
 use crate::tenant::{HostConfig, InstanceBudget};
@@ -139,10 +139,11 @@ impl UnitContext {
         )?;
         let store = self.store.clone();
         let attempt_key = format!("{key}/{attempt}");
+        let tables = parking_lot::Mutex::new(AttemptTables::default());
         let job = Job::from_graph(graph, &self.engine, &self.host)?
             .with_budget(self.budget.clone())
             .with_checkpoint_hook(Arc::new(move |id: u64, folder: &Path| {
-                store.save_checkpoint(&attempt_key, id, folder)
+                store.save_checkpoint(&attempt_key, id, folder, &mut tables.lock())
             }));
         match &restore {
             Some(folder) => tracing::info!(

@@ -62,9 +62,7 @@ pub(super) struct ClusterRun {
 
 impl ClusterRun {
     /// Runs this server's host of the job until the job finished on every host
-    /// (`Finished`) or it is cancelled (`Cancelled`: its units move to the other hosts);
-    /// `planned` hears the operator instances and subtasks of all its units once it is
-    /// planned.
+    /// (`Finished`) or it is cancelled (`Cancelled`: its units move to the other hosts).
     pub(super) fn run(
         self,
         engine: Arc<crate::wasm::WasmEngine>,
@@ -72,13 +70,10 @@ impl ClusterRun {
         budget: crate::tenant::InstanceBudget,
         control: &crossbeam_channel::Receiver<JobControl>,
         monitor: &JobMonitor,
-        planned: impl FnOnce((u32, u32)),
     ) -> Result<JobOutcome> {
-        let settings = self.settings.clone();
         let host = ClusterHost::new(&self.graph, self.settings, engine, host)?
             .with_budget(budget)
             .quiet();
-        planned(units_need(host.plan(), &settings)?);
         monitor.follow_cluster(host.view());
         Ok(match host.run(control)? {
             HostEnd::JobFinished => JobOutcome::Finished,
@@ -474,37 +469,34 @@ impl Server {
                 let _span = tracing::info_span!(super::logs::JOB_SPAN, tenant = %tenant, job = %id)
                     .entered();
                 // A panic must not leave the job `running` with no thread behind it.
-                let result = std::panic::catch_unwind(AssertUnwindSafe(|| match work {
-                    work if in_worker.is_some() => {
-                        let (workers, strategy, config) = in_worker.expect("checked");
-                        if let Run::Cluster(c) = &work
-                            && needs == (0, 0)
-                        {
-                            // Resumed by a restarted server: its needs come from its plan.
-                            let plan = Plan::new(&c.graph, &c.settings)?;
-                            let (instances, subtasks) = units_need(&plan, &c.settings)?;
-                            finished.instances.store(instances, Ordering::Relaxed);
-                            finished.subtasks.store(subtasks, Ordering::Relaxed);
-                        }
-                        super::worker::run_job(
-                            &workers,
-                            &config,
-                            &finished,
-                            &strategy,
-                            options,
-                            &control_rx,
-                            &monitor,
-                        )
+                let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    if let Run::Cluster(c) = &work
+                        && needs == (0, 0)
+                    {
+                        // Resumed by a restarted server: its needs come from its plan,
+                        // which asks the brokers (here, not on the resuming thread).
+                        let plan = Plan::new(&c.graph, &c.settings)?;
+                        let (instances, subtasks) = units_need(&plan, &c.settings)?;
+                        finished.instances.store(instances, Ordering::Relaxed);
+                        finished.subtasks.store(subtasks, Ordering::Relaxed);
                     }
-                    Run::Local(job) => job
-                        .run(options, &control_rx, &monitor)
-                        .map(|report| report.outcome),
-                    Run::Cluster(c) => {
-                        let planned = |(instances, subtasks)| {
-                            finished.instances.store(instances, Ordering::Relaxed);
-                            finished.subtasks.store(subtasks, Ordering::Relaxed);
-                        };
-                        c.run(engine, host, budget, &control_rx, &monitor, planned)
+                    match work {
+                        _ if in_worker.is_some() => {
+                            let (workers, strategy, config) = in_worker.expect("checked");
+                            super::worker::run_job(
+                                &workers,
+                                &config,
+                                &finished,
+                                &strategy,
+                                options,
+                                &control_rx,
+                                &monitor,
+                            )
+                        }
+                        Run::Local(job) => job
+                            .run(options, &control_rx, &monitor)
+                            .map(|report| report.outcome),
+                        Run::Cluster(c) => c.run(engine, host, budget, &control_rx, &monitor),
                     }
                 }))
                 .unwrap_or_else(|panic| Err(crate::task::panic_to_error(panic)));

@@ -277,13 +277,10 @@ impl Server {
             .filter(|(other, _)| Some(other.as_str()) != id)
             .filter_map(|(_, e)| {
                 let r = e.record.lock();
-                (r.tenant == tenant.name)
-                    .then(|| {
-                        r.cluster_resources
-                            .as_ref()
-                            .map(ClusterResources::partitions)
-                    })
-                    .flatten()
+                match &r.cluster_resources {
+                    Some(c) if r.tenant == tenant.name => Some(c.partitions()),
+                    _ => None,
+                }
             })
             .sum();
         let wanted = resources.partitions();

@@ -54,7 +54,6 @@ impl Server {
                 self.budget.clone(),
                 control,
                 monitor,
-                |_| {},
             ),
             Err(e) => Err(anyhow::anyhow!("{e}")),
         }
