@@ -1,6 +1,7 @@
-//! Worker processes: a tenant's jobs on a server run in a process of its own, so that a
-//! failure the in-process limits miss — an abort, an allocation past the process's
-//! memory limit — kills that tenant's worker only. The other tenant's job completes
+//! Worker processes: a tenant's jobs on a server (or in a `sluice run` of several
+//! tenants' jobs) run in a process of its own, so that a failure the in-process limits
+//! miss — an abort, an allocation past the process's memory limit — kills that tenant's
+//! worker only. The other tenant's job completes
 //! exactly once without a restart, the server answers throughout, and the victim's job
 //! restarts from its checkpoints and then, crashing again, is quarantined.
 
@@ -323,4 +324,78 @@ fn a_worker_that_stops_answering_is_killed_and_its_job_resumes_exactly_once() {
         String::from_utf8(b.output(&b_id, None).unwrap()).unwrap(),
         expected
     );
+}
+
+/// `sluice run` with jobs of two tenants runs each tenant's in a worker process of its
+/// own: tenant `a`'s worker aborts after every checkpoint, and its job restarts and is
+/// then quarantined, while tenant `b`'s job, in the same run, finishes exactly once
+/// without a restart.
+#[test]
+fn a_run_of_two_tenants_loses_only_the_crashing_tenants_job() {
+    let dir = test_dir("run-workers");
+    let tenant = |tenant: &str, text: &str| {
+        text.replacen(
+            "name = \"killable\"",
+            &format!("name = \"{tenant}-job\"\ntenant = \"{tenant}\""),
+            1,
+        )
+    };
+    let attack = tenant("a", &restarting(&throttled_wordcount(1, 1_000_000, 2000.0)));
+    let bystander = throttled_wordcount(1, 6000, 1500.0);
+    let (a_dir, b_dir) = (dir.join("a"), dir.join("b"));
+    std::fs::create_dir_all(&a_dir).unwrap();
+    std::fs::create_dir_all(&b_dir).unwrap();
+    let a_job = write_job(&a_dir, &attack);
+    let b_job = write_job(&b_dir, &tenant("b", &bystander));
+    let host = dir.join("host.toml");
+    std::fs::write(&host, "[tenant.a]\n[tenant.b]\n").unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .args(["--log", "info", "run", "--json", "--host-config"])
+        .args([&host, &a_job, &b_job])
+        .env(
+            "SLUICE_CACHE_DIR",
+            sluice_tests::scratch_root().join("cache"),
+        )
+        .env("FAILPOINTS", "worker::report=return(a)")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let summary: serde_json::Value =
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    // One worker per tenant, then new ones for `a`'s restarts.
+    assert!(
+        stderr.contains("worker process started tenant=b"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("worker process started tenant=a"),
+        "{stderr}"
+    );
+    let job = |name: &str| {
+        summary["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["job"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {summary}"))
+            .clone()
+    };
+    let (a, b) = (job("a-job"), job("b-job"));
+    assert_eq!(a["outcome"], "failed", "{a}");
+    let why = a["error"].as_str().unwrap();
+    assert!(
+        why.contains("the worker process of tenant 'a'") && why.contains("SIGABRT"),
+        "{why}"
+    );
+    assert!(why.contains("quarantined"), "{why}");
+    assert!(a["restarts"].as_u64().unwrap() >= 2, "{a}");
+    assert!(a["failures"]["worker"].as_u64().unwrap() >= 3, "{a}");
+    // The run exits with the failed job's status.
+    assert_eq!(output.status.code(), Some(70), "{stderr}");
+
+    assert_eq!(b["outcome"], "finished", "{b}");
+    assert_eq!(b["restarts"], 0, "{b}");
+    assert_eq!(b["records_read"], 6000, "{b}");
+    let counts = std::fs::read_to_string(b_dir.join("out/counts.tsv")).unwrap();
+    assert_eq!(counts, failure_free_output(&bystander));
 }

@@ -23,7 +23,7 @@ const SOCKET: &str = "_control.sock";
 const SAVEPOINT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Listens while it lives; dropping it stops listening and removes the socket.
-pub(super) struct Listener {
+pub(crate) struct Listener {
     path: PathBuf,
     stop: Arc<AtomicBool>,
 }
@@ -40,7 +40,7 @@ impl Drop for Listener {
 /// Starts taking requests for the job whose checkpoints are in `dir`. Without a socket
 /// (another process already listens there, or the path is too long) the job runs all
 /// the same, and the reason is logged.
-pub(super) fn listen(dir: &Path, control: Sender<JobControl>) -> Option<Listener> {
+pub(crate) fn listen(dir: &Path, control: Sender<JobControl>) -> Option<Listener> {
     let path = dir.join(SOCKET);
     if UnixStream::connect(&path).is_ok() {
         tracing::warn!(

@@ -10,6 +10,8 @@ use std::process::ExitCode;
 use crate::chain::{CallError, OperatorFailure};
 use crate::cluster::gc::StillRunning;
 use crate::job::{InUse, JobFailed, StartRefused};
+use crate::server::worker::Quarantined;
+use crate::server::worker::protocol::JobFailure;
 
 /// An exit status of `sluice`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -89,7 +91,10 @@ impl Exit {
             .find_map(|cause| {
                 if let Some(marked) = cause.downcast_ref::<Marked>() {
                     Some(marked.exit)
-                } else if cause.is::<JobFailed>() {
+                } else if let Some(failure) = cause.downcast_ref::<JobFailure>() {
+                    // A job of a `sluice run` that failed in a worker process.
+                    Exit::ALL.into_iter().find(|e| e.code() == failure.exit)
+                } else if cause.is::<JobFailed>() || cause.is::<Quarantined>() {
                     Some(Exit::JobFailed)
                 } else if cause.is::<StartRefused>()
                     || cause.is::<InUse>()
@@ -176,7 +181,7 @@ pub(super) fn mark(exit: Exit, error: anyhow::Error) -> anyhow::Error {
 }
 
 /// Marks an error of reading a file the user wrote (a job, host or plugin file).
-pub(super) fn bad_input(error: anyhow::Error) -> anyhow::Error {
+pub(crate) fn bad_input(error: anyhow::Error) -> anyhow::Error {
     mark(Exit::BadInput, error)
 }
 

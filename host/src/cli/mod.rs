@@ -1,8 +1,8 @@
 //! The `sluice` command line.
 
-mod control;
+pub(crate) mod control;
 mod describe;
-mod exit;
+pub(crate) mod exit;
 mod manual;
 mod metrics;
 mod new;
@@ -178,11 +178,11 @@ enum Command {
         #[arg(long)]
         address: Option<String>,
     },
-    /// Runs one tenant's jobs for the `sluice serve` that started it (a worker process;
-    /// not for people).
+    /// Runs one tenant's jobs for the `sluice serve` or `sluice run` that started it (a
+    /// worker process; not for people).
     #[command(hide = true)]
     Worker {
-        /// The server's host configuration.
+        /// The host configuration of the process that started it.
         #[arg(long, value_name = "HOST.toml")]
         host_config: PathBuf,
         /// The tenant whose jobs it runs.
@@ -784,8 +784,8 @@ fn serve(cli: &Cli, host_config_path: &Path, address: Option<&str>) -> Result<Ex
     Ok(Exit::Success)
 }
 
-/// How `sluice serve` starts its worker processes: this program, with its logging and
-/// compile-cache options.
+/// How `sluice serve` (and a `sluice run` of several tenants' jobs) starts its worker
+/// processes: this program, with its logging and compile-cache options.
 fn worker_command(
     cli: &Cli,
     host_config: &Path,

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::job::{Job, JobMonitor, SourceInput, Vertex};
+use crate::job::{JobGraph, JobMonitor, SourceInput, Vertex};
 
 /// How far a job's input goes, when that is known before it runs.
 #[derive(Debug, Clone, Copy)]
@@ -17,10 +17,9 @@ pub(super) enum InputSize {
 }
 
 impl InputSize {
-    /// The input of `job`'s sources, when all of them are generators or all files.
-    pub(super) fn of(job: &Job) -> Option<InputSize> {
-        let sources: Vec<&SourceInput> = job
-            .graph()
+    /// The input of `graph`'s sources, when all of them are generators or all files.
+    pub(super) fn of(graph: &JobGraph) -> Option<InputSize> {
+        let sources: Vec<&SourceInput> = graph
             .vertices
             .iter()
             .filter_map(|v| match v {

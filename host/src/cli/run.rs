@@ -1,6 +1,7 @@
 //! `sluice run`: jobs run in this process, or this host's share of a job run over
 //! several hosts.
 
+use std::collections::BTreeSet;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,8 +18,13 @@ use super::metrics::Scraped;
 use super::progress::{Followed, InputSize, show_progress};
 use super::summary::{Ended, JobSummary, RunSummary};
 use super::{Cli, Command, control, engine, host_config, print_json};
-use crate::job::{Job, JobControl, JobMonitor, RestorePoint, RunOptions, SinkKind, Vertex};
-use crate::tenant::{HostConfig, InstanceBudget};
+use crate::job::{
+    Job, JobControl, JobGraph, JobMonitor, JobReport, RestorePoint, RunLocks, RunOptions, SinkKind,
+    Vertex, load_graph,
+};
+use crate::server::worker::protocol::JobSource;
+use crate::server::worker::supervisor::{WorkerJob, Workers};
+use crate::tenant::{HostConfig, InstanceBudget, TenantConfig};
 
 /// `sluice run`, with `cli`'s arguments.
 pub(super) fn run_command(cli: &Cli) -> Result<Exit> {
@@ -75,7 +81,15 @@ pub(super) fn run_command(cli: &Cli) -> Result<Exit> {
         json: *json,
         metrics: metrics.clone(),
     };
-    run_jobs(cli, &host, &jobs, options, *drain_on_stop, &report)
+    run_jobs(
+        cli,
+        &host,
+        host_path.as_deref(),
+        &jobs,
+        options,
+        *drain_on_stop,
+        &report,
+    )
 }
 
 /// What a run shows while its jobs run and when they end.
@@ -93,7 +107,7 @@ struct Report {
 fn run_cluster(cli: &Cli, job: &Path, host_path: Option<&Path>, bootstrap: &str) -> Result<Exit> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let host = host_config(host_path)?;
-    let graph = crate::job::load_graph(job).map_err(bad_input)?;
+    let graph = load_graph(job).map_err(bad_input)?;
     let settings = crate::cluster::ClusterSettings::of(
         &graph,
         Some(bootstrap).filter(|b| !b.is_empty()),
@@ -130,85 +144,165 @@ fn run_cluster(cli: &Cli, job: &Path, host_path: Option<&Path>, bootstrap: &str)
 /// One job of a run.
 struct RunningJob {
     path: PathBuf,
-    name: String,
+    graph: JobGraph,
     tenant: String,
     monitor: Arc<JobMonitor>,
     started: Instant,
 }
 
+/// Where a run's job runs: in this process, or in its tenant's worker process when the
+/// run has jobs of several tenants.
+enum Launch {
+    Here(Job, RunLocks),
+    InWorker(WorkerJob, TenantConfig),
+}
+
 fn run_jobs(
     cli: &Cli,
     host: &HostConfig,
+    host_path: Option<&Path>,
     paths: &[PathBuf],
     options: RunOptions,
     drain: bool,
     report: &Report,
 ) -> Result<Exit> {
-    let engine = engine(cli)?;
-    let budget = InstanceBudget::default();
-    // Load every job first: a bad job file or plugin fails the run before anything runs.
-    let mut loaded = Vec::new();
+    // Read every job file first: a bad one fails the run before anything runs.
+    let mut graphs = Vec::new();
     for path in paths {
-        let job = Job::load_with(path, &engine, host)
-            .map_err(bad_input)?
-            .with_budget(budget.clone());
-        // Owning the job before anything runs: a job another run holds is refused here.
-        let locks = job.lock()?;
-        loaded.push((path.clone(), job, locks));
+        let graph = load_graph(path).map_err(bad_input)?;
+        let tenant = host
+            .tenant(&graph.tenant)
+            .with_context(|| format!("{}: job '{}'", path.display(), graph.name))
+            .map_err(bad_input)?;
+        graphs.push((path.clone(), graph, tenant));
     }
-    let checkpointing = loaded
-        .iter()
-        .all(|(_, j, _)| j.graph().checkpoint.is_some());
-    let sizes: Vec<Option<InputSize>> = loaded.iter().map(|(_, j, _)| InputSize::of(j)).collect();
-    let writing_to_stdout = loaded.iter().find(|(_, j, _)| {
-        j.graph()
-            .vertices
+    let tenants: BTreeSet<&str> = graphs.iter().map(|(_, g, _)| g.tenant.as_str()).collect();
+    // Jobs of several tenants run in a worker process per tenant, under the tenant's
+    // OS limits, as on a server: one tenant's crash never ends another's jobs.
+    let workers = match host_path {
+        Some(host_path) if tenants.len() > 1 && host.server.workers => {
+            tracing::info!("{}", crate::server::worker::limits::describe());
+            Some(Arc::new(Workers::new(
+                super::worker_command(cli, host_path)?,
+                host.server.worker_timeout,
+            )?))
+        }
+        _ => None,
+    };
+    let checkpointing = graphs.iter().all(|(_, g, _)| g.checkpoint.is_some());
+    let sizes: Vec<Option<InputSize>> = graphs.iter().map(|(_, g, _)| InputSize::of(g)).collect();
+    let writing_to_stdout = graphs.iter().find(|(_, g, _)| {
+        g.vertices
             .iter()
             .any(|v| matches!(v, Vertex::Sink(s) if s.kind == SinkKind::Stdout))
     });
     let to_stdout = writing_to_stdout.is_some();
-    if let (true, Some((path, job, _))) = (report.json, writing_to_stdout) {
+    if let (true, Some((path, graph, _))) = (report.json, writing_to_stdout) {
         return Err(mark(
             Exit::Usage,
             anyhow::anyhow!(
                 "--json prints the summary on stdout, where job '{}' ({}) writes its output: \
                  give it another sink, or leave out --json",
-                job.graph().name,
+                graph.name,
                 path.display()
             ),
         ));
     }
+    // In this process, every job's plugins are compiled and its run locked before
+    // anything runs; a worker does both for its tenant's jobs.
+    let mut launches = Vec::new();
+    let budget = InstanceBudget::default();
+    let engine = match workers {
+        None => Some(engine(cli)?),
+        Some(_) => None,
+    };
+    for (path, graph, tenant) in graphs {
+        let launch = match &engine {
+            Some(engine) => {
+                let job = Job::from_graph(graph.clone(), engine, host)
+                    .with_context(|| path.display().to_string())
+                    .map_err(bad_input)?
+                    .with_budget(budget.clone());
+                // Owning the job before anything runs: a job another run holds is
+                // refused here.
+                let locks = job.lock()?;
+                Launch::Here(job, locks)
+            }
+            None => Launch::InWorker(
+                WorkerJob {
+                    id: graph.name.clone(),
+                    source: JobSource::File(path.canonicalize().unwrap_or_else(|_| path.clone())),
+                    plugins: plugin_hashes(&graph),
+                },
+                tenant,
+            ),
+        };
+        launches.push((path, graph, launch));
+    }
     let mut controls = Vec::new();
     let mut running = Vec::new();
-    for (path, job, locks) in loaded {
+    for (path, graph, launch) in launches {
         let (control_tx, control_rx) = unbounded();
         controls.push(control_tx.clone());
         let monitor = Arc::new(JobMonitor::default());
-        let name = job.graph().name.clone();
-        let tenant = job.tenant().name.clone();
+        let name = graph.name.clone();
+        let tenant = graph.tenant.clone();
         let options = options.clone();
         let m = monitor.clone();
-        // The job is ours (locked above), and so is the control socket in its folder.
-        let listener = match &job.graph().checkpoint {
-            Some(c) => control::listen(&c.dir, control_tx.clone()),
-            None => None,
+        let started = Instant::now();
+        let thread = match launch {
+            Launch::Here(job, locks) => {
+                // The job is ours (locked above), and so is the control socket in its
+                // folder.
+                let listener = match &job.graph().checkpoint {
+                    Some(c) => control::listen(&c.dir, control_tx.clone()),
+                    None => None,
+                };
+                thread::Builder::new()
+                    .name(format!("job {name}"))
+                    .spawn(move || {
+                        let result = job.run_locked(locks, options, &control_rx, &m);
+                        drop(listener);
+                        result
+                    })?
+            }
+            Launch::InWorker(job, tenant) => {
+                let workers = workers.clone().expect("workers run this job");
+                let strategy = graph.restart.clone();
+                let checkpoints = graph.checkpoint.as_ref().map(|c| c.dir.clone());
+                thread::Builder::new()
+                    .name(format!("job {name}"))
+                    .spawn(move || {
+                        let outcome = crate::server::worker::run_file(
+                            &workers,
+                            &tenant,
+                            job,
+                            &strategy,
+                            options,
+                            checkpoints.as_deref(),
+                            &control_rx,
+                            &m,
+                        )?;
+                        Ok(JobReport {
+                            outcome,
+                            restarts: m.attempt(),
+                            duration: started.elapsed(),
+                            tasks: m.tasks(),
+                            checkpoints: m.checkpoints(),
+                            failures: m.last_failure().into_iter().collect(),
+                            interrupted: Vec::new(),
+                            failures_by_kind: m.failures_by_kind(),
+                        })
+                    })?
+            }
         };
-        let thread = thread::Builder::new()
-            .name(format!("job {name}"))
-            .spawn(move || {
-                let result = job
-                    .run_locked(locks, options, &control_rx, &m)
-                    .map(|r| (job, r));
-                drop(listener);
-                result
-            })?;
         running.push((
             RunningJob {
                 path,
-                name,
+                graph,
                 tenant,
                 monitor,
-                started: Instant::now(),
+                started,
             },
             thread,
         ));
@@ -219,7 +313,7 @@ fn run_jobs(
                 .iter()
                 .map(|(j, _)| Scraped {
                     tenant: j.tenant.clone(),
-                    job: j.name.clone(),
+                    job: j.graph.name.clone(),
                     monitor: j.monitor.clone(),
                 })
                 .collect();
@@ -238,7 +332,7 @@ fn run_jobs(
             .iter()
             .zip(&sizes)
             .map(|((j, _), size)| Followed {
-                name: j.name.clone(),
+                name: j.graph.name.clone(),
                 monitor: j.monitor.clone(),
                 size: *size,
             })
@@ -269,14 +363,19 @@ fn run_jobs(
     for (job, result) in &results {
         if let Err(e) = result {
             if several {
-                eprintln!("error: job '{}' ({}): {e:#}", job.name, job.path.display());
+                eprintln!(
+                    "error: job '{}' ({}): {e:#}",
+                    job.graph.name,
+                    job.path.display()
+                );
             } else {
                 eprintln!("error: {e:#}");
             }
         }
         jobs.push(JobSummary::of(Ended {
             file: &job.path,
-            name: &job.name,
+            name: &job.graph.name,
+            graph: &job.graph,
             tenant: &job.tenant,
             result,
             restarts: job.monitor.attempt(),
@@ -346,4 +445,14 @@ fn watch_signals(
             }
         })?;
     Ok(reports)
+}
+
+/// The SHA-256 of each plugin file of `graph` (a worker's deaths count against them, as
+/// on a server); a file that cannot be read is left out (its worker says why).
+fn plugin_hashes(graph: &JobGraph) -> Vec<String> {
+    graph
+        .operators()
+        .filter_map(|op| std::fs::read(&op.plugin).ok())
+        .map(|bytes| crate::wasm::content_digest(&bytes))
+        .collect()
 }

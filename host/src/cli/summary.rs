@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::exit::Exit;
 use super::table;
-use crate::job::{CheckpointStats, Job, JobOutcome, JobReport, SinkKind};
+use crate::job::{CheckpointStats, JobGraph, JobOutcome, JobReport, SinkKind};
 use crate::metrics::{OperatorReport, TaskReport};
 
 /// The end of a `sluice run`.
@@ -155,7 +155,9 @@ pub(super) struct Ended<'a> {
     pub(super) file: &'a std::path::Path,
     pub(super) name: &'a str,
     pub(super) tenant: &'a str,
-    pub(super) result: &'a anyhow::Result<(Job, JobReport)>,
+    /// Its graph, for the files it wrote.
+    pub(super) graph: &'a JobGraph,
+    pub(super) result: &'a anyhow::Result<JobReport>,
     /// From the job's monitor, for a job that failed (its report has them otherwise).
     pub(super) restarts: u32,
     pub(super) failures: BTreeMap<String, u64>,
@@ -167,7 +169,7 @@ pub(super) struct Ended<'a> {
 impl JobSummary {
     pub(super) fn of(ended: Ended<'_>) -> JobSummary {
         let (outcome, exit_code, savepoint, error) = match ended.result {
-            Ok((_, report)) => match &report.outcome {
+            Ok(report) => match &report.outcome {
                 JobOutcome::Finished => (Outcome::Finished, Exit::Success, None, None),
                 JobOutcome::Stopped { savepoint } => (
                     Outcome::Stopped,
@@ -187,7 +189,7 @@ impl JobSummary {
             }
         };
         let (tasks, checkpoints, restarts, duration, failures) = match ended.result {
-            Ok((_, r)) => (
+            Ok(r) => (
                 &r.tasks,
                 &r.checkpoints,
                 r.restarts,
@@ -203,8 +205,8 @@ impl JobSummary {
             ),
         };
         let outputs = match ended.result {
-            Ok((job, _)) => job
-                .graph()
+            Ok(_) => ended
+                .graph
                 .sinks()
                 .filter(|s| s.kind == SinkKind::File)
                 .filter_map(|s| {

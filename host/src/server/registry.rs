@@ -520,11 +520,15 @@ fn dir_bytes(path: &Path) -> u64 {
 /// it has none. A folder that cannot be read is an error, not a fresh start: that would
 /// take back what the job committed.
 pub(super) fn latest_or_fresh(job_dir: &Path) -> Result<RestorePoint> {
-    let dir = job_dir.join("checkpoints");
+    resume_from(&job_dir.join("checkpoints"))
+}
+
+/// [`latest_or_fresh`] of a job whose checkpoints are in `dir`.
+pub(crate) fn resume_from(dir: &Path) -> Result<RestorePoint> {
     if !dir.exists() {
         return Ok(RestorePoint::Fresh);
     }
-    let latest = CheckpointStorage::new(&dir)
+    let latest = CheckpointStorage::new(dir)
         .and_then(|s| s.find_latest())
         .with_context(|| format!("finding where the job resumes in {}", dir.display()))?;
     Ok(match latest {

@@ -1,10 +1,10 @@
-//! The worker's side: `sluice worker` runs one tenant's jobs for the server that started
-//! it, as the server would run them itself, and reports over its stdout.
+//! The worker's side: `sluice worker` runs one tenant's jobs for the server (or the
+//! `sluice run`) that started it, as that process would run them itself, and reports
+//! over its file descriptor [`REPORTS_FD`].
 //!
-//! It takes stdout for the protocol (its own `stdout` writes go to stderr from then on),
-//! installs its system-call filter, and then serves the server's messages until its
-//! stdin closes (the server ended or let it go); jobs still running then are stopped
-//! where they are, without a savepoint: the server resumes them from their checkpoints.
+//! It installs its system-call filter, and then serves its parent's messages until its
+//! stdin closes (the parent ended or let it go); jobs still running then are stopped
+//! where they are, without a savepoint: they resume from their checkpoints.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -18,7 +18,9 @@ use anyhow::{Context, Result};
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use parking_lot::Mutex;
 
-use super::protocol::{Control, FromWorker, ToWorker, read_frame, write_frame};
+use super::protocol::{
+    Control, FromWorker, JobFailure, JobSource, REPORTS_FD, ToWorker, read_frame, write_frame,
+};
 use crate::job::{JobControl, JobMonitor};
 use crate::server::Server;
 use crate::server::logs::{JOB_SPAN, JobLogs};
@@ -42,7 +44,7 @@ struct Running {
 /// Runs the worker of `tenant`: see the module docs.
 pub fn run(host_config: PathBuf, tenant: &str, engine: Arc<WasmEngine>) -> Result<()> {
     abort_on_panic();
-    let protocol = take_stdout()?;
+    let protocol = take_reports_fd()?;
     super::limits::deny_system_calls()?;
     let host = HostConfig::load(&host_config)?;
     let tenant = host.tenant(tenant)?;
@@ -76,15 +78,13 @@ pub fn run(host_config: PathBuf, tenant: &str, engine: Arc<WasmEngine>) -> Resul
         match message {
             ToWorker::Start {
                 job,
-                text,
-                dir,
-                mut plugins,
+                source,
                 options,
             } => {
                 let (control, control_rx) = unbounded();
                 let monitor = Arc::new(JobMonitor::default());
                 let running = Arc::new(Running {
-                    control,
+                    control: control.clone(),
                     monitor: monitor.clone(),
                     reported: Mutex::new((0, 0, 0)),
                 });
@@ -96,25 +96,41 @@ pub fn run(host_config: PathBuf, tenant: &str, engine: Arc<WasmEngine>) -> Resul
                     .spawn(move || {
                         let span = tracing::info_span!(JOB_SPAN, tenant = %tenant.name, job = %job);
                         let _span = span.entered();
-                        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            server.run_here(
-                                &tenant,
-                                &text,
-                                &dir,
-                                &mut plugins,
-                                options,
-                                &control_rx,
-                                &monitor,
-                            )
-                        }))
-                        .unwrap_or_else(|panic| Err(crate::task::panic_to_error(panic)));
+                        let result =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(
+                                || match source {
+                                    JobSource::Registry {
+                                        text,
+                                        dir,
+                                        mut plugins,
+                                    } => server.run_here(
+                                        &tenant,
+                                        &text,
+                                        &dir,
+                                        &mut plugins,
+                                        options,
+                                        &control_rx,
+                                        &monitor,
+                                    ),
+                                    JobSource::File(path) => run_file(
+                                        &server,
+                                        &tenant,
+                                        &path,
+                                        options,
+                                        control,
+                                        &control_rx,
+                                        &monitor,
+                                    ),
+                                },
+                            ))
+                            .unwrap_or_else(|panic| Err(crate::task::panic_to_error(panic)));
                         let mut since = (u64::MAX, 0, 0);
                         let snapshot = monitor.snapshot(&mut since);
                         jobs.lock().remove(&job);
                         // Blocking: an end is never dropped.
                         let _ = outbox.send(FromWorker::Ended {
                             job,
-                            result: result.map_err(|e| format!("{e:#}")),
+                            result: result.map_err(|e| JobFailure::of(&e)),
                             snapshot,
                         });
                     });
@@ -175,12 +191,54 @@ fn abort_on_panic() {
     }));
 }
 
-/// Duplicates stdout for the protocol and points fd 1 at stderr, so that nothing else
-/// written to stdout can break a frame.
-fn take_stdout() -> Result<File> {
-    let stdout = rustix::io::dup(rustix::stdio::stdout()).context("duplicating stdout")?;
-    rustix::stdio::dup2_stdout(rustix::stdio::stderr()).context("pointing stdout at stderr")?;
-    Ok(File::from(stdout))
+/// The report pipe its parent gave it as [`REPORTS_FD`].
+fn take_reports_fd() -> Result<File> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: F_GETFD only reads the descriptor's flags; it fails on a closed one.
+    if unsafe { libc::fcntl(REPORTS_FD, libc::F_GETFD) } == -1 {
+        anyhow::bail!(
+            "`sluice worker` reports on file descriptor {REPORTS_FD}, which is not open: it is \
+             started by `sluice serve` or `sluice run`, not by hand"
+        );
+    }
+    // SAFETY: the descriptor is open (checked above) and nothing else in this process
+    // owns it: its parent opened it for this.
+    let fd = unsafe { OwnedFd::from_raw_fd(REPORTS_FD) };
+    rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC).context("the report pipe")?;
+    Ok(File::from(fd))
+}
+
+/// Runs a job file of a `sluice run` as `sluice run` does in its own process: loaded
+/// here (its plugins compiled in this worker), its run locked, and `sluice savepoint`
+/// answered on its control socket.
+fn run_file(
+    server: &Server,
+    tenant: &crate::tenant::TenantConfig,
+    path: &std::path::Path,
+    options: crate::job::RunOptions,
+    control: Sender<JobControl>,
+    control_rx: &Receiver<JobControl>,
+    monitor: &JobMonitor,
+) -> Result<crate::job::JobOutcome> {
+    let job = crate::job::Job::load_with(path, &server.engine, &server.host)
+        .with_context(|| path.display().to_string())
+        .map_err(crate::cli::exit::bad_input)?
+        .with_budget(server.budget.clone());
+    anyhow::ensure!(
+        job.tenant().name == tenant.name,
+        "{}: job '{}' is tenant '{}''s, not '{}''s",
+        path.display(),
+        job.graph().name,
+        job.tenant().name,
+        tenant.name
+    );
+    let locks = job.lock()?;
+    let _listener = job
+        .graph()
+        .checkpoint
+        .as_ref()
+        .and_then(|c| crate::cli::control::listen(&c.dir, control));
+    Ok(job.run_locked(locks, options, control_rx, monitor)?.outcome)
 }
 
 /// Writes reports to the server until every sender is gone or the server stops reading.

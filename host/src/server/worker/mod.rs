@@ -25,11 +25,14 @@ use std::time::Duration;
 use anyhow::Result;
 use crossbeam_channel::Receiver;
 
+use self::protocol::JobSource;
 use self::supervisor::{WorkerEnd, WorkerJob, Workers};
 use super::jobs::Run;
 use super::registry::JobEntry;
 use super::{ApiError, ErrorKind, Server};
-use crate::job::{JobControl, JobMonitor, JobOutcome, RestartStrategy, RunOptions};
+use crate::job::{
+    JobControl, JobFailed, JobMonitor, JobOutcome, RestartStrategy, RestorePoint, RunOptions,
+};
 use crate::tenant::TenantConfig;
 
 impl Server {
@@ -97,60 +100,149 @@ pub(super) fn run_job(
     tenant: &TenantConfig,
     entry: &JobEntry,
     strategy: &RestartStrategy,
-    mut options: RunOptions,
+    options: RunOptions,
     control: &Receiver<JobControl>,
     monitor: &JobMonitor,
 ) -> Result<JobOutcome> {
-    let mut earlier_attempts = 0;
-    loop {
+    let job = || {
         let record = entry.record();
-        let job = WorkerJob {
+        Ok(WorkerJob {
             id: record.id.clone(),
-            text: fs::read_to_string(entry.dir.join("job.toml"))?,
-            dir: entry.dir.clone(),
-            plugins: record.plugins.clone(),
-        };
-        let plugins: Vec<String> = record.plugins.values().cloned().collect();
-        if let Some(why) = workers.quarantine(&tenant.name, &plugins) {
-            return Err(Quarantined(why).into());
-        }
-        let why = match workers.run(
-            tenant,
-            job,
-            options.clone(),
-            control,
-            monitor,
-            earlier_attempts,
-        )? {
-            WorkerEnd::Job(result) => return result.map_err(anyhow::Error::msg),
-            WorkerEnd::Died(why) => why,
-        };
+            source: JobSource::Registry {
+                text: fs::read_to_string(entry.dir.join("job.toml"))?,
+                dir: entry.dir.clone(),
+                plugins: record.plugins.clone(),
+            },
+            plugins: record.plugins.values().cloned().collect(),
+        })
+    };
+    let restarting = || {
         entry.fold_run();
-        let quarantined = workers.quarantine(&tenant.name, &plugins);
-        let why = match &quarantined {
-            Some(quarantined) => format!("{why}; {quarantined}"),
-            None => why,
-        };
-        earlier_attempts = monitor.failed_outside("worker", &why);
-        if quarantined.is_some() {
-            return Err(Quarantined(why).into());
-        }
-        let Some(delay) = strategy.delay_before(earlier_attempts) else {
-            anyhow::bail!(
-                "{why}; the job's restart strategy allows no more restarts ({} so far)",
-                earlier_attempts - 1
-            );
-        };
-        tracing::warn!(
-            "job '{}': {why}; restarting from its latest checkpoint in {delay:?}",
-            record.name
-        );
-        if wait_or_cancelled(control, delay) {
-            return Ok(JobOutcome::Cancelled);
-        }
         // As a server that restarts resumes it: from its latest checkpoint, or from
         // scratch when it completed none (and so committed nothing).
-        options = RunOptions::from(super::registry::latest_or_fresh(&entry.dir)?);
+        Ok(RunOptions::from(super::registry::latest_or_fresh(
+            &entry.dir,
+        )?))
+    };
+    let run = Restarts {
+        workers,
+        tenant,
+        strategy,
+        control,
+        monitor,
+    };
+    run.run(options, job, restarting)
+}
+
+/// A job file of a `sluice run` in the worker of its tenant until it ends, restarted
+/// after a worker's death as [`run_job`] does: from its latest checkpoint in
+/// `checkpoints` (or from scratch when it has none), keeping `options`' other choices.
+#[allow(clippy::too_many_arguments)]
+pub fn run_file(
+    workers: &Workers,
+    tenant: &TenantConfig,
+    job: WorkerJob,
+    strategy: &RestartStrategy,
+    options: RunOptions,
+    checkpoints: Option<&Path>,
+    control: &Receiver<JobControl>,
+    monitor: &JobMonitor,
+) -> Result<JobOutcome> {
+    let run = Restarts {
+        workers,
+        tenant,
+        strategy,
+        control,
+        monitor,
+    };
+    let (id, source, plugins) = (job.id, job.source, job.plugins);
+    let job = || {
+        Ok(WorkerJob {
+            id: id.clone(),
+            source: source.clone(),
+            plugins: plugins.clone(),
+        })
+    };
+    let restarting = || {
+        Ok(RunOptions {
+            restore: match checkpoints {
+                Some(dir) => super::registry::resume_from(dir)?,
+                None => RestorePoint::Fresh,
+            },
+            // What it moved aside at its start stays aside; it resumes its own.
+            move_aside: false,
+            ..options.clone()
+        })
+    };
+    run.run(options.clone(), job, restarting)
+}
+
+/// A job in its tenant's worker, started again when the worker dies.
+struct Restarts<'a> {
+    workers: &'a Workers,
+    tenant: &'a TenantConfig,
+    strategy: &'a RestartStrategy,
+    control: &'a Receiver<JobControl>,
+    monitor: &'a JobMonitor,
+}
+
+impl Restarts<'_> {
+    /// Runs the job `job` gives from `options`, and again from what `restarting` gives
+    /// (called as soon as a worker dies) after each worker's death, until it ends, is
+    /// quarantined or is out of restarts.
+    fn run(
+        &self,
+        mut options: RunOptions,
+        job: impl Fn() -> Result<WorkerJob>,
+        restarting: impl Fn() -> Result<RunOptions>,
+    ) -> Result<JobOutcome> {
+        let (workers, tenant, monitor) = (self.workers, self.tenant, self.monitor);
+        let mut earlier_attempts = 0;
+        loop {
+            let job = job()?;
+            let id = job.id.clone();
+            let plugins = job.plugins.clone();
+            if let Some(why) = workers.quarantine(&tenant.name, &plugins) {
+                return Err(Quarantined(why).into());
+            }
+            let why = match workers.run(
+                tenant,
+                job,
+                options.clone(),
+                self.control,
+                monitor,
+                earlier_attempts,
+            )? {
+                WorkerEnd::Job(result) => return result.map_err(anyhow::Error::from),
+                WorkerEnd::Died(why) => why,
+            };
+            // Taken at once: a server folds the dead run's figures into the job's here.
+            let next = restarting();
+            let quarantined = workers.quarantine(&tenant.name, &plugins);
+            let why = match &quarantined {
+                Some(quarantined) => format!("{why}; {quarantined}"),
+                None => why,
+            };
+            earlier_attempts = monitor.failed_outside("worker", &why);
+            if quarantined.is_some() {
+                return Err(Quarantined(why).into());
+            }
+            let Some(delay) = self.strategy.delay_before(earlier_attempts) else {
+                return Err(JobFailed {
+                    job: id,
+                    restarts: earlier_attempts - 1,
+                    cause: anyhow::anyhow!(
+                        "{why}; the job's restart strategy allows no more restarts"
+                    ),
+                }
+                .into());
+            };
+            tracing::warn!("job '{id}': {why}; restarting from its latest checkpoint in {delay:?}");
+            if wait_or_cancelled(self.control, delay) {
+                return Ok(JobOutcome::Cancelled);
+            }
+            options = next?;
+        }
     }
 }
 

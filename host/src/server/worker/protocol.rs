@@ -1,7 +1,7 @@
-//! What the server and a worker process say to each other: typed messages, each a frame
-//! of a little-endian `u32` length and its postcard bytes, over the worker's stdin (to
-//! the worker) and stdout (from it). Records never cross; control, metrics, log lines and
-//! ends do.
+//! What the server (or a `sluice run` of several tenants' jobs) and a worker process
+//! say to each other: typed messages, each a frame of a little-endian `u32` length and
+//! its postcard bytes, over the worker's stdin (to the worker) and its file descriptor
+//! [`REPORTS_FD`] (from it). Records never cross; control, metrics, log lines and ends do.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -16,21 +16,19 @@ use crate::job::{JobOutcome, MonitorSnapshot, RunOptions};
 /// counters is well below; anything larger is a broken or hostile peer.
 pub const MAX_FRAME: usize = 64 << 20;
 
+/// The worker's file descriptor for its reports: not its stdout, which stays what it is
+/// (a `stdout` sink of a `sluice run` job writes there).
+pub const REPORTS_FD: i32 = 3;
+
 /// From the server to a worker.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToWorker {
-    /// Run a job of the worker's tenant. The worker builds it from the server's registry
-    /// as the server does: the job file as submitted, in `dir`, its operators' plugins by
-    /// their SHA-256.
+    /// Run a job of the worker's tenant.
     Start {
         /// Job id.
         job: String,
-        /// The job file as submitted.
-        text: String,
-        /// The job's folder in the registry.
-        dir: PathBuf,
-        /// Each operator's plugin, by SHA-256.
-        plugins: BTreeMap<String, String>,
+        /// What it is.
+        source: JobSource,
         /// Where it starts.
         options: RunOptions,
     },
@@ -43,6 +41,25 @@ pub enum ToWorker {
         /// What to do.
         control: Control,
     },
+}
+
+/// Where a worker finds a job.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum JobSource {
+    /// A server's job: the worker builds it from the server's registry as the server
+    /// does, from the job file as submitted, in `dir`, and its operators' plugins by
+    /// their SHA-256.
+    Registry {
+        /// The job file as submitted.
+        text: String,
+        /// The job's folder in the registry.
+        dir: PathBuf,
+        /// Each operator's plugin, by SHA-256.
+        plugins: BTreeMap<String, String>,
+    },
+    /// A job file of a `sluice run`, loaded (and its run locked) by the worker as
+    /// `sluice run` does.
+    File(PathBuf),
 }
 
 /// What a server asks of a job in a worker.
@@ -90,12 +107,40 @@ pub enum FromWorker {
     Ended {
         /// Job id.
         job: String,
-        /// Its outcome, or its error as text.
-        result: Result<JobOutcome, String>,
+        /// Its outcome, or why it failed.
+        result: Result<JobOutcome, JobFailure>,
         /// Its monitor at the end.
         snapshot: MonitorSnapshot,
     },
 }
+
+/// Why a job in a worker failed: its error as text, and the status `sluice run` exits
+/// with for it (a refused start, a bad file, a failed job).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobFailure {
+    /// The error, with its causes.
+    pub message: String,
+    /// `sluice run`'s exit status for it.
+    pub exit: u8,
+}
+
+impl JobFailure {
+    /// The failure `error` is.
+    pub fn of(error: &anyhow::Error) -> JobFailure {
+        JobFailure {
+            message: format!("{error:#}"),
+            exit: crate::cli::exit::Exit::of(error).code(),
+        }
+    }
+}
+
+impl std::fmt::Display for JobFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for JobFailure {}
 
 /// Writes one message as a frame and flushes it.
 pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> io::Result<()> {

@@ -9,6 +9,7 @@
 //! tenant's jobs; each job's thread decides whether to start it again.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
@@ -22,7 +23,9 @@ use crossbeam_channel::{Receiver, Sender, select, unbounded};
 use parking_lot::Mutex;
 
 use super::limits::ProcessLimits;
-use super::protocol::{Control, FromWorker, ToWorker, read_frame, write_frame};
+use super::protocol::{
+    Control, FromWorker, JobFailure, JobSource, REPORTS_FD, ToWorker, read_frame, write_frame,
+};
 use crate::job::{JobControl, JobMonitor, JobOutcome, MonitorSnapshot, RunOptions};
 use crate::server::logs::JobLogs;
 use crate::tenant::TenantConfig;
@@ -83,8 +86,8 @@ enum Event {
 
 /// How a job in a worker ended.
 pub enum WorkerEnd {
-    /// The job ended in the worker: its outcome, or its error as text.
-    Job(Result<JobOutcome, String>),
+    /// The job ended in the worker: its outcome, or why it failed.
+    Job(Result<JobOutcome, JobFailure>),
     /// The worker died or stopped answering, and why.
     Died(String),
 }
@@ -93,12 +96,10 @@ pub enum WorkerEnd {
 pub struct WorkerJob {
     /// Job id.
     pub id: String,
-    /// The job file as submitted.
-    pub text: String,
-    /// Its folder in the registry.
-    pub dir: PathBuf,
-    /// Each operator's plugin, by SHA-256.
-    pub plugins: BTreeMap<String, String>,
+    /// What it is.
+    pub source: JobSource,
+    /// Its operators' plugins (SHA-256), which its worker's deaths count against.
+    pub plugins: Vec<String>,
 }
 
 impl Workers {
@@ -158,15 +159,12 @@ impl Workers {
         earlier_attempts: u32,
     ) -> Result<WorkerEnd> {
         let (events, heard) = unbounded();
-        let plugins = job.plugins.values().cloned().collect();
-        let worker = self.attach(tenant, &job.id, events, plugins)?;
+        let worker = self.attach(tenant, &job.id, events, job.plugins)?;
         let id = job.id.clone();
         let end = worker
             .send(&ToWorker::Start {
                 job: job.id,
-                text: job.text,
-                dir: job.dir,
-                plugins: job.plugins,
+                source: job.source,
                 options,
             })
             .map_err(|e| anyhow::anyhow!("{e:#}"))
@@ -222,9 +220,12 @@ impl Workers {
         }
     }
 
-    /// Starts a worker for `tenant`, under its limits.
+    /// Starts a worker for `tenant`, under its limits, in a process group of its own
+    /// (a terminal's Ctrl-C reaches whoever started it, which decides what to do).
     fn start(&self, tenant: &TenantConfig) -> Result<Arc<Worker>> {
         let limits = ProcessLimits::of(tenant);
+        let (reports, reports_end) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .context("creating a worker's report pipe")?;
         let mut command = Command::new(&self.command.program);
         command
             .args(&self.command.args)
@@ -234,18 +235,21 @@ impl Workers {
             .arg("--tenant")
             .arg(&tenant.name)
             .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        // SAFETY: the closure only makes system calls (setrlimit, prctl), which are
-        // async-signal-safe; it allocates nothing and takes no lock.
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit())
+            .process_group(0);
+        // SAFETY: the closure only makes system calls (setrlimit, prctl, dup2, fcntl),
+        // which are async-signal-safe; it allocates nothing and takes no lock.
         unsafe {
-            command.pre_exec(move || limits.apply_in_child());
+            command.pre_exec(move || {
+                limits.apply_in_child()?;
+                give_reports_fd(&reports_end)
+            });
         }
         let mut child = self
             .spawn(command)
             .with_context(|| format!("starting the worker process of tenant '{}'", tenant.name))?;
         let stdin = child.stdin.take().context("the worker's stdin")?;
-        let stdout = child.stdout.take().context("the worker's stdout")?;
         let worker = Arc::new(Worker {
             tenant: tenant.name.clone(),
             pid: child.id(),
@@ -264,9 +268,30 @@ impl Workers {
         let reader = worker.clone();
         thread::Builder::new()
             .name(format!("worker {}", tenant.name))
-            .spawn(move || reader.read_reports(BufReader::new(stdout)))
+            .spawn(move || reader.read_reports(BufReader::new(File::from(reports))))
             .context("starting a worker's reader thread")?;
         Ok(worker)
+    }
+}
+
+/// In the child between `fork` and `exec`: makes the write end of the report pipe its
+/// [`REPORTS_FD`], open across `exec`. The parent's copy closes when the command (which
+/// owns it) is dropped after the spawn, so the reader sees the end when the worker exits.
+fn give_reports_fd(reports: &std::os::fd::OwnedFd) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = reports.as_raw_fd();
+    // SAFETY: plain system calls on descriptors this process owns.
+    let ok = unsafe {
+        if fd == REPORTS_FD {
+            libc::fcntl(fd, libc::F_SETFD, 0) != -1
+        } else {
+            libc::dup2(fd, REPORTS_FD) != -1
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
@@ -289,11 +314,11 @@ impl Worker {
         self.to_worker.lock().take();
     }
 
-    /// Routes the worker's reports to its jobs until its stdout ends; then tells each
+    /// Routes the worker's reports to its jobs until its report pipe ends; then tells each
     /// job how it died.
-    fn read_reports(&self, mut stdout: BufReader<std::process::ChildStdout>) {
+    fn read_reports(&self, mut reports: BufReader<File>) {
         let why = loop {
-            match read_frame::<FromWorker>(&mut stdout) {
+            match read_frame::<FromWorker>(&mut reports) {
                 Ok(Some(message)) => {
                     *self.last_heard.lock() = Instant::now();
                     let job = match &message {
