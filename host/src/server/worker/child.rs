@@ -45,7 +45,7 @@ struct Running {
 pub fn run(host_config: PathBuf, tenant: &str, engine: Arc<WasmEngine>) -> Result<()> {
     abort_on_panic();
     let protocol = take_reports_fd()?;
-    super::limits::deny_system_calls()?;
+    super::limits::filter_system_calls()?;
     let host = HostConfig::load(&host_config)?;
     let tenant = host.tenant(tenant)?;
     let server = Server::for_worker(host, engine);
