@@ -54,6 +54,7 @@ impl Variant {
         sandbox::add_wasi_to_linker(&mut linker)?;
         bindings::v2::Operator::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         bindings::v1::Operator::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
+        super::host::link_borrowed(&mut linker)?;
         Ok(Variant { engine, linker })
     }
 }

@@ -1,5 +1,17 @@
 //! The operator's imports (`runtime`), for both WIT versions: 0.2.0's implementation is
 //! the host's; 0.1.0's calls it.
+//!
+//! The imports that take strings or byte lists (`log`, `declare-state`, `declare-output`,
+//! `state-get`, `state-entries`) are linked a second time by hand ([`link_borrowed`]),
+//! over `bindgen!`'s: those read the guest's string or list where it lies in the guest's
+//! memory and check its size before copying any of it, where `bindgen!`'s would copy the
+//! whole of it into host memory first (up to the guest's memory limit per call).
+
+use std::borrow::Cow;
+
+use anyhow::Result;
+use wasmtime::StoreContextMut;
+use wasmtime::component::{ComponentType, Lift, Linker, WasmList, WasmStr};
 
 use super::bindings::v2::sluice::operator::runtime::Host;
 use super::bindings::v2::sluice::operator::types::{Level, StateKind};
@@ -74,11 +86,7 @@ impl Host for StoreState {
         key: Vec<u8>,
         user_key: Vec<u8>,
     ) -> wasmtime::Result<Option<Vec<u8>>> {
-        let backend = self.keyed_backend("state-get")?;
-        let value = backend
-            .get(state, &key, &user_key, now_millis())
-            .map_err(|e| wasmtime::format_err!("state-get: {e}"))?;
-        Ok(value)
+        self.state_get_in_place(state, &key, &user_key)
     }
 
     fn state_entries(&mut self, state: u32, key: Vec<u8>) -> wasmtime::Result<Vec<u8>> {
@@ -117,12 +125,21 @@ impl Host for StoreState {
     }
 
     fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
+        self.log_text(level, &message);
+        Ok(())
+    }
+}
+
+impl StoreState {
+    /// `log`, of a message read where it lies.
+    fn log_text(&self, level: Level, message: &str) {
         let mut output = self.output.lock();
         let id = output.identity().clone();
         if !output.rate().admit(&id, message.len()) {
-            return Ok(());
+            return;
         }
-        let message = crate::guest_text::guest_text(&message, self.limits.max_guest_string_bytes);
+        drop(output);
+        let message = crate::guest_text::guest_text(message, self.limits.max_guest_string_bytes);
         macro_rules! event {
             ($lvl:expr) => {
                 tracing::event!(
@@ -139,11 +156,21 @@ impl Host for StoreState {
             Level::Warn => event!(tracing::Level::WARN),
             Level::Error => event!(tracing::Level::ERROR),
         }
-        Ok(())
     }
-}
 
-impl StoreState {
+    /// `state-get`, of a key read where it lies.
+    fn state_get_in_place(
+        &self,
+        state: u32,
+        key: &[u8],
+        user_key: &[u8],
+    ) -> wasmtime::Result<Option<Vec<u8>>> {
+        let backend = self.keyed_backend("state-get")?;
+        backend
+            .get(state, key, user_key, now_millis())
+            .map_err(|e| wasmtime::format_err!("state-get: {e}"))
+    }
+
     fn keyed_backend(&self, call: &str) -> wasmtime::Result<&crate::state::KeyedState> {
         self.operator.keyed.as_ref().ok_or_else(|| {
             wasmtime::format_err!(
@@ -176,13 +203,7 @@ impl v1::sluice::operator::runtime::Host for StoreState {
         kind: v1::sluice::operator::types::StateKind,
         ttl_ms: Option<u64>,
     ) -> wasmtime::Result<Result<u32, String>> {
-        use v1::sluice::operator::types::StateKind as V1;
-        let kind = match kind {
-            V1::Value => StateKind::Value,
-            V1::List => StateKind::List,
-            V1::Map => StateKind::Map,
-        };
-        Host::declare_state(self, name, kind, ttl_ms)
+        Host::declare_state(self, name, kind.into(), ttl_ms)
     }
 
     fn state_get(
@@ -203,14 +224,140 @@ impl v1::sluice::operator::runtime::Host for StoreState {
         level: v1::sluice::operator::types::Level,
         message: String,
     ) -> wasmtime::Result<()> {
+        Host::log(self, level.into(), message)
+    }
+}
+
+/// Links the imports that take strings or byte lists once more, over `bindgen!`'s, for
+/// both WIT versions (see the module docs).
+pub(crate) fn link_borrowed(linker: &mut Linker<StoreState>) -> Result<()> {
+    linker.allow_shadowing(true);
+    let linked = link_runtime::<Level, StateKind>(linker, "sluice:operator/runtime@0.2.0")
+        .and_then(|()| {
+            link_runtime::<v1::sluice::operator::types::Level, v1::sluice::operator::types::StateKind>(
+                linker,
+                "sluice:operator/runtime@0.1.0",
+            )
+        });
+    linker.allow_shadowing(false);
+    linked
+}
+
+/// A guest string of at most `max` bytes, read where it lies; `None` when longer.
+fn bounded_str<'a>(
+    store: &'a StoreContextMut<'_, StoreState>,
+    text: &WasmStr,
+    max: usize,
+) -> wasmtime::Result<Result<Cow<'a, str>, usize>> {
+    let text = text.to_str(store)?;
+    Ok(if text.len() <= max {
+        Ok(text)
+    } else {
+        Err(text.len())
+    })
+}
+
+/// Links the borrowing imports into `interface`, whose `level` and `state-kind` types are
+/// `L` and `K`.
+fn link_runtime<L, K>(linker: &mut Linker<StoreState>, interface: &str) -> Result<()>
+where
+    L: ComponentType + Lift + Into<Level> + Send + Sync + 'static,
+    K: ComponentType + Lift + Into<StateKind> + Send + Sync + 'static,
+{
+    let mut runtime = linker.instance(interface)?;
+    runtime.func_wrap(
+        "log",
+        |store: StoreContextMut<'_, StoreState>, (level, message): (L, WasmStr)| {
+            let message = message.to_str(&store)?;
+            store.data().log_text(level.into(), &message);
+            Ok(())
+        },
+    )?;
+    runtime.func_wrap(
+        "declare-state",
+        |mut store: StoreContextMut<'_, StoreState>,
+         (name, kind, ttl_ms): (WasmStr, K, Option<u64>)| {
+            let name = match bounded_str(&store, &name, MAX_STATE_NAME_BYTES)? {
+                Ok(name) => name.into_owned(),
+                Err(len) => {
+                    return Ok((Err(format!(
+                        "declare-state: a state name of {len} bytes is longer than the limit \
+                         of {MAX_STATE_NAME_BYTES}"
+                    )),));
+                }
+            };
+            Ok((Host::declare_state(
+                store.data_mut(),
+                name,
+                kind.into(),
+                ttl_ms,
+            )?,))
+        },
+    )?;
+    runtime.func_wrap(
+        "declare-output",
+        |mut store: StoreContextMut<'_, StoreState>, (name,): (WasmStr,)| {
+            let name = match bounded_str(&store, &name, MAX_STATE_NAME_BYTES)? {
+                Ok(name) => name.into_owned(),
+                Err(len) => {
+                    return Ok((Err(format!(
+                        "declare-output: an output name must have 1 to \
+                         {MAX_STATE_NAME_BYTES} bytes, not {len}"
+                    )),));
+                }
+            };
+            Ok((Host::declare_output(store.data_mut(), name)?,))
+        },
+    )?;
+    runtime.func_wrap(
+        "state-get",
+        |store: StoreContextMut<'_, StoreState>,
+         (state, key, user_key): (u32, WasmList<u8>, WasmList<u8>)| {
+            let (key, user_key) = (key.as_le_slice(&store), user_key.as_le_slice(&store));
+            Ok((store.data().state_get_in_place(state, key, user_key)?,))
+        },
+    )?;
+    runtime.func_wrap(
+        "state-entries",
+        |mut store: StoreContextMut<'_, StoreState>, (state, key): (u32, WasmList<u8>)| {
+            // Read into the host: reading the entries may write what the call holds
+            // (RocksDB), which needs the store. A state key is at most what one call
+            // may return.
+            let max = store.data().limits.max_output_bytes;
+            if key.len() > max {
+                wasmtime::bail!(
+                    "state-entries: a key of {} bytes is longer than any key of keyed state \
+                     can be ({max} bytes, `max_output_mb`)",
+                    key.len()
+                );
+            }
+            let key = key.as_le_slice(&store).to_vec();
+            Ok((Host::state_entries(store.data_mut(), state, key)?,))
+        },
+    )?;
+    Ok(())
+}
+
+impl From<v1::sluice::operator::types::Level> for Level {
+    fn from(level: v1::sluice::operator::types::Level) -> Level {
         use v1::sluice::operator::types::Level as V1;
-        let level = match level {
+        match level {
             V1::Trace => Level::Trace,
             V1::Debug => Level::Debug,
             V1::Info => Level::Info,
             V1::Warn => Level::Warn,
             V1::Error => Level::Error,
-        };
-        Host::log(self, level, message)
+        }
+    }
+}
+
+impl From<v1::sluice::operator::types::StateKind> for StateKind {
+    fn from(kind: v1::sluice::operator::types::StateKind) -> StateKind {
+        use v1::sluice::operator::types::StateKind as V1;
+        match kind {
+            V1::Value => StateKind::Value,
+            V1::List => StateKind::List,
+            V1::Map => StateKind::Map,
+        }
     }
 }
