@@ -27,6 +27,8 @@
 //! max_jobs = 20                   # jobs running at once (`sluice serve`)
 //! max_plugin_mb = 256             # plugin bytes stored (`sluice serve`)
 //! max_subtasks = 2000             # subtasks (threads) of its running jobs (`sluice serve`)
+//! slots = 32                      # task slots of its running jobs (`sluice serve`; default
+//!                                 #   the server's `slots`)
 //! max_disk_mb = 10240             # disk its jobs and plugins take (`sluice serve`)
 //! max_stored_jobs = 1000          # jobs stored in any state (`sluice serve`)
 //! process_memory_mb = 7168        # its worker process's memory (`sluice serve`; default
@@ -62,6 +64,7 @@
 //! keep_ended_minutes = 10         # ... for at most this long after they end
 //! tls_cert = "cert.pem"           # serve HTTPS with this certificate chain (PEM) ...
 //! tls_key = "key.pem"             # ... and its private key (PEM); else plain HTTP
+//! slots = 32                      # task slots of all tenants' jobs (default 16 per core)
 //! ```
 //!
 //! A server admits a job (at submission and at every start) only within its tenant's
@@ -73,6 +76,11 @@
 //!   runs a source, operators or the sink, so this bounds the threads a tenant makes the
 //!   server run. The default, 2000, leaves room for the sources and sinks around
 //!   `max_instances` operator instances.
+//! - `slots`: task slots of its running jobs, as Flink's: a job takes as many as its
+//!   highest parallelism (a job over several servers, the sum of its units'). The
+//!   server's own `slots` bound all tenants together. A job asking more parallelism than
+//!   the machine can give is refused with both named, rather than run as thousands of
+//!   threads on a few cores.
 //! - `max_disk_mb`: bytes under the server's folder that are the tenant's: its jobs'
 //!   folders (job file, record, checkpoints, output) and its plugins. (The compile cache
 //!   is shared by all tenants and not counted.) Checked at submission and start, and every
@@ -130,6 +138,8 @@ pub struct ServerSettings {
     /// With workers: how long compiling an uploaded plugin may take (in a process of its
     /// own) before it is stopped and the upload refused.
     pub compile_deadline: Duration,
+    /// Task slots of all tenants' running jobs together.
+    pub slots: u32,
 }
 
 impl Default for ServerSettings {
@@ -144,6 +154,7 @@ impl Default for ServerSettings {
             workers: true,
             compile_deadline: Duration::from_secs(300),
             worker_timeout: Duration::from_secs(30),
+            slots: SLOTS_PER_CORE * cores(),
         }
     }
 }
@@ -163,6 +174,9 @@ pub struct TenantConfig {
     pub max_plugin_bytes: u64,
     /// Most subtasks (threads) the tenant's running jobs may have in a server.
     pub max_subtasks: u32,
+    /// Most task slots the tenant's running jobs may take in a server (`None`: the
+    /// server's).
+    pub slots: Option<u32>,
     /// Most bytes the tenant's jobs and plugins may take on a server's disk.
     pub max_disk_bytes: u64,
     /// SHA-256 of the tenant's bearer token (a server refuses tenants without one).
@@ -393,6 +407,7 @@ impl Default for HostConfig {
                 max_jobs: 20,
                 max_plugin_bytes: 256 << 20,
                 max_subtasks: 2000,
+                slots: None,
                 max_disk_bytes: 10 << 30,
                 token_sha256: None,
                 max_state_bytes: 4 << 30,
@@ -529,7 +544,21 @@ fn server_from(spec: ServerSpec, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<S
             Some(ms) => Duration::from_millis(ms),
             None => default.worker_timeout,
         },
+        slots: match spec.slots {
+            Some(0) => bail!("slots must be at least 1"),
+            Some(n) => n,
+            None => default.slots,
+        },
     })
+}
+
+/// A server's task slots per core of its machine, by default: enough for a few jobs of
+/// the parallelism people give on small machines, far below thousands of threads.
+pub const SLOTS_PER_CORE: u32 = 16;
+
+/// The cores this process may run on.
+pub fn cores() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
 }
 
 /// Parses the hex SHA-256 of a token.
@@ -631,6 +660,10 @@ fn tenant_from(
             .max_plugin_mb
             .map_or(base.max_plugin_bytes, |mb| mb << 20),
         max_subtasks: spec.max_subtasks.unwrap_or(base.max_subtasks),
+        slots: match spec.slots {
+            Some(0) => bail!("slots must be at least 1"),
+            slots => slots.or(base.slots),
+        },
         max_disk_bytes: spec.max_disk_mb.map_or(base.max_disk_bytes, |mb| mb << 20),
         token_sha256: spec.token_sha256.as_deref().map(parse_sha256).transpose()?,
         max_state_bytes: spec

@@ -352,3 +352,71 @@ fn a_tenant_stores_at_most_its_quota_of_jobs_until_it_deletes_some() {
     a.delete_job(&first).unwrap();
     assert_eq!(a.submit(&job).unwrap().state, JobState::Running);
 }
+
+#[test]
+fn a_server_holds_jobs_to_the_task_slots_of_their_tenant_and_its_own() {
+    let dir = test_dir("admission-slots");
+    let server = ServerProcess::start(&crate::server::host_config_with(
+        &dir,
+        "slots = 4",
+        "slots = 3",
+    ));
+    let (a, b) = (
+        server.client(Some("token-a")),
+        server.client(Some("token-b")),
+    );
+    let with_parallelism = |p: u32| write_job(&dir, &throttled_wordcount(p, 100_000, 500.0));
+
+    // A job takes as many slots as its highest parallelism: 4 is past tenant a's 3.
+    let e = error_of(a.submit(&with_parallelism(4)));
+    assert!(
+        e.contains("429")
+            && e.contains(
+                "job 'killable' needs 4 task slots (its highest parallelism), but tenant 'a' \
+                 has 0 of its 3 in use (slots)"
+            ),
+        "{e}"
+    );
+    let first = a.submit(&with_parallelism(2)).unwrap().id;
+    // Tenant b has the server's 4 as its own, but a holds 2 of them.
+    let e = error_of(b.submit(&with_parallelism(3)));
+    assert!(
+        e.contains("429")
+            && e.contains("needs 3 task slots (its highest parallelism), but the server has 2 of its 4 in use ([server] slots"),
+        "{e}"
+    );
+    let second = b.submit(&with_parallelism(2)).unwrap().id;
+    // Slots come back when a job ends.
+    a.cancel(&first).unwrap();
+    b.cancel(&second).unwrap();
+    let third = b.submit(&with_parallelism(3)).unwrap().id;
+    b.cancel(&third).unwrap();
+}
+
+#[test]
+fn sluice_run_warns_of_a_parallelism_above_the_cores() {
+    let dir = test_dir("admission-cores");
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let job = write_job(&dir, &job_text(cores + 1));
+    let (code, _, stderr) = outcome(&sluice(&["run", "--quiet", job.to_str().unwrap()]));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "warning: job 'knobs' ({}) runs {} subtasks of a task side by side on a machine \
+             with {cores} cores",
+            job.display(),
+            cores + 1
+        )),
+        "{stderr}"
+    );
+    // At the core count, no warning.
+    let job = write_job(&test_dir("admission-cores-at"), &job_text(cores));
+    let (code, _, stderr) = outcome(&sluice(&["run", "--quiet", job.to_str().unwrap()]));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+}
+
+/// [`job`] with `count` at `parallelism`.
+fn job_text(parallelism: usize) -> String {
+    job("", "", &format!("parallelism = {parallelism}"), "")
+}

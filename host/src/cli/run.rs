@@ -174,6 +174,17 @@ fn run_jobs(
             .tenant(&graph.tenant)
             .with_context(|| format!("{}: job '{}'", path.display(), graph.name))
             .map_err(bad_input)?;
+        let cores = crate::tenant::cores();
+        if graph.slots() > cores {
+            eprintln!(
+                "warning: job '{}' ({}) runs {} subtasks of a task side by side on a machine \
+                 with {cores} cores: they take turns on the cores, and the job is rarely \
+                 faster than with a parallelism of {cores}",
+                graph.name,
+                path.display(),
+                graph.slots()
+            );
+        }
         graphs.push((path.clone(), graph, tenant));
     }
     let tenants: BTreeSet<&str> = graphs.iter().map(|(_, g, _)| g.tenant.as_str()).collect();

@@ -361,6 +361,12 @@ impl JobGraph {
         self.chains.iter().map(|c| c.parallelism).sum()
     }
 
+    /// Task slots the job takes, as Flink counts them: its highest parallelism (a slot
+    /// holds one subtask of every task).
+    pub fn slots(&self) -> u32 {
+        self.chains.iter().map(|c| c.parallelism).max().unwrap_or(0)
+    }
+
     /// How much the channels between the job's tasks can hold at most.
     pub fn channel_memory(&self) -> ChannelMemory {
         let channels: u64 = self

@@ -35,7 +35,7 @@ use crossbeam_channel::{Sender, unbounded};
 use super::kafka_grant::{no_kafka_grant, within_kafka_grant};
 use super::model::{JobState, JobSummary};
 use super::plugins::now_ms;
-use super::registry::{JobEntry, JobRecord, LOGS_FILE, QUARANTINE_AFTER, latest_or_fresh};
+use super::registry::{JobEntry, JobRecord, LOGS_FILE, Needs, QUARANTINE_AFTER, latest_or_fresh};
 use super::views::{graph_summary, output_files, state_name, summary};
 use super::{ApiError, ErrorKind, Server, is_plain_name, write_atomic};
 use crate::cluster::gc::ClusterResources;
@@ -90,14 +90,14 @@ impl Run {
         }
     }
 
-    /// The operator instances and subtasks it may take on this server, and for a cluster
-    /// job what it makes outside the server. A cluster job may take all of its units'
+    /// The operator instances, subtasks and slots it may take on this server, and for a
+    /// cluster job what it makes outside the server. A cluster job may take all of its units'
     /// (the group can give every unit to one server), so it is admitted for them all;
     /// finding its units asks the brokers for its source's partitions.
-    fn needs(&self) -> Result<((u32, u32), Option<ClusterResources>), ApiError> {
+    fn needs(&self) -> Result<(Needs, Option<ClusterResources>), ApiError> {
         let bad = |e: anyhow::Error| ApiError::bad(format!("{e:#}"));
         match self {
-            Run::Local(job) => Ok(((job.instances(), job.graph().subtasks()), None)),
+            Run::Local(job) => Ok((Needs::of(job.graph()), None)),
             Run::Cluster(c) => {
                 let plan = Plan::new(&c.graph, &c.settings).map_err(bad)?;
                 let resources = ClusterResources::of(&plan, &c.settings, &c.graph.base_dir);
@@ -119,15 +119,17 @@ fn leaves_its_folder(path: &Path) -> bool {
             .any(|c| matches!(c, std::path::Component::ParentDir))
 }
 
-/// The operator instances and subtasks of all of a plan's units.
-fn units_need(plan: &Plan, settings: &ClusterSettings) -> Result<(u32, u32)> {
-    let (mut instances, mut subtasks) = (0, 0);
+/// The operator instances, subtasks and slots of all of a plan's units.
+fn units_need(plan: &Plan, settings: &ClusterSettings) -> Result<Needs> {
+    let mut needs = Needs::default();
     for unit in 0..plan.units() {
         let graph = plan.unit_graph(unit, settings, Path::new("unit"), "", None)?;
-        instances += graph.operators().map(|o| o.parallelism).sum::<u32>();
-        subtasks += graph.subtasks();
+        let unit = Needs::of(&graph);
+        needs.instances += unit.instances;
+        needs.subtasks += unit.subtasks;
+        needs.slots += unit.slots;
     }
-    Ok((instances, subtasks))
+    Ok(needs)
 }
 
 impl Server {
@@ -406,15 +408,15 @@ impl Server {
         Ok(summary(&record, true))
     }
 
-    /// Starts the job's thread.
-    /// Starts the job's thread; its run counts as `needs` (operator instances, subtasks)
+    /// Starts the job's thread; its run counts as `needs` (operator instances, subtasks,
+    /// slots)
     /// against the tenant's quotas (a cluster job resumed by a restarted server learns
     /// its needs from its plan, on the thread).
     fn launch(
         &self,
         entry: &Arc<JobEntry>,
         work: Run,
-        needs: (u32, u32),
+        needs: Needs,
         options: impl Into<RunOptions>,
     ) {
         let options = options.into();
@@ -428,8 +430,7 @@ impl Server {
         if let Ok(text) = fs::read_to_string(entry.dir.join(LOGS_FILE)) {
             super::logs::JobLogs::global().restore(&id, &text);
         }
-        entry.instances.store(needs.0, Ordering::Relaxed);
-        entry.subtasks.store(needs.1, Ordering::Relaxed);
+        needs.store(entry);
         let monitor = Arc::new(JobMonitor::default());
         *entry.monitor.lock() = monitor.clone();
         {
@@ -471,14 +472,12 @@ impl Server {
                 // A panic must not leave the job `running` with no thread behind it.
                 let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
                     if let Run::Cluster(c) = &work
-                        && needs == (0, 0)
+                        && needs == Needs::default()
                     {
                         // Resumed by a restarted server: its needs come from its plan,
                         // which asks the brokers (here, not on the resuming thread).
                         let plan = Plan::new(&c.graph, &c.settings)?;
-                        let (instances, subtasks) = units_need(&plan, &c.settings)?;
-                        finished.instances.store(instances, Ordering::Relaxed);
-                        finished.subtasks.store(subtasks, Ordering::Relaxed);
+                        units_need(&plan, &c.settings)?.store(&finished);
                     }
                     match work {
                         _ if in_worker.is_some() => {
@@ -948,7 +947,7 @@ impl Server {
                 Ok(((run, _), restore)) => {
                     let needs = match &run {
                         Run::Local(_) => run.needs().map(|n| n.0).unwrap_or_default(),
-                        Run::Cluster(_) => (0, 0),
+                        Run::Cluster(_) => Needs::default(),
                     };
                     self.launch(&entry, run, needs, restore);
                     resumed += 1;

@@ -84,6 +84,45 @@ pub(super) struct JobRecord {
 /// Completed checkpoints a job's record keeps.
 const HISTORY: usize = 20;
 
+/// What a run of a job takes of its server's and tenant's quotas.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Needs {
+    /// Wasm operator instances.
+    pub(super) instances: u32,
+    /// Subtasks (threads).
+    pub(super) subtasks: u32,
+    /// Task slots: its highest parallelism (a job over several servers, the sum of its
+    /// units').
+    pub(super) slots: u32,
+}
+
+impl Needs {
+    /// What a run of `graph` needs.
+    pub(super) fn of(graph: &crate::job::JobGraph) -> Needs {
+        Needs {
+            instances: graph.operators().map(|o| o.parallelism).sum(),
+            subtasks: graph.subtasks(),
+            slots: graph.slots(),
+        }
+    }
+
+    /// Counts `entry`'s current run in.
+    pub(super) fn add(self, entry: &JobEntry) -> Needs {
+        Needs {
+            instances: self.instances + entry.instances.load(Ordering::Relaxed),
+            subtasks: self.subtasks + entry.subtasks.load(Ordering::Relaxed),
+            slots: self.slots + entry.slots.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Records these as `entry`'s current run's.
+    pub(super) fn store(self, entry: &JobEntry) {
+        entry.instances.store(self.instances, Ordering::Relaxed);
+        entry.subtasks.store(self.subtasks, Ordering::Relaxed);
+        entry.slots.store(self.slots, Ordering::Relaxed);
+    }
+}
+
 /// A job the server knows.
 pub(super) struct JobEntry {
     pub(super) dir: PathBuf,
@@ -95,6 +134,8 @@ pub(super) struct JobEntry {
     pub(super) instances: AtomicU32,
     /// Subtasks (threads) of its current run.
     pub(super) subtasks: AtomicU32,
+    /// Task slots of its current run.
+    pub(super) slots: AtomicU32,
     /// When its last run ended, while its metrics and log lines are still in memory.
     pub(super) ended: Mutex<Option<Instant>>,
     /// Records read and written by its runs before the current one, which the current
@@ -142,6 +183,7 @@ impl JobEntry {
             run: Mutex::new(None),
             instances: AtomicU32::new(0),
             subtasks: AtomicU32::new(0),
+            slots: AtomicU32::new(0),
             ended: Mutex::new(None),
             kill_cause: Mutex::new(None),
             counted_before: Mutex::new((0, 0)),
@@ -303,22 +345,27 @@ impl Server {
         &self,
         tenant: &TenantConfig,
         job: &str,
-        (instances, subtasks): (u32, u32),
+        needs: Needs,
         disk_used: u64,
     ) -> Result<(), ApiError> {
-        let (running, in_use, threads) = self
-            .jobs
-            .by_id
-            .lock()
-            .values()
-            .filter(|e| e.is_running() && e.record.lock().tenant == tenant.name)
-            .fold((0u32, 0u32, 0u32), |(jobs, instances, subtasks), e| {
-                (
-                    jobs + 1,
-                    instances + e.instances.load(Ordering::Relaxed),
-                    subtasks + e.subtasks.load(Ordering::Relaxed),
-                )
-            });
+        let Needs {
+            instances,
+            subtasks,
+            slots,
+        } = needs;
+        let (running, tenants, everyone) = {
+            let jobs = self.jobs.by_id.lock();
+            let running = || jobs.values().filter(|e| e.is_running());
+            let theirs = running()
+                .filter(|e| e.record.lock().tenant == tenant.name)
+                .collect::<Vec<_>>();
+            (
+                theirs.len() as u32,
+                theirs.iter().fold(Needs::default(), |n, e| n.add(e)),
+                running().fold(Needs::default(), |n, e| n.add(e)),
+            )
+        };
+        let (in_use, threads) = (tenants.instances, tenants.subtasks);
         if running >= tenant.max_jobs {
             return Err(ApiError::new(
                 ErrorKind::Quota,
@@ -348,6 +395,33 @@ impl Server {
                 ),
             ));
         }
+        let (server_slots, tenant_slots) = (
+            self.host.server.slots,
+            tenant.slots.unwrap_or(self.host.server.slots),
+        );
+        if tenants.slots + slots > tenant_slots {
+            return Err(ApiError::new(
+                ErrorKind::Quota,
+                format!(
+                    "job '{job}' needs {slots} task slots (its highest parallelism), but \
+                     tenant '{}' has {} of its {tenant_slots} in use (slots)",
+                    tenant.name, tenants.slots
+                ),
+            ));
+        }
+        if everyone.slots + slots > server_slots {
+            return Err(ApiError::new(
+                ErrorKind::Quota,
+                format!(
+                    "job '{job}' needs {slots} task slots (its highest parallelism), but the \
+                     server has {} of its {server_slots} in use ([server] slots; by default {} \
+                     per core of the machine's {})",
+                    everyone.slots,
+                    crate::tenant::SLOTS_PER_CORE,
+                    crate::tenant::cores()
+                ),
+            ));
+        }
         if disk_used >= tenant.max_disk_bytes {
             return Err(ApiError::new(
                 ErrorKind::Quota,
@@ -371,7 +445,8 @@ impl Server {
             return Err(ApiError::new(
                 ErrorKind::Quota,
                 format!(
-                    "tenant '{}' stores {stored} jobs, its quota (max_stored_jobs): delete jobs                      it no longer needs (DELETE /v1/jobs/ID) first",
+                    "tenant '{}' stores {stored} jobs, its quota (max_stored_jobs): delete jobs \
+                     it no longer needs (DELETE /v1/jobs/ID) first",
                     tenant.name
                 ),
             ));

@@ -79,6 +79,9 @@ pub struct LimitsSpec {
     pub max_plugin_mb: Option<u64>,
     /// `sluice serve`: subtasks (threads) of its running jobs (default 2000).
     pub max_subtasks: Option<u32>,
+    /// `sluice serve`: task slots its running jobs may take, each job as many as its
+    /// highest parallelism, as Flink's task slots (default: the server's `slots`).
+    pub slots: Option<u32>,
     /// `sluice serve`: jobs it stores, in any state (default 1000).
     pub max_stored_jobs: Option<u32>,
     /// `sluice serve`: disk its jobs and plugins take (blocks allocated), MiB (default
@@ -167,4 +170,7 @@ pub struct ServerSpec {
     /// With workers: how long a worker may send nothing (it reports four times a second)
     /// before it is taken for stuck and killed, ms (default 30,000, at least 1,000).
     pub worker_timeout_ms: Option<u64>,
+    /// Task slots of all tenants' running jobs together, each job taking as many as its
+    /// highest parallelism (default 16 per core of the machine).
+    pub slots: Option<u32>,
 }

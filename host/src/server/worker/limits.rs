@@ -419,7 +419,7 @@ mod tests {
         // writes nothing back); a refused call does nothing.
         let r = unsafe { libc::syscall(call, args[0], args[1], args[2], args[3]) };
         if r == -1 {
-            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+            Err(io::Error::last_os_error().raw_os_error().unwrap_or(0))
         } else {
             Ok(r)
         }
