@@ -3,8 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use crate::chain::Call;
 
 use parking_lot::Mutex;
 
@@ -34,6 +37,27 @@ pub struct OperatorMetrics {
     pub lag: Mutex<BTreeMap<String, u64>>,
     /// True for a sink: what it takes in, the job has written.
     pub is_sink: bool,
+    /// When the call the operator is in began, in nanoseconds after [`EPOCH`] plus one;
+    /// 0 between calls.
+    pub call_since: AtomicU64,
+    /// Which call that is ([`Call`] as a number).
+    pub call: AtomicU8,
+}
+
+/// What the times of calls in progress count from: a day before it is first needed, so
+/// that the start of any call is after it (where the clock goes back that far).
+static EPOCH: LazyLock<Instant> = LazyLock::new(|| {
+    let now = Instant::now();
+    now.checked_sub(Duration::from_secs(86_400)).unwrap_or(now)
+});
+
+/// The call an operator is in, and for how long so far.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InCall {
+    /// The call's name in the WIT (`process`, `snapshot`, …).
+    pub call: String,
+    /// How long it has run.
+    pub running: Duration,
 }
 
 /// Counters of one task (one thread running a chain).
@@ -108,6 +132,9 @@ pub struct OperatorReport {
     pub lag: BTreeMap<String, u64>,
     /// True for a sink.
     pub is_sink: bool,
+    /// The call it is in when copied, and for how long so far.
+    #[serde(default)]
+    pub in_call: Option<InCall>,
 }
 
 /// A point-in-time copy of a task's metrics.
@@ -188,6 +215,31 @@ impl TaskMetricsHandle {
 }
 
 impl OperatorMetrics {
+    /// Marks the operator as in `call` since `start` (a relaxed store or two: it runs
+    /// around every call).
+    pub fn enter(&self, call: Call, start: Instant) {
+        let since = start.saturating_duration_since(*EPOCH).as_nanos() as u64 + 1;
+        self.call.store(call as u8, Relaxed);
+        self.call_since.store(since, Relaxed);
+    }
+
+    /// Marks the operator as between calls.
+    pub fn leave(&self) {
+        self.call_since.store(0, Relaxed);
+    }
+
+    /// The call it is in, if any.
+    pub fn in_call(&self) -> Option<InCall> {
+        let since = self.call_since.load(Relaxed);
+        let call = Call::from_index(self.call.load(Relaxed))?;
+        (since != 0).then(|| InCall {
+            call: call.as_str().to_string(),
+            running: EPOCH
+                .elapsed()
+                .saturating_sub(Duration::from_nanos(since - 1)),
+        })
+    }
+
     /// Copies the current values.
     pub fn report(&self, operator: &str, subtask: u32) -> OperatorReport {
         OperatorReport {
@@ -204,6 +256,30 @@ impl OperatorMetrics {
             log_lines_dropped: self.log_lines_dropped.load(Relaxed),
             lag: self.lag.lock().clone(),
             is_sink: self.is_sink,
+            in_call: self.in_call(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_operator_in_a_call_reports_which_and_for_how_long_and_none_between_calls() {
+        let m = OperatorMetrics::default();
+        assert_eq!(m.in_call(), None);
+        for call in [Call::Open, Call::Process, Call::OnTimers, Call::Dispose] {
+            let start = Instant::now() - Duration::from_millis(1500);
+            m.enter(call, start);
+            let in_call = m.report("op", 0).in_call.unwrap();
+            assert_eq!(in_call.call, call.as_str());
+            assert!(
+                in_call.running >= Duration::from_millis(1500),
+                "{in_call:?}"
+            );
+            m.leave();
+            assert_eq!(m.report("op", 0).in_call, None);
         }
     }
 }

@@ -284,6 +284,44 @@ fn a_tenant_watches_and_stops_its_job_in_the_dashboard_and_sees_no_other() {
     });
     browser.screenshot("job.png");
 
+    // The log pane keeps its place while the page refreshes under it.
+    until("a log pane that scrolls", &|| {
+        browser
+            .eval("const l = document.getElementById('logs'); return l.scrollHeight > l.clientHeight + 20;")
+            .as_bool()
+            .unwrap_or(false)
+    });
+    browser.eval(
+        "const l = document.getElementById('logs'); l.scrollTop = 10; l.dataset.before = 'yes'; return 0;",
+    );
+    until("the page to refresh", &|| {
+        browser
+            .eval("return document.getElementById('logs').dataset.before === undefined;")
+            .as_bool()
+            .unwrap_or(false)
+    });
+    assert_eq!(
+        browser.eval("return document.getElementById('logs').scrollTop;"),
+        json!(10)
+    );
+
+    // A savepoint, the job running on; it is listed by name with the command that
+    // starts the job from it.
+    browser.click("#savepoint");
+    browser.accept_alert();
+    until("the savepoint in the list", &|| {
+        browser.text("#savepoints").contains("sluice start")
+    });
+    let name = browser.text("tr.savepoint td");
+    assert!(
+        browser
+            .text("#savepoints")
+            .contains(&format!("sluice start {id} --savepoint {name}")),
+        "{}",
+        browser.text("#savepoints")
+    );
+    assert_eq!(a.status(&id).unwrap().job.state, JobState::Running);
+
     // Stop with a savepoint, confirmed in a dialog.
     browser.click("#stop");
     browser.accept_alert();

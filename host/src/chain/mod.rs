@@ -296,7 +296,9 @@ impl OperatorChain {
     ) -> Result<Emitted> {
         let link = &mut self.operators[i];
         let start = Instant::now();
+        link.metrics.enter(call, start);
         let result = f(&mut *link.operator);
+        link.metrics.leave();
         let end = Instant::now();
         add_duration(&link.metrics.busy_ns, end - start);
         link.metrics
@@ -796,7 +798,9 @@ impl OperatorChain {
         for i in 0..self.operators.len() {
             let link = &mut self.operators[i];
             let start = Instant::now();
+            link.metrics.enter(Call::Snapshot, start);
             let result = link.operator.snapshot(checkpoint_id);
+            link.metrics.leave();
             add_duration(&link.metrics.busy_ns, start.elapsed());
             let state = result.map_err(|error| OperatorFailure {
                 identity: link.operator.identity().clone(),

@@ -67,6 +67,25 @@ pub enum Call {
 }
 
 impl Call {
+    /// Every call, in the order of their numbers (`call as u8`).
+    const ALL: [Call; 10] = [
+        Call::Open,
+        Call::Process,
+        Call::ProcessWatermark,
+        Call::OnTimers,
+        Call::Snapshot,
+        Call::NotifyComplete,
+        Call::NotifyAborted,
+        Call::Finish,
+        Call::Close,
+        Call::Dispose,
+    ];
+
+    /// The call numbered `index` (`call as u8`).
+    pub fn from_index(index: u8) -> Option<Call> {
+        Call::ALL.get(usize::from(index)).copied()
+    }
+
     /// The call's name in the WIT.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -113,6 +113,23 @@ pub(super) fn show_progress(jobs: &[Followed], done: &AtomicBool) {
             if attempt > 0 {
                 msg.push_str(&format!(" restarts {attempt}"));
             }
+            // The longest call in progress, once long enough to stand out.
+            let longest = tasks
+                .iter()
+                .flat_map(|t| &t.operators)
+                .filter_map(|o| o.in_call.as_ref().map(|c| (o, c)))
+                .max_by_key(|(_, c)| c.running);
+            if let Some((op, call)) =
+                longest.filter(|(_, c)| c.running.as_millis() as u64 >= super::remote::LONG_CALL_MS)
+            {
+                msg.push_str(&format!(
+                    " · {} ({}) in one `{}` for {:.0} s",
+                    op.operator,
+                    op.subtask + 1,
+                    call.call,
+                    call.running.as_secs_f64()
+                ));
+            }
             bar.set_message(msg);
             bar.tick();
         }

@@ -11,6 +11,10 @@ use anyhow::{Context, Result};
 use crate::server::client::Client;
 use crate::server::model::{JobDetail, JobList, JobSummary, PluginList};
 
+/// A call an operator has been in this long (ms) is shown in `sluice status`: an operator
+/// stuck in one call then stands out from one that is busy.
+pub(crate) const LONG_CALL_MS: u64 = 1000;
+
 /// One line: a job's id, name and state (what `submit`, `stop`, `start` and `cancel`
 /// answer).
 pub(super) fn job_line(job: &JobSummary) -> String {
@@ -89,6 +93,14 @@ pub(super) fn job_detail(job: &JobDetail) -> String {
             }
         }
         for op in &task.operators {
+            if let Some(call) = op.in_call.as_ref().filter(|c| c.running_ms >= LONG_CALL_MS) {
+                below.push(format!(
+                    "    {} has been in one `{}` call for {:.1} s",
+                    op.operator,
+                    call.call,
+                    call.running_ms as f64 / 1000.0
+                ));
+            }
             if op.state_memory_bytes > 0 || op.state_disk_bytes > 0 {
                 below.push(format!(
                     "    {} state: {} in memory, {} on disk (at its last checkpoint)",

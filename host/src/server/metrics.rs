@@ -220,6 +220,14 @@ fn add_job(m: &mut Metrics, sample: &JobSample<'_>) {
                 &labels,
                 op.state_disk_bytes as f64,
             );
+            m.add(
+                "sluice_operator_call_seconds",
+                "gauge",
+                "How long an operator has been in its current call (0 between calls): one \
+                 that keeps growing is stuck in a call that does not return.",
+                &labels,
+                op.in_call.as_ref().map_or(0.0, |c| c.running.as_secs_f64()),
+            );
         }
         for op in task.source.iter().chain(&task.operators) {
             let subtask = op.subtask.to_string();

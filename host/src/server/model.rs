@@ -200,6 +200,19 @@ pub struct OperatorMetrics {
     pub state_disk_bytes: u64,
     /// Its own counters.
     pub counters: BTreeMap<String, u64>,
+    /// The call it is in, if any: an operator stuck in one call (a loop under its
+    /// deadline, a sink waiting on a full queue) shows here, its time growing.
+    #[serde(default)]
+    pub in_call: Option<CallInProgress>,
+}
+
+/// A call an operator is in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CallInProgress {
+    /// The call (`process`, `process-watermark`, `on-timers`, `snapshot`, …).
+    pub call: String,
+    /// How long it has run so far.
+    pub running_ms: u64,
 }
 
 /// A task (a chain's subtask) of a job's current run.

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::model::{
-    AbortedCheckpoint, ChainSummary, CheckpointHistory, CheckpointRef, CheckpointStatus,
-    ClusterHostStatus, ClusterStatus, CompletedCheckpoint, JobDetail, JobList, JobOverview,
-    JobState, JobSummary, OperatorMetrics, SourceMetrics, TaskMetrics, rfc3339,
+    AbortedCheckpoint, CallInProgress, ChainSummary, CheckpointHistory, CheckpointRef,
+    CheckpointStatus, ClusterHostStatus, ClusterStatus, CompletedCheckpoint, JobDetail, JobList,
+    JobOverview, JobState, JobSummary, OperatorMetrics, SourceMetrics, TaskMetrics, rfc3339,
 };
 use super::registry::{JobEntry, JobRecord, LOGS_FILE};
 use super::{ApiError, ErrorKind, Server};
@@ -114,6 +114,10 @@ fn operator_metrics(op: &OperatorReport) -> OperatorMetrics {
         state_memory_bytes: op.state_memory_bytes,
         state_disk_bytes: op.state_disk_bytes,
         counters: op.counters.clone(),
+        in_call: op.in_call.as_ref().map(|c| CallInProgress {
+            call: c.call.clone(),
+            running_ms: c.running.as_millis() as u64,
+        }),
     }
 }
 

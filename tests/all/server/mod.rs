@@ -1227,3 +1227,64 @@ fn a_local_savepoint_stays_local_whatever_the_clients_variables_say() {
         "{stderr}"
     );
 }
+
+/// An operator stuck in one call stands out from a busy one: the job's detail, `sluice
+/// status`, `/metrics` and the dashboard's data show the call and how long it has run.
+#[test]
+fn an_operator_stuck_in_one_call_shows_the_call_and_its_time() {
+    let dir = test_dir("server-stuck-call");
+    let server = ServerProcess::start(&host_config(&dir, ""));
+    let a = server.client(Some("token-a"));
+    // Each record takes 20 s of `process` (under the 30 s call deadline).
+    let job = format!(
+        r#"
+name = "stuck"
+[source]
+type = "generator"
+records = 5
+[[operator]]
+name = "slow"
+plugin = "{}"
+config = {{ behavior = "slow-process", delay-ms = 20000 }}
+[sink]
+type = "file"
+path = "out.txt"
+"#,
+        sluice_tests::plugins::TEST_MISBEHAVE
+    );
+    let id = a.submit(&write_job(&dir, &job)).unwrap().id;
+    let in_call = || {
+        let detail = a.status(&id).unwrap();
+        detail
+            .tasks
+            .iter()
+            .flat_map(|t| &t.operators)
+            .find(|o| o.operator == "slow")
+            .and_then(|o| o.in_call.clone())
+    };
+    wait_for("a call of two seconds", Duration::from_secs(60), || {
+        in_call().is_some_and(|c| c.running_ms >= 2000)
+    });
+    let call = in_call().unwrap();
+    assert_eq!(call.call, "process");
+    let status = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .args(["status", &id])
+        .env("SLUICE_SERVER", &server.url)
+        .env("SLUICE_TOKEN", "token-a")
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("slow has been in one `process` call for "),
+        "{status}"
+    );
+    let metrics = String::from_utf8(a.metrics().unwrap()).unwrap();
+    let seconds: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("sluice_operator_call_seconds{") && l.contains("operator=\"slow\""))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(seconds >= 2.0, "{seconds}");
+    a.cancel(&id).unwrap();
+}
