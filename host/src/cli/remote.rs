@@ -68,6 +68,18 @@ pub(super) fn job_detail(job: &JobDetail) -> String {
     if let Some(failure) = &job.last_failure {
         line(format!("  last failure: {failure}"));
     }
+    if !job.exceptions.is_empty() {
+        line(format!(
+            "  failures, newest first ({} kept):",
+            job.exceptions.len()
+        ));
+        for e in job.exceptions.iter().take(5) {
+            line(format!(
+                "    {} attempt {} ({}): {}",
+                e.at, e.attempt, e.kind, e.error
+            ));
+        }
+    }
     let mut table = super::table(&["task", "in", "out", "busy", "idle", "back"], 1..6);
     // Below its task's row: its source's and operators' lag and counters.
     let mut details: Vec<Vec<String>> = Vec::new();

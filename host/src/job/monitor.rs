@@ -1,6 +1,6 @@
 //! A live view of a running job, shared with progress lines and status endpoints.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -22,12 +22,30 @@ pub struct JobMonitor {
     pub(super) failures_by_kind: Mutex<BTreeMap<String, u64>>,
     pub(super) last_failure_at: Mutex<Option<Instant>>,
     pub(super) last_failure: Mutex<Option<String>>,
+    /// The job's last failures, oldest first (at most [`FAILURE_HISTORY`]).
+    failures: Mutex<VecDeque<FailureRecord>>,
     /// The tasks' metrics as another process reported them last (a job in a worker
     /// process, [`JobMonitor::apply`]).
     reported_tasks: Mutex<Option<Vec<TaskReport>>>,
     /// What this host of a job over several hosts does ([`crate::cluster`]), while it
     /// runs one.
     cluster: Mutex<Option<Arc<Mutex<HostView>>>>,
+}
+
+/// How many failures a job's exception history keeps (the newest).
+pub const FAILURE_HISTORY: usize = 20;
+
+/// A failure of one of a job's attempts, for its exception history.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FailureRecord {
+    /// When it was learned, in milliseconds since the Unix epoch.
+    pub at_ms: i64,
+    /// The attempt it ended (0 for the first run).
+    pub attempt: u32,
+    /// Its kind (`error`, `panic`, `deadline`, `memory`, `worker`, …).
+    pub kind: String,
+    /// The error, with the task, operator and call it names.
+    pub error: String,
 }
 
 /// A point-in-time copy of a [`JobMonitor`], as a worker process reports the monitor of a
@@ -51,6 +69,9 @@ pub struct MonitorSnapshot {
     /// What the host of a job over several hosts does.
     #[serde(default)]
     pub cluster: Option<Box<HostView>>,
+    /// The job's last failures, oldest first.
+    #[serde(default)]
+    pub failures: Vec<FailureRecord>,
 }
 
 impl JobMonitor {
@@ -130,6 +151,7 @@ impl JobMonitor {
             last_failure_ago: self.last_failure_at().map(|at| at.elapsed()),
             last_failure: self.last_failure(),
             cluster: self.cluster_view().map(Box::new),
+            failures: self.failure_history(),
         }
     }
 
@@ -143,6 +165,36 @@ impl JobMonitor {
         self.cluster.lock().as_ref().map(|view| view.lock().clone())
     }
 
+    /// The job's last failures, oldest first.
+    pub fn failure_history(&self) -> Vec<FailureRecord> {
+        self.failures.lock().iter().cloned().collect()
+    }
+
+    /// Adds a failure to the exception history (the oldest leave past
+    /// [`FAILURE_HISTORY`]).
+    pub fn record_failure(&self, attempt: u32, kind: &str, error: &str) {
+        let at_ms = crate::timers::now_millis();
+        let mut failures = self.failures.lock();
+        failures.push_back(FailureRecord {
+            at_ms,
+            attempt,
+            kind: kind.to_string(),
+            error: error.to_string(),
+        });
+        while failures.len() > FAILURE_HISTORY {
+            failures.pop_front();
+        }
+    }
+
+    /// Starts the exception history with `failures` (of the job's earlier runs).
+    pub fn keep_failures(&self, failures: Vec<FailureRecord>) {
+        let mut kept: VecDeque<FailureRecord> = failures.into();
+        while kept.len() > FAILURE_HISTORY {
+            kept.pop_front();
+        }
+        *self.failures.lock() = kept;
+    }
+
     /// Counts a failure the job's own restarts did not see (its worker process died) as
     /// one more attempt, and starts the next attempt's report empty; returns the attempt
     /// it is now at.
@@ -154,6 +206,7 @@ impl JobMonitor {
             .or_default() += 1;
         *self.last_failure.lock() = Some(why.to_string());
         *self.last_failure_at.lock() = Some(Instant::now());
+        self.record_failure(self.attempt(), kind, why);
         *self.reported_tasks.lock() = Some(Vec::new());
         *self.checkpoints.lock() = Arc::default();
         self.running.store(false, Ordering::Relaxed);
@@ -173,6 +226,7 @@ impl JobMonitor {
             .last_failure_ago
             .and_then(|ago| Instant::now().checked_sub(ago));
         *self.last_failure.lock() = snapshot.last_failure;
+        self.keep_failures(snapshot.failures);
         if let Some(view) = snapshot.cluster {
             *self.cluster.lock() = Some(Arc::new(Mutex::new(*view)));
         }

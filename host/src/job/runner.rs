@@ -222,6 +222,7 @@ impl Job {
                 .entry(failure_kind(&error).to_string())
                 .or_default() += 1;
             *monitor.last_failure.lock() = Some(format!("{error:#}"));
+            monitor.record_failure(attempt, failure_kind(&error), &format!("{error:#}"));
             let restart = attempt + 1;
             let delay = if is_permanent(&error) {
                 None

@@ -392,6 +392,7 @@ impl Server {
             checkpoint_counts: (0, 0),
             cluster: matches!(run, Run::Cluster(_)),
             cluster_resources,
+            exceptions: Vec::new(),
         };
         let entry = JobEntry::new(dir.clone(), record.clone());
         let stored = fs::create_dir_all(&dir)
@@ -432,6 +433,8 @@ impl Server {
         }
         needs.store(entry);
         let monitor = Arc::new(JobMonitor::default());
+        // The exception history goes on over runs.
+        monitor.keep_failures(entry.monitor.lock().failure_history());
         *entry.monitor.lock() = monitor.clone();
         {
             let record = entry.record.lock();

@@ -316,6 +316,26 @@ pub struct JobDetail {
     pub output: Vec<String>,
     /// Whether it runs over several servers, and this server's share.
     pub cluster: ClusterStatus,
+    /// Its exception history: its last failures over all its runs (at most 20), newest
+    /// first.
+    #[serde(default)]
+    pub exceptions: Vec<JobException>,
+}
+
+/// A failure of one of a job's attempts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct JobException {
+    /// When it happened, in milliseconds since the Unix epoch.
+    pub at_ms: i64,
+    /// When it happened, in RFC 3339.
+    pub at: String,
+    /// The attempt it ended (0 for a run's first).
+    pub attempt: u32,
+    /// Its kind: panic, deadline, memory, stack-overflow, memory-access, fuel, error,
+    /// invalid-config, contract, host, worker, other.
+    pub kind: String,
+    /// The error (tenant, job, task, operator, subtask, call and cause).
+    pub error: String,
 }
 
 /// A plugin a tenant uploaded.

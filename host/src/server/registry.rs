@@ -20,7 +20,7 @@ use super::views::CheckpointSummary;
 use super::{ApiError, ErrorKind, Server, write_atomic};
 use crate::checkpoint::CheckpointStorage;
 use crate::cluster::gc::ClusterResources;
-use crate::job::{JobControl, JobMonitor, RestorePoint};
+use crate::job::{FailureRecord, JobControl, JobMonitor, RestorePoint};
 use crate::tenant::TenantConfig;
 
 /// How many times in a row a restarted server resumes a job that reaches neither a
@@ -79,6 +79,10 @@ pub(super) struct JobRecord {
     /// `cluster_partitions` while it is stored, and deleted with it.
     #[serde(default)]
     pub(super) cluster_resources: Option<ClusterResources>,
+    /// Its last failures over all runs, oldest first (its exception history), saved with
+    /// its checkpoint history.
+    #[serde(default)]
+    pub(super) exceptions: Vec<FailureRecord>,
 }
 
 /// Completed checkpoints a job's record keeps.
@@ -176,10 +180,12 @@ impl JobEntry {
         let history = (record.checkpoints.clone(), record.checkpoint_counts);
         let restarts = record.restarts;
         let savepoints = Mutex::new(Triggers::new(&record.id));
+        let monitor = JobMonitor::default();
+        monitor.keep_failures(record.exceptions.clone());
         Arc::new(JobEntry {
             dir,
             record: Mutex::new(record),
-            monitor: Mutex::new(Arc::new(JobMonitor::default())),
+            monitor: Mutex::new(Arc::new(monitor)),
             run: Mutex::new(None),
             instances: AtomicU32::new(0),
             subtasks: AtomicU32::new(0),
@@ -271,10 +277,13 @@ impl JobEntry {
     /// (written only when it changed).
     pub(super) fn save_history(&self) {
         let (history, counts) = self.checkpoint_history();
-        if self.record().checkpoint_counts != counts {
+        let exceptions = self.monitor.lock().failure_history();
+        let record = self.record();
+        if record.checkpoint_counts != counts || record.exceptions != exceptions {
             self.update(|r| {
                 r.checkpoints = history;
                 r.checkpoint_counts = counts;
+                r.exceptions = exceptions;
             });
         }
     }

@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use super::model::{
     AbortedCheckpoint, CallInProgress, ChainSummary, CheckpointHistory, CheckpointRef,
-    CheckpointStatus, ClusterHostStatus, ClusterStatus, CompletedCheckpoint, JobDetail, JobList,
-    JobOverview, JobState, JobSummary, OperatorMetrics, SourceMetrics, TaskMetrics, rfc3339,
+    CheckpointStatus, ClusterHostStatus, ClusterStatus, CompletedCheckpoint, JobDetail,
+    JobException, JobList, JobOverview, JobState, JobSummary, OperatorMetrics, SourceMetrics,
+    TaskMetrics, rfc3339,
 };
 use super::registry::{JobEntry, JobRecord, LOGS_FILE};
 use super::{ApiError, ErrorKind, Server};
@@ -229,6 +230,18 @@ impl Server {
             graph: record.graph.clone(),
             output: record.output.clone(),
             cluster,
+            exceptions: monitor
+                .failure_history()
+                .into_iter()
+                .rev()
+                .map(|f| JobException {
+                    at: rfc3339(f.at_ms),
+                    at_ms: f.at_ms,
+                    attempt: f.attempt,
+                    kind: f.kind,
+                    error: f.error,
+                })
+                .collect(),
         })
     }
 

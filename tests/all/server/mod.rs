@@ -1288,3 +1288,75 @@ path = "out.txt"
     assert!(seconds >= 2.0, "{seconds}");
     a.cancel(&id).unwrap();
 }
+
+/// A job's exception history: each failed attempt with its time, attempt, kind and
+/// error, newest first, kept across the job's restarts and a restart of the server, and
+/// shown by `sluice status`.
+#[test]
+fn a_jobs_failures_are_kept_in_its_exception_history() {
+    let dir = test_dir("server-exceptions");
+    let config = host_config(&dir, "");
+    let server = ServerProcess::start(&config);
+    let a = server.client(Some("token-a"));
+    // Fails in its first two attempts, then finishes.
+    let job = format!(
+        r#"
+name = "flaky"
+[source]
+type = "generator"
+records = 50
+[[operator]]
+name = "flaky"
+plugin = "{}"
+config = {{ behavior = "error-in-process", attempts = "0,1" }}
+[sink]
+type = "file"
+path = "out.txt"
+[checkpoint]
+interval_ms = 100
+dir = "checkpoints"
+[restart]
+strategy = "fixed-delay"
+attempts = 3
+delay_ms = 10
+"#,
+        sluice_tests::plugins::TEST_MISBEHAVE
+    );
+    let id = a.submit(&write_job(&dir, &job)).unwrap().id;
+    wait_for("the job to finish", Duration::from_secs(60), || {
+        state(&a, &id) == JobState::Finished
+    });
+    let check = |client: &Client| {
+        let detail = client.status(&id).unwrap();
+        let attempts: Vec<u32> = detail.exceptions.iter().map(|e| e.attempt).collect();
+        assert_eq!(attempts, [1, 0], "{:?}", detail.exceptions);
+        for e in &detail.exceptions {
+            assert_eq!(e.kind, "error");
+            assert!(
+                e.error.contains("operator 'flaky'")
+                    && e.error.contains("deliberate error in process"),
+                "{}",
+                e.error
+            );
+            assert!(e.at.starts_with("20"), "{}", e.at);
+        }
+        assert!(detail.exceptions[0].at_ms >= detail.exceptions[1].at_ms);
+    };
+    check(&a);
+    let status = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .args(["status", &id])
+        .env("SLUICE_SERVER", &server.url)
+        .env("SLUICE_TOKEN", "token-a")
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("failures, newest first (2 kept):")
+            && status.contains(" attempt 1 (error): "),
+        "{status}"
+    );
+    // A server started again on the same registry still has them.
+    server.terminate();
+    let server = ServerProcess::start(&config);
+    check(&server.client(Some("token-a")));
+}

@@ -414,9 +414,19 @@ fn follow(
     let mut requests = 0u64;
     let mut replies: HashMap<u64, Sender<Result<PathBuf, String>>> = HashMap::new();
     let failures_before: BTreeMap<String, u64> = monitor.failures_by_kind();
-    // Failures that killed earlier workers stay counted beside the new worker's own.
+    let history_before = monitor.failure_history();
+    // Failures that killed earlier workers stay counted beside the new worker's own, and
+    // its attempts count on from theirs.
     let apply = |mut snapshot: MonitorSnapshot, failures_before: &BTreeMap<String, u64>| {
         snapshot.attempt += earlier_attempts;
+        for failure in &mut snapshot.failures {
+            failure.attempt += earlier_attempts;
+        }
+        snapshot.failures = history_before
+            .iter()
+            .cloned()
+            .chain(snapshot.failures)
+            .collect();
 
         for (kind, n) in failures_before {
             *snapshot.failures_by_kind.entry(kind.clone()).or_default() += n;
