@@ -79,7 +79,7 @@ struct Attached {
 
 /// What a job's thread hears of its worker.
 enum Event {
-    Message(FromWorker),
+    Message(Box<FromWorker>),
     /// The worker died, and why.
     Died(String),
 }
@@ -331,7 +331,7 @@ impl Worker {
                         | FromWorker::Ended { job, .. } => job.clone(),
                     };
                     if let Some(attached) = self.jobs.lock().get(&job) {
-                        let _ = attached.events.send(Event::Message(message));
+                        let _ = attached.events.send(Event::Message(Box::new(message)));
                     }
                 }
                 Ok(None) => break None,
@@ -459,24 +459,26 @@ fn follow(
                 let _ = worker.send(&ToWorker::Control { job: job.to_string(), request: requests, control });
             }
             recv(heard.events) -> event => match event {
-                Ok(Event::Message(FromWorker::Monitor { snapshot, .. })) => apply(snapshot, &failures_before),
-                Ok(Event::Message(FromWorker::Answer { request, result, .. })) => {
-                    if let Some(reply) = replies.remove(&request) {
-                        let _ = reply.send(result);
+                Ok(Event::Message(message)) => match *message {
+                    FromWorker::Monitor { snapshot, .. } => apply(snapshot, &failures_before),
+                    FromWorker::Answer { request, result, .. } => {
+                        if let Some(reply) = replies.remove(&request) {
+                            let _ = reply.send(result);
+                        }
                     }
-                }
-                Ok(Event::Message(FromWorker::Ended { result, snapshot, .. })) => {
-                    apply(snapshot, &failures_before);
-                    let savepoint = match &result {
-                        Ok(JobOutcome::Stopped { savepoint }) => Ok(savepoint.clone()),
-                        _ => Err("the job ended before its savepoint".to_string()),
-                    };
-                    for (_, reply) in replies.drain() {
-                        let _ = reply.send(savepoint.clone());
+                    FromWorker::Ended { result, snapshot, .. } => {
+                        apply(snapshot, &failures_before);
+                        let savepoint = match &result {
+                            Ok(JobOutcome::Stopped { savepoint }) => Ok(savepoint.clone()),
+                            _ => Err("the job ended before its savepoint".to_string()),
+                        };
+                        for (_, reply) in replies.drain() {
+                            let _ = reply.send(savepoint.clone());
+                        }
+                        return Ok(WorkerEnd::Job(result));
                     }
-                    return Ok(WorkerEnd::Job(result));
-                }
-                Ok(Event::Message(FromWorker::Log { .. })) => {}
+                    FromWorker::Log { .. } => {}
+                },
                 Ok(Event::Died(why)) => return Ok(WorkerEnd::Died(why)),
                 Err(_) => return Ok(WorkerEnd::Died("its reader ended".into())),
             },
