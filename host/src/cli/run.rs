@@ -22,6 +22,7 @@ use crate::job::{
     Job, JobControl, JobGraph, JobMonitor, JobReport, RestorePoint, RunLocks, RunOptions, SinkKind,
     Vertex, load_graph,
 };
+use crate::server::worker::Restarts;
 use crate::server::worker::protocol::JobSource;
 use crate::server::worker::supervisor::{WorkerJob, Workers};
 use crate::tenant::{HostConfig, InstanceBudget, TenantConfig};
@@ -284,16 +285,14 @@ fn run_jobs(
                 thread::Builder::new()
                     .name(format!("job {name}"))
                     .spawn(move || {
-                        let outcome = crate::server::worker::run_file(
-                            &workers,
-                            &tenant,
-                            job,
-                            &strategy,
-                            options,
-                            checkpoints.as_deref(),
-                            &control_rx,
-                            &m,
-                        )?;
+                        let restarts = Restarts {
+                            workers: &workers,
+                            tenant: &tenant,
+                            strategy: &strategy,
+                            control: &control_rx,
+                            monitor: &m,
+                        };
+                        let outcome = restarts.run_file(job, options, checkpoints.as_deref())?;
                         Ok(JobReport {
                             outcome,
                             restarts: m.attempt(),

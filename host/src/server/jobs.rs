@@ -485,15 +485,14 @@ impl Server {
                     match work {
                         _ if in_worker.is_some() => {
                             let (workers, strategy, config) = in_worker.expect("checked");
-                            super::worker::run_job(
-                                &workers,
-                                &config,
-                                &finished,
-                                &strategy,
-                                options,
-                                &control_rx,
-                                &monitor,
-                            )
+                            let restarts = super::worker::Restarts {
+                                workers: &workers,
+                                tenant: &config,
+                                strategy: &strategy,
+                                control: &control_rx,
+                                monitor: &monitor,
+                            };
+                            restarts.run_job(&finished, options)
                         }
                         Run::Local(job) => job
                             .run(options, &control_rx, &monitor)

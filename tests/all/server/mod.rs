@@ -1267,13 +1267,7 @@ path = "out.txt"
     });
     let call = in_call().unwrap();
     assert_eq!(call.call, "process");
-    let status = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
-        .args(["status", &id])
-        .env("SLUICE_SERVER", &server.url)
-        .env("SLUICE_TOKEN", "token-a")
-        .output()
-        .unwrap();
-    let status = String::from_utf8_lossy(&status.stdout);
+    let status = status_text(&server, &id);
     assert!(
         status.contains("slow has been in one `process` call for "),
         "{status}"
@@ -1343,13 +1337,7 @@ delay_ms = 10
         assert!(detail.exceptions[0].at_ms >= detail.exceptions[1].at_ms);
     };
     check(&a);
-    let status = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
-        .args(["status", &id])
-        .env("SLUICE_SERVER", &server.url)
-        .env("SLUICE_TOKEN", "token-a")
-        .output()
-        .unwrap();
-    let status = String::from_utf8_lossy(&status.stdout);
+    let status = status_text(&server, &id);
     assert!(
         status.contains("failures, newest first (2 kept):")
             && status.contains(" attempt 1 (error): "),
@@ -1359,4 +1347,15 @@ delay_ms = 10
     server.terminate();
     let server = ServerProcess::start(&config);
     check(&server.client(Some("token-a")));
+}
+
+/// `sluice status ID` against `server`, as tenant `a`, as it prints it.
+fn status_text(server: &ServerProcess, id: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .args(["status", id])
+        .env("SLUICE_SERVER", &server.url)
+        .env("SLUICE_TOKEN", "token-a")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

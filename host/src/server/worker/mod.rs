@@ -92,98 +92,78 @@ impl std::fmt::Display for Quarantined {
 
 impl std::error::Error for Quarantined {}
 
-/// Runs a job of `tenant` in its worker until it ends. A worker's death is a failure
-/// of the job: it restarts from its latest checkpoint after the delay its strategy
-/// gives, unless quarantined or out of restarts.
-pub(super) fn run_job(
-    workers: &Workers,
-    tenant: &TenantConfig,
-    entry: &JobEntry,
-    strategy: &RestartStrategy,
-    options: RunOptions,
-    control: &Receiver<JobControl>,
-    monitor: &JobMonitor,
-) -> Result<JobOutcome> {
-    let job = || {
-        let record = entry.record();
-        Ok(WorkerJob {
-            id: record.id.clone(),
-            source: JobSource::Registry {
-                text: fs::read_to_string(entry.dir.join("job.toml"))?,
-                dir: entry.dir.clone(),
-                plugins: record.plugins.clone(),
-            },
-            plugins: record.plugins.values().cloned().collect(),
-        })
-    };
-    let restarting = || {
-        entry.fold_run();
-        // As a server that restarts resumes it: from its latest checkpoint, or from
-        // scratch when it completed none (and so committed nothing).
-        Ok(RunOptions::from(super::registry::latest_or_fresh(
-            &entry.dir,
-        )?))
-    };
-    let run = Restarts {
-        workers,
-        tenant,
-        strategy,
-        control,
-        monitor,
-    };
-    run.run(options, job, restarting)
+/// A job in its tenant's worker, started again when the worker dies: a worker's death is
+/// a failure of the job, which restarts from its latest checkpoint after the delay its
+/// strategy gives, unless quarantined or out of restarts.
+pub struct Restarts<'a> {
+    /// The workers.
+    pub workers: &'a Workers,
+    /// The job's tenant.
+    pub tenant: &'a TenantConfig,
+    /// The job's restart strategy.
+    pub strategy: &'a RestartStrategy,
+    /// The job's control.
+    pub control: &'a Receiver<JobControl>,
+    /// The job's monitor.
+    pub monitor: &'a JobMonitor,
 }
 
-/// A job file of a `sluice run` in the worker of its tenant until it ends, restarted
-/// after a worker's death as [`run_job`] does: from its latest checkpoint in
-/// `checkpoints` (or from scratch when it has none), keeping `options`' other choices.
-#[allow(clippy::too_many_arguments)]
-pub fn run_file(
-    workers: &Workers,
-    tenant: &TenantConfig,
-    job: WorkerJob,
-    strategy: &RestartStrategy,
-    options: RunOptions,
-    checkpoints: Option<&Path>,
-    control: &Receiver<JobControl>,
-    monitor: &JobMonitor,
-) -> Result<JobOutcome> {
-    let run = Restarts {
-        workers,
-        tenant,
-        strategy,
-        control,
-        monitor,
-    };
-    let (id, source, plugins) = (job.id, job.source, job.plugins);
-    let job = || {
-        Ok(WorkerJob {
-            id: id.clone(),
-            source: source.clone(),
-            plugins: plugins.clone(),
-        })
-    };
-    let restarting = || {
-        Ok(RunOptions {
-            restore: match checkpoints {
-                Some(dir) => super::registry::resume_from(dir)?,
-                None => RestorePoint::Fresh,
-            },
-            // What it moved aside at its start stays aside; it resumes its own.
-            move_aside: false,
-            ..options.clone()
-        })
-    };
-    run.run(options.clone(), job, restarting)
-}
+impl Restarts<'_> {
+    /// Runs a server's job until it ends.
+    pub(super) fn run_job(&self, entry: &JobEntry, options: RunOptions) -> Result<JobOutcome> {
+        let job = || {
+            let record = entry.record();
+            Ok(WorkerJob {
+                id: record.id.clone(),
+                source: JobSource::Registry {
+                    text: fs::read_to_string(entry.dir.join("job.toml"))?,
+                    dir: entry.dir.clone(),
+                    plugins: record.plugins.clone(),
+                },
+                plugins: record.plugins.values().cloned().collect(),
+            })
+        };
+        let restarting = || {
+            entry.fold_run();
+            // As a server that restarts resumes it: from its latest checkpoint, or from
+            // scratch when it completed none (and so committed nothing).
+            Ok(RunOptions::from(super::registry::latest_or_fresh(
+                &entry.dir,
+            )?))
+        };
+        self.run(options, job, restarting)
+    }
 
-/// A job in its tenant's worker, started again when the worker dies.
-struct Restarts<'a> {
-    workers: &'a Workers,
-    tenant: &'a TenantConfig,
-    strategy: &'a RestartStrategy,
-    control: &'a Receiver<JobControl>,
-    monitor: &'a JobMonitor,
+    /// Runs a job file of a `sluice run` until it ends; after a worker's death it resumes
+    /// from its latest checkpoint in `checkpoints` (or from scratch when it has none),
+    /// keeping `options`' other choices.
+    pub fn run_file(
+        &self,
+        job: WorkerJob,
+        options: RunOptions,
+        checkpoints: Option<&Path>,
+    ) -> Result<JobOutcome> {
+        let (id, source, plugins) = (job.id, job.source, job.plugins);
+        let job = || {
+            Ok(WorkerJob {
+                id: id.clone(),
+                source: source.clone(),
+                plugins: plugins.clone(),
+            })
+        };
+        let restarting = || {
+            Ok(RunOptions {
+                restore: match checkpoints {
+                    Some(dir) => super::registry::resume_from(dir)?,
+                    None => RestorePoint::Fresh,
+                },
+                // What it moved aside at its start stays aside; it resumes its own.
+                move_aside: false,
+                ..options.clone()
+            })
+        };
+        self.run(options.clone(), job, restarting)
+    }
 }
 
 impl Restarts<'_> {
