@@ -256,6 +256,8 @@ fn a_tenant_watches_and_stops_its_job_in_the_dashboard_and_sees_no_other() {
     browser.type_into("#token", "token-a");
     browser.click("#login-button");
     until("the job list", &|| browser.count("tr.job") == 1);
+    // The header says whose jobs these are.
+    until("the tenant's name", &|| browser.text("#who") == "tenant a");
     assert_eq!(browser.count(&format!("tr.job[data-id='{id}']")), 1);
     assert_eq!(browser.count(&format!("tr.job[data-id='{other}']")), 0);
     assert!(
@@ -350,5 +352,17 @@ fn a_tenant_watches_and_stops_its_job_in_the_dashboard_and_sees_no_other() {
     browser.go(&format!("{}/#/jobs/{id}", server.url));
     let refusal = format!("no job '{id}'");
     until("the refusal", &|| browser.text("main").contains(&refusal));
+    // Refreshed every second, it stays one line.
+    browser.eval(
+        "window.refreshes = 0; new MutationObserver(() => window.refreshes++).observe(document.getElementById('view'), { childList: true, characterData: true, subtree: true }); return 0;",
+    );
+    until("two refreshes", &|| {
+        browser
+            .eval("return window.refreshes;")
+            .as_u64()
+            .unwrap_or(0)
+            >= 2
+    });
+    assert_eq!(browser.count("p.error"), 1, "{}", browser.text("main"));
     b.cancel(&other).unwrap();
 }

@@ -37,7 +37,7 @@ use utoipa_axum::routes;
 use super::blocking::blocking;
 use super::model::{
     ErrorBody, JobDetail, JobList, JobSummary, Plugin, PluginList, Probe, ProbeStatus,
-    SavepointStatus, SavepointTaken, SavepointTriggered, TriggerStatus,
+    SavepointStatus, SavepointTaken, SavepointTriggered, TenantInfo, TriggerStatus,
 };
 use super::{ApiError, ErrorKind, Server};
 use crate::tenant::TenantConfig;
@@ -167,6 +167,7 @@ fn api() -> OpenApiRouter<Arc<Server>> {
     OpenApiRouter::new()
         .routes(routes!(openapi_document))
         .routes(routes!(metrics))
+        .routes(routes!(tenant_info))
         .routes(routes!(list_plugins, upload_plugin))
         .routes(routes!(delete_plugin))
         .routes(routes!(list_jobs, submit))
@@ -341,6 +342,21 @@ async fn metrics(
     let text = blocking(&server.clone(), &t.clone(), move || Ok(server.metrics(&t))).await?;
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     Ok(([(header::CONTENT_TYPE, content_type)], text).into_response())
+}
+
+#[utoipa::path(get, path = "/tenant", tag = "server",
+    responses(
+        (status = 200, description = "The tenant the token logs in as, and its quotas", body = TenantInfo),
+        (status = 401, description = "No valid bearer token", body = ErrorBody),
+    ))]
+async fn tenant_info(State(server): State<Arc<Server>>, Tenant(t): Tenant) -> Json<TenantInfo> {
+    Json(TenantInfo {
+        tenant: t.name.clone(),
+        max_jobs: t.max_jobs,
+        slots: t.slots.unwrap_or(server.host.server.slots),
+        max_subtasks: t.max_subtasks,
+        max_disk_bytes: t.max_disk_bytes,
+    })
 }
 
 #[utoipa::path(get, path = "/plugins", tag = "plugins",

@@ -360,6 +360,21 @@ pub struct Plugin {
     pub config_keys: Option<Vec<String>>,
 }
 
+/// `GET /v1/tenant`: the tenant a token logs in as, and its quotas.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TenantInfo {
+    /// Its name.
+    pub tenant: String,
+    /// Jobs it may run at once (`max_jobs`).
+    pub max_jobs: u32,
+    /// Task slots its running jobs may take (`slots`, else the server's).
+    pub slots: u32,
+    /// Subtasks (threads) its running jobs may have (`max_subtasks`).
+    pub max_subtasks: u32,
+    /// Bytes its jobs and plugins may take on disk (`max_disk_mb`).
+    pub max_disk_bytes: u64,
+}
+
 /// `GET /v1/plugins`: the tenant's plugins, newest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PluginList {
