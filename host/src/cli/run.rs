@@ -146,7 +146,6 @@ fn run_cluster(cli: &Cli, job: &Path, host_path: Option<&Path>, bootstrap: &str)
 struct RunningJob {
     path: PathBuf,
     graph: JobGraph,
-    tenant: String,
     monitor: Arc<JobMonitor>,
     started: Instant,
 }
@@ -169,13 +168,13 @@ fn run_jobs(
 ) -> Result<Exit> {
     // Read every job file first: a bad one fails the run before anything runs.
     let mut graphs = Vec::new();
+    let cores = crate::tenant::cores();
     for path in paths {
         let graph = load_graph(path).map_err(bad_input)?;
         let tenant = host
             .tenant(&graph.tenant)
             .with_context(|| format!("{}: job '{}'", path.display(), graph.name))
             .map_err(bad_input)?;
-        let cores = crate::tenant::cores();
         if graph.slots() > cores {
             eprintln!(
                 "warning: job '{}' ({}) runs {} subtasks of a task side by side on a machine \
@@ -258,7 +257,6 @@ fn run_jobs(
         controls.push(control_tx.clone());
         let monitor = Arc::new(JobMonitor::default());
         let name = graph.name.clone();
-        let tenant = graph.tenant.clone();
         let options = options.clone();
         let m = monitor.clone();
         let started = Instant::now();
@@ -310,7 +308,6 @@ fn run_jobs(
             RunningJob {
                 path,
                 graph,
-                tenant,
                 monitor,
                 started,
             },
@@ -322,7 +319,7 @@ fn run_jobs(
             let scraped = running
                 .iter()
                 .map(|(j, _)| Scraped {
-                    tenant: j.tenant.clone(),
+                    tenant: j.graph.tenant.clone(),
                     job: j.graph.name.clone(),
                     monitor: j.monitor.clone(),
                 })
@@ -384,9 +381,7 @@ fn run_jobs(
         }
         jobs.push(JobSummary::of(Ended {
             file: &job.path,
-            name: &job.graph.name,
             graph: &job.graph,
-            tenant: &job.tenant,
             result,
             restarts: job.monitor.attempt(),
             failures: job.monitor.failures_by_kind(),

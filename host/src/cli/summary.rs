@@ -153,9 +153,7 @@ pub(super) struct TenantSummary {
 /// A job's end as the run saw it.
 pub(super) struct Ended<'a> {
     pub(super) file: &'a std::path::Path,
-    pub(super) name: &'a str,
-    pub(super) tenant: &'a str,
-    /// Its graph, for the files it wrote.
+    /// Its graph: its name, tenant and the files it wrote.
     pub(super) graph: &'a JobGraph,
     pub(super) result: &'a anyhow::Result<JobReport>,
     /// From the job's monitor, for a job that failed (its report has them otherwise).
@@ -219,8 +217,8 @@ impl JobSummary {
             Err(_) => Vec::new(),
         };
         JobSummary {
-            job: ended.name.to_string(),
-            tenant: ended.tenant.to_string(),
+            job: ended.graph.name.clone(),
+            tenant: ended.graph.tenant.clone(),
             file: ended.file.display().to_string(),
             outcome,
             savepoint,

@@ -361,6 +361,11 @@ impl JobGraph {
         self.chains.iter().map(|c| c.parallelism).sum()
     }
 
+    /// Wasm operator instances of the job: one per operator subtask.
+    pub fn instances(&self) -> u32 {
+        self.operators().map(|o| o.parallelism).sum()
+    }
+
     /// Task slots the job takes, as Flink counts them: its highest parallelism (a slot
     /// holds one subtask of every task).
     pub fn slots(&self) -> u32 {

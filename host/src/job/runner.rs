@@ -115,7 +115,7 @@ impl Job {
 
     /// Number of Wasm operator instances the job runs.
     pub fn instances(&self) -> u32 {
-        self.graph.operators().map(|o| o.parallelism).sum()
+        self.graph.instances()
     }
 
     /// The validated graph.

@@ -121,15 +121,12 @@ fn leaves_its_folder(path: &Path) -> bool {
 
 /// The operator instances, subtasks and slots of all of a plan's units.
 fn units_need(plan: &Plan, settings: &ClusterSettings) -> Result<Needs> {
-    let mut needs = Needs::default();
-    for unit in 0..plan.units() {
-        let graph = plan.unit_graph(unit, settings, Path::new("unit"), "", None)?;
-        let unit = Needs::of(&graph);
-        needs.instances += unit.instances;
-        needs.subtasks += unit.subtasks;
-        needs.slots += unit.slots;
-    }
-    Ok(needs)
+    (0..plan.units())
+        .map(|unit| {
+            let graph = plan.unit_graph(unit, settings, Path::new("unit"), "", None)?;
+            Ok(Needs::of(&graph))
+        })
+        .sum()
 }
 
 impl Server {

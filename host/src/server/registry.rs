@@ -104,18 +104,18 @@ impl Needs {
     /// What a run of `graph` needs.
     pub(super) fn of(graph: &crate::job::JobGraph) -> Needs {
         Needs {
-            instances: graph.operators().map(|o| o.parallelism).sum(),
+            instances: graph.instances(),
             subtasks: graph.subtasks(),
             slots: graph.slots(),
         }
     }
 
-    /// Counts `entry`'s current run in.
-    pub(super) fn add(self, entry: &JobEntry) -> Needs {
+    /// What `entry`'s current run takes.
+    pub(super) fn of_run(entry: &JobEntry) -> Needs {
         Needs {
-            instances: self.instances + entry.instances.load(Ordering::Relaxed),
-            subtasks: self.subtasks + entry.subtasks.load(Ordering::Relaxed),
-            slots: self.slots + entry.slots.load(Ordering::Relaxed),
+            instances: entry.instances.load(Ordering::Relaxed),
+            subtasks: entry.subtasks.load(Ordering::Relaxed),
+            slots: entry.slots.load(Ordering::Relaxed),
         }
     }
 
@@ -124,6 +124,16 @@ impl Needs {
         entry.instances.store(self.instances, Ordering::Relaxed);
         entry.subtasks.store(self.subtasks, Ordering::Relaxed);
         entry.slots.store(self.slots, Ordering::Relaxed);
+    }
+}
+
+impl std::iter::Sum for Needs {
+    fn sum<I: Iterator<Item = Needs>>(needs: I) -> Needs {
+        needs.fold(Needs::default(), |a, b| Needs {
+            instances: a.instances + b.instances,
+            subtasks: a.subtasks + b.subtasks,
+            slots: a.slots + b.slots,
+        })
     }
 }
 
@@ -370,8 +380,8 @@ impl Server {
                 .collect::<Vec<_>>();
             (
                 theirs.len() as u32,
-                theirs.iter().fold(Needs::default(), |n, e| n.add(e)),
-                running().fold(Needs::default(), |n, e| n.add(e)),
+                theirs.iter().map(|e| Needs::of_run(e)).sum::<Needs>(),
+                running().map(|e| Needs::of_run(e)).sum::<Needs>(),
             )
         };
         let (in_use, threads) = (tenants.instances, tenants.subtasks);

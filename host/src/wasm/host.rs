@@ -51,11 +51,7 @@ impl Host for StoreState {
             )));
         }
         if name.len() > MAX_STATE_NAME_BYTES {
-            return Ok(Err(format!(
-                "declare-state: a state name of {} bytes is longer than the limit of \
-                 {MAX_STATE_NAME_BYTES}",
-                name.len()
-            )));
+            return Ok(Err(state_name_too_long(name.len())));
         }
         let Some(backend) = self.operator.keyed.as_mut() else {
             self.operator.unkeyed_state = Some(crate::guest_text::printable(&name).into_owned());
@@ -104,11 +100,7 @@ impl Host for StoreState {
             )));
         }
         if name.is_empty() || name.len() > MAX_STATE_NAME_BYTES {
-            return Ok(Err(format!(
-                "declare-output: an output name must have 1 to {MAX_STATE_NAME_BYTES} bytes, \
-                 not {}",
-                name.len()
-            )));
+            return Ok(Err(output_name_refused(name.len())));
         }
         let outputs = &mut self.operator.outputs;
         if let Some(i) = outputs.iter().position(|o| *o == name) {
@@ -243,7 +235,20 @@ pub(crate) fn link_borrowed(linker: &mut Linker<StoreState>) -> Result<()> {
     linked
 }
 
-/// A guest string of at most `max` bytes, read where it lies; `None` when longer.
+/// Why `declare-state` refuses a name of `len` bytes.
+fn state_name_too_long(len: usize) -> String {
+    format!(
+        "declare-state: a state name of {len} bytes is longer than the limit of \
+         {MAX_STATE_NAME_BYTES}"
+    )
+}
+
+/// Why `declare-output` refuses a name of `len` bytes.
+fn output_name_refused(len: usize) -> String {
+    format!("declare-output: an output name must have 1 to {MAX_STATE_NAME_BYTES} bytes, not {len}")
+}
+
+/// A guest string of at most `max` bytes, read where it lies; its length when longer.
 fn bounded_str<'a>(
     store: &'a StoreContextMut<'_, StoreState>,
     text: &WasmStr,
@@ -279,12 +284,7 @@ where
          (name, kind, ttl_ms): (WasmStr, K, Option<u64>)| {
             let name = match bounded_str(&store, &name, MAX_STATE_NAME_BYTES)? {
                 Ok(name) => name.into_owned(),
-                Err(len) => {
-                    return Ok((Err(format!(
-                        "declare-state: a state name of {len} bytes is longer than the limit \
-                         of {MAX_STATE_NAME_BYTES}"
-                    )),));
-                }
+                Err(len) => return Ok((Err(state_name_too_long(len)),)),
             };
             Ok((Host::declare_state(
                 store.data_mut(),
@@ -299,12 +299,7 @@ where
         |mut store: StoreContextMut<'_, StoreState>, (name,): (WasmStr,)| {
             let name = match bounded_str(&store, &name, MAX_STATE_NAME_BYTES)? {
                 Ok(name) => name.into_owned(),
-                Err(len) => {
-                    return Ok((Err(format!(
-                        "declare-output: an output name must have 1 to \
-                         {MAX_STATE_NAME_BYTES} bytes, not {len}"
-                    )),));
-                }
+                Err(len) => return Ok((Err(output_name_refused(len)),)),
             };
             Ok((Host::declare_output(store.data_mut(), name)?,))
         },

@@ -143,14 +143,7 @@ impl Restarts<'_> {
         options: RunOptions,
         checkpoints: Option<&Path>,
     ) -> Result<JobOutcome> {
-        let (id, source, plugins) = (job.id, job.source, job.plugins);
-        let job = || {
-            Ok(WorkerJob {
-                id: id.clone(),
-                source: source.clone(),
-                plugins: plugins.clone(),
-            })
-        };
+        let job = || Ok(job.clone());
         let restarting = || {
             Ok(RunOptions {
                 restore: match checkpoints {
@@ -164,9 +157,7 @@ impl Restarts<'_> {
         };
         self.run(options.clone(), job, restarting)
     }
-}
 
-impl Restarts<'_> {
     /// Runs the job `job` gives from `options`, and again from what `restarting` gives
     /// (called as soon as a worker dies) after each worker's death, until it ends, is
     /// quarantined or is out of restarts.

@@ -93,6 +93,7 @@ pub enum WorkerEnd {
 }
 
 /// A job for a worker to run.
+#[derive(Debug, Clone)]
 pub struct WorkerJob {
     /// Job id.
     pub id: String,
