@@ -6,8 +6,16 @@ set -euo pipefail
 
 rustup target add wasm32-wasip2
 
-if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 &&
-  ! ls /usr/lib/*/libclang*.so* >/dev/null 2>&1; then
+# (libclang itself: `libclang-cpp`, which other packages bring, is not what bindgen loads.)
+have_libclang() {
+  local dir
+  for dir in /usr/lib/llvm-*/lib /usr/lib/*; do
+    compgen -G "$dir/libclang.so*" >/dev/null || compgen -G "$dir/libclang-[0-9]*.so*" >/dev/null &&
+      return 0
+  done
+  return 1
+}
+if ! have_libclang; then
   as_root=""
   if [ "$(id -u)" -ne 0 ]; then as_root="sudo"; fi
   export DEBIAN_FRONTEND=noninteractive
