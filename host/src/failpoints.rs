@@ -21,6 +21,7 @@
 //! | `checkpoint::final` | a finished task took part in its final checkpoint |
 //! | `checkpoint::write-state` | a task's state file of a checkpoint is about to be written |
 //! | `checkpoint::write-metadata` | a checkpoint's metadata is about to be written |
+//! | `checkpoint::before-state-link` | a RocksDB state's switched memtable is flushed, before its files are linked for a checkpoint |
 //! | `checkpoint::upload-state-file` | a RocksDB state's table file is about to be copied into the checkpoints' shared folder |
 //! | `checkpoint::release-shared-files` | old checkpoints were deleted, before the shared files only they named are |
 //! | `sink::write` | the file sink is about to write a batch to its in-progress file |

@@ -239,6 +239,16 @@ fn an_error_while_rocksdb_state_files_are_copied() {
 }
 
 #[test]
+fn a_crash_before_rocksdb_state_files_are_linked() {
+    crash_at_in("checkpoint::before-state-link", 4, "rocksdb");
+}
+
+#[test]
+fn an_error_before_rocksdb_state_files_are_linked() {
+    fail_at_in("checkpoint::before-state-link", 4, "rocksdb");
+}
+
+#[test]
 fn a_crash_after_a_rocksdb_checkpoints_metadata() {
     crash_at_in("checkpoint::after-metadata", 3, "rocksdb");
 }

@@ -791,7 +791,7 @@ impl OperatorChain {
 
     /// The synchronous part of a checkpoint: every operator's own state (its `snapshot`
     /// call), a copy of its timers and a snapshot of its keyed state (O(1) on the heap; a
-    /// flush and hard links in RocksDB), head first.
+    /// memtable switch in RocksDB, its files linked by the asynchronous part), head first.
     pub fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<OperatorSnapshot>> {
         let mut snapshots = Vec::with_capacity(self.operators.len());
         let now = now_millis();

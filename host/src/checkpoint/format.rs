@@ -149,21 +149,20 @@ fn write_lsm_entries(w: &mut impl Write, local: &LsmSnapshot) -> io::Result<()> 
         group.clear();
         Ok(())
     }
-    crate::state::lsm::read_entries(
-        local.local(),
-        groups.clone(),
-        |kg, key, written_at, value| {
-            while current < kg {
-                flush(w, current, count, &mut group)?;
-                (current, count) = (current + 1, 0);
-            }
-            put_bytes(&mut group, key)?;
-            put_bytes(&mut group, value)?;
-            group.extend_from_slice(&written_at.to_le_bytes());
-            count += 1;
-            Ok(())
-        },
-    )
+    let path = local
+        .local()
+        .map_err(|e| io::Error::other(format!("{e:#}")))?;
+    crate::state::lsm::read_entries(path, groups.clone(), |kg, key, written_at, value| {
+        while current < kg {
+            flush(w, current, count, &mut group)?;
+            (current, count) = (current + 1, 0);
+        }
+        put_bytes(&mut group, key)?;
+        put_bytes(&mut group, value)?;
+        group.extend_from_slice(&written_at.to_le_bytes());
+        count += 1;
+        Ok(())
+    })
     // A failed write stays the I/O error it was (a full disk, say).
     .map_err(|e| {
         e.downcast::<io::Error>()

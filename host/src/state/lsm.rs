@@ -6,10 +6,20 @@
 //! one contiguous key range and one `(state, key)` is one prefix; a value is the write's
 //! processing time (eight bytes, little-endian) and then the operator's bytes.
 //!
-//! There is no write-ahead log: durability is the checkpoint's. A checkpoint flushes the
-//! memtables and hard-links the database's files into a folder of their own (RocksDB's
-//! checkpoint), in the synchronous part; the asynchronous part (`lsm/files.rs`) copies
-//! only the table files no earlier checkpoint holds into the checkpoint storage.
+//! There is no write-ahead log: durability is the checkpoint's. The synchronous part of a
+//! checkpoint only switches the memtable (RocksDB's flush without waiting: the memtable
+//! becomes immutable and is written to a table file in the background) and closes the
+//! instance's *link gate*; the asynchronous part waits for that flush, hard-links the
+//! database's table files into a folder of their own (RocksDB's checkpoint, without a
+//! flush of its own), opens the gate, and copies only the table files no earlier
+//! checkpoint holds into the checkpoint storage (`lsm/files.rs`).
+//!
+//! The files linked hold exactly the state as of the barrier because nothing written
+//! after it reaches a table file before the link: the instance switches memtables itself
+//! (when the active one holds `switch_bytes`), never while the gate is closed, and RocksDB's
+//! own limit (`write_buffer_size`) sits above what one call can add to that, so RocksDB
+//! never switches on its own. A call that finds the memtable full while the gate is closed
+//! waits for the link (tens of milliseconds, a flush's time): backpressure, not loss.
 //!
 //! Memory is a fixed budget per instance (`[state] memory_mb`): a block cache with the
 //! index and filter blocks in it, and a write buffer manager for the memtables, both
@@ -24,7 +34,7 @@ use anyhow::{Context, Result};
 use parking_lot::{Mutex, RwLock};
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, DEFAULT_COLUMN_FAMILY_NAME, Direction,
-    IteratorMode, Options, ReadOptions, WriteBatch, WriteBufferManager, WriteOptions,
+    FlushOptions, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions,
     compaction_filter::Decision,
 };
 use sluice_codec::EntryWriter;
@@ -33,9 +43,11 @@ use super::backend::{StateDescriptor, StateError, StateKind};
 
 mod arena;
 mod files;
+mod link;
 mod pending;
 mod prefetch;
 pub use files::{DbFile, LsmFiles, LsmSnapshot, Place, SharedFolder};
+use link::{LinkGate, PendingLink, Store};
 use pending::Pending;
 use prefetch::Prefetched;
 
@@ -55,10 +67,15 @@ pub const MIN_MEMORY_BYTES: u64 = 8 << 20;
 
 /// Keyed state of one operator instance in RocksDB.
 pub struct LsmBackend {
-    db: DB,
-    /// Deletes the working folder once `db` (declared before it, so dropped first) is
-    /// closed.
-    _folder: Folder,
+    /// The database and its working folder, shared with the asynchronous part of a
+    /// checkpoint until it has linked its files.
+    store: Arc<Store>,
+    /// Closed from a checkpoint's memtable switch until its files are linked.
+    gate: Arc<LinkGate>,
+    /// Estimated bytes in the active memtable.
+    active_bytes: u64,
+    /// The active memtable is switched once it holds this many bytes.
+    switch_bytes: u64,
     config: LsmConfig,
     max_parallelism: u32,
     key_groups: Range<u32>,
@@ -123,8 +140,10 @@ impl LsmBackend {
         let mut write = WriteOptions::default();
         write.disable_wal(true);
         Ok(LsmBackend {
-            db,
-            _folder: Folder(config.dir.clone()),
+            store: Arc::new(Store::new(db, config.dir.clone())),
+            gate: Arc::default(),
+            active_bytes: 0,
+            switch_bytes: switch_bytes(config.memory_bytes),
             max_parallelism,
             key_groups,
             descriptors: Vec::new(),
@@ -171,7 +190,8 @@ impl LsmBackend {
 
     /// RocksDB's estimate of the number of entries.
     pub fn len(&self) -> usize {
-        self.db
+        self.store
+            .db
             .property_int_value("rocksdb.estimate-num-keys")
             .ok()
             .flatten()
@@ -185,7 +205,8 @@ impl LsmBackend {
 
     /// Bytes of its files on disk.
     pub fn disk_bytes(&self) -> u64 {
-        self.db
+        self.store
+            .db
             .property_int_value("rocksdb.total-sst-files-size")
             .ok()
             .flatten()
@@ -232,7 +253,7 @@ impl LsmBackend {
         {
             return Ok(read.and_then(live));
         }
-        let found = self.db.get_pinned(&k).map_err(storage_error)?;
+        let found = self.store.db.get_pinned(&k).map_err(storage_error)?;
         Ok(found.and_then(|v| live(&v)))
     }
 
@@ -246,8 +267,28 @@ impl LsmBackend {
         // What was read ahead may be about to change.
         self.prefetched.forget();
         let mut batch = WriteBatch::default();
-        self.pending.drain_into(&mut batch);
-        self.db.write_opt(batch, &self.write).map_err(storage_error)
+        self.active_bytes += self.pending.drain_into(&mut batch);
+        self.store
+            .db
+            .write_opt(batch, &self.write)
+            .map_err(storage_error)?;
+        if self.active_bytes >= self.switch_bytes {
+            // Not while a checkpoint's files are being linked: what goes into a table
+            // file now must not be written after its barrier.
+            self.gate.wait();
+            self.switch_memtable()?;
+        }
+        Ok(())
+    }
+
+    /// Makes the active memtable immutable, to be written to a table file in the
+    /// background (RocksDB's flush, without waiting for it).
+    fn switch_memtable(&mut self) -> Result<(), StateError> {
+        let mut flush = FlushOptions::default();
+        flush.set_wait(false);
+        self.store.db.flush_opt(&flush).map_err(storage_error)?;
+        self.active_bytes = 0;
+        Ok(())
     }
 
     /// Reads the value states of the keys of `records` (an encoded batch) in one
@@ -277,11 +318,14 @@ impl LsmBackend {
         }
         keys.sort_unstable();
         keys.dedup();
-        let Some(cf) = self.db.cf_handle(DEFAULT_COLUMN_FAMILY_NAME) else {
+        let Some(cf) = self.store.db.cf_handle(DEFAULT_COLUMN_FAMILY_NAME) else {
             return Ok(());
         };
         let read = ReadOptions::default();
-        let found = self.db.batched_multi_get_cf_opt(cf, &keys, true, &read);
+        let found = self
+            .store
+            .db
+            .batched_multi_get_cf_opt(cf, &keys, true, &read);
         for (key, value) in keys.iter().zip(found) {
             let value = value.map_err(storage_error)?;
             self.prefetched.push(key, value.as_deref());
@@ -314,7 +358,7 @@ impl LsmBackend {
         if let Some(end) = successor(prefix) {
             read.set_iterate_upper_bound(end);
         }
-        let mut it = self.db.raw_iterator_opt(read);
+        let mut it = self.store.db.raw_iterator_opt(read);
         it.seek(prefix);
         while let (Some(k), Some(v)) = (it.key(), it.value()) {
             if let Some((written_at, value)) = split_value(v) {
@@ -358,14 +402,17 @@ impl LsmBackend {
         self.descriptor(state)?;
         self.compose(state, key, &[])?;
         let prefix = self.key.clone();
-        let mut batch = WriteBatch::default();
-        let mut k = prefix.clone();
+        let mut keys = Vec::new();
         self.scan_prefix(&prefix, |user_key, _, _| {
-            k.truncate(prefix.len());
+            let mut k = prefix.clone();
             k.extend_from_slice(user_key);
-            batch.delete(&k);
+            keys.push(k);
         })?;
-        self.db.write_opt(batch, &self.write).map_err(storage_error)
+        // Through the held writes, so the memtable is switched as after any write.
+        for k in keys {
+            self.pending.delete(&k);
+        }
+        self.commit()
     }
 
     /// Appends an element to a list state, at the position after its last one
@@ -393,7 +440,7 @@ impl LsmBackend {
         if let Some(end) = successor(&prefix) {
             read.set_iterate_upper_bound(end);
         }
-        let mut it = self.db.raw_iterator_opt(read);
+        let mut it = self.store.db.raw_iterator_opt(read);
         it.seek_to_last();
         let next = match it.key() {
             // An element under the empty user key sorts first: the list goes on at 0.
@@ -416,22 +463,26 @@ impl LsmBackend {
         0
     }
 
-    /// The synchronous part of checkpoint `id`: flushes the memtables and hard-links the
-    /// database's files into a folder of their own, which the asynchronous part copies
-    /// from and then deletes.
+    /// The synchronous part of checkpoint `id`: switches the memtable and closes the link
+    /// gate. The asynchronous part, once the switched memtable is in a table file,
+    /// hard-links the database's files into a folder of their own (then opens the gate),
+    /// copies from it and deletes it.
     pub fn snapshot(&mut self, id: u64, now: i64) -> Result<LsmSnapshot> {
         self.commit()
             .context("writing the state before a checkpoint")?;
+        // The last checkpoint's link first: until then nothing may reach a table file.
+        self.gate.wait();
+        self.switch_memtable()
+            .context("switching the memtable for a checkpoint")?;
         self.checkpoints += 1;
         let local = self
             .config
             .dir
             .join(format!("chk-{id:010}-{}", self.checkpoints));
-        rocksdb::checkpoint::Checkpoint::new(&self.db)
-            .and_then(|c| c.create_checkpoint(&local))
-            .with_context(|| format!("taking a checkpoint of the state in {}", local.display()))?;
+        let link = PendingLink::new(self.store.clone(), self.gate.clone());
         Ok(LsmSnapshot::new(
             local,
+            link,
             self.descriptors.clone(),
             self.key_groups.clone(),
             now,
@@ -525,6 +576,7 @@ impl Restorer<'_> {
     fn write(&mut self) -> Result<()> {
         let batch = std::mem::take(&mut self.batch);
         self.backend
+            .store
             .db
             .write_opt(batch, &self.backend.write)
             .context("writing restored state")
@@ -536,23 +588,6 @@ impl Restorer<'_> {
     }
 }
 
-/// A working folder, deleted when dropped: it is the instance's alone, and the
-/// checkpoints keep their own copies of its files.
-struct Folder(PathBuf);
-
-impl Drop for Folder {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.0)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(
-                "could not delete the state folder {}: {e}",
-                self.0.display()
-            );
-        }
-    }
-}
-
 /// The database's options: memory within `memory` bytes, entries past their state's TTL
 /// dropped by compaction.
 fn options(memory: u64, ttls: Arc<RwLock<Vec<Option<u64>>>>) -> Options {
@@ -561,17 +596,17 @@ fn options(memory: u64, ttls: Arc<RwLock<Vec<Option<u64>>>>) -> Options {
     o.create_if_missing(true);
     o.set_log_level(rocksdb::LogLevel::Warn);
     o.set_stats_dump_period_sec(0);
-    // Memtables: half of the budget, in two buffers; the rest is the block cache. A
-    // bloom filter over each memtable's keys answers the lookups of keys it does not
-    // hold (most of them, in a job that keeps meeting new keys) without a search.
+    // Memtables: half of the budget, an active one and one being flushed, each switched
+    // by the instance at `switch_bytes` (see the module docs); RocksDB's own limit is
+    // above that, never reached. A bloom filter over each memtable's keys answers the
+    // lookups of keys it does not hold (most of them, in a job that keeps meeting new
+    // keys) without a search.
     let buffers = memory / 2;
-    o.set_write_buffer_size(buffers / 2);
-    o.set_max_write_buffer_number(2);
+    let limit = (switch_bytes(memory as u64) as usize + 4 * pending::FLUSH_BYTES).max(buffers);
+    o.set_write_buffer_size(limit);
+    o.set_max_write_buffer_number(3);
     o.set_memtable_whole_key_filtering(true);
     o.set_memtable_prefix_bloom_ratio(0.1);
-    o.set_write_buffer_manager(&WriteBufferManager::new_write_buffer_manager(
-        buffers, false,
-    ));
     let cache = Cache::new_lru_cache(memory - buffers);
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(&cache);
@@ -616,6 +651,15 @@ fn options(memory: u64, ttls: Arc<RwLock<Vec<Option<u64>>>>) -> Options {
         }
     });
     o
+}
+
+/// The active memtable's size at which an instance with `memory` bytes switches it:
+/// three eighths of the half of the budget that is memtables, so that with what one
+/// commit adds (at most `pending::FLUSH_BYTES` of keys and values, and RocksDB's
+/// overhead per entry) the active and the immutable memtable stay within that half.
+/// RocksDB's own limit is above that by four commits' worth: it is never reached.
+fn switch_bytes(memory: u64) -> u64 {
+    memory.max(MIN_MEMORY_BYTES) / 2 * 3 / 8
 }
 
 /// `kg ‖ state ‖ key length ‖ key ‖ user_key` into `out`.

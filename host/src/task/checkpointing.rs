@@ -70,9 +70,10 @@ impl StreamTask {
             }
         }
         // Forward the barrier first, so downstream alignment is not delayed by our
-        // snapshot.
-        let sync_start = std::time::Instant::now();
+        // snapshot. The synchronous part is timed from then, as Flink times it: a wait
+        // for room in a full output channel is backpressure, not the snapshot's cost.
         self.chain().broadcast_barrier(barrier)?;
+        let sync_start = std::time::Instant::now();
         let position = match &mut self.input {
             TaskInput::Source(reader) => {
                 let position = reader.checkpoint();

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use parking_lot::Mutex;
 
+use super::link::PendingLink;
 use crate::checkpoint::CrcWriter;
 use crate::state::StateDescriptor;
 
@@ -73,17 +74,36 @@ pub enum Place {
     Shared(String),
 }
 
-/// A local checkpoint of an instance's database, taken by the synchronous part; deleted
-/// when the last copy of its snapshot is dropped.
+/// A local checkpoint of an instance's database: linked by the first use of the
+/// snapshot (in the asynchronous part), deleted when the last copy of the snapshot is
+/// dropped.
 #[derive(Debug)]
-struct LocalCheckpoint(PathBuf);
+struct LocalCheckpoint {
+    path: PathBuf,
+    link: PendingLink,
+    /// `None` until linked; then what linking came to.
+    linked: Mutex<Option<Result<(), String>>>,
+}
+
+impl LocalCheckpoint {
+    /// The folder, linked first if it is not yet.
+    fn linked(&self) -> Result<&Path> {
+        let mut linked = self.linked.lock();
+        let outcome = linked
+            .get_or_insert_with(|| (self.link.link(&self.path)).map_err(|e| format!("{e:#}")));
+        match outcome {
+            Ok(()) => Ok(&self.path),
+            Err(e) => bail!("{e}"),
+        }
+    }
+}
 
 impl Drop for LocalCheckpoint {
     fn drop(&mut self) {
-        if let Err(e) = fs::remove_dir_all(&self.0)
+        if let Err(e) = fs::remove_dir_all(&self.path)
             && e.kind() != std::io::ErrorKind::NotFound
         {
-            tracing::warn!("could not delete {}: {e}", self.0.display());
+            tracing::warn!("could not delete {}: {e}", self.path.display());
         }
     }
 }
@@ -106,6 +126,7 @@ pub struct LsmSnapshot {
 impl LsmSnapshot {
     pub(super) fn new(
         local: PathBuf,
+        link: PendingLink,
         descriptors: Vec<StateDescriptor>,
         key_groups: Range<u32>,
         taken_at: i64,
@@ -113,7 +134,11 @@ impl LsmSnapshot {
         shared: Option<SharedFolder>,
     ) -> Self {
         LsmSnapshot {
-            local: Arc::new(LocalCheckpoint(local)),
+            local: Arc::new(LocalCheckpoint {
+                path: local,
+                link,
+                linked: Mutex::new(None),
+            }),
             descriptors,
             key_groups,
             taken_at,
@@ -122,9 +147,10 @@ impl LsmSnapshot {
         }
     }
 
-    /// The local checkpoint's folder (a database RocksDB opens read-only).
-    pub fn local(&self) -> &Path {
-        &self.local.0
+    /// The local checkpoint's folder (a database RocksDB opens read-only), its files
+    /// linked first if they are not yet: the asynchronous part's first step.
+    pub fn local(&self) -> Result<&Path> {
+        self.local.linked()
     }
 
     /// Copies the table files the shared folder lacks into it and returns the manifest:
@@ -136,15 +162,16 @@ impl LsmSnapshot {
             .context("the job has no checkpoint directory to keep state files in")?;
         fs::create_dir_all(shared.path())
             .with_context(|| format!("creating {}", shared.path().display()))?;
-        let mut names: Vec<String> = fs::read_dir(self.local())
-            .with_context(|| format!("listing {}", self.local().display()))?
+        let local = self.local()?;
+        let mut names: Vec<String> = fs::read_dir(local)
+            .with_context(|| format!("listing {}", local.display()))?
             .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
             .collect::<std::io::Result<_>>()?;
         names.sort();
         let mut files = Vec::with_capacity(names.len());
         let mut copied = 0;
         for name in names {
-            let path = self.local().join(&name);
+            let path = local.join(&name);
             if !name.ends_with(".sst") {
                 let bytes =
                     fs::read(&path).with_context(|| format!("reading {}", path.display()))?;

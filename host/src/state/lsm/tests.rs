@@ -219,6 +219,61 @@ fn a_checkpoint_copies_only_the_files_the_last_one_did_not_and_restores_whole() 
 }
 
 #[test]
+fn a_checkpoints_files_hold_the_state_at_its_barrier_however_much_is_written_after() {
+    let root = tempfile::tempdir().unwrap();
+    let storage = root.path().join("checkpoints");
+    let mut lsm = LsmBackend::open(
+        config(&root.path().join("work"), Some(&storage)),
+        128,
+        0..128,
+    )
+    .unwrap();
+    let s = lsm
+        .declare(descriptor("value", StateKind::Value, None))
+        .unwrap();
+    let key = |i: u64| format!("key-{i}").into_bytes();
+    for i in 0..1_000 {
+        lsm.put(s, &key(i), b"", b"before", 0).unwrap();
+    }
+    lsm.commit().unwrap();
+    let snapshot = lsm.snapshot(1, 0).unwrap();
+    // After the barrier, the same keys and new ones, enough to switch the memtable of the
+    // least budget many times over, while the checkpoint's files are not yet linked.
+    let gate = lsm.gate.clone();
+    let writer = std::thread::spawn(move || {
+        for round in 0..100u64 {
+            for i in 0..2_000 {
+                let value = format!("after-{round}");
+                lsm.put(s, &key(i + round * 1_000), b"", value.as_bytes(), 0)
+                    .unwrap();
+            }
+            lsm.commit().unwrap();
+        }
+    });
+    // Until the writer waits for the link (or, were nothing holding it back, is done).
+    while gate.waiting() == 0 && !writer.is_finished() {
+        std::thread::yield_now();
+    }
+    let files = checkpoint(KeyedSnapshot::Lsm(snapshot), &storage);
+    writer.join().unwrap();
+    let mut restored = KeyedState::lsm(
+        config(&root.path().join("restored"), Some(&storage)),
+        128,
+        0..128,
+    )
+    .unwrap();
+    restored.restore(&[KeyedSnapshot::Files(files)]).unwrap();
+    for i in 0..1_000 {
+        assert_eq!(
+            restored.get(s, &key(i), b"", 0).unwrap().as_deref(),
+            Some(b"before".as_slice()),
+            "key {i}"
+        );
+    }
+    assert_eq!(restored.get(s, &key(50_000), b"", 0).unwrap(), None);
+}
+
+#[test]
 fn lsm_and_heap_state_restore_into_each_other_at_another_parallelism() {
     let root = tempfile::tempdir().unwrap();
     let storage = root.path().join("checkpoints");
@@ -335,10 +390,10 @@ fn compaction_drops_entries_past_their_ttl() {
         lsm.put(forever, &key, b"", b"kept", now - 120_000).unwrap();
     }
     lsm.commit().unwrap();
-    lsm.db.flush().unwrap();
-    let stored = |lsm: &LsmBackend| lsm.db.iterator(IteratorMode::Start).count();
+    lsm.store.db.flush().unwrap();
+    let stored = |lsm: &LsmBackend| lsm.store.db.iterator(IteratorMode::Start).count();
     assert_eq!(stored(&lsm), 200);
-    lsm.db.compact_range::<&[u8], &[u8]>(None, None);
+    lsm.store.db.compact_range::<&[u8], &[u8]>(None, None);
     // The expired entries are gone from the files, not only hidden from reads.
     assert_eq!(stored(&lsm), 100);
     assert_eq!(
