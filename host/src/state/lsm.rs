@@ -72,8 +72,6 @@ pub struct LsmBackend {
     store: Arc<Store>,
     /// Closed from a checkpoint's memtable switch until its files are linked.
     gate: Arc<LinkGate>,
-    /// Estimated bytes in the active memtable.
-    active_bytes: u64,
     /// The active memtable is switched once it holds this many bytes.
     switch_bytes: u64,
     config: LsmConfig,
@@ -142,7 +140,6 @@ impl LsmBackend {
         Ok(LsmBackend {
             store: Arc::new(Store::new(db, config.dir.clone())),
             gate: Arc::default(),
-            active_bytes: 0,
             switch_bytes: switch_bytes(config.memory_bytes),
             max_parallelism,
             key_groups,
@@ -267,12 +264,16 @@ impl LsmBackend {
         // What was read ahead may be about to change.
         self.prefetched.forget();
         let mut batch = WriteBatch::default();
-        self.active_bytes += self.pending.drain_into(&mut batch);
+        self.pending.drain_into(&mut batch);
         self.store
             .db
             .write_opt(batch, &self.write)
             .map_err(storage_error)?;
-        if self.active_bytes >= self.switch_bytes {
+        let active = (self.store.db)
+            .property_int_value("rocksdb.cur-size-active-mem-table")
+            .map_err(storage_error)?
+            .unwrap_or(0);
+        if active >= self.switch_bytes {
             // Not while a checkpoint's files are being linked: what goes into a table
             // file now must not be written after its barrier.
             self.gate.wait();
@@ -286,9 +287,7 @@ impl LsmBackend {
     fn switch_memtable(&mut self) -> Result<(), StateError> {
         let mut flush = FlushOptions::default();
         flush.set_wait(false);
-        self.store.db.flush_opt(&flush).map_err(storage_error)?;
-        self.active_bytes = 0;
-        Ok(())
+        self.store.db.flush_opt(&flush).map_err(storage_error)
     }
 
     /// Reads the value states of the keys of `records` (an encoded batch) in one
@@ -598,7 +597,10 @@ fn options(memory: u64, ttls: Arc<RwLock<Vec<Option<u64>>>>) -> Options {
     o.set_stats_dump_period_sec(0);
     // Memtables: half of the budget, an active one and one being flushed, each switched
     // by the instance at `switch_bytes` (see the module docs); RocksDB's own limit is
-    // above that, never reached. A bloom filter over each memtable's keys answers the
+    // above that, never reached. (Smaller memtables make more, smaller table files, which
+    // compaction then rewrites: switched at three eighths of this size, and earlier than
+    // that by an estimate of their size, the 12 M-key count's checkpoints wrote 4.5× the
+    // state, not 3.3×.) A bloom filter over each memtable's keys answers the
     // lookups of keys it does not hold (most of them, in a job that keeps meeting new
     // keys) without a search.
     let buffers = memory / 2;
@@ -606,7 +608,9 @@ fn options(memory: u64, ttls: Arc<RwLock<Vec<Option<u64>>>>) -> Options {
     o.set_write_buffer_size(limit);
     o.set_max_write_buffer_number(3);
     o.set_memtable_whole_key_filtering(true);
-    o.set_memtable_prefix_bloom_ratio(0.1);
+    // A memtable's filter is sized from RocksDB's limit but counts in its size: a tenth
+    // of the size it is switched at.
+    o.set_memtable_prefix_bloom_ratio(0.1 * switch_bytes(memory as u64) as f64 / limit as f64);
     let cache = Cache::new_lru_cache(memory - buffers);
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(&cache);
@@ -653,13 +657,12 @@ fn options(memory: u64, ttls: Arc<RwLock<Vec<Option<u64>>>>) -> Options {
     o
 }
 
-/// The active memtable's size at which an instance with `memory` bytes switches it:
-/// three eighths of the half of the budget that is memtables, so that with what one
-/// commit adds (at most `pending::FLUSH_BYTES` of keys and values, and RocksDB's
-/// overhead per entry) the active and the immutable memtable stay within that half.
-/// RocksDB's own limit is above that by four commits' worth: it is never reached.
+/// The active memtable's size at which an instance with `memory` bytes switches it: a
+/// quarter of the budget, so the active and the immutable memtable take half of it (and
+/// at most one commit more each: `pending::FLUSH_BYTES` of keys and values). RocksDB's
+/// own limit is above that by four commits' worth: it is never reached.
 fn switch_bytes(memory: u64) -> u64 {
-    memory.max(MIN_MEMORY_BYTES) / 2 * 3 / 8
+    memory.max(MIN_MEMORY_BYTES) / 4
 }
 
 /// `kg ‖ state ‖ key length ‖ key ‖ user_key` into `out`.

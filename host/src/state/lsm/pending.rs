@@ -29,11 +29,6 @@ struct Op {
 /// end.
 pub const FLUSH_BYTES: usize = 4 << 20;
 
-/// What a memtable adds to an entry's key and value: its sequence number and type, the
-/// lengths, and the skip list's node (an overestimate, so memtables switch early rather
-/// than late).
-const ENTRY_OVERHEAD: usize = 48;
-
 impl Pending {
     /// True when no write is held.
     pub fn is_empty(&self) -> bool {
@@ -73,9 +68,8 @@ impl Pending {
     }
 
     /// Moves the held writes into a batch in key order, the last write of each key only,
-    /// and holds none after. Returns an estimate of the bytes they take in a memtable.
-    pub fn drain_into(&mut self, batch: &mut WriteBatch) -> u64 {
-        let mut bytes = 0;
+    /// and holds none after.
+    pub fn drain_into(&mut self, batch: &mut WriteBatch) {
         // Stable: the writes of one key stay in the order they were made.
         let mut ops = std::mem::take(&mut self.ops);
         ops.sort_by(|a, b| self.slice(a.key).cmp(self.slice(b.key)));
@@ -91,13 +85,10 @@ impl Pending {
                 Some(v) => batch.put(key, self.slice(v)),
                 None => batch.delete(key),
             }
-            bytes +=
-                (key.len() + op.value.map_or(0, |v| self.slice(v).len()) + ENTRY_OVERHEAD) as u64;
         }
         ops.clear();
         self.ops = ops;
         self.bytes.clear();
-        bytes
     }
 }
 
