@@ -8,11 +8,12 @@
 //!
 //! There is no write-ahead log: durability is the checkpoint's. The synchronous part of a
 //! checkpoint only switches the memtable (RocksDB's flush without waiting: the memtable
-//! becomes immutable and is written to a table file in the background) and closes the
-//! instance's *link gate*; the asynchronous part waits for that flush, hard-links the
+//! becomes immutable and is written to a table file in the background), closes the
+//! instance's *link gate* and starts a thread that waits for that flush, hard-links the
 //! database's table files into a folder of their own (RocksDB's checkpoint, without a
-//! flush of its own), opens the gate, and copies only the table files no earlier
-//! checkpoint holds into the checkpoint storage (`lsm/files.rs`).
+//! flush of its own) and opens the gate (`lsm/link.rs`). The asynchronous part waits
+//! for the link and copies only the table files no earlier checkpoint holds into the
+//! checkpoint storage (`lsm/files.rs`).
 //!
 //! The files linked hold exactly the state as of the barrier because nothing written
 //! after it reaches a table file before the link: the instance switches memtables itself
@@ -462,10 +463,9 @@ impl LsmBackend {
         0
     }
 
-    /// The synchronous part of checkpoint `id`: switches the memtable and closes the link
-    /// gate. The asynchronous part, once the switched memtable is in a table file,
-    /// hard-links the database's files into a folder of their own (then opens the gate),
-    /// copies from it and deletes it.
+    /// The synchronous part of checkpoint `id`: switches the memtable and starts the link
+    /// (see the module docs). The asynchronous part copies from the folder linked and
+    /// then deletes it.
     pub fn snapshot(&mut self, id: u64, now: i64) -> Result<LsmSnapshot> {
         self.commit()
             .context("writing the state before a checkpoint")?;
@@ -478,7 +478,7 @@ impl LsmBackend {
             .config
             .dir
             .join(format!("chk-{id:010}-{}", self.checkpoints));
-        let link = PendingLink::new(self.store.clone(), self.gate.clone());
+        let link = PendingLink::start(self.store.clone(), self.gate.clone(), local.clone());
         Ok(LsmSnapshot::new(
             local,
             link,

@@ -74,32 +74,26 @@ pub enum Place {
     Shared(String),
 }
 
-/// A local checkpoint of an instance's database: linked by the first use of the
-/// snapshot (in the asynchronous part), deleted when the last copy of the snapshot is
-/// dropped.
+/// A local checkpoint of an instance's database: linked by a thread of its own, deleted
+/// when the last copy of the snapshot is dropped.
 #[derive(Debug)]
 struct LocalCheckpoint {
     path: PathBuf,
     link: PendingLink,
-    /// `None` until linked; then what linking came to.
-    linked: Mutex<Option<Result<(), String>>>,
 }
 
 impl LocalCheckpoint {
-    /// The folder, linked first if it is not yet.
+    /// The folder, once linked.
     fn linked(&self) -> Result<&Path> {
-        let mut linked = self.linked.lock();
-        let outcome = linked
-            .get_or_insert_with(|| (self.link.link(&self.path)).map_err(|e| format!("{e:#}")));
-        match outcome {
-            Ok(()) => Ok(&self.path),
-            Err(e) => bail!("{e}"),
-        }
+        self.link.wait()?;
+        Ok(&self.path)
     }
 }
 
 impl Drop for LocalCheckpoint {
     fn drop(&mut self) {
+        // Linked (or failed) first, so the folder is not made after it is deleted.
+        let _ = self.link.wait();
         if let Err(e) = fs::remove_dir_all(&self.path)
             && e.kind() != std::io::ErrorKind::NotFound
         {
@@ -134,11 +128,7 @@ impl LsmSnapshot {
         shared: Option<SharedFolder>,
     ) -> Self {
         LsmSnapshot {
-            local: Arc::new(LocalCheckpoint {
-                path: local,
-                link,
-                linked: Mutex::new(None),
-            }),
+            local: Arc::new(LocalCheckpoint { path: local, link }),
             descriptors,
             key_groups,
             taken_at,
@@ -147,8 +137,8 @@ impl LsmSnapshot {
         }
     }
 
-    /// The local checkpoint's folder (a database RocksDB opens read-only), its files
-    /// linked first if they are not yet: the asynchronous part's first step.
+    /// The local checkpoint's folder (a database RocksDB opens read-only), once its
+    /// files are linked: the asynchronous part's first step.
     pub fn local(&self) -> Result<&Path> {
         self.local.linked()
     }

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -53,6 +54,11 @@ pub struct LinkGate {
     opened: Condvar,
     /// Threads waiting (for tests).
     waiting: AtomicUsize,
+    /// Links wait while this is set (for tests).
+    #[cfg(test)]
+    hold: Mutex<bool>,
+    #[cfg(test)]
+    released: Condvar,
 }
 
 impl LinkGate {
@@ -72,6 +78,23 @@ impl LinkGate {
         self.waiting.load(Ordering::SeqCst)
     }
 
+    /// Holds links back (`true`) until released (`false`).
+    #[cfg(test)]
+    pub fn hold(&self, hold: bool) {
+        *self.hold.lock() = hold;
+        self.released.notify_all();
+    }
+
+    fn held(&self) {
+        #[cfg(test)]
+        {
+            let mut hold = self.hold.lock();
+            while *hold {
+                self.released.wait(&mut hold);
+            }
+        }
+    }
+
     fn close(&self) {
         *self.closed.lock() = true;
     }
@@ -86,12 +109,19 @@ impl LinkGate {
 /// checkpoint then fails, and the next one tries again).
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// A checkpoint's link: the gate is closed from its making until the link is made or it
-/// is dropped (a checkpoint discarded before its asynchronous part ran). It keeps the
-/// database, and so its working folder, which holds the local checkpoint, open.
+/// A checkpoint's link, made on a thread of its own from the synchronous part on (so
+/// that the gate opens a flush's time after the barrier, whatever the checkpoint writers
+/// are busy with). The gate is closed until the link is made. It keeps the database,
+/// and so its working folder, which holds the local checkpoint, open.
 pub struct PendingLink {
-    store: Arc<Store>,
-    gate: Arc<LinkGate>,
+    _store: Arc<Store>,
+    /// The linking thread until joined; then what the link came to.
+    state: Mutex<LinkState>,
+}
+
+enum LinkState {
+    Running(JoinHandle<Result<(), String>>),
+    Done(Result<(), String>),
 }
 
 impl std::fmt::Debug for PendingLink {
@@ -101,47 +131,87 @@ impl std::fmt::Debug for PendingLink {
 }
 
 impl PendingLink {
-    /// Called by the synchronous part, right after it switched the memtable.
-    pub fn new(store: Arc<Store>, gate: Arc<LinkGate>) -> Self {
+    /// Called by the synchronous part, right after it switched the memtable: closes the
+    /// gate and starts linking the database's files into `local` (a new folder).
+    pub fn start(store: Arc<Store>, gate: Arc<LinkGate>, local: PathBuf) -> Self {
         gate.close();
-        PendingLink { store, gate }
-    }
-
-    /// Waits for the memtables switched so far to be flushed, then hard-links the
-    /// database's files into `local` (a new folder), and opens the gate. Once.
-    pub fn link(&self, local: &Path) -> Result<()> {
-        let linked = self.link_files(local);
-        self.gate.open();
-        linked
-    }
-
-    fn link_files(&self, local: &Path) -> Result<()> {
-        let db = &self.store.db;
-        let deadline = Instant::now() + FLUSH_TIMEOUT;
-        let int = |name: &str| db.property_int_value(name).ok().flatten().unwrap_or(0);
-        while int("rocksdb.num-immutable-mem-table") > 0 {
-            if int("rocksdb.background-errors") > 0 {
-                bail!("the state database failed to write a table file (see its LOG)");
+        let link = {
+            let (store, gate, local) = (store.clone(), gate.clone(), local.clone());
+            move || {
+                gate.held();
+                let linked = link_files(&store.db, &local).map_err(|e| format!("{e:#}"));
+                gate.open();
+                linked
             }
-            if Instant::now() > deadline {
-                bail!(
-                    "the state database did not write its memtable to a table file in {} s",
-                    FLUSH_TIMEOUT.as_secs()
-                );
+        };
+        let state = match std::thread::Builder::new()
+            .name("state link".into())
+            .spawn(link)
+        {
+            Ok(thread) => LinkState::Running(thread),
+            // No thread to be had (a process at its memory limit): linked here, then.
+            Err(_) => {
+                let linked = link_files(&store.db, &local).map_err(|e| format!("{e:#}"));
+                gate.open();
+                LinkState::Done(linked)
             }
-            std::thread::sleep(Duration::from_millis(1));
+        };
+        PendingLink {
+            _store: store,
+            state: Mutex::new(state),
         }
-        crate::failpoint!("checkpoint::before-state-link");
-        // No flush of its own (the memtable holds only what came after the barrier), so
-        // no write-ahead log either: the tables and the files describing them.
-        rocksdb::checkpoint::Checkpoint::new(db)
-            .and_then(|c| c.create_checkpoint_with_log_size(local, u64::MAX))
-            .with_context(|| format!("linking the state's files into {}", local.display()))
+    }
+
+    /// Waits for the link to be made; what it came to.
+    pub fn wait(&self) -> Result<()> {
+        let mut state = self.state.lock();
+        if let LinkState::Running(_) = &*state {
+            let LinkState::Running(thread) =
+                std::mem::replace(&mut *state, LinkState::Done(Ok(())))
+            else {
+                unreachable!("matched above")
+            };
+            let linked = thread
+                .join()
+                .unwrap_or_else(|_| Err("the thread linking the state's files panicked".into()));
+            *state = LinkState::Done(linked);
+        }
+        match &*state {
+            LinkState::Done(Err(e)) => bail!("{e}"),
+            _ => Ok(()),
+        }
     }
 }
 
+/// Waits for the memtables switched so far to be flushed, then hard-links the database's
+/// files into `local` (a new folder).
+fn link_files(db: &DB, local: &Path) -> Result<()> {
+    let deadline = Instant::now() + FLUSH_TIMEOUT;
+    let int = |name: &str| db.property_int_value(name).ok().flatten().unwrap_or(0);
+    while int("rocksdb.num-immutable-mem-table") > 0 {
+        if int("rocksdb.background-errors") > 0 {
+            bail!("the state database failed to write a table file (see its LOG)");
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the state database did not write its memtable to a table file in {} s",
+                FLUSH_TIMEOUT.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    crate::failpoint!("checkpoint::before-state-link");
+    // No flush of its own (the memtable holds only what came after the barrier), so no
+    // write-ahead log either: the tables and the files describing them.
+    rocksdb::checkpoint::Checkpoint::new(db)
+        .and_then(|c| c.create_checkpoint_with_log_size(local, u64::MAX))
+        .with_context(|| format!("linking the state's files into {}", local.display()))
+}
+
 impl Drop for PendingLink {
+    /// Joins the thread: it must not create its folder after the snapshot's owner deleted
+    /// it.
     fn drop(&mut self) {
-        self.gate.open();
+        let _ = self.wait();
     }
 }

@@ -236,10 +236,13 @@ fn a_checkpoints_files_hold_the_state_at_its_barrier_however_much_is_written_aft
         lsm.put(s, &key(i), b"", b"before", 0).unwrap();
     }
     lsm.commit().unwrap();
+    // The link is held back until the writer below has had every chance to flush
+    // something written after the barrier.
+    let gate = lsm.gate.clone();
+    gate.hold(true);
     let snapshot = lsm.snapshot(1, 0).unwrap();
     // After the barrier, the same keys and new ones, enough to switch the memtable of the
     // least budget many times over, while the checkpoint's files are not yet linked.
-    let gate = lsm.gate.clone();
     let writer = std::thread::spawn(move || {
         for round in 0..100u64 {
             for i in 0..2_000 {
@@ -254,6 +257,7 @@ fn a_checkpoints_files_hold_the_state_at_its_barrier_however_much_is_written_aft
     while gate.waiting() == 0 && !writer.is_finished() {
         std::thread::yield_now();
     }
+    gate.hold(false);
     let files = checkpoint(KeyedSnapshot::Lsm(snapshot), &storage);
     writer.join().unwrap();
     let mut restored = KeyedState::lsm(
