@@ -339,7 +339,7 @@ fn a_failed_job_restarts_from_its_latest_checkpoint_and_finishes_exactly_once() 
     let text = sluice_tests::sample_text(21, 60_000);
     std::fs::write(dir.join("in.txt"), &text).unwrap();
     // The operator panics after 150,000 words (about 30,000 lines), only in the first
-    // attempt; checkpoints complete meanwhile.
+    // attempt, once a checkpoint taken after its first record has completed.
     let job = write_job(
         &dir,
         &format!(
@@ -355,7 +355,7 @@ config = {{ min-length = 2 }}
 [[operator]]
 name = "flaky"
 plugin = "{TEST_MISBEHAVE}"
-config = {{ behavior = "panic-in-process", after = 150000, attempts = "0" }}
+config = {{ behavior = "panic-in-process", after = 150000, attempts = "0", after-checkpoint = true }}
 [[operator]]
 name = "count"
 plugin = "{COUNT}"

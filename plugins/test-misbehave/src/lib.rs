@@ -9,6 +9,9 @@
 //! - `delay-ms` (default 2000): how long `slow-snapshot` takes, and how long `slow-process`
 //!   waits per record.
 //! - `flood-bytes` (default 64 MiB): how many value bytes `emit-flood` emits.
+//! - `after-checkpoint` (default `false`): a record-triggered misbehaviour also waits
+//!   until a checkpoint taken after the operator saw a record has completed, so a restart
+//!   resumes from one (however slowly the machine runs).
 //!
 //! `error-in-open`, `invalid-config` and `panic-in-open` happen in `open`;
 //! `panic-in-snapshot`, `slow-snapshot`, `panic-in-finish`, `panic-in-close` and
@@ -61,12 +64,24 @@ pub struct Misbehave {
     done: bool,
     flood_bytes: usize,
     snapshot_spins: u64,
+    after_checkpoint: bool,
+    /// Checkpoints taken after a record was seen, not yet completed.
+    taken: Vec<u64>,
+    /// One of them completed.
+    checkpointed: bool,
 }
 
 impl Operator for Misbehave {
     fn open(ctx: &mut OpenContext<'_>) -> Result<Self> {
         let config = ctx.config();
-        config.check_known(&["behavior", "after", "attempts", "delay-ms", "flood-bytes"])?;
+        config.check_known(&[
+            "behavior",
+            "after",
+            "attempts",
+            "delay-ms",
+            "flood-bytes",
+            "after-checkpoint",
+        ])?;
         let name = config.get("behavior").unwrap_or("none");
         let Some(&behavior) = BEHAVIORS.iter().find(|b| **b == name) else {
             let known = BEHAVIORS.join(", ");
@@ -108,6 +123,9 @@ impl Operator for Misbehave {
             done: false,
             flood_bytes: config.parse_or("flood-bytes", 64 << 20)?,
             snapshot_spins,
+            after_checkpoint: config.parse_or("after-checkpoint", false)?,
+            taken: Vec::new(),
+            checkpointed: false,
         })
     }
 
@@ -120,7 +138,8 @@ impl Operator for Misbehave {
                 spin(1000);
             }
         }
-        if self.seen > self.after && !self.done {
+        let ready = !self.after_checkpoint || self.checkpointed;
+        if self.seen > self.after && !self.done && ready {
             self.done = true;
             self.misbehave(ctx)?;
         }
@@ -128,13 +147,22 @@ impl Operator for Misbehave {
         Ok(())
     }
 
-    fn snapshot(&mut self, _checkpoint_id: u64) -> Result<Vec<u8>> {
+    fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<u8>> {
+        if self.seen > 0 {
+            self.taken.push(checkpoint_id);
+        }
         match self.behavior {
             "panic-in-snapshot" => panic!("test-misbehave: deliberate panic in snapshot"),
             "slow-snapshot" => spin(self.snapshot_spins),
             _ => {}
         }
         Ok(Vec::new())
+    }
+
+    fn notify_complete(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.checkpointed |= self.taken.contains(&checkpoint_id);
+        self.taken.retain(|&id| id > checkpoint_id);
+        Ok(())
     }
 
     fn finish(&mut self, _ctx: &mut Context<'_>) -> Result<()> {
