@@ -23,7 +23,7 @@
 //! waits for the link (tens of milliseconds, a flush's time): backpressure, not loss.
 //!
 //! Memory is a fixed budget per instance (`[state] memory_mb`): a block cache with the
-//! index and filter blocks in it, and a write buffer manager for the memtables, both
+//! index and filter blocks in it, and the memtables the instance switches, both
 //! charged to the instance (and its tenant) as keyed state from the moment it opens.
 
 use std::collections::BTreeMap;
@@ -36,7 +36,7 @@ use parking_lot::{Mutex, RwLock};
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, DEFAULT_COLUMN_FAMILY_NAME, Direction,
     FlushOptions, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions,
-    compaction_filter::Decision,
+    compaction_filter::Decision, properties,
 };
 use sluice_codec::EntryWriter;
 
@@ -190,7 +190,7 @@ impl LsmBackend {
     pub fn len(&self) -> usize {
         self.store
             .db
-            .property_int_value("rocksdb.estimate-num-keys")
+            .property_int_value(properties::ESTIMATE_NUM_KEYS)
             .ok()
             .flatten()
             .unwrap_or(0) as usize
@@ -205,7 +205,7 @@ impl LsmBackend {
     pub fn disk_bytes(&self) -> u64 {
         self.store
             .db
-            .property_int_value("rocksdb.total-sst-files-size")
+            .property_int_value(properties::TOTAL_SST_FILES_SIZE)
             .ok()
             .flatten()
             .unwrap_or(0)
@@ -271,7 +271,7 @@ impl LsmBackend {
             .write_opt(batch, &self.write)
             .map_err(storage_error)?;
         let active = (self.store.db)
-            .property_int_value("rocksdb.cur-size-active-mem-table")
+            .property_int_value(properties::CUR_SIZE_ACTIVE_MEM_TABLE)
             .map_err(storage_error)?
             .unwrap_or(0);
         if active >= self.switch_bytes {
@@ -598,19 +598,18 @@ fn options(memory: u64, ttls: Arc<RwLock<Vec<Option<u64>>>>) -> Options {
     // Memtables: half of the budget, an active one and one being flushed, each switched
     // by the instance at `switch_bytes` (see the module docs); RocksDB's own limit is
     // above that, never reached. (Smaller memtables make more, smaller table files, which
-    // compaction then rewrites: switched at three eighths of this size, and earlier than
-    // that by an estimate of their size, the 12 M-key count's checkpoints wrote 4.5× the
-    // state, not 3.3×.) A bloom filter over each memtable's keys answers the
+    // compaction then rewrites: switched earlier, the 12 M-key count's checkpoints wrote
+    // 4.5× the state, not 3.3×.) A bloom filter over each memtable's keys answers the
     // lookups of keys it does not hold (most of them, in a job that keeps meeting new
-    // keys) without a search.
+    // keys) without a search; it is sized from RocksDB's limit but counts in the
+    // memtable's size, so it is made a tenth of the size the memtable is switched at.
     let buffers = memory / 2;
-    let limit = (switch_bytes(memory as u64) as usize + 4 * pending::FLUSH_BYTES).max(buffers);
+    let switch = switch_bytes(memory as u64) as usize;
+    let limit = (switch + 4 * pending::FLUSH_BYTES).max(buffers);
     o.set_write_buffer_size(limit);
     o.set_max_write_buffer_number(3);
     o.set_memtable_whole_key_filtering(true);
-    // A memtable's filter is sized from RocksDB's limit but counts in its size: a tenth
-    // of the size it is switched at.
-    o.set_memtable_prefix_bloom_ratio(0.1 * switch_bytes(memory as u64) as f64 / limit as f64);
+    o.set_memtable_prefix_bloom_ratio(0.1 * switch as f64 / limit as f64);
     let cache = Cache::new_lru_cache(memory - buffers);
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(&cache);

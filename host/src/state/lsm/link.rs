@@ -4,13 +4,14 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+#[cfg(test)]
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use parking_lot::{Condvar, Mutex};
-use rocksdb::DB;
+use rocksdb::{DB, properties};
 
 /// An instance's database and its working folder, which is deleted once the database
 /// (declared first, so closed first) is.
@@ -53,6 +54,7 @@ pub struct LinkGate {
     closed: Mutex<bool>,
     opened: Condvar,
     /// Threads waiting (for tests).
+    #[cfg(test)]
     waiting: AtomicUsize,
     /// Links wait while this is set (for tests).
     #[cfg(test)]
@@ -66,8 +68,10 @@ impl LinkGate {
     pub fn wait(&self) {
         let mut closed = self.closed.lock();
         while *closed {
+            #[cfg(test)]
             self.waiting.fetch_add(1, Ordering::SeqCst);
             self.opened.wait(&mut closed);
+            #[cfg(test)]
             self.waiting.fetch_sub(1, Ordering::SeqCst);
         }
     }
@@ -139,9 +143,7 @@ impl PendingLink {
             let (store, gate, local) = (store.clone(), gate.clone(), local.clone());
             move || {
                 gate.held();
-                let linked = link_files(&store.db, &local).map_err(|e| format!("{e:#}"));
-                gate.open();
-                linked
+                link_and_open(&store.db, &gate, &local)
             }
         };
         let state = match std::thread::Builder::new()
@@ -150,11 +152,7 @@ impl PendingLink {
         {
             Ok(thread) => LinkState::Running(thread),
             // No thread to be had (a process at its memory limit): linked here, then.
-            Err(_) => {
-                let linked = link_files(&store.db, &local).map_err(|e| format!("{e:#}"));
-                gate.open();
-                LinkState::Done(linked)
-            }
+            Err(_) => LinkState::Done(link_and_open(&store.db, &gate, &local)),
         };
         PendingLink {
             _store: store,
@@ -183,13 +181,20 @@ impl PendingLink {
     }
 }
 
+/// Links the files into `local`, then opens the gate, whatever came of it.
+fn link_and_open(db: &DB, gate: &LinkGate, local: &Path) -> Result<(), String> {
+    let linked = link_files(db, local).map_err(|e| format!("{e:#}"));
+    gate.open();
+    linked
+}
+
 /// Waits for the memtables switched so far to be flushed, then hard-links the database's
 /// files into `local` (a new folder).
 fn link_files(db: &DB, local: &Path) -> Result<()> {
     let deadline = Instant::now() + FLUSH_TIMEOUT;
-    let int = |name: &str| db.property_int_value(name).ok().flatten().unwrap_or(0);
-    while int("rocksdb.num-immutable-mem-table") > 0 {
-        if int("rocksdb.background-errors") > 0 {
+    let int = |name| db.property_int_value(name).ok().flatten().unwrap_or(0);
+    while int(properties::NUM_IMMUTABLE_MEM_TABLE) > 0 {
+        if int(properties::BACKGROUND_ERRORS) > 0 {
             bail!("the state database failed to write a table file (see its LOG)");
         }
         if Instant::now() > deadline {
