@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
+use super::cgroup::WorkerCgroup;
 use super::limits::ProcessLimits;
 use super::supervisor::Workers;
 use crate::tenant::TenantConfig;
@@ -43,6 +44,8 @@ impl Workers {
         deadline: Duration,
     ) -> Result<Compiled> {
         let limits = ProcessLimits::of(tenant);
+        let cgroup = super::supervisor::worker_cgroup(tenant);
+        let joiner = cgroup.as_ref().map(WorkerCgroup::joiner).transpose()?;
         let mut command = Command::new(&self.command().program);
         command
             .args(&self.command().args)
@@ -54,10 +57,13 @@ impl Workers {
         if fuel {
             command.arg("--fuel");
         }
-        // SAFETY: the closure only makes system calls (setrlimit, prctl, setpriority),
-        // which are async-signal-safe; it allocates nothing and takes no lock.
+        // SAFETY: the closure only makes system calls (write, setrlimit, prctl,
+        // setpriority), which are async-signal-safe; it allocates nothing and takes no lock.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+                if let Some(joiner) = &joiner {
+                    joiner.join_in_child()?;
+                }
                 limits.apply_in_child()?;
                 // Below running jobs: a compile waits for the cores they use.
                 rustix::process::setpriority_process(None, 10)?;
@@ -93,6 +99,11 @@ impl Workers {
                     .map(|l| l.strip_prefix("error: ").unwrap_or(l))
                     .collect::<Vec<_>>()
                     .join("\n"),
+            ),
+            Some(_) if cgroup.as_ref().is_some_and(|c| c.oom_kills() > 0) => Compiled::Died(
+                "the kernel killed it for passing its cgroup's memory.max (the tenant's \
+                 process_memory_mb)"
+                    .into(),
             ),
             Some(status) => Compiled::Died(super::supervisor::describe_exit(status)),
         })

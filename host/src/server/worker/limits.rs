@@ -12,8 +12,8 @@
 //! - No new privileges, and the parent's death kills it.
 //! - An `oom_score_adj` of 500: when the machine runs out of memory, the kernel's
 //!   out-of-memory killer picks a worker before the server.
-//! - cgroup v2 (`memory.max`, `pids.max`, `cpu.weight`) applies only where the server's
-//!   own cgroup is delegated to it; [`describe`] says at start-up whether it is.
+//! - cgroup v2 (`memory.max`, `pids.max`, `cpu.weight`) where the server's own cgroup is
+//!   delegated to it ([`super::cgroup`]); [`describe`] says at start-up whether it is.
 //!
 //! The system-call filter allows only the calls a worker makes ([`ALLOWED`], and a few
 //! with their arguments checked); any other fails with `ENOSYS`, as on a kernel that
@@ -21,7 +21,6 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::path::Path;
 
 use anyhow::{Context, Result};
 use rustix::process::{Resource, Rlimit, setrlimit};
@@ -366,44 +365,8 @@ pub fn describe() -> String {
     format!(
         "worker processes run under RLIMIT_DATA (process_memory_mb), RLIMIT_NOFILE \
          (open_files), no core files, no new privileges and {filter}; {}",
-        cgroup_v2()
+        super::cgroup::describe()
     )
-}
-
-/// Whether cgroup v2 limits can be set for workers, and why not.
-fn cgroup_v2() -> String {
-    let root = Path::new("/sys/fs/cgroup");
-    if !root.join("cgroup.controllers").exists() {
-        return "cgroup v2 limits (memory.max, pids.max, cpu.weight) do not apply: no cgroup v2 \
-                hierarchy at /sys/fs/cgroup"
-            .into();
-    }
-    let own = std::fs::read_to_string("/proc/self/cgroup")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("0::").map(str::to_string))
-        })
-        .unwrap_or_default();
-    let dir = root.join(own.trim_start_matches('/'));
-    let delegated = rustix::fs::access(
-        dir.join("cgroup.subtree_control"),
-        rustix::fs::Access::WRITE_OK,
-    )
-    .is_ok();
-    if delegated {
-        format!(
-            "cgroup v2 limits (memory.max, pids.max, cpu.weight) do not apply: the server's \
-             cgroup {} is delegated, but Sluice does not create worker cgroups yet",
-            dir.display()
-        )
-    } else {
-        format!(
-            "cgroup v2 limits (memory.max, pids.max, cpu.weight) do not apply: the server's \
-             cgroup {} is not delegated to it",
-            dir.display()
-        )
-    }
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]

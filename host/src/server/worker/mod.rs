@@ -10,6 +10,7 @@
 //! its plugin or tenant has crashed workers too often of late ([`supervisor::Crashes`]):
 //! then it is quarantined.
 
+pub mod cgroup;
 pub mod child;
 pub mod compile;
 pub mod limits;

@@ -22,6 +22,7 @@ use anyhow::{Context, Result};
 use crossbeam_channel::{Receiver, Sender, select, unbounded};
 use parking_lot::Mutex;
 
+use super::cgroup::WorkerCgroup;
 use super::limits::ProcessLimits;
 use super::protocol::{
     Control, FromWorker, JobFailure, JobSource, REPORTS_FD, ToWorker, read_frame, write_frame,
@@ -69,6 +70,8 @@ struct Worker {
     child: Mutex<Child>,
     /// Why the server killed it, if it did.
     killed_for: Mutex<Option<String>>,
+    /// Its cgroup, where the server has cgroups to give ([`super::cgroup`]).
+    cgroup: Option<WorkerCgroup>,
 }
 
 /// A job attached to a worker: where its messages go, and the plugins it runs.
@@ -225,6 +228,8 @@ impl Workers {
     /// (a terminal's Ctrl-C reaches whoever started it, which decides what to do).
     fn start(&self, tenant: &TenantConfig) -> Result<Arc<Worker>> {
         let limits = ProcessLimits::of(tenant);
+        let cgroup = worker_cgroup(tenant);
+        let joiner = cgroup.as_ref().map(WorkerCgroup::joiner).transpose()?;
         let (reports, reports_end) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .context("creating a worker's report pipe")?;
         let mut command = Command::new(&self.command.program);
@@ -239,10 +244,13 @@ impl Workers {
             .stdout(Stdio::inherit())
             .stderr(Stdio::inherit())
             .process_group(0);
-        // SAFETY: the closure only makes system calls (setrlimit, prctl, dup2, fcntl),
-        // which are async-signal-safe; it allocates nothing and takes no lock.
+        // SAFETY: the closure only makes system calls (write, setrlimit, prctl, dup2,
+        // fcntl), which are async-signal-safe; it allocates nothing and takes no lock.
         unsafe {
             command.pre_exec(move || {
+                if let Some(joiner) = &joiner {
+                    joiner.join_in_child()?;
+                }
                 limits.apply_in_child()?;
                 give_reports_fd(&reports_end)
             });
@@ -260,10 +268,12 @@ impl Workers {
             last_heard: Mutex::new(Instant::now()),
             child: Mutex::new(child),
             killed_for: Mutex::new(None),
+            cgroup,
         });
         tracing::info!(
             tenant = %tenant.name, pid = worker.pid,
             memory_mb = limits.memory_bytes >> 20, open_files = limits.open_files,
+            cgroup = worker.cgroup.as_ref().map(|c| c.path().display().to_string()),
             "worker process started"
         );
         let reader = worker.clone();
@@ -273,6 +283,21 @@ impl Workers {
             .context("starting a worker's reader thread")?;
         Ok(worker)
     }
+}
+
+/// A cgroup of its own for a new worker process of `tenant`, where the server has
+/// cgroups to give; without one (said in the log), the resource limits still apply.
+pub(super) fn worker_cgroup(tenant: &TenantConfig) -> Option<WorkerCgroup> {
+    let cgroups = super::cgroup::cgroups().ok()?;
+    cgroups
+        .create(tenant)
+        .inspect_err(|e| {
+            tracing::warn!(
+                tenant = %tenant.name,
+                "a worker process of the tenant runs without a cgroup of its own: {e}"
+            )
+        })
+        .ok()
 }
 
 /// In the child between `fork` and `exec`: makes the write end of the report pipe its
@@ -350,8 +375,14 @@ impl Worker {
         if jobs.is_empty() {
             return;
         }
+        let memory_max = self.cgroup.as_ref().filter(|c| c.oom_kills() > 0).map(|_| {
+            "the kernel killed it for passing its cgroup's memory.max (the tenant's \
+             process_memory_mb)"
+                .to_string()
+        });
         let why = why
             .or_else(|| self.killed_for.lock().clone())
+            .or(memory_max)
             .unwrap_or_else(|| match &status {
                 Ok(status) => describe_exit(*status),
                 Err(e) => format!("its exit could not be read ({e})"),
