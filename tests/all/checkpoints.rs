@@ -395,6 +395,21 @@ batch_size = 100
         final_counts(&output).unwrap(),
         sluice_tests::expected_word_counts(&text, 2)
     );
+    // What the sink committed over both attempts is the output, line for line; the last
+    // attempt's sink took in only what came after the checkpoint it resumed from.
+    let committed = report.checkpoints.records_committed();
+    assert_eq!(committed, Some(output.lines().count() as u64));
+    let written: u64 = report
+        .tasks
+        .iter()
+        .flat_map(|t| &t.operators)
+        .filter(|o| o.is_sink)
+        .map(|o| o.records_in)
+        .sum();
+    assert!(
+        written > 0 && written < committed.unwrap(),
+        "{written} written in the last attempt, {committed:?} committed"
+    );
 }
 
 #[test]

@@ -264,7 +264,12 @@ fn a_tenant_watches_and_stops_its_job_in_the_dashboard_and_sees_no_other() {
         browser.text("#jobs").contains("killable") && browser.text("#jobs").contains("running")
     );
     until("records read", &|| {
-        browser.text(&format!("tr.job[data-id='{id}'] td:nth-child(5)")) != "0"
+        browser.text(&format!("tr.job[data-id='{id}'] td:nth-child(6)")) != "0"
+    });
+    // What its sink committed, as of its last checkpoint.
+    until("records committed", &|| {
+        let committed = browser.text(&format!("tr.job[data-id='{id}'] td.committed"));
+        committed != "-" && committed != "0"
     });
     browser.screenshot("jobs.png");
 

@@ -789,6 +789,15 @@ impl OperatorChain {
         }
     }
 
+    /// Records the chain's sink has taken in during this attempt (0 without a sink).
+    pub fn sink_records_in(&self) -> u64 {
+        self.operators
+            .iter()
+            .filter(|l| l.metrics.is_sink)
+            .map(|l| l.metrics.records_in.load(Relaxed))
+            .sum()
+    }
+
     /// The synchronous part of a checkpoint: every operator's own state (its `snapshot`
     /// call), a copy of its timers and a snapshot of its keyed state (O(1) on the heap; a
     /// memtable switch in RocksDB, its files linked by the asynchronous part), head first.

@@ -132,7 +132,9 @@ impl CheckpointLink {
 
     /// Starts writing `operators` (and the source position) for checkpoint `barrier`,
     /// taken in `sync_duration` on the task thread (`finished`: after the task's input
-    /// ended). The part acknowledges when done, or declines when writing fails.
+    /// ended; `sink_records`: what its sinks had taken in at the barrier). The part
+    /// acknowledges when done, or declines when writing fails.
+    #[allow(clippy::too_many_arguments)]
     pub fn start_async_part(
         &self,
         barrier: Barrier,
@@ -141,6 +143,7 @@ impl CheckpointLink {
         source_position: Option<Vec<u8>>,
         operators: Vec<OperatorSnapshot>,
         finished: bool,
+        sink_records: u64,
     ) -> AsyncPartHandle {
         let handle = AsyncPartHandle {
             state: Arc::new(AtomicU8::new(RUNNING)),
@@ -197,6 +200,7 @@ impl CheckpointLink {
                         async_duration: start.elapsed(),
                         bytes: written,
                         full_bytes,
+                        sink_records,
                     }));
                 }
                 None => {
@@ -302,12 +306,13 @@ mod tests {
             Some(vec![9]),
             snapshot(),
             false,
+            12,
         );
         match rx.recv_timeout(Duration::from_secs(10)).unwrap() {
             CoordinatorMessage::Ack(ack) => {
                 assert_eq!(
-                    (ack.id, ack.task, ack.source_position),
-                    (3, TASK, Some(vec![9]))
+                    (ack.id, ack.task, ack.source_position, ack.sink_records),
+                    (3, TASK, Some(vec![9]), 12)
                 );
                 let file = storage
                     .folder(3, SnapshotKind::Checkpoint)
@@ -328,7 +333,8 @@ mod tests {
         pool.submit(Box::new(move || {
             let _ = wait.recv();
         }));
-        let part = link.start_async_part(barrier(4), TASK, Duration::ZERO, None, snapshot(), false);
+        let part =
+            link.start_async_part(barrier(4), TASK, Duration::ZERO, None, snapshot(), false, 0);
         assert!(part.discard());
         release.send(()).unwrap();
         // The part runs after the discard: it writes, sees it was discarded, cleans up.

@@ -32,6 +32,9 @@ pub struct Acknowledgement {
     pub bytes: u64,
     /// Bytes of the whole state: its state files and every shared file they name.
     pub full_bytes: u64,
+    /// Records the task's sinks had taken in at the barrier, in this attempt: what they
+    /// commit when the checkpoint completes.
+    pub sink_records: u64,
 }
 
 /// What reaches the coordinator.

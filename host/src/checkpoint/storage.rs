@@ -118,6 +118,11 @@ pub struct CheckpointMetadata {
     /// read input or finish their operators again.
     #[serde(default)]
     pub finished: Vec<FinishedTask>,
+    /// Records the job's sinks had taken in up to its barriers, over every run and
+    /// attempt since the job's first: what they had committed once it completed
+    /// (`None`: restored from a checkpoint written before this was counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records_committed: Option<u64>,
 }
 
 /// A task that had finished, by the ids of its chain's vertices and its subtask.

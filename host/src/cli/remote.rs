@@ -40,8 +40,12 @@ pub(super) fn job_detail(job: &JobDetail) -> String {
         first.push_str(&format!(" (savepoint {savepoint})"));
     }
     line(first);
+    let committed = match job.records_committed {
+        Some(n) => format!(", committed {n}"),
+        None => String::new(),
+    };
     line(format!(
-        "  records read {}, written {}; restarts {}",
+        "  records read {}, written {}{committed}; restarts {}",
         job.records_read, job.records_written, job.restarts
     ));
     let checkpoints = &job.checkpoints;
@@ -141,7 +145,10 @@ pub(super) fn job_detail(job: &JobDetail) -> String {
 
 /// `sluice list`: one row per job.
 pub(super) fn job_table(jobs: &JobList) -> String {
-    let mut table = super::table(&["id", "name", "state", "read", "written"], 3..5);
+    let mut table = super::table(
+        &["id", "name", "state", "read", "written", "committed"],
+        3..6,
+    );
     for job in &jobs.jobs {
         table.add_row(vec![
             job.job.id.clone(),
@@ -149,6 +156,7 @@ pub(super) fn job_table(jobs: &JobList) -> String {
             state(&job.job),
             job.records_read.to_string(),
             job.records_written.to_string(),
+            job.records_committed.map_or("-".into(), |n| n.to_string()),
         ]);
     }
     table.trim_fmt() + "\n"
@@ -380,6 +388,7 @@ mod tests {
             "id": "ab12", "name": "wc", "state": "running", "running": true,
             "submitted_ms": 0, "submitted": "1970-01-01T00:00:00.000Z", "tenant": "t",
             "plugins": {}, "records_read": 10, "records_written": 4, "restarts": 1,
+            "records_committed": 3,
             "failures_by_kind": {}, "last_failure": null, "savepoint": null,
             "checkpoints": {"completed": 3, "aborted": 0, "last_aborted": [],
                 "last": [{"status": "completed", "id": 3, "kind": "checkpoint", "name": null,
@@ -401,7 +410,7 @@ mod tests {
         let text = job_detail(&job);
         assert!(text.starts_with("job ab12 'wc': running\n"), "{text}");
         assert!(
-            text.contains("records read 10, written 4; restarts 1"),
+            text.contains("records read 10, written 4, committed 3; restarts 1"),
             "{text}"
         );
         assert!(

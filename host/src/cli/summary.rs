@@ -52,6 +52,10 @@ pub(super) struct JobSummary {
     pub(super) restarts: u32,
     pub(super) records_read: u64,
     pub(super) records_written: u64,
+    /// Records the sinks committed, over every attempt (as of the last checkpoint;
+    /// `None` without checkpoints). Unlike `records_written`, which counts what the last
+    /// attempt's sinks took in, re-reads after a restart are not in it.
+    pub(super) records_committed: Option<u64>,
     /// Failed attempts by kind (`error`, `panic`, `deadline`, `memory`, ...).
     pub(super) failures: BTreeMap<String, u64>,
     /// The tasks of the last attempt.
@@ -237,6 +241,7 @@ impl JobSummary {
                 .filter(|o| o.is_sink)
                 .map(|o| o.records_in)
                 .sum(),
+            records_committed: checkpoints.records_committed(),
             failures: failures.clone(),
             tasks: tasks.iter().map(TaskSummary::of).collect(),
             checkpoints: CheckpointCounts::of(checkpoints),
@@ -342,8 +347,12 @@ fn print_job(job: &JobSummary) {
         0 => String::new(),
         n => format!(" after {n} restarts"),
     };
+    let committed = match job.records_committed {
+        Some(n) => format!(", {n} records committed"),
+        None => String::new(),
+    };
     eprintln!(
-        "job '{}' {outcome} in {:.2}s{restarts}",
+        "job '{}' {outcome} in {:.2}s{restarts}{committed}",
         job.job,
         job.duration_ms as f64 / 1e3
     );
@@ -498,6 +507,7 @@ mod tests {
             restarts: 1,
             records_read: 5,
             records_written: 4,
+            records_committed: Some(4),
             failures: BTreeMap::from([("error".to_string(), 1)]),
             tasks: Vec::new(),
             checkpoints: CheckpointCounts::of(&CheckpointStats::default()),

@@ -63,6 +63,10 @@ pub struct CompletedCheckpoint {
     pub max_async: Duration,
     /// When it was triggered, in milliseconds since the Unix epoch.
     pub triggered_ms: i64,
+    /// Records the job's sinks had committed once it completed, over every attempt
+    /// (`None` when not known: restored from a checkpoint that did not count them).
+    #[serde(default)]
+    pub records_committed: Option<u64>,
 }
 
 /// What the coordinator did, readable while it runs.
@@ -74,6 +78,21 @@ pub struct CheckpointStats {
     pub aborted: Vec<(u64, String)>,
     /// The id the next checkpoint triggered gets: a restart goes on from it.
     pub next_id: u64,
+    /// Records the job's sinks had committed at the checkpoint this attempt started
+    /// from (0 from the beginning; `None` when not known).
+    #[serde(default)]
+    pub committed_before: Option<u64>,
+}
+
+impl CheckpointStats {
+    /// Records the job's sinks have committed, over every attempt: as of the latest
+    /// completed checkpoint or savepoint, else of the one this attempt started from.
+    pub fn records_committed(&self) -> Option<u64> {
+        match self.completed.last() {
+            Some(last) => last.records_committed,
+            None => self.committed_before,
+        }
+    }
 }
 
 /// How soon a final checkpoint follows the previous trigger (a retry after an abort).
@@ -211,6 +230,9 @@ pub struct CoordinatorSetup {
     /// Runs on every completed checkpoint or savepoint (its id and folder), before any
     /// task hears of it; an error aborts it.
     pub on_complete: Option<CheckpointHook>,
+    /// Records the job's sinks had committed at the checkpoint the attempt starts from
+    /// (0 from the beginning; `None` when that checkpoint did not count them).
+    pub committed_before: Option<u64>,
 }
 
 /// What a job does with each completed checkpoint before its tasks are notified (a unit
@@ -243,6 +265,7 @@ impl Coordinator {
         rx: Receiver<CoordinatorMessage>,
         stats: Arc<Mutex<CheckpointStats>>,
     ) -> Self {
+        stats.lock().committed_before = setup.committed_before;
         Coordinator {
             next_id: setup.first_id,
             setup,
@@ -477,8 +500,15 @@ impl Coordinator {
                     .push(h.clone());
             }
         }
+        // Each ack counts its task's sinks in this attempt (an ended task's, carried over,
+        // as of its final checkpoint); earlier attempts' count is in `committed_before`.
+        let records_committed = self
+            .setup
+            .committed_before
+            .map(|before| before + acks.iter().map(|a| a.sink_records).sum::<u64>());
         let metadata = CheckpointMetadata {
             format: 1,
+            records_committed,
             id,
             kind,
             job: self.setup.job.clone(),
@@ -557,6 +587,7 @@ impl Coordinator {
                 .map(|a| a.async_duration)
                 .max()
                 .unwrap_or_default(),
+            records_committed,
         };
         tracing::info!(
             "completed {} {id} in {:?} ({} bytes written, {} in all)",
@@ -734,6 +765,7 @@ mod tests {
             async_duration: Duration::ZERO,
             bytes: 0,
             full_bytes: 0,
+            sink_records: 0,
         }
     }
 

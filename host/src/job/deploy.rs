@@ -276,6 +276,10 @@ impl Job {
                         .collect(),
                     tasks: handles.clone(),
                     on_complete: self.on_checkpoint.clone(),
+                    committed_before: match &checkpoint {
+                        Some(c) => c.metadata.records_committed,
+                        None => Some(0),
+                    },
                 };
                 let coordinator = Coordinator::new(setup, coordinator_rx, stats);
                 let span = tracing::Span::current();

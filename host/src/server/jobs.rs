@@ -384,6 +384,7 @@ impl Server {
             recoveries: 0,
             records_read: 0,
             records_written: 0,
+            records_committed: None,
             graph: graph_summary(run.graph()),
             checkpoints: Vec::new(),
             checkpoint_counts: (0, 0),
@@ -525,7 +526,8 @@ fn finished_run(
     let kill_cause = entry.kill_cause.lock().take();
     let (read, written) = monitor.records_read_written();
     let (read_before, written_before) = *entry.counted_before.lock();
-    let checkpointed = !monitor.checkpoints().completed.is_empty();
+    let checkpoints = monitor.checkpoints();
+    let checkpointed = !checkpoints.completed.is_empty();
     entry.save_history();
     *entry.ended.lock() = Some(Instant::now());
     // How it ended is recorded and the run let go in one step: a request that sees the job
@@ -535,6 +537,9 @@ fn finished_run(
     entry.update(|r| {
         r.restarts += restarts;
         (r.records_read, r.records_written) = (read_before + read, written_before + written);
+        if let Some(committed) = checkpoints.records_committed() {
+            r.records_committed = Some(committed);
+        }
         // A run that ended, even by the server stopping it cleanly, or that completed a
         // checkpoint does not bring the server down.
         if result.is_ok() || checkpointed {

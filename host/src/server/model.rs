@@ -84,6 +84,12 @@ pub struct JobOverview {
     pub records_read: u64,
     /// Records its sinks wrote, over all its runs.
     pub records_written: u64,
+    /// Records its sinks committed, over all its runs, as of its latest completed
+    /// checkpoint (its final one, once it finished): what its output holds, where
+    /// `records_written` also counts what a restart wrote again. `None` without
+    /// checkpoints.
+    #[serde(default)]
+    pub records_committed: Option<u64>,
     /// Restarts after failures, over all its runs.
     pub restarts: u32,
     /// The last checkpoint of its current run, if it completed one.
@@ -298,6 +304,12 @@ pub struct JobDetail {
     pub records_read: u64,
     /// Records its sinks wrote, over all its runs.
     pub records_written: u64,
+    /// Records its sinks committed, over all its runs, as of its latest completed
+    /// checkpoint (its final one, once it finished): what its output holds, where
+    /// `records_written` also counts what a restart wrote again. `None` without
+    /// checkpoints.
+    #[serde(default)]
+    pub records_committed: Option<u64>,
     /// Failed attempts of its current run by kind: panic, deadline, memory,
     /// stack-overflow, memory-access, fuel, error, invalid-config, contract, host, other.
     pub failures_by_kind: BTreeMap<String, u64>,

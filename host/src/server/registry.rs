@@ -71,6 +71,10 @@ pub(super) struct JobRecord {
     /// Records its sink wrote in all its runs, as of the last one's end.
     #[serde(default)]
     pub(super) records_written: u64,
+    /// Records its sinks committed over all its runs, as of its last completed
+    /// checkpoint (saved with the checkpoint history; `None` without checkpoints).
+    #[serde(default)]
+    pub(super) records_committed: Option<u64>,
     /// Whether it runs over several servers (`[cluster]`).
     #[serde(default)]
     pub(super) cluster: bool,
@@ -247,6 +251,15 @@ impl JobEntry {
         }
     }
 
+    /// Records its sinks committed over all its runs: as of the current run's latest
+    /// checkpoint (or the one it started from) while it runs, else as recorded.
+    pub(super) fn records_committed(&self, record: &JobRecord) -> Option<u64> {
+        let live = self
+            .is_running()
+            .then(|| self.monitor.lock().checkpoints().records_committed());
+        live.flatten().or(record.records_committed)
+    }
+
     /// Its checkpoint history and counts, over its runs before the current one and the
     /// current one's so far (what [`JobRecord::checkpoints`] keeps).
     pub(super) fn checkpoint_history(&self) -> (Vec<CheckpointSummary>, (u64, u64)) {
@@ -289,11 +302,16 @@ impl JobEntry {
         let (history, counts) = self.checkpoint_history();
         let exceptions = self.monitor.lock().failure_history();
         let record = self.record();
-        if record.checkpoint_counts != counts || record.exceptions != exceptions {
+        let committed = self.records_committed(&record);
+        if record.checkpoint_counts != counts
+            || record.exceptions != exceptions
+            || record.records_committed != committed
+        {
             self.update(|r| {
                 r.checkpoints = history;
                 r.checkpoint_counts = counts;
                 r.exceptions = exceptions;
+                r.records_committed = committed;
             });
         }
     }

@@ -148,6 +148,7 @@ impl Server {
                     tenant: r.tenant.clone(),
                     records_read,
                     records_written,
+                    records_committed: e.records_committed(&r),
                     restarts: e.restarts(),
                     last_checkpoint,
                 }
@@ -217,6 +218,7 @@ impl Server {
             restarts: entry.restarts(),
             records_read,
             records_written,
+            records_committed: entry.records_committed(&record),
             failures_by_kind: monitor.failures_by_kind(),
             last_failure,
             savepoint: record.savepoint.clone(),

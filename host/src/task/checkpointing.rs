@@ -83,6 +83,7 @@ impl StreamTask {
             TaskInput::Network(_) => None,
         };
         let operators = self.chain().snapshot(barrier.id)?;
+        let sink_records = self.chain().sink_records_in();
         crate::failpoint!("task::after-operator-snapshot");
         if self.finished {
             crate::failpoint!("checkpoint::final");
@@ -96,6 +97,7 @@ impl StreamTask {
             position,
             operators,
             self.finished,
+            sink_records,
         );
         self.async_checkpoints.retain(|p| !p.is_done());
         self.async_checkpoints.push(pending);

@@ -633,6 +633,7 @@ fn stuck_job(log: &Log, timeout: Duration) -> Stuck {
         protect: None,
         chain_vertices: Default::default(),
         on_complete: None,
+        committed_before: Some(0),
         max_parallelism: 128,
         sources_by_chain: [(0, ("source".to_string(), 1))].into(),
         operator_parallelism: Default::default(),

@@ -1335,12 +1335,16 @@ delay_ms = 10
             assert!(e.at.starts_with("20"), "{}", e.at);
         }
         assert!(detail.exceptions[0].at_ms >= detail.exceptions[1].at_ms);
+        // Its sink committed each of the 50 records once, whatever the failed attempts
+        // wrote before their checkpoints.
+        assert_eq!(detail.records_committed, Some(50));
     };
     check(&a);
     let status = status_text(&server, &id);
     assert!(
         status.contains("failures, newest first (2 kept):")
-            && status.contains(" attempt 1 (error): "),
+            && status.contains(" attempt 1 (error): ")
+            && status.contains(", committed 50; restarts 2"),
         "{status}"
     );
     // A server started again on the same registry still has them.

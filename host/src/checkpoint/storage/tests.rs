@@ -90,6 +90,7 @@ fn write_checkpoint_of(
             subtasks,
         }],
         finished: Vec::new(),
+        records_committed: Some(id),
     };
     s.commit(&folder, &metadata).unwrap();
     folder
