@@ -279,6 +279,26 @@ fn a_tenant_watches_and_stops_its_job_in_the_dashboard_and_sees_no_other() {
     until("the graph", &|| browser.count("#graph g.task") == 3);
     // Per operator: tokenize, count and the sink.
     until("the operators", &|| browser.count("tr.operator") == 3);
+    // Per subtask: each task's subtasks, with their records and how their time went.
+    let subtasks = a.status(&id).unwrap().tasks.len() as u64;
+    assert!(subtasks >= 3, "{subtasks} subtasks");
+    until("the subtasks", &|| browser.count("tr.subtask") == subtasks);
+    assert!(
+        browser.text("#subtasks").contains("count (2/2)"),
+        "{}",
+        browser.text("#subtasks")
+    );
+    // Each task of the graph coloured by what it did since the last refresh.
+    assert_eq!(
+        browser.count("#graph g.task.busy, #graph g.task.idle, #graph g.task.backpressured"),
+        3
+    );
+    // The job file as submitted.
+    assert!(
+        browser.text("#job-file").contains("[source]"),
+        "{}",
+        browser.text("#job-file")
+    );
     assert!(
         browser.text("#graph").contains("hash"),
         "{}",
@@ -341,6 +361,17 @@ fn a_tenant_watches_and_stops_its_job_in_the_dashboard_and_sees_no_other() {
     until("the savepoint listed", &|| {
         browser.text("#checkpoints").contains("savepoint")
     });
+    // Started again from a savepoint chosen in the list.
+    until("a button to start from it", &|| {
+        browser.count("tr.savepoint button.start-from") >= 1
+    });
+    browser.click("tr.savepoint button.start-from");
+    browser.accept_alert();
+    until("the job running again", &|| {
+        browser.text("#job-state") == "running"
+    });
+    assert_eq!(a.status(&id).unwrap().job.state, JobState::Running);
+    a.cancel(&id).unwrap();
 
     browser.go(&format!("{}/#/plugins", server.url));
     until("the plugins", &|| browser.count("tr.plugin") == 2);

@@ -31,6 +31,7 @@ mod api;
 mod blocking;
 pub mod client;
 mod http;
+mod job_file;
 mod jobs;
 mod kafka_grant;
 pub mod logs;

@@ -332,6 +332,10 @@ pub struct JobDetail {
     /// first.
     #[serde(default)]
     pub exceptions: Vec<JobException>,
+    /// Its job file as submitted, with the values of settings that hold secrets
+    /// (passwords, keys, tokens, credentials) masked.
+    #[serde(default)]
+    pub job_file: Option<String>,
 }
 
 /// A failure of one of a job's attempts.

@@ -244,6 +244,9 @@ impl Server {
                     error: f.error,
                 })
                 .collect(),
+            job_file: fs::read_to_string(entry.dir.join("job.toml"))
+                .ok()
+                .and_then(|text| super::job_file::masked(&text)),
         })
     }
 
