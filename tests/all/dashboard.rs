@@ -293,6 +293,14 @@ fn a_tenant_watches_and_stops_its_job_in_the_dashboard_and_sees_no_other() {
         browser.count("#graph g.task.busy, #graph g.task.idle, #graph g.task.backpressured"),
         3
     );
+    // Charts of its records per second and of its checkpoints, filling as it runs.
+    until("the charts", &|| {
+        browser
+            .eval("const c = window.sluiceCharts; return !!c && c.throughput.data.length > 2 && c.throughput.data[1].some((v) => v > 0) && c.checkpoints.data[0].length > 0;")
+            .as_bool()
+            .unwrap_or(false)
+    });
+    assert_eq!(browser.count("#charts .uplot"), 2);
     // The job file as submitted.
     assert!(
         browser.text("#job-file").contains("[source]"),

@@ -261,6 +261,20 @@ async fn refuse_large_bodies(
 /// same API as the client (embedded in the binary; nothing comes from elsewhere).
 const DASHBOARD: &str = include_str!("dashboard.html");
 
+/// The dashboard's page as sent: with its chart library ([uPlot](vendor/README.md))
+/// inlined, so that the page needs nothing from elsewhere.
+fn dashboard_page() -> &'static str {
+    static PAGE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PAGE.get_or_init(|| {
+        let uplot = format!(
+            "<style>{}</style>\n<script>{}</script>",
+            include_str!("vendor/uPlot.min.css"),
+            include_str!("vendor/uPlot.iife.min.js")
+        );
+        DASHBOARD.replacen("<!-- uPlot -->", &uplot, 1)
+    })
+}
+
 #[utoipa::path(get, path = "/", tag = "server", security(),
     responses((status = 200, description = "The dashboard's page", body = String, content_type = "text/html")))]
 async fn dashboard() -> Response {
@@ -271,7 +285,7 @@ async fn dashboard() -> Response {
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (header::CONTENT_SECURITY_POLICY, policy),
         ],
-        DASHBOARD,
+        dashboard_page(),
     )
         .into_response()
 }
