@@ -69,6 +69,16 @@ pub(super) fn job_detail(job: &JobDetail) -> String {
         }
     }
     line(cp);
+    for c in &checkpoints.in_progress {
+        line(format!(
+            "  in progress: #{} ({}) acknowledged by {} of {} tasks, {} written so far",
+            c.id,
+            c.kind,
+            c.acknowledged,
+            c.tasks,
+            bytes(c.bytes)
+        ));
+    }
     if let Some(failure) = &job.last_failure {
         line(format!("  last failure: {failure}"));
     }
@@ -391,6 +401,8 @@ mod tests {
             "records_committed": 3,
             "failures_by_kind": {}, "last_failure": null, "savepoint": null,
             "checkpoints": {"completed": 3, "aborted": 0, "last_aborted": [],
+                "in_progress": [{"id": 4, "kind": "checkpoint", "triggered_ms": 0,
+                    "acknowledged": 2, "tasks": 5, "bytes": 3072}],
                 "last": [{"status": "completed", "id": 3, "kind": "checkpoint", "name": null,
                     "triggered_ms": 0, "triggered": "1970-01-01T00:00:00.000Z",
                     "duration_ms": 12.4, "max_sync_ms": 1.0, "max_async_ms": 9.0,
@@ -416,6 +428,12 @@ mod tests {
         assert!(
             text.contains(
                 "last #3 (checkpoint) took 12 ms (sync 1.0 ms, async 9 ms), 2.0 KiB of 8.0 KiB"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "in progress: #4 (checkpoint) acknowledged by 2 of 5 tasks, 3.0 KiB written so far"
             ),
             "{text}"
         );

@@ -82,6 +82,26 @@ pub struct CheckpointStats {
     /// from (0 from the beginning; `None` when not known).
     #[serde(default)]
     pub committed_before: Option<u64>,
+    /// The checkpoints and savepoints in flight, oldest first.
+    #[serde(default)]
+    pub in_progress: Vec<InProgressCheckpoint>,
+}
+
+/// A checkpoint or savepoint triggered and not yet complete: how far it got.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InProgressCheckpoint {
+    /// Id.
+    pub id: u64,
+    /// Checkpoint or savepoint.
+    pub kind: SnapshotKind,
+    /// When it was triggered, in milliseconds since the Unix epoch.
+    pub triggered_ms: i64,
+    /// Tasks that have acknowledged it (their state written).
+    pub acknowledged: u32,
+    /// Tasks it waits for in all.
+    pub tasks: u32,
+    /// Bytes the tasks that acknowledged wrote.
+    pub bytes: u64,
 }
 
 impl CheckpointStats {
@@ -174,6 +194,21 @@ impl PendingCheckpoint {
             waiting: tasks.into_iter().collect(),
             acks: Vec::new(),
             reply: None,
+        }
+    }
+
+    /// How far it got.
+    pub fn progress(&self) -> InProgressCheckpoint {
+        InProgressCheckpoint {
+            id: self.id,
+            kind: match self.kind {
+                CheckpointKind::Checkpoint => SnapshotKind::Checkpoint,
+                CheckpointKind::Savepoint { .. } => SnapshotKind::Savepoint,
+            },
+            triggered_ms: self.timestamp,
+            acknowledged: self.acks.len() as u32,
+            tasks: (self.acks.len() + self.waiting.len()) as u32,
+            bytes: self.acks.iter().map(|a| a.bytes).sum(),
         }
     }
 
@@ -352,6 +387,21 @@ impl Coordinator {
             if trigger_at.is_some_and(|t| Instant::now() >= t) {
                 self.trigger(CheckpointKind::Checkpoint, None);
             }
+            self.publish_in_progress();
+        }
+    }
+
+    /// Shows the checkpoints in flight in the stats: which tasks acknowledged, the bytes
+    /// they wrote.
+    fn publish_in_progress(&self) {
+        let in_progress = self
+            .pending
+            .values()
+            .map(PendingCheckpoint::progress)
+            .collect();
+        let mut stats = self.stats.lock();
+        if stats.in_progress != in_progress {
+            stats.in_progress = in_progress;
         }
     }
 
@@ -782,6 +832,49 @@ mod tests {
         }));
         assert_eq!(p.acknowledge(ack(1, 7)), AckOutcome::Unexpected);
         assert_eq!(p.acknowledge(ack(1, 1)), AckOutcome::Complete);
+    }
+
+    #[test]
+    fn a_checkpoint_in_flight_shows_who_acknowledged_and_what_they_wrote() {
+        let tasks = (0..3).map(|subtask| TaskId { vertex: 0, subtask });
+        let mut p = PendingCheckpoint::new(4, CheckpointKind::Checkpoint, tasks);
+        let progress = p.progress();
+        assert_eq!(
+            (
+                progress.id,
+                progress.acknowledged,
+                progress.tasks,
+                progress.bytes
+            ),
+            (4, 0, 3, 0)
+        );
+        p.acknowledge(Acknowledgement {
+            bytes: 100,
+            ..ack(4, 2)
+        });
+        p.acknowledge(Acknowledgement {
+            bytes: 20,
+            ..ack(4, 2)
+        });
+        p.acknowledge(Acknowledgement {
+            bytes: 5,
+            ..ack(4, 0)
+        });
+        let progress = p.progress();
+        assert_eq!(
+            (progress.acknowledged, progress.tasks, progress.bytes),
+            (2, 3, 105)
+        );
+        assert_eq!(progress.kind, SnapshotKind::Checkpoint);
+        let savepoint = PendingCheckpoint::new(
+            5,
+            CheckpointKind::Savepoint {
+                stop: true,
+                drain: false,
+            },
+            [],
+        );
+        assert_eq!(savepoint.progress().kind, SnapshotKind::Savepoint);
     }
 
     #[test]

@@ -135,11 +135,17 @@ impl JobMonitor {
     }
 
     /// A copy to report; its checkpoints only when `checkpoints_since` (the
-    /// [`CheckpointStats`] `next_id`, completed and aborted counts last reported)
-    /// changed, which it updates.
-    pub fn snapshot(&self, checkpoints_since: &mut (u64, usize, usize)) -> MonitorSnapshot {
+    /// [`CheckpointStats`] `next_id`, completed and aborted counts and acknowledgements
+    /// of checkpoints in flight last reported) changed, which it updates.
+    pub fn snapshot(&self, checkpoints_since: &mut (u64, usize, usize, u32)) -> MonitorSnapshot {
         let stats = self.checkpoints();
-        let now = (stats.next_id, stats.completed.len(), stats.aborted.len());
+        let acks = stats.in_progress.iter().map(|c| c.acknowledged).sum();
+        let now = (
+            stats.next_id,
+            stats.completed.len(),
+            stats.aborted.len(),
+            acks,
+        );
         let checkpoints = (now != *checkpoints_since).then_some(stats);
         *checkpoints_since = now;
         MonitorSnapshot {

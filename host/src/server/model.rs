@@ -165,6 +165,26 @@ pub struct CheckpointHistory {
     pub last: Vec<CompletedCheckpoint>,
     /// The last aborted checkpoints of its current run (at most 5), newest first.
     pub last_aborted: Vec<AbortedCheckpoint>,
+    /// The checkpoints and savepoints of its current run in flight, oldest first.
+    #[serde(default)]
+    pub in_progress: Vec<CheckpointInProgress>,
+}
+
+/// A checkpoint or savepoint triggered and not yet complete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CheckpointInProgress {
+    /// Its id within its run.
+    pub id: u64,
+    /// `checkpoint` or `savepoint`.
+    pub kind: String,
+    /// When it was triggered, in milliseconds since the Unix epoch.
+    pub triggered_ms: i64,
+    /// Tasks that have acknowledged it (their state written).
+    pub acknowledged: u32,
+    /// Tasks it waits for in all.
+    pub tasks: u32,
+    /// Bytes the tasks that acknowledged wrote so far.
+    pub bytes: u64,
 }
 
 /// The source a task reads.

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::model::{
-    AbortedCheckpoint, CallInProgress, ChainSummary, CheckpointHistory, CheckpointRef,
-    CheckpointStatus, ClusterHostStatus, ClusterStatus, CompletedCheckpoint, JobDetail,
-    JobException, JobList, JobOverview, JobState, JobSummary, OperatorMetrics, SourceMetrics,
-    TaskMetrics, rfc3339,
+    AbortedCheckpoint, CallInProgress, ChainSummary, CheckpointHistory, CheckpointInProgress,
+    CheckpointRef, CheckpointStatus, ClusterHostStatus, ClusterStatus, CompletedCheckpoint,
+    JobDetail, JobException, JobList, JobOverview, JobState, JobSummary, OperatorMetrics,
+    SourceMetrics, TaskMetrics, rfc3339,
 };
 use super::registry::{JobEntry, JobRecord, LOGS_FILE};
 use super::{ApiError, ErrorKind, Server};
@@ -227,6 +227,20 @@ impl Server {
                 aborted,
                 last,
                 last_aborted,
+                // (What a coordinator left in flight when its run ended is not.)
+                in_progress: checkpoints
+                    .in_progress
+                    .iter()
+                    .filter(|_| entry.is_running())
+                    .map(|c| CheckpointInProgress {
+                        id: c.id,
+                        kind: format!("{:?}", c.kind).to_lowercase(),
+                        triggered_ms: c.triggered_ms,
+                        acknowledged: c.acknowledged,
+                        tasks: c.tasks,
+                        bytes: c.bytes,
+                    })
+                    .collect(),
             },
             tasks: monitor.tasks().iter().map(task_metrics).collect(),
             graph: record.graph.clone(),

@@ -38,7 +38,7 @@ const OUTBOX: usize = 10_000;
 struct Running {
     control: Sender<JobControl>,
     monitor: Arc<JobMonitor>,
-    reported: Mutex<(u64, usize, usize)>,
+    reported: Mutex<(u64, usize, usize, u32)>,
 }
 
 /// Runs the worker of `tenant`: see the module docs.
@@ -86,7 +86,7 @@ pub fn run(host_config: PathBuf, tenant: &str, engine: Arc<WasmEngine>) -> Resul
                 let running = Arc::new(Running {
                     control: control.clone(),
                     monitor: monitor.clone(),
-                    reported: Mutex::new((0, 0, 0)),
+                    reported: Mutex::new((0, 0, 0, 0)),
                 });
                 jobs.lock().insert(job.clone(), running);
                 let (server, tenant, jobs, outbox) =
@@ -124,7 +124,7 @@ pub fn run(host_config: PathBuf, tenant: &str, engine: Arc<WasmEngine>) -> Resul
                                 },
                             ))
                             .unwrap_or_else(|panic| Err(crate::task::panic_to_error(panic)));
-                        let mut since = (u64::MAX, 0, 0);
+                        let mut since = (u64::MAX, 0, 0, 0);
                         let snapshot = monitor.snapshot(&mut since);
                         jobs.lock().remove(&job);
                         // Blocking: an end is never dropped.
