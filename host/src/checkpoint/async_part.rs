@@ -159,13 +159,14 @@ impl CheckpointLink {
             let start = Instant::now();
             let folder = storage.folder(barrier.id, kind);
             let mut handles = Vec::with_capacity(operators.len());
-            let mut written = 0;
+            let (mut written, mut files) = (0, 0);
             let mut failure = None;
             for op in &operators {
                 match storage.write_operator_state(&folder, kind, op, task.subtask) {
-                    Ok((h, bytes)) => {
+                    Ok((h, w)) => {
                         handles.push(h);
-                        written += bytes;
+                        written += w.bytes;
+                        files += w.files;
                     }
                     Err(e) => {
                         failure = Some(e);
@@ -199,6 +200,7 @@ impl CheckpointLink {
                         sync_duration,
                         async_duration: start.elapsed(),
                         bytes: written,
+                        files,
                         full_bytes,
                         sink_records,
                     }));
@@ -313,6 +315,11 @@ mod tests {
                 assert_eq!(
                     (ack.id, ack.task, ack.source_position, ack.sink_records),
                     (3, TASK, Some(vec![9]), 12)
+                );
+                // One state file per operator instance, and no table to copy.
+                assert_eq!(
+                    (ack.files, ack.handles.len() as u32),
+                    (snapshot().len() as u32, snapshot().len() as u32)
                 );
                 let file = storage
                     .folder(3, SnapshotKind::Checkpoint)

@@ -310,6 +310,7 @@ fn read_lsm_files(
         files,
         shared: None,
         copied: 0,
+        copied_files: 0,
     })
 }
 

@@ -30,6 +30,8 @@ pub struct Acknowledgement {
     pub async_duration: Duration,
     /// Bytes written: its state files, and the shared files it copied.
     pub bytes: u64,
+    /// Files written: its state files, and the shared files it copied.
+    pub files: u32,
     /// Bytes of the whole state: its state files and every shared file they name.
     pub full_bytes: u64,
     /// Records the task's sinks had taken in at the barrier, in this attempt: what they

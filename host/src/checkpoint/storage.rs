@@ -93,6 +93,16 @@ pub struct OperatorMeta {
     pub subtasks: Vec<StateHandle>,
 }
 
+/// What writing one operator instance's state wrote: its state file and the tables it
+/// copied into the shared folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// Bytes.
+    pub bytes: u64,
+    /// Files.
+    pub files: u32,
+}
+
 /// The `_metadata` of a complete checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointMetadata {
@@ -192,7 +202,7 @@ impl CheckpointStorage {
 
     /// Writes one operator instance's state into `folder`. An LSM instance's state goes
     /// into a checkpoint as its files (those not yet in the shared folder copied there),
-    /// into a savepoint as entries (self-contained). Returns where it is and the bytes
+    /// into a savepoint as entries (self-contained). Returns where it is and what was
     /// written (its state file, and the tables it copied).
     pub fn write_operator_state(
         &self,
@@ -200,7 +210,7 @@ impl CheckpointStorage {
         kind: SnapshotKind,
         snapshot: &OperatorSnapshot,
         subtask: u32,
-    ) -> Result<(StateHandle, u64)> {
+    ) -> Result<(StateHandle, Written)> {
         fs::create_dir_all(folder).with_context(|| format!("creating {}", folder.display()))?;
         let uploaded;
         let snapshot = match (&snapshot.keyed, kind) {
@@ -219,15 +229,16 @@ impl CheckpointStorage {
             }
             _ => snapshot,
         };
-        let (shared, copied) = match &snapshot.keyed {
+        let (shared, copied, copied_files) = match &snapshot.keyed {
             Some(KeyedSnapshot::Files(files)) => (
                 files
                     .shared_files()
                     .map(|(name, size)| (name.to_string(), size))
                     .collect(),
                 files.copied,
+                files.copied_files,
             ),
-            _ => (Vec::new(), 0),
+            _ => (Vec::new(), 0, 0),
         };
         let file = state_file_name(&snapshot.operator, subtask);
         let path = folder.join(&file);
@@ -247,7 +258,11 @@ impl CheckpointStorage {
             crc32,
             shared,
         };
-        Ok((handle, size + copied))
+        let written = Written {
+            bytes: size + copied,
+            files: 1 + copied_files,
+        };
+        Ok((handle, written))
     }
 
     /// Makes the checkpoint in `folder` complete by writing its metadata last, once every

@@ -67,6 +67,9 @@ pub(super) fn job_detail(job: &JobDetail) -> String {
         if last.full_bytes > last.bytes {
             cp.push_str(&format!(" of {}", bytes(last.full_bytes)));
         }
+        if last.files > 0 {
+            cp.push_str(&format!(" in {} files", last.files));
+        }
     }
     line(cp);
     for c in &checkpoints.in_progress {
@@ -406,7 +409,7 @@ mod tests {
                 "last": [{"status": "completed", "id": 3, "kind": "checkpoint", "name": null,
                     "triggered_ms": 0, "triggered": "1970-01-01T00:00:00.000Z",
                     "duration_ms": 12.4, "max_sync_ms": 1.0, "max_async_ms": 9.0,
-                    "bytes": 2048, "full_bytes": 8192}]},
+                    "bytes": 2048, "full_bytes": 8192, "files": 3}]},
             "tasks": [{"task": "source -> tokenize (1/1)", "records_in": 10, "records_out": 40,
                 "busy_ms": 10, "idle_ms": 30, "backpressured_ms": 0, "mailbox_depth": 0,
                 "watermark": null,
@@ -427,7 +430,8 @@ mod tests {
         );
         assert!(
             text.contains(
-                "last #3 (checkpoint) took 12 ms (sync 1.0 ms, async 9 ms), 2.0 KiB of 8.0 KiB"
+                "last #3 (checkpoint) took 12 ms (sync 1.0 ms, async 9 ms), 2.0 KiB of 8.0 KiB \
+                 in 3 files"
             ),
             "{text}"
         );

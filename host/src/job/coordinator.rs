@@ -55,6 +55,9 @@ pub struct CompletedCheckpoint {
     pub max_sync: Duration,
     /// Bytes written (incremental: a RocksDB state's files only when they are new).
     pub bytes: u64,
+    /// Files written: the tasks' state files and the RocksDB tables copied.
+    #[serde(default)]
+    pub files: u32,
     /// Bytes of the whole state it restores (the files it names written earlier too).
     #[serde(default)]
     pub full_bytes: u64,
@@ -630,6 +633,7 @@ impl Coordinator {
                 .max()
                 .unwrap_or_default(),
             bytes: pending.acks.iter().map(|a| a.bytes).sum(),
+            files: pending.acks.iter().map(|a| a.files).sum(),
             full_bytes,
             max_async: pending
                 .acks
@@ -814,6 +818,7 @@ mod tests {
             sync_duration: Duration::ZERO,
             async_duration: Duration::ZERO,
             bytes: 0,
+            files: 0,
             full_bytes: 0,
             sink_records: 0,
         }

@@ -132,6 +132,21 @@ fn add_job(m: &mut Metrics, sample: &JobSample<'_>) {
             &job,
             c.bytes as f64,
         );
+        m.add(
+            "sluice_checkpoint_last_full_size_bytes",
+            "gauge",
+            "Bytes of the whole state the last checkpoint restores (with RocksDB state, the \
+             files it shares with earlier checkpoints too).",
+            &job,
+            c.full_bytes as f64,
+        );
+        m.add(
+            "sluice_checkpoint_last_files",
+            "gauge",
+            "Files written by the last checkpoint: state files and RocksDB tables copied.",
+            &job,
+            f64::from(c.files),
+        );
     }
     for c in &checkpoints.completed {
         m.observe(

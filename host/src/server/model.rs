@@ -141,6 +141,10 @@ pub struct CompletedCheckpoint {
     /// with earlier checkpoints too).
     #[serde(default)]
     pub full_bytes: u64,
+    /// Files it wrote: its tasks' state files and the RocksDB tables it copied (not
+    /// those it shares with earlier checkpoints).
+    #[serde(default)]
+    pub files: u32,
 }
 
 /// An aborted checkpoint of a job's current run.

@@ -275,6 +275,7 @@ impl JobEntry {
             max_async_ms: c.max_async.as_secs_f64() * 1e3,
             full_bytes: c.full_bytes,
             bytes: c.bytes,
+            files: c.files,
         }));
         let drop = history.len().saturating_sub(HISTORY);
         history.drain(..drop);

@@ -36,6 +36,9 @@ pub(super) struct CheckpointSummary {
     pub(super) bytes: u64,
     #[serde(default)]
     pub(super) full_bytes: u64,
+    /// Files it wrote (state files and RocksDB tables copied).
+    #[serde(default)]
+    pub(super) files: u32,
 }
 
 pub(super) fn graph_summary(graph: &JobGraph) -> Vec<ChainSummary> {
@@ -182,6 +185,7 @@ impl Server {
                 max_async_ms: c.max_async_ms,
                 bytes: c.bytes,
                 full_bytes: c.full_bytes,
+                files: c.files,
             })
             .collect();
         let last_aborted = checkpoints

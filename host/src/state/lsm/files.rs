@@ -159,7 +159,7 @@ impl LsmSnapshot {
             .collect::<std::io::Result<_>>()?;
         names.sort();
         let mut files = Vec::with_capacity(names.len());
-        let mut copied = 0;
+        let (mut copied, mut copied_files) = (0, 0);
         for name in names {
             let path = local.join(&name);
             if !name.ends_with(".sst") {
@@ -185,6 +185,7 @@ impl LsmSnapshot {
             let unique = format!("{}-{name}", uuid::Uuid::new_v4().simple());
             let crc32 = copy_durably(&path, &shared.path().join(&unique))?;
             copied += size;
+            copied_files += 1;
             let file = DbFile {
                 name: name.clone(),
                 size,
@@ -202,6 +203,7 @@ impl LsmSnapshot {
             files,
             shared: Some(shared.clone()),
             copied,
+            copied_files,
         })
     }
 }
@@ -238,6 +240,8 @@ pub struct LsmFiles {
     pub shared: Option<SharedFolder>,
     /// Bytes of tables the upload that made it copied (0 when read back).
     pub copied: u64,
+    /// Tables the upload that made it copied (0 when read back).
+    pub copied_files: u32,
 }
 
 impl LsmFiles {

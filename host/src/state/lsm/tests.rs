@@ -186,9 +186,11 @@ fn a_checkpoint_copies_only_the_files_the_last_one_did_not_and_restores_whole() 
             .collect::<Vec<_>>()
     };
     assert!(!tables(&first).is_empty());
+    assert_eq!(first.copied_files as usize, tables(&first).len());
     // No change: the next checkpoint copies nothing new.
     let second = checkpoint(lsm.snapshot(2, 0).unwrap(), &storage);
     assert_eq!(tables(&second), tables(&first));
+    assert_eq!((second.copied_files, second.copied), (0, 0));
     // A few changes: one new table, the old ones named again.
     lsm.put(0, b"key-1", b"", b"changed", 5).unwrap();
     heap.put(0, b"key-1", b"", b"changed", 5).unwrap();
@@ -198,6 +200,7 @@ fn a_checkpoint_copies_only_the_files_the_last_one_did_not_and_restores_whole() 
         .filter(|t| !tables(&first).contains(t))
         .collect();
     assert_eq!(new.len(), 1, "{new:?}");
+    assert_eq!(third.copied_files, 1);
     assert_eq!(
         std::fs::read_dir(storage.join("shared")).unwrap().count(),
         tables(&first).len() + 1
@@ -216,6 +219,7 @@ fn a_checkpoint_copies_only_the_files_the_last_one_did_not_and_restores_whole() 
     // And it names the restored tables again instead of copying them.
     let fourth = checkpoint(restored.snapshot(4, 0).unwrap(), &storage);
     assert_eq!(tables(&fourth), tables(&third));
+    assert_eq!(fourth.copied_files, 0);
 }
 
 #[test]
