@@ -381,8 +381,52 @@ fn a_tenant_watches_and_stops_its_job_in_the_dashboard_and_sees_no_other() {
     assert_eq!(a.status(&id).unwrap().job.state, JobState::Running);
     a.cancel(&id).unwrap();
 
+    // A job that failed twice before it finished: its exception history.
+    let flaky_dir = dir.join("flaky");
+    std::fs::create_dir_all(&flaky_dir).unwrap();
+    let flaky = write_job(
+        &flaky_dir,
+        &format!(
+            r#"
+name = "flaky"
+[source]
+type = "generator"
+records = 50
+[[operator]]
+name = "flaky"
+plugin = "{}"
+config = {{ behavior = "error-in-process", attempts = "0,1" }}
+[sink]
+type = "file"
+path = "out.txt"
+[checkpoint]
+interval_ms = 100
+[restart]
+strategy = "fixed-delay"
+attempts = 3
+delay_ms = 10
+"#,
+            sluice_tests::plugins::TEST_MISBEHAVE
+        ),
+    );
+    let flaky = a.submit(&flaky).unwrap().id;
+    wait_for("the flaky job to finish", Duration::from_secs(60), || {
+        a.status(&flaky).unwrap().job.state == JobState::Finished
+    });
+    browser.go(&format!("{}/#/jobs/{flaky}", server.url));
+    until("its two failures", &|| browser.count("tr.exception") == 2);
+    assert!(
+        browser
+            .text("#exceptions")
+            .contains("deliberate error in process"),
+        "{}",
+        browser.text("#exceptions")
+    );
+    browser.eval("document.getElementById('exceptions').scrollIntoView(); return 0;");
+    browser.screenshot("failures.png");
+
     browser.go(&format!("{}/#/plugins", server.url));
-    until("the plugins", &|| browser.count("tr.plugin") == 2);
+    until("the plugins", &|| browser.count("tr.plugin") == 3);
     assert!(browser.text("#plugins").contains("format, emit"));
     browser.screenshot("plugins.png");
 
