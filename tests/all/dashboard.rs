@@ -384,31 +384,7 @@ fn a_tenant_watches_and_stops_its_job_in_the_dashboard_and_sees_no_other() {
     // A job that failed twice before it finished: its exception history.
     let flaky_dir = dir.join("flaky");
     std::fs::create_dir_all(&flaky_dir).unwrap();
-    let flaky = write_job(
-        &flaky_dir,
-        &format!(
-            r#"
-name = "flaky"
-[source]
-type = "generator"
-records = 50
-[[operator]]
-name = "flaky"
-plugin = "{}"
-config = {{ behavior = "error-in-process", attempts = "0,1" }}
-[sink]
-type = "file"
-path = "out.txt"
-[checkpoint]
-interval_ms = 100
-[restart]
-strategy = "fixed-delay"
-attempts = 3
-delay_ms = 10
-"#,
-            sluice_tests::plugins::TEST_MISBEHAVE
-        ),
-    );
+    let flaky = write_job(&flaky_dir, &sluice_tests::twice_failing_job());
     let flaky = a.submit(&flaky).unwrap().id;
     wait_for("the flaky job to finish", Duration::from_secs(60), || {
         a.status(&flaky).unwrap().job.state == JobState::Finished

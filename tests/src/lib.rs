@@ -192,6 +192,33 @@ format = "key-value"
     )
 }
 
+/// A job of 50 generated records whose operator fails in its first two attempts, then
+/// finishes (its restart strategy allows three), with checkpoints every 100 ms.
+pub fn twice_failing_job() -> String {
+    format!(
+        r#"
+name = "flaky"
+[source]
+type = "generator"
+records = 50
+[[operator]]
+name = "flaky"
+plugin = "{}"
+config = {{ behavior = "error-in-process", attempts = "0,1" }}
+[sink]
+type = "file"
+path = "out.txt"
+[checkpoint]
+interval_ms = 100
+[restart]
+strategy = "fixed-delay"
+attempts = 3
+delay_ms = 10
+"#,
+        plugins::TEST_MISBEHAVE
+    )
+}
+
 /// A word count over generated lines, throttled so that it runs for a few seconds, with
 /// checkpoints every 100 ms (in `checkpoints/`) and its counts in `out/counts.tsv`.
 pub fn throttled_wordcount(count_parallelism: u32, records: u64, rate: f64) -> String {

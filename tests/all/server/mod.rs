@@ -1293,29 +1293,7 @@ fn a_jobs_failures_are_kept_in_its_exception_history() {
     let server = ServerProcess::start(&config);
     let a = server.client(Some("token-a"));
     // Fails in its first two attempts, then finishes.
-    let job = format!(
-        r#"
-name = "flaky"
-[source]
-type = "generator"
-records = 50
-[[operator]]
-name = "flaky"
-plugin = "{}"
-config = {{ behavior = "error-in-process", attempts = "0,1" }}
-[sink]
-type = "file"
-path = "out.txt"
-[checkpoint]
-interval_ms = 100
-dir = "checkpoints"
-[restart]
-strategy = "fixed-delay"
-attempts = 3
-delay_ms = 10
-"#,
-        sluice_tests::plugins::TEST_MISBEHAVE
-    );
+    let job = sluice_tests::twice_failing_job();
     let id = a.submit(&write_job(&dir, &job)).unwrap().id;
     wait_for("the job to finish", Duration::from_secs(60), || {
         state(&a, &id) == JobState::Finished
