@@ -11,7 +11,7 @@ use crossbeam_channel::{Sender, unbounded};
 use super::protocol::{Acknowledgement, CoordinatorMessage};
 use super::snapshot::{OperatorSnapshot, TaskId};
 use super::storage::{CheckpointStorage, SnapshotKind};
-use crate::network::{Barrier, CheckpointKind};
+use crate::network::Barrier;
 
 const RUNNING: u8 = 0;
 const COMPLETED: u8 = 1;
@@ -151,10 +151,7 @@ impl CheckpointLink {
         let state = handle.clone();
         let storage = self.storage.clone();
         let coordinator = self.coordinator.clone();
-        let kind = match barrier.kind {
-            CheckpointKind::Checkpoint => SnapshotKind::Checkpoint,
-            CheckpointKind::Savepoint { .. } => SnapshotKind::Savepoint,
-        };
+        let kind = SnapshotKind::from(barrier.kind);
         self.pool.submit(Box::new(move || {
             let start = Instant::now();
             let folder = storage.folder(barrier.id, kind);
@@ -231,6 +228,7 @@ impl CheckpointLink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::network::CheckpointKind;
     use crate::timers::TimerQueues;
     use crossbeam_channel::bounded;
 

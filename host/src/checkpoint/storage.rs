@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 use crate::durable::write_atomically;
+use crate::network::CheckpointKind;
 use serde::{Deserialize, Serialize};
 
 use super::format::{CrcWriter, read_operator_state, write_operator_state};
@@ -58,6 +59,23 @@ impl SnapshotKind {
         match self {
             SnapshotKind::Checkpoint => "chk-",
             SnapshotKind::Savepoint => "savepoint-",
+        }
+    }
+
+    /// `checkpoint` or `savepoint`, as the API and the logs name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SnapshotKind::Checkpoint => "checkpoint",
+            SnapshotKind::Savepoint => "savepoint",
+        }
+    }
+}
+
+impl From<CheckpointKind> for SnapshotKind {
+    fn from(kind: CheckpointKind) -> Self {
+        match kind {
+            CheckpointKind::Checkpoint => SnapshotKind::Checkpoint,
+            CheckpointKind::Savepoint { .. } => SnapshotKind::Savepoint,
         }
     }
 }

@@ -204,10 +204,7 @@ impl PendingCheckpoint {
     pub fn progress(&self) -> InProgressCheckpoint {
         InProgressCheckpoint {
             id: self.id,
-            kind: match self.kind {
-                CheckpointKind::Checkpoint => SnapshotKind::Checkpoint,
-                CheckpointKind::Savepoint { .. } => SnapshotKind::Savepoint,
-            },
+            kind: self.snapshot_kind(),
             triggered_ms: self.timestamp,
             acknowledged: self.acks.len() as u32,
             tasks: (self.acks.len() + self.waiting.len()) as u32,
@@ -234,10 +231,7 @@ impl PendingCheckpoint {
     }
 
     fn snapshot_kind(&self) -> SnapshotKind {
-        match self.kind {
-            CheckpointKind::Checkpoint => SnapshotKind::Checkpoint,
-            CheckpointKind::Savepoint { .. } => SnapshotKind::Savepoint,
-        }
+        self.kind.into()
     }
 }
 

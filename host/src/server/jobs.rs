@@ -526,8 +526,7 @@ fn finished_run(
     let kill_cause = entry.kill_cause.lock().take();
     let (read, written) = monitor.records_read_written();
     let (read_before, written_before) = *entry.counted_before.lock();
-    let checkpoints = monitor.checkpoints();
-    let checkpointed = !checkpoints.completed.is_empty();
+    let checkpointed = !monitor.checkpoints().completed.is_empty();
     entry.save_history();
     *entry.ended.lock() = Some(Instant::now());
     // How it ended is recorded and the run let go in one step: a request that sees the job
@@ -537,9 +536,6 @@ fn finished_run(
     entry.update(|r| {
         r.restarts += restarts;
         (r.records_read, r.records_written) = (read_before + read, written_before + written);
-        if let Some(committed) = checkpoints.records_committed() {
-            r.records_committed = Some(committed);
-        }
         // A run that ended, even by the server stopping it cleanly, or that completed a
         // checkpoint does not bring the server down.
         if result.is_ok() || checkpointed {

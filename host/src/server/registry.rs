@@ -267,7 +267,7 @@ impl JobEntry {
         let stats = self.monitor.lock().checkpoints();
         history.extend(stats.completed.iter().map(|c| CheckpointSummary {
             id: c.id,
-            kind: format!("{:?}", c.kind).to_lowercase(),
+            kind: c.kind.name().to_string(),
             name: c.path.file_name().map(|n| n.to_string_lossy().into_owned()),
             triggered_ms: c.triggered_ms,
             duration_ms: c.duration.as_secs_f64() * 1e3,

@@ -165,6 +165,7 @@ impl Server {
     pub fn job_detail(&self, tenant: &TenantConfig, id: &str) -> Result<JobDetail, ApiError> {
         let entry = self.entry(tenant, id)?;
         let record = entry.record();
+        let running = entry.is_running();
         let monitor = entry.monitor.lock().clone();
         let cluster = monitor.cluster_view().filter(|_| record.cluster);
         let (records_read, records_written) = entry.records_read_written(&record);
@@ -216,7 +217,7 @@ impl Server {
             None => ClusterStatus::Flag(record.cluster),
         };
         Ok(JobDetail {
-            job: summary(&record, entry.is_running()),
+            job: summary(&record, running),
             tenant: record.tenant.clone(),
             plugins: record.plugins.clone(),
             restarts: entry.restarts(),
@@ -232,19 +233,22 @@ impl Server {
                 last,
                 last_aborted,
                 // (What a coordinator left in flight when its run ended is not.)
-                in_progress: checkpoints
-                    .in_progress
-                    .iter()
-                    .filter(|_| entry.is_running())
-                    .map(|c| CheckpointInProgress {
-                        id: c.id,
-                        kind: format!("{:?}", c.kind).to_lowercase(),
-                        triggered_ms: c.triggered_ms,
-                        acknowledged: c.acknowledged,
-                        tasks: c.tasks,
-                        bytes: c.bytes,
-                    })
-                    .collect(),
+                in_progress: if running {
+                    checkpoints
+                        .in_progress
+                        .iter()
+                        .map(|c| CheckpointInProgress {
+                            id: c.id,
+                            kind: c.kind.name().to_string(),
+                            triggered_ms: c.triggered_ms,
+                            acknowledged: c.acknowledged,
+                            tasks: c.tasks,
+                            bytes: c.bytes,
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                },
             },
             tasks: monitor.tasks().iter().map(task_metrics).collect(),
             graph: record.graph.clone(),

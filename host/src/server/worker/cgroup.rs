@@ -256,6 +256,15 @@ impl WorkerCgroup {
         &self.path
     }
 
+    /// Why its process died, when the kernel killed it for passing its `memory.max`.
+    pub fn killed_past_memory_max(&self) -> Option<String> {
+        (self.oom_kills() > 0).then(|| {
+            "the kernel killed it for passing its cgroup's memory.max (the tenant's \
+             process_memory_mb)"
+                .to_string()
+        })
+    }
+
     /// The processes the kernel killed in it for passing its `memory.max`.
     pub fn oom_kills(&self) -> u64 {
         fs::read_to_string(self.path.join("memory.events"))

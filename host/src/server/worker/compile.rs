@@ -100,12 +100,12 @@ impl Workers {
                     .collect::<Vec<_>>()
                     .join("\n"),
             ),
-            Some(_) if cgroup.as_ref().is_some_and(|c| c.oom_kills() > 0) => Compiled::Died(
-                "the kernel killed it for passing its cgroup's memory.max (the tenant's \
-                 process_memory_mb)"
-                    .into(),
+            Some(status) => Compiled::Died(
+                cgroup
+                    .as_ref()
+                    .and_then(WorkerCgroup::killed_past_memory_max)
+                    .unwrap_or_else(|| super::supervisor::describe_exit(status)),
             ),
-            Some(status) => Compiled::Died(super::supervisor::describe_exit(status)),
         })
     }
 }

@@ -375,11 +375,10 @@ impl Worker {
         if jobs.is_empty() {
             return;
         }
-        let memory_max = self.cgroup.as_ref().filter(|c| c.oom_kills() > 0).map(|_| {
-            "the kernel killed it for passing its cgroup's memory.max (the tenant's \
-             process_memory_mb)"
-                .to_string()
-        });
+        let memory_max = self
+            .cgroup
+            .as_ref()
+            .and_then(WorkerCgroup::killed_past_memory_max);
         let why = why
             .or_else(|| self.killed_for.lock().clone())
             .or(memory_max)
