@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use sluice::server::model::JobState;
 use sluice_tests::{test_dir, throttled_wordcount, write_job};
 
-use crate::server::{ServerProcess, host_config, wait_for};
+use crate::server::{ServerProcess, failure_free_output, host_config, wait_for};
 
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -237,7 +237,8 @@ fn a_tenant_watches_and_stops_its_job_in_the_dashboard_and_sees_no_other() {
         server.client(Some("token-a")),
         server.client(Some("token-b")),
     );
-    let job = write_job(&dir, &throttled_wordcount(2, 200_000, 500.0));
+    let job_text = throttled_wordcount(2, 200_000, 500.0);
+    let job = write_job(&dir, &job_text);
     let id = a.submit(&job).unwrap().id;
     let other = b.submit(&job).unwrap().id;
     let driver = Driver::start();
@@ -369,17 +370,56 @@ fn a_tenant_watches_and_stops_its_job_in_the_dashboard_and_sees_no_other() {
     until("the savepoint listed", &|| {
         browser.text("#checkpoints").contains("savepoint")
     });
-    // Started again from a savepoint chosen in the list.
+    // Started again from a savepoint chosen in the list, as its job file edited in the
+    // page (the source's rate limit taken out: an upgrade from the savepoint); the edit
+    // outlives the page's refreshes.
     until("a button to start from it", &|| {
         browser.count("tr.savepoint button.start-from") >= 1
     });
+    browser.eval(
+        "const e = document.getElementById('job-file-edit'); e.value = e.value.replace(/\\nrate = [^\\n]*/, ''); e.dispatchEvent(new Event('input')); e.dataset.before = 'yes'; return 0;",
+    );
+    until("the page to refresh", &|| {
+        browser
+            .eval("return document.getElementById('job-file-edit').dataset.before === undefined;")
+            .as_bool()
+            .unwrap_or(false)
+    });
+    let edited = browser
+        .eval("return document.getElementById('job-file-edit').value;")
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        !edited.contains("rate = ") && edited.contains("[source]"),
+        "{edited}"
+    );
     browser.click("tr.savepoint button.start-from");
     browser.accept_alert();
     until("the job running again", &|| {
-        browser.text("#job-state") == "running"
+        browser.text("#job-state") != "stopped"
     });
-    assert_eq!(a.status(&id).unwrap().job.state, JobState::Running);
-    a.cancel(&id).unwrap();
+    wait_for("the job to finish", Duration::from_secs(120), || {
+        a.status(&id).unwrap().job.state == JobState::Finished
+    });
+    // Exactly the output of a run that never stopped (the two count subtasks' lines
+    // interleave as they come: compared in order of the lines), and the job file it ran
+    // as.
+    let sorted = |text: &str| {
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    };
+    let output = sorted(&String::from_utf8(a.output(&id, None).unwrap()).unwrap());
+    let expected = sorted(&failure_free_output(&job_text));
+    assert!(
+        output == expected,
+        "{} lines of output after the restart, {} in a run without one",
+        output.len(),
+        expected.len()
+    );
+    let detail = a.status(&id).unwrap();
+    assert!(!detail.job_file.unwrap().contains("rate = "));
 
     // A job that failed twice before it finished: its exception history.
     let flaky_dir = dir.join("flaky");

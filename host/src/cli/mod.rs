@@ -284,6 +284,11 @@ enum Command {
         /// Resume from this savepoint (a name from `status`) instead of the latest.
         #[arg(long)]
         savepoint: Option<String>,
+        /// Start it as this job file describes instead (changed settings, parallelism or
+        /// plugins: an upgrade from the savepoint); it replaces the job's file. Secrets
+        /// left masked (******), as `status` shows the file, keep their values.
+        #[arg(long, value_name = "FILE")]
+        job: Option<PathBuf>,
         #[command(flatten)]
         remote: Remote,
     },
@@ -709,10 +714,16 @@ fn run(cli: Cli) -> Result<Exit> {
         Command::Start {
             id,
             savepoint,
+            job,
             remote,
-        } => remote.print(&remote.client()?.start(id, savepoint.as_deref())?, |v| {
-            format!("{}\n", remote::job_line(v))
-        }),
+        } => {
+            let client = remote.client()?;
+            let started = match job {
+                Some(path) => client.start_as(id, savepoint.as_deref(), path)?,
+                None => client.start(id, savepoint.as_deref())?,
+            };
+            remote.print(&started, |v| format!("{}\n", remote::job_line(v)))
+        }
         Command::Logs { id, follow, remote } => {
             let client = remote.client()?;
             if *follow {

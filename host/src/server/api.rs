@@ -718,8 +718,11 @@ struct StartQuery {
         ("savepoint" = Option<String>, Query, description = "A savepoint's name (its `savepoint`, or a `name` of its checkpoints); its latest complete checkpoint or savepoint without it"),
         ("allow_rewind" = Option<bool>, Query, description = "Restore a savepoint older than the output already committed (which stays aside as a new file generation)"),
     ),
+    request_body(content = Option<String>, description = "Optional: a job file to start it as instead (changed settings, parallelism or plugins: an upgrade from the savepoint), which replaces its job file once the start is accepted; secrets left masked (******) as `GET /v1/jobs/{id}` shows them keep their values. Empty: the job file it ran by.",
+        content_type = "application/toml"),
     responses(
         (status = 200, description = "Started again", body = JobSummary),
+        (status = 400, description = "The job file given is not valid: the error names the line and key", body = ErrorBody),
         (status = 401, description = "No valid bearer token", body = ErrorBody),
         (status = 404, description = "No such job of the tenant, or no such savepoint", body = ErrorBody),
         (status = 409, description = "It is running or finished, the savepoint does not fit, or the server is shutting down", body = ErrorBody),
@@ -731,10 +734,25 @@ async fn start(
     Tenant(t): Tenant,
     Path(id): Path<String>,
     Query(q): Query<StartQuery>,
+    bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<JobSummary>, ApiError> {
+    let bytes = body(bytes)?;
+    let job_file = match bytes.is_empty() {
+        true => None,
+        false => Some(
+            String::from_utf8(bytes.to_vec())
+                .map_err(|_| ApiError::bad("the job file must be UTF-8 text (TOML)"))?,
+        ),
+    };
     Ok(Json(
         blocking(&server.clone(), &t.clone(), move || {
-            server.start(&t, &id, q.savepoint.as_deref(), q.allow_rewind)
+            server.start(
+                &t,
+                &id,
+                q.savepoint.as_deref(),
+                q.allow_rewind,
+                job_file.as_deref(),
+            )
         })
         .await?,
     ))

@@ -2,7 +2,7 @@
 //! and `sluice savepoint ID --server URL`: it speaks `/v1` and reads the answers as the
 //! types of [`super::model`].
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -155,13 +155,22 @@ impl Client {
     /// place (every other byte as written, so that the server's errors name the lines of
     /// the file, which they name by its path).
     pub fn submit(&self, path: &Path) -> Result<JobSummary> {
+        let (text, not_files) = self.with_plugins_uploaded(path)?;
+        let (status, answer) = self.request("POST", "/v1/jobs", Some(text.as_bytes()))?;
+        job_file_answer(path, "submitting", status, &answer, &not_files)
+    }
+
+    /// The job file at `path` as the server takes it: each plugin named by a file here
+    /// (relative to the job file) uploaded and named by its hash. Also the plugin names
+    /// that are no file here (maybe plugins uploaded before: the server decides), with
+    /// where they were looked for.
+    fn with_plugins_uploaded(&self, path: &Path) -> Result<(String, Vec<(String, PathBuf)>)> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut job: toml_edit::DocumentMut = text
             .parse()
             .map_err(|e| anyhow!("{}: {e}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new(""));
-        // Names that are no file here: maybe plugins uploaded before (the server decides).
         let mut not_files = Vec::new();
         let mut plugins: Vec<&mut toml_edit::Value> = Vec::new();
         match job.get_mut("operator") {
@@ -191,27 +200,7 @@ impl Client {
             *plugin = toml_edit::Value::from(format!("sha256:{}", uploaded.sha256));
             *plugin.decor_mut() = decor;
         }
-        let (status, answer) =
-            self.request("POST", "/v1/jobs", Some(job.to_string().as_bytes()))?;
-        if status < 400 {
-            return serde_json::from_slice(&answer)
-                .with_context(|| format!("submitting {}: the server's answer", path.display()));
-        }
-        // The server knows the file as `job.toml`; its reader knows it by its path.
-        let mut message = error_message(&answer).replace("job.toml", &path.display().to_string());
-        for (named, file) in not_files {
-            if message.contains(&format!("{named:?} was not uploaded")) {
-                message.push_str(&format!(
-                    "; and {named:?} is no file here either ({} does not exist; a plugin's \
-                     path is relative to the job file)",
-                    file.display()
-                ));
-            }
-        }
-        match message.starts_with(&path.display().to_string()) {
-            true => bail!("{message} (the server answered {status})"),
-            false => bail!("submitting {}: {status}: {message}", path.display()),
-        }
+        Ok((job.to_string(), not_files))
     }
 
     /// The tenant's jobs.
@@ -244,14 +233,18 @@ impl Client {
 
     /// Starts a stopped job again, from `savepoint` or its latest one.
     pub fn start(&self, id: &str, savepoint: Option<&str>) -> Result<JobSummary> {
-        let query = savepoint
-            .map(|s| format!("?savepoint={}", query_escape(s)))
-            .unwrap_or_default();
-        self.json(
-            "POST",
-            &format!("/v1/jobs/{}/start{query}", query_escape(id)),
-            None,
-        )
+        self.json("POST", &start_path(id, savepoint), None)
+    }
+
+    /// Starts a stopped job again, from `savepoint` or its latest one, as the job file at
+    /// `path` describes (an upgrade: its plugins named by path are uploaded first, as
+    /// [`Client::submit`] does); that file replaces the one the job ran by.
+    pub fn start_as(&self, id: &str, savepoint: Option<&str>, path: &Path) -> Result<JobSummary> {
+        let (text, not_files) = self.with_plugins_uploaded(path)?;
+        let (status, answer) =
+            self.request("POST", &start_path(id, savepoint), Some(text.as_bytes()))?;
+        let doing = format!("starting job '{id}' as");
+        job_file_answer(path, &doing, status, &answer, &not_files)
     }
 
     /// Takes a savepoint of a running job without stopping it; returns once it is
@@ -384,4 +377,42 @@ fn query_escape(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// `POST /v1/jobs/{id}/start`, from `savepoint` when one is named.
+fn start_path(id: &str, savepoint: Option<&str>) -> String {
+    let query = savepoint
+        .map(|s| format!("?savepoint={}", query_escape(s)))
+        .unwrap_or_default();
+    format!("/v1/jobs/{}/start{query}", query_escape(id))
+}
+
+/// The job a request carrying the job file at `path` answered with, or the server's
+/// error naming that file (the server knows it as `job.toml`) and, for a plugin it did
+/// not find uploaded, where the file would have been.
+fn job_file_answer(
+    path: &Path,
+    doing: &str,
+    status: u16,
+    answer: &[u8],
+    not_files: &[(String, PathBuf)],
+) -> Result<JobSummary> {
+    if status < 400 {
+        return serde_json::from_slice(answer)
+            .with_context(|| format!("{doing} {}: the server's answer", path.display()));
+    }
+    let mut message = error_message(answer).replace("job.toml", &path.display().to_string());
+    for (named, file) in not_files {
+        if message.contains(&format!("{named:?} was not uploaded")) {
+            message.push_str(&format!(
+                "; and {named:?} is no file here either ({} does not exist; a plugin's \
+                 path is relative to the job file)",
+                file.display()
+            ));
+        }
+    }
+    match message.starts_with(&path.display().to_string()) {
+        true => bail!("{message} (the server answered {status})"),
+        false => bail!("{doing} {}: {status}: {message}", path.display()),
+    }
 }

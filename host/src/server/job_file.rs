@@ -65,5 +65,111 @@ fn mask_value(value: &mut Value, secret: bool) {
     }
 }
 
+/// `edited`, a job file edited from its masked view, with each secret left masked
+/// (`******`) given back its value from `stored`, the job file it replaces (the same
+/// setting, by its path: table, key, index). A masked secret `stored` does not have is
+/// named in the error. Text that is not TOML is returned as it is, for the job file's
+/// reader to report where.
+pub fn unmasked(edited: &str, stored: &str) -> Result<String, String> {
+    let Ok(mut doc) = edited.parse::<DocumentMut>() else {
+        return Ok(edited.to_string());
+    };
+    if !edited.contains(MASK) {
+        return Ok(edited.to_string());
+    }
+    let stored: Option<DocumentMut> = stored.parse().ok();
+    let mut missing = Vec::new();
+    for (key, item) in doc.as_table_mut().iter_mut() {
+        let old = stored.as_ref().and_then(|d| d.get(key.get()));
+        unmask_item(item, old, is_secret(key.get()), key.get(), &mut missing);
+    }
+    match missing.is_empty() {
+        true => Ok(doc.to_string()),
+        false => Err(format!(
+            "job.toml: {} masked ({MASK}) with no value in the job file it replaces to stand \
+             for: give the secret's value",
+            missing.join(", ")
+        )),
+    }
+}
+
+/// Gives back, within `item` (at `path`), each masked secret its value from `stored`.
+fn unmask_item(
+    item: &mut Item,
+    stored: Option<&Item>,
+    secret: bool,
+    path: &str,
+    missing: &mut Vec<String>,
+) {
+    match item {
+        Item::Table(t) => {
+            for (key, child) in t.iter_mut() {
+                let old = stored
+                    .and_then(Item::as_table_like)
+                    .and_then(|o| o.get(key.get()));
+                let at = format!("{path}.{}", key.get());
+                unmask_item(child, old, is_secret(key.get()), &at, missing);
+            }
+        }
+        Item::ArrayOfTables(a) => {
+            for (i, t) in a.iter_mut().enumerate() {
+                let old = stored
+                    .and_then(Item::as_array_of_tables)
+                    .and_then(|o| o.get(i));
+                for (key, child) in t.iter_mut() {
+                    let old = old.and_then(|o| o.get(key.get()));
+                    let at = format!("{path}[{i}].{}", key.get());
+                    unmask_item(child, old, is_secret(key.get()), &at, missing);
+                }
+            }
+        }
+        Item::Value(v) => unmask_value(v, stored, secret, path, missing),
+        Item::None => {}
+    }
+}
+
+fn unmask_value(
+    value: &mut Value,
+    stored: Option<&Item>,
+    secret: bool,
+    path: &str,
+    missing: &mut Vec<String>,
+) {
+    match value {
+        Value::InlineTable(t) => {
+            for (key, v) in t.iter_mut() {
+                let old = stored
+                    .and_then(Item::as_table_like)
+                    .and_then(|o| o.get(key.get()));
+                let at = format!("{path}.{}", key.get());
+                unmask_value(v, old, is_secret(key.get()), &at, missing);
+            }
+        }
+        Value::Array(a) => {
+            for (i, v) in a.iter_mut().enumerate() {
+                let old = stored
+                    .and_then(Item::as_array)
+                    .and_then(|o| o.get(i))
+                    .map(|o| Item::Value(o.clone()));
+                unmask_value(v, old.as_ref(), secret, &format!("{path}[{i}]"), missing);
+            }
+        }
+        Value::String(s) if secret && s.value() == MASK => {
+            match stored
+                .and_then(Item::as_value)
+                .filter(|o| o.as_str() != Some(MASK))
+            {
+                Some(old) => {
+                    let decor = value.decor().clone();
+                    *value = old.clone();
+                    *value.decor_mut() = decor;
+                }
+                None => missing.push(format!("`{path}`")),
+            }
+        }
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -671,12 +671,16 @@ impl Server {
     /// Starts a stopped, cancelled or failed job of `tenant` again, from `savepoint` (a
     /// folder name in its checkpoints) or else its latest complete checkpoint or savepoint.
     /// A savepoint older than the committed output is refused unless `allow_rewind`.
+    /// With `job_file`, the job starts as that file describes (its settings, parallelism,
+    /// plugins changed: an upgrade), which replaces the one it ran by once the start is
+    /// accepted; secrets left masked keep their values.
     pub fn start(
         &self,
         tenant: &TenantConfig,
         id: &str,
         savepoint: Option<&str>,
         allow_rewind: bool,
+        job_file: Option<&str>,
     ) -> Result<JobSummary, ApiError> {
         let entry = self.entry(tenant, id)?;
         let not_startable = |record: &JobRecord| {
@@ -695,10 +699,17 @@ impl Server {
         // What is slow — compiling its plugins, asking Kafka for a cluster job's
         // partitions, walking the tenant's folders — before the admission lock, which
         // every submission and start waits for.
-        let text = fs::read_to_string(entry.dir.join("job.toml"))
+        let stored = fs::read_to_string(entry.dir.join("job.toml"))
             .map_err(|e| ApiError::internal(anyhow::anyhow!("job {id}: job.toml: {e}")))?;
-        let mut plugins = record.plugins.clone();
-        let (run, _) = self.prepare(tenant, &text, &entry.dir, &mut plugins)?;
+        let (text, mut plugins) = match job_file {
+            // Its plugins named anew: an upgrade may change them.
+            Some(edited) => (
+                super::job_file::unmasked(edited, &stored).map_err(ApiError::bad)?,
+                BTreeMap::new(),
+            ),
+            None => (stored, record.plugins.clone()),
+        };
+        let (run, output) = self.prepare(tenant, &text, &entry.dir, &mut plugins)?;
         self.not_quarantined(tenant, &plugins)?;
         let (needs, cluster_resources) = run.needs()?;
         let disk_used = self.disk_usage(&tenant.name);
@@ -721,6 +732,16 @@ impl Server {
         self.admit(tenant, &record.name, needs, disk_used)?;
         let job = match run {
             Run::Local(job) => job,
+            Run::Cluster(_) if job_file.is_some() => {
+                return Err(ApiError::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "cannot start job '{id}' with another job file: it runs over several \
+                         servers, whose units were planned from the one it was submitted with \
+                         (submit the new file as a job of its own)"
+                    ),
+                ));
+            }
             Run::Cluster(_) if savepoint.is_some() => {
                 return Err(ApiError::new(
                     ErrorKind::Conflict,
@@ -769,10 +790,19 @@ impl Server {
             )
         })?;
         let graph = graph_summary(job.graph());
+        if job_file.is_some() {
+            write_atomic(&entry.dir.join("job.toml"), text.as_bytes())
+                .map_err(ApiError::internal)?;
+            tracing::info!(tenant = %tenant.name, job = %id, "job file replaced at its start");
+        }
+        let name = job.graph().name.clone();
         entry.update(|r| {
             r.state = JobState::Running;
             r.failure = None;
             r.graph = graph;
+            r.name = name;
+            r.plugins = plugins;
+            r.output = output;
             // A person starting it again takes it out of quarantine.
             r.recoveries = 0;
         });

@@ -15,6 +15,7 @@ use sluice_tests::plugins::{COUNT, TEST_WRONG_VERSION, TOKENIZE};
 use sluice_tests::{scratch_root, test_dir, throttled_wordcount, write_job};
 
 mod harness;
+mod upgrade;
 
 pub(crate) use harness::*;
 

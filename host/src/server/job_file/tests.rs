@@ -36,3 +36,50 @@ config = { api_token = "t0k", region = "eu" }
 fn text_that_is_not_toml_is_not_shown() {
     assert_eq!(masked("password = "), None);
 }
+
+#[test]
+fn an_edited_job_file_gets_back_the_secrets_left_masked_and_keeps_the_new_ones() {
+    let stored = r#"name = "wc"
+[source]
+type = "kafka"
+properties = { "sasl.password" = "hunter2", "sasl.username" = "ann" }
+[sink.properties]
+"ssl.key.password" = "k3y"
+[[operator]]
+name = "enrich"
+config = { api_token = "t0k" }
+[[operator]]
+name = "count"
+config = { api_token = "second" }
+"#;
+    // Edited from the masked view: a setting changed, one secret given anew, the
+    // others left masked.
+    let edited = masked(stored)
+        .unwrap()
+        .replace("\"ann\"", "\"bob\"")
+        .replacen(&format!("api_token = \"{MASK}\""), "api_token = \"new\"", 1);
+    let text = unmasked(&edited, stored).unwrap();
+    for kept in [
+        "\"sasl.password\" = \"hunter2\"",
+        "\"sasl.username\" = \"bob\"",
+        "\"ssl.key.password\" = \"k3y\"",
+        "api_token = \"new\"",
+        "api_token = \"second\"",
+    ] {
+        assert!(text.contains(kept), "{kept} lost:\n{text}");
+    }
+    assert!(!text.contains(MASK), "{text}");
+    // A masked secret the stored file never had is named.
+    let added = format!("{edited}[state]\nsecret_key = \"{MASK}\"\n");
+    let e = unmasked(&added, stored).unwrap_err();
+    assert!(
+        e.contains("`state.secret_key`") && e.contains("give the secret"),
+        "{e}"
+    );
+    // Nothing masked, or not TOML: as it is.
+    assert_eq!(
+        unmasked("name = \"x\"\n", stored).unwrap(),
+        "name = \"x\"\n"
+    );
+    assert_eq!(unmasked("name = ", stored).unwrap(), "name = ");
+}
