@@ -165,6 +165,12 @@ pub struct TaskReport {
     pub source: Option<OperatorReport>,
     /// The task's operators, head first.
     pub operators: Vec<OperatorReport>,
+    /// In a job over several hosts: the unit the task belongs to.
+    #[serde(default)]
+    pub unit: Option<u32>,
+    /// In a job over several hosts: the host that runs it (its name in the job's group).
+    #[serde(default)]
+    pub host: Option<String>,
 }
 
 /// The live metrics of a task and its operators, shared with whoever reports them.
@@ -210,6 +216,8 @@ impl TaskMetricsHandle {
                 .iter()
                 .map(|(name, subtask, o)| o.report(name, *subtask))
                 .collect(),
+            unit: None,
+            host: None,
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::server::client::Client;
-use crate::server::model::{JobDetail, JobList, JobSummary, PluginList};
+use crate::server::model::{ClusterStatus, JobDetail, JobList, JobSummary, PluginList};
 
 /// A call an operator has been in this long (ms) is shown in `sluice status`: an operator
 /// stuck in one call then stands out from one that is busy.
@@ -97,6 +97,22 @@ pub(super) fn job_detail(job: &JobDetail) -> String {
             ));
         }
     }
+    if let ClusterStatus::Host(cluster) = &job.cluster {
+        line(format!(
+            "  over several servers: this one is {}, running units {:?} of {} ({} finished)",
+            cluster.host,
+            cluster.running,
+            cluster.units,
+            cluster.finished.len()
+        ));
+        for member in &cluster.group {
+            let units: Vec<u32> = member.units.iter().map(|u| u.unit).collect();
+            line(format!(
+                "    {} ({}): units {units:?}",
+                member.host, member.address
+            ));
+        }
+    }
     let mut table = super::table(&["task", "in", "out", "busy", "idle", "back"], 1..6);
     // Below its task's row: its source's and operators' lag and counters.
     let mut details: Vec<Vec<String>> = Vec::new();
@@ -105,7 +121,10 @@ pub(super) fn job_detail(job: &JobDetail) -> String {
         let total = (busy + idle + back).max(1) as f64;
         let share = |ms: u64| format!("{:.0}%", 100.0 * ms as f64 / total);
         table.add_row(vec![
-            task.task.clone(),
+            match task.unit {
+                Some(unit) => format!("unit {unit}: {}", task.task),
+                None => task.task.clone(),
+            },
             task.records_in.to_string(),
             task.records_out.to_string(),
             share(busy),
@@ -448,5 +467,38 @@ mod tests {
             text.contains("tokenize state: 64.0 MiB in memory, 1.0 MiB on disk"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_job_over_several_servers_shows_its_hosts_and_each_tasks_unit() {
+        let job: JobDetail = serde_json::from_value(serde_json::json!({
+            "id": "ab12", "name": "wc", "state": "running", "running": true,
+            "submitted_ms": 0, "submitted": "1970-01-01T00:00:00.000Z", "tenant": "t",
+            "plugins": {}, "records_read": 10, "records_written": 4, "restarts": 0,
+            "failures_by_kind": {}, "last_failure": null, "savepoint": null,
+            "checkpoints": {"completed": 0, "aborted": 0, "last": [], "last_aborted": []},
+            "tasks": [{"task": "source -> count (1/1)", "records_in": 10, "records_out": 4,
+                "busy_ms": 1, "idle_ms": 1, "backpressured_ms": 0, "mailbox_depth": 0,
+                "watermark": null, "source": null, "operators": [],
+                "unit": 3, "host": "sluice-a-1"}],
+            "graph": [], "output": [],
+            "cluster": {"host": "sluice-a-1", "units": 8, "owned": [3, 5], "running": [3],
+                "finished": [0], "failures": 0, "last_failure": null,
+                "group": [
+                    {"host": "sluice-a-1", "address": "/10.0.0.1",
+                        "units": [{"unit": 3, "runs": "stage 1"}, {"unit": 5, "runs": "stage 1"}]},
+                    {"host": "sluice-b-7", "address": "/10.0.0.2",
+                        "units": [{"unit": 1, "runs": "stage 0"}]}]},
+        }))
+        .unwrap();
+        let text = job_detail(&job);
+        for expected in [
+            "over several servers: this one is sluice-a-1, running units [3] of 8 (1 finished)",
+            "    sluice-a-1 (/10.0.0.1): units [3, 5]",
+            "    sluice-b-7 (/10.0.0.2): units [1]",
+            "unit 3: source -> count (1/1)",
+        ] {
+            assert!(text.contains(expected), "{expected} not in:\n{text}");
+        }
     }
 }

@@ -47,7 +47,7 @@ use store::CheckpointStore;
 pub use unit::LostCheckpoint;
 use unit::{UnitContext, UnitEnd};
 
-use crate::job::{JobControl, JobGraph};
+use crate::job::{JobControl, JobGraph, UnitMonitors};
 use crate::tenant::{HostConfig, InstanceBudget};
 use crate::wasm::WasmEngine;
 
@@ -61,6 +61,11 @@ const LONGEST_RESTART_DELAY: Duration = Duration::from_secs(60);
 
 /// How often the host looks at the store for units that finished.
 const FINISHED_CHECK: Duration = Duration::from_secs(1);
+
+/// How often a host asks who in its job's group runs which units (for its view), and
+/// how long it waits for the answer (the group's heartbeats go on meanwhile).
+const GROUP_CHECK: Duration = Duration::from_secs(5);
+const GROUP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A unit running on this host.
 struct Running {
@@ -95,6 +100,10 @@ pub struct HostView {
     pub failures: u64,
     /// Why the last of them failed: the unit, what it runs, and the error.
     pub last_failure: Option<String>,
+    /// Every host in the job's group and the units it runs, as the group said last
+    /// (asked every few seconds).
+    #[serde(default)]
+    pub members: Vec<ClusterMember>,
 }
 
 /// A host of a cluster job.
@@ -144,6 +153,7 @@ impl ClusterHost {
                 host,
                 budget: InstanceBudget::default(),
                 client_id,
+                monitors: UnitMonitors::default(),
             },
         };
         this.make_topics()
@@ -167,6 +177,11 @@ impl ClusterHost {
     /// What the host is doing, kept current while it runs.
     pub fn view(&self) -> Arc<Mutex<HostView>> {
         self.view.clone()
+    }
+
+    /// The monitors of the units running here, each while it runs.
+    pub fn unit_monitors(&self) -> UnitMonitors {
+        self.units.monitors.clone()
     }
 
     /// The plan.
@@ -323,6 +338,7 @@ impl ClusterHost {
         };
         let mut owned_before: BTreeSet<u32> = BTreeSet::new();
         let mut last_check = Instant::now() - FINISHED_CHECK;
+        let mut last_group = Instant::now() - GROUP_CHECK;
         let end = loop {
             if stop.try_recv().is_ok() {
                 break HostEnd::Stopped;
@@ -438,11 +454,21 @@ impl ClusterHost {
                     break HostEnd::JobFinished;
                 }
             }
+            // Who runs what over the whole group, for whoever watches this host.
+            let members = (last_group.elapsed() >= GROUP_CHECK).then(|| {
+                last_group = Instant::now();
+                group_members(&consumer, plan, GROUP_TIMEOUT)
+            });
             {
                 let mut view = self.view.lock();
                 view.owned = owned.iter().copied().collect();
                 view.running = running.keys().copied().collect();
                 view.finished = finished.iter().copied().collect();
+                match members {
+                    Some(Ok((_, members))) => view.members = members,
+                    Some(Err(e)) => tracing::debug!("job '{}': {e:#}", plan.graph.name),
+                    None => {}
+                }
             }
         };
         consumer.unsubscribe();
@@ -490,7 +516,7 @@ pub struct ClusterStatus {
 }
 
 /// A host of a cluster job, as its group knows it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ClusterMember {
     /// Its client id (`sluice-HOSTNAME-PID`).
     pub client_id: String,
@@ -501,7 +527,7 @@ pub struct ClusterMember {
 }
 
 /// A unit a host runs.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ClusterUnit {
     /// Its number.
     pub unit: u32,
@@ -551,21 +577,45 @@ pub fn status(graph: &JobGraph, settings: ClusterSettings) -> Result<ClusterStat
         .client()
         .create()
         .context("creating a Kafka client")?;
+    let (group_state, hosts) = group_members(&consumer, &plan, REQUEST_TIMEOUT)?;
+    let owned: BTreeSet<u32> = hosts
+        .iter()
+        .flat_map(|h| h.units.iter().map(|u| u.unit))
+        .collect();
+    let done = store.finished_units(&plan.prefix)?;
+    Ok(ClusterStatus {
+        job: graph.name.clone(),
+        bootstrap: settings.bootstrap.clone(),
+        units: plan.units(),
+        stages: plan.stages.len(),
+        group_state,
+        hosts,
+        finished_units: done.iter().copied().collect(),
+        waiting_units: (0..plan.units())
+            .filter(|u| !done.contains(u) && !owned.contains(u))
+            .collect(),
+    })
+}
+
+/// The state of the job's group (`Stable`, …) when there is one, and its members with
+/// the units each was given, asked of the brokers within `timeout`.
+fn group_members(
+    consumer: &BaseConsumer,
+    plan: &Plan,
+    timeout: Duration,
+) -> Result<(Option<String>, Vec<ClusterMember>)> {
     let groups = consumer
-        .fetch_group_list(Some(&plan.group), REQUEST_TIMEOUT)
+        .fetch_group_list(Some(&plan.group), timeout)
         .context("reading the job's group")?;
     let group = groups.groups().first();
-    let members = group.map_or(&[][..], |g| g.members());
-    let mut owned = BTreeSet::new();
     let mut hosts = Vec::new();
-    for m in members {
+    for m in group.map_or(&[][..], |g| g.members()) {
         let units = m
             .assignment()
             .map(|a| assigned_partitions(a, &plan.control_topic))
             .transpose()
             .map_err(|e| anyhow!("member {}: {e}", m.client_id()))?
             .unwrap_or_default();
-        owned.extend(units.iter().copied());
         hosts.push(ClusterMember {
             client_id: m.client_id().to_string(),
             host: m.client_host().to_string(),
@@ -578,19 +628,7 @@ pub fn status(graph: &JobGraph, settings: ClusterSettings) -> Result<ClusterStat
                 .collect(),
         });
     }
-    let done = store.finished_units(&plan.prefix)?;
-    Ok(ClusterStatus {
-        job: graph.name.clone(),
-        bootstrap: settings.bootstrap.clone(),
-        units: plan.units(),
-        stages: plan.stages.len(),
-        group_state: group.map(|g| g.state().to_string()),
-        hosts,
-        finished_units: done.iter().copied().collect(),
-        waiting_units: (0..plan.units())
-            .filter(|u| !done.contains(u) && !owned.contains(u))
-            .collect(),
-    })
+    Ok((group.map(|g| g.state().to_string()), hosts))
 }
 
 /// The partitions of `topic` in a consumer group member's assignment (Kafka's

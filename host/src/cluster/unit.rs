@@ -14,7 +14,7 @@ use rdkafka::consumer::BaseConsumer;
 use super::plan::{ClusterSettings, Plan};
 use super::store::{AttemptTables, CheckpointStore, finished_key, unit_key};
 use crate::connectors::kafka::{fence_ahead, parse_marker_metadata, read_marker};
-use crate::job::{Job, JobControl, JobMonitor, JobOutcome, RestorePoint, RunOptions};
+use crate::job::{Job, JobControl, JobMonitor, JobOutcome, RestorePoint, RunOptions, UnitMonitors};
 use crate::tenant::{HostConfig, InstanceBudget};
 use crate::wasm::WasmEngine;
 
@@ -49,6 +49,8 @@ pub struct UnitContext {
     pub budget: InstanceBudget,
     /// This host's name in the job's group.
     pub client_id: String,
+    /// The monitors of the units running here, for whoever watches the host.
+    pub monitors: UnitMonitors,
 }
 
 impl UnitContext {
@@ -167,7 +169,9 @@ impl UnitContext {
             allow_rewind: false,
             allow_non_restored_state: false,
         };
-        let report = job.run(options, control, &JobMonitor::default());
+        let monitor = Arc::new(JobMonitor::default());
+        let _listed = Listed::new(&self.monitors, unit, monitor.clone());
+        let report = job.run(options, control, &monitor);
         // The local folder only stages checkpoints for the store.
         let _ = std::fs::remove_dir_all(&local);
         Ok(match report?.outcome {
@@ -368,3 +372,22 @@ impl std::fmt::Display for LostCheckpoint {
 }
 
 impl std::error::Error for LostCheckpoint {}
+
+/// A unit's monitor among the host's while the unit runs (however its run ends).
+struct Listed<'a> {
+    monitors: &'a UnitMonitors,
+    unit: u32,
+}
+
+impl<'a> Listed<'a> {
+    fn new(monitors: &'a UnitMonitors, unit: u32, monitor: Arc<JobMonitor>) -> Self {
+        monitors.lock().insert(unit, monitor);
+        Listed { monitors, unit }
+    }
+}
+
+impl Drop for Listed<'_> {
+    fn drop(&mut self) {
+        self.monitors.lock().remove(&self.unit);
+    }
+}

@@ -33,7 +33,7 @@ pub use graph::{
     ChainSpec, Edge, GeneratorShape, JobGraph, OperatorVertex, SinkVertex, SourceInput,
     SourceVertex, Vertex,
 };
-pub use monitor::{FAILURE_HISTORY, FailureRecord, JobMonitor, MonitorSnapshot};
+pub use monitor::{FAILURE_HISTORY, FailureRecord, JobMonitor, MonitorSnapshot, UnitMonitors};
 pub use ownership::{InUse, RunLocks, lock_path, lock_run};
 pub use restart::RestartStrategy;
 pub use run::{JobControl, JobFailed, JobOutcome, RestorePoint, RunOptions, StartRefused};

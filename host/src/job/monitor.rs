@@ -30,7 +30,12 @@ pub struct JobMonitor {
     /// What this host of a job over several hosts does ([`crate::cluster`]), while it
     /// runs one.
     cluster: Mutex<Option<Arc<Mutex<HostView>>>>,
+    /// The monitors of that host's units running now, whose tasks are this job's here.
+    units: Mutex<Option<UnitMonitors>>,
 }
+
+/// The monitors of a cluster host's running units, by unit.
+pub type UnitMonitors = Arc<Mutex<BTreeMap<u32, Arc<JobMonitor>>>>;
 
 /// How many failures a job's exception history keeps (the newest).
 pub const FAILURE_HISTORY: usize = 20;
@@ -80,11 +85,28 @@ impl JobMonitor {
         if let Some(reported) = &*self.reported_tasks.lock() {
             return reported.clone();
         }
-        self.tasks
+        let mut tasks: Vec<TaskReport> = self
+            .tasks
             .lock()
             .iter()
             .map(TaskMetricsHandle::report)
-            .collect()
+            .collect();
+        // A host of a job over several hosts: the tasks of its units, each named with
+        // its unit and this host.
+        let units = self.units.lock().clone();
+        if let Some(units) = units {
+            let host = self.cluster_view().map(|v| v.client_id);
+            let running: Vec<(u32, Arc<JobMonitor>)> =
+                units.lock().iter().map(|(u, m)| (*u, m.clone())).collect();
+            for (unit, monitor) in running {
+                tasks.extend(monitor.tasks().into_iter().map(|t| TaskReport {
+                    unit: Some(unit),
+                    host: host.clone(),
+                    ..t
+                }));
+            }
+        }
+        tasks
     }
 
     /// Records read by the sources and written into the sink in the current attempt.
@@ -161,9 +183,11 @@ impl JobMonitor {
         }
     }
 
-    /// Follows `view`, the host of a job over several hosts this monitor's run is.
-    pub fn follow_cluster(&self, view: Arc<Mutex<HostView>>) {
+    /// Follows `view`, the host of a job over several hosts this monitor's run is, and
+    /// the monitors of the units it runs.
+    pub fn follow_cluster(&self, view: Arc<Mutex<HostView>>, units: UnitMonitors) {
         *self.cluster.lock() = Some(view);
+        *self.units.lock() = Some(units);
     }
 
     /// What the host of a job over several hosts does, if the run is one.

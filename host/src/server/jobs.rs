@@ -74,7 +74,7 @@ impl ClusterRun {
         let host = ClusterHost::new(&self.graph, self.settings, engine, host)?
             .with_budget(budget)
             .quiet();
-        monitor.follow_cluster(host.view());
+        monitor.follow_cluster(host.view(), host.unit_monitors());
         Ok(match host.run(control)? {
             HostEnd::JobFinished => JobOutcome::Finished,
             HostEnd::Stopped => JobOutcome::Cancelled,

@@ -268,6 +268,13 @@ pub struct TaskMetrics {
     pub source: Option<SourceMetrics>,
     /// Its operators, head first.
     pub operators: Vec<OperatorMetrics>,
+    /// In a job over several servers: the unit it belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<u32>,
+    /// In a job over several servers: the host that runs it (its name in the job's
+    /// group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// A task of a job's graph: its chain of vertices, parallelism and inputs.
@@ -299,6 +306,30 @@ pub struct ClusterHostStatus {
     pub failures: u64,
     /// Why the last of them failed.
     pub last_failure: Option<String>,
+    /// Every host in the job's group with the units it runs, as the group said last
+    /// (asked every 5 seconds; empty until then).
+    #[serde(default)]
+    pub group: Vec<ClusterGroupMember>,
+}
+
+/// A host in a job's group over several servers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ClusterGroupMember {
+    /// Its name in the group (`sluice-HOSTNAME-PID`).
+    pub host: String,
+    /// Where it connects to the brokers from.
+    pub address: String,
+    /// The units the group gave it, each with its stage, input and operators.
+    pub units: Vec<ClusterGroupUnit>,
+}
+
+/// A unit a host of a job over several servers runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ClusterGroupUnit {
+    /// Its number.
+    pub unit: u32,
+    /// Its stage, input and operators (`stage 0: words/1 -> count -> sink`).
+    pub runs: String,
 }
 
 /// Whether a job runs over several servers, and what this server does of it.

@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use super::model::{
     AbortedCheckpoint, CallInProgress, ChainSummary, CheckpointHistory, CheckpointInProgress,
-    CheckpointRef, CheckpointStatus, ClusterHostStatus, ClusterStatus, CompletedCheckpoint,
-    JobDetail, JobException, JobList, JobOverview, JobState, JobSummary, OperatorMetrics,
-    SourceMetrics, TaskMetrics, rfc3339,
+    CheckpointRef, CheckpointStatus, ClusterGroupMember, ClusterGroupUnit, ClusterHostStatus,
+    ClusterStatus, CompletedCheckpoint, JobDetail, JobException, JobList, JobOverview, JobState,
+    JobSummary, OperatorMetrics, SourceMetrics, TaskMetrics, rfc3339,
 };
 use super::registry::{JobEntry, JobRecord, LOGS_FILE};
 use super::{ApiError, ErrorKind, Server};
@@ -104,6 +104,8 @@ fn task_metrics(task: &TaskReport) -> TaskMetrics {
             lag: src.lag.clone(),
         }),
         operators: task.operators.iter().map(operator_metrics).collect(),
+        unit: task.unit,
+        host: task.host.clone(),
     }
 }
 
@@ -213,6 +215,22 @@ impl Server {
                 finished: view.finished,
                 failures: view.failures,
                 last_failure: view.last_failure,
+                group: view
+                    .members
+                    .into_iter()
+                    .map(|m| ClusterGroupMember {
+                        host: m.client_id,
+                        address: m.host,
+                        units: m
+                            .units
+                            .into_iter()
+                            .map(|u| ClusterGroupUnit {
+                                unit: u.unit,
+                                runs: u.runs,
+                            })
+                            .collect(),
+                    })
+                    .collect(),
             }),
             None => ClusterStatus::Flag(record.cluster),
         };
