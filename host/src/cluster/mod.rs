@@ -179,7 +179,7 @@ impl ClusterHost {
         self.view.clone()
     }
 
-    /// The monitors of the units running here, each while it runs.
+    /// The monitors of the units this host runs, or ran and finished.
     pub fn unit_monitors(&self) -> UnitMonitors {
         self.units.monitors.clone()
     }
@@ -442,8 +442,13 @@ impl ClusterHost {
                 }
                 running.insert(unit, self.start(unit)?);
             }
-            // A unit no longer here starts afresh wherever it goes next.
+            // A unit no longer here starts afresh wherever it goes next, and its
+            // subtasks are shown there.
             retry_at.retain(|unit, _| owned.contains(unit));
+            self.units
+                .monitors
+                .lock()
+                .retain(|unit, _| owned.contains(unit) || finished.contains(unit));
             if last_check.elapsed() >= FINISHED_CHECK {
                 last_check = Instant::now();
                 match self.units.store.finished_units(&plan.prefix) {

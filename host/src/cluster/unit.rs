@@ -49,7 +49,7 @@ pub struct UnitContext {
     pub budget: InstanceBudget,
     /// This host's name in the job's group.
     pub client_id: String,
-    /// The monitors of the units running here, for whoever watches the host.
+    /// The monitors of the units that run or ran here, for whoever watches the host.
     pub monitors: UnitMonitors,
 }
 
@@ -169,8 +169,10 @@ impl UnitContext {
             allow_rewind: false,
             allow_non_restored_state: false,
         };
+        // (Kept after the run ends, so a finished unit's subtasks show what they did,
+        // until the unit runs again or leaves this host.)
         let monitor = Arc::new(JobMonitor::default());
-        let _listed = Listed::new(&self.monitors, unit, monitor.clone());
+        self.monitors.lock().insert(unit, monitor.clone());
         let report = job.run(options, control, &monitor);
         // The local folder only stages checkpoints for the store.
         let _ = std::fs::remove_dir_all(&local);
@@ -372,22 +374,3 @@ impl std::fmt::Display for LostCheckpoint {
 }
 
 impl std::error::Error for LostCheckpoint {}
-
-/// A unit's monitor among the host's while the unit runs (however its run ends).
-struct Listed<'a> {
-    monitors: &'a UnitMonitors,
-    unit: u32,
-}
-
-impl<'a> Listed<'a> {
-    fn new(monitors: &'a UnitMonitors, unit: u32, monitor: Arc<JobMonitor>) -> Self {
-        monitors.lock().insert(unit, monitor);
-        Listed { monitors, unit }
-    }
-}
-
-impl Drop for Listed<'_> {
-    fn drop(&mut self) {
-        self.monitors.lock().remove(&self.unit);
-    }
-}

@@ -30,7 +30,8 @@ pub struct JobMonitor {
     /// What this host of a job over several hosts does ([`crate::cluster`]), while it
     /// runs one.
     cluster: Mutex<Option<Arc<Mutex<HostView>>>>,
-    /// The monitors of that host's units running now, whose tasks are this job's here.
+    /// The monitors of the units that host runs (or ran to their end), whose tasks are
+    /// this job's here.
     units: Mutex<Option<UnitMonitors>>,
 }
 
