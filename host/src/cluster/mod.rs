@@ -63,9 +63,9 @@ const LONGEST_RESTART_DELAY: Duration = Duration::from_secs(60);
 const FINISHED_CHECK: Duration = Duration::from_secs(1);
 
 /// How often a host asks who in its job's group runs which units (for its view), and
-/// how long it waits for the answer (the group's heartbeats go on meanwhile).
+/// how long it waits for the answer.
 const GROUP_CHECK: Duration = Duration::from_secs(5);
-const GROUP_TIMEOUT: Duration = Duration::from_secs(2);
+const GROUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A unit running on this host.
 struct Running {
@@ -338,7 +338,8 @@ impl ClusterHost {
         };
         let mut owned_before: BTreeSet<u32> = BTreeSet::new();
         let mut last_check = Instant::now() - FINISHED_CHECK;
-        let mut last_group = Instant::now() - GROUP_CHECK;
+        // Dropped when the loop ends: stops the watch.
+        let _watching = self.watch_group()?;
         let end = loop {
             if stop.try_recv().is_ok() {
                 break HostEnd::Stopped;
@@ -459,25 +460,48 @@ impl ClusterHost {
                     break HostEnd::JobFinished;
                 }
             }
-            // Who runs what over the whole group, for whoever watches this host.
-            let members = (last_group.elapsed() >= GROUP_CHECK).then(|| {
-                last_group = Instant::now();
-                group_members(&consumer, plan, GROUP_TIMEOUT)
-            });
             {
                 let mut view = self.view.lock();
                 view.owned = owned.iter().copied().collect();
                 view.running = running.keys().copied().collect();
                 view.finished = finished.iter().copied().collect();
-                match members {
-                    Some(Ok((_, members))) => view.members = members,
-                    Some(Err(e)) => tracing::debug!("job '{}': {e:#}", plan.graph.name),
-                    None => {}
-                }
             }
         };
         consumer.unsubscribe();
         Ok(end)
+    }
+
+    /// Starts a thread that asks the job's group who runs which units, every
+    /// [`GROUP_CHECK`], into this host's view (with a client of its own: the host's loop
+    /// never waits for the answer); it stops once the returned sender is dropped.
+    fn watch_group(&self) -> Result<Sender<()>> {
+        let (watching, stop) = crossbeam_channel::bounded::<()>(0);
+        let consumer: BaseConsumer = self
+            .units
+            .settings
+            .client()
+            .create()
+            .context("creating a client to watch the job's group")?;
+        let plan = self.units.plan.clone();
+        let view = self.view.clone();
+        let span = tracing::Span::current();
+        std::thread::Builder::new()
+            .name("group watch".into())
+            .spawn(move || {
+                let _span = span.enter();
+                loop {
+                    match group_members(&consumer, &plan, GROUP_TIMEOUT) {
+                        Ok((_, members)) => view.lock().members = members,
+                        Err(e) => tracing::debug!("job '{}': {e:#}", plan.graph.name),
+                    }
+                    match stop.recv_timeout(GROUP_CHECK) {
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                        _ => break,
+                    }
+                }
+            })
+            .context("starting the thread that watches the job's group")?;
+        Ok(watching)
     }
 
     fn start(&self, unit: u32) -> Result<Running> {
