@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# What building the host needs beyond Rust: the wasm target for the plugins, and libclang
+# What building the host needs beyond Rust: the wasm target for the plugins, libclang
 # (Debian's libclang-dev) for the RocksDB bindings of the `rocksdb` state backend, which
-# `cargo build` generates. Sourced by demo.sh and test.sh; safe to run again.
+# `cargo build` generates, and OpenSSL's headers (libssl-dev, found with pkg-config) for
+# the Kafka client's TLS and SASL. Sourced by demo.sh and test.sh; safe to run again.
 set -euo pipefail
 
 rustup target add wasm32-wasip2
@@ -15,10 +16,14 @@ have_libclang() {
   done
   return 1
 }
-if ! have_libclang; then
+missing=()
+have_libclang || missing+=(libclang-dev)
+command -v pkg-config >/dev/null || missing+=(pkg-config)
+pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev)
+if [ ${#missing[@]} -gt 0 ]; then
   as_root=""
   if [ "$(id -u)" -ne 0 ]; then as_root="sudo"; fi
   export DEBIAN_FRONTEND=noninteractive
-  $as_root apt-get install -y -qq libclang-dev >/dev/null ||
-    { $as_root apt-get update -qq && $as_root apt-get install -y -qq libclang-dev >/dev/null; }
+  $as_root apt-get install -y -qq "${missing[@]}" >/dev/null ||
+    { $as_root apt-get update -qq && $as_root apt-get install -y -qq "${missing[@]}" >/dev/null; }
 fi

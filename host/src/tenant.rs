@@ -366,7 +366,8 @@ fn kafka_grant_from(
         read: spec.read.clone(),
         write: spec.write.clone(),
         id_prefix,
-        properties: spec.properties.clone(),
+        properties: crate::spec::secrets::resolved(&spec.properties, resolve)
+            .with_context(|| format!("kafka: `properties` of tenant '{tenant}'"))?,
         checkpoints,
         cluster_partitions: spec
             .cluster_partitions
@@ -461,14 +462,22 @@ impl HostConfig {
             jobs: file.jobs.iter().map(|j| resolve(j)).collect(),
             server: server_from(file.server.unwrap_or_default(), &resolve)
                 .with_context(|| format!("{}: [server]", path.display()))?,
-            cluster: file.cluster.map(|mut c| {
-                c.checkpoints = c.checkpoints.map(|store| match store.contains("://") {
-                    true => store,
-                    false => resolve(Path::new(&store)).to_string_lossy().into_owned(),
-                });
-                c.work_dir = c.work_dir.map(|dir| resolve(&dir));
-                c
-            }),
+            cluster: file
+                .cluster
+                .map(|mut c| -> Result<_> {
+                    c.checkpoints = c.checkpoints.map(|store| match store.contains("://") {
+                        true => store,
+                        false => resolve(Path::new(&store)).to_string_lossy().into_owned(),
+                    });
+                    c.work_dir = c.work_dir.map(|dir| resolve(&dir));
+                    c.properties = c
+                        .properties
+                        .map(|p| crate::spec::secrets::resolved(&p, &resolve))
+                        .transpose()
+                        .with_context(|| format!("{}: [cluster]", path.display()))?;
+                    Ok(c)
+                })
+                .transpose()?,
             defaults,
             tenants,
         })

@@ -4,8 +4,9 @@
 # trying things by hand. See scripts/kafka/README.md.
 #
 #   broker.sh fetch                 copy the pinned jars into the cache (once)
-#   broker.sh start [DIR]           start in the background; prints export SLUICE_KAFKA=127.0.0.1:PORT
-#                                   and export SLUICE_KAFKA_DIR=DIR (for eval)
+#   broker.sh start [DIR]           start in the background; prints export SLUICE_KAFKA=127.0.0.1:PORT,
+#                                   SLUICE_KAFKA_DIR=DIR, and the SASL_SSL and SSL (mTLS)
+#                                   listeners, TLS files and SASL user (for eval)
 #   broker.sh stop [DIR]            stop the broker of DIR (default $SLUICE_KAFKA_DIR)
 #   broker.sh topic NAME PARTITIONS create a topic on $SLUICE_KAFKA
 #   broker.sh run [DIR]             run in the foreground until Ctrl-C
@@ -30,7 +31,7 @@ log() { printf 'broker.sh: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
 usage() {
-  sed -n '5,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '5,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -78,11 +79,11 @@ java_tool() {
     -cp "$LIB/*" "$@"
 }
 
-# Two distinct free TCP ports on 127.0.0.1: "BROKER CONTROLLER".
+# Four distinct free TCP ports on 127.0.0.1: "BROKER CONTROLLER SASL_SSL SSL".
 free_ports() {
   python3 -c '
 import socket
-socks = [socket.socket() for _ in range(2)]
+socks = [socket.socket() for _ in range(4)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))
@@ -95,6 +96,9 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # Value of KEY in a KEY=VALUE file (env file or server.properties).
 file_get() { sed -n "s/^$2=//p" "$1" | tail -n 1; }
+
+# The port of listener NAME in a listeners list ("PLAINTEXT://127.0.0.1:9092,...").
+listener_port() { tr ',' '\n' <<<"$1" | sed -n "s|^$2://.*:||p"; }
 
 # True if PID is alive and is the broker of state dir DIR.
 is_broker() {
@@ -132,6 +136,39 @@ show_log_tail() {
   done
 }
 
+# ---------------------------------------------------------------- TLS and SASL
+
+# The test user of the SASL_SSL listener (PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512).
+readonly SASL_USER=alice
+readonly SASL_PASSWORD=alice-secret
+readonly KEYSTORE_PASSWORD=sluice-broker
+
+# make_tls DIR: a throwaway CA, the broker's certificate (for 127.0.0.1 and localhost)
+# signed by it in a PKCS#12 keystore, a client certificate signed by it (mTLS), and a
+# second CA that signed neither (an untrusted one, for tests).
+make_tls() {
+  local dir=$1
+  mkdir -p -- "$dir"
+  (
+    cd "$dir"
+    openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 -subj /CN=sluice-test-ca \
+      -keyout ca.key -out ca.pem 2>/dev/null
+    openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 -subj /CN=sluice-other-ca \
+      -keyout other-ca.key -out other-ca.pem 2>/dev/null
+    local name
+    for name in broker client; do
+      openssl req -newkey rsa:2048 -nodes -sha256 -subj "/CN=sluice-test-$name" \
+        -keyout "$name.key" -out "$name.csr" 2>/dev/null
+      printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$name.ext"
+      openssl x509 -req -in "$name.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+        -sha256 -extfile "$name.ext" -out "$name.pem" 2>/dev/null
+      rm -f -- "$name.csr" "$name.ext"
+    done
+    openssl pkcs12 -export -in broker.pem -inkey broker.key -certfile ca.pem \
+      -passout "pass:$KEYSTORE_PASSWORD" -out broker.p12 2>/dev/null
+  ) || die "making the test TLS certificates in $dir failed (openssl)"
+}
+
 # ---------------------------------------------------------------- start / run
 
 # Globals set by prepare/launch, used by start, run, stop and their cleanup.
@@ -139,6 +176,8 @@ STATE=       # state dir (absolute)
 STATE_TEMP=0 # STATE is a mktemp dir: remove it when the broker stops
 MADE_TEMP=0  # ... and this invocation made it
 PORT=
+SASL_PORT=   # the SASL_SSL listener's
+SSL_PORT=    # the SSL (mTLS) listener's
 PID=         # broker pid, once this invocation launched it (or stop read it)
 LOG_OFFSET=0
 
@@ -165,27 +204,42 @@ prepare() {
   fi
 
   if [[ -f $STATE/server.properties && -f $STATE/data/meta.properties ]]; then
-    PORT=$(file_get "$STATE/server.properties" advertised.listeners)
-    PORT=${PORT##*:}
+    local advertised
+    advertised=$(file_get "$STATE/server.properties" advertised.listeners)
+    PORT=$(listener_port "$advertised" PLAINTEXT)
+    SASL_PORT=$(listener_port "$advertised" SASL_SSL)
+    SSL_PORT=$(listener_port "$advertised" SSL)
     log "restarting the broker in $STATE (port $PORT)"
     return 0
   fi
   [[ ! -e $STATE/data ]] || die "$STATE/data exists but holds no formatted broker; remove it or use another DIR"
 
   local ports ctrl
-  ports=$(free_ports)
-  PORT=${ports% *}
-  ctrl=${ports#* }
+  read -r PORT ctrl SASL_PORT SSL_PORT <<<"$(free_ports)"
+  make_tls "$STATE/tls"
   cat >"$STATE/server.properties" <<EOF
 # Written by scripts/kafka/broker.sh (Kafka $KAFKA_VERSION, KRaft, one combined node).
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$ctrl
-listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$ctrl
-advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
+# Plaintext for most tests; SASL_SSL (PLAIN, SCRAM) and SSL with client certificates
+# (mTLS) as managed clusters are reached.
+listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$ctrl,SASL_SSL://127.0.0.1:$SASL_PORT,SSL://127.0.0.1:$SSL_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$PORT,SASL_SSL://127.0.0.1:$SASL_PORT,SSL://127.0.0.1:$SSL_PORT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL
 inter.broker.listener.name=PLAINTEXT
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$STATE/tls/broker.p12
+ssl.keystore.password=$KEYSTORE_PASSWORD
+ssl.key.password=$KEYSTORE_PASSWORD
+ssl.truststore.type=PEM
+ssl.truststore.location=$STATE/tls/ca.pem
+listener.name.ssl.ssl.client.auth=required
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SASL_USER="$SASL_PASSWORD";
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 log.dirs=$STATE/data
 num.partitions=1
 auto.create.topics.enable=false
@@ -203,7 +257,10 @@ EOF
   local cluster_id
   cluster_id=$(java_tool kafka.tools.StorageTool random-uuid)
   if ! java_tool kafka.tools.StorageTool format --standalone -t "$cluster_id" \
-    -c "$STATE/server.properties" >"$STATE/format.out" 2>&1; then
+    -c "$STATE/server.properties" \
+    --add-scram "SCRAM-SHA-256=[name=$SASL_USER,password=$SASL_PASSWORD]" \
+    --add-scram "SCRAM-SHA-512=[name=$SASL_USER,password=$SASL_PASSWORD]" \
+    >"$STATE/format.out" 2>&1; then
     cat -- "$STATE/format.out" >&2
     die "formatting storage in $STATE/data failed"
   fi
@@ -232,6 +289,15 @@ launch() {
     printf 'SLUICE_KAFKA_DIR=%q\n' "$STATE"
   } >"$STATE/env.tmp"
   mv -- "$STATE/env.tmp" "$STATE/env"
+}
+
+# What the tests need to reach the secure listeners: their addresses, the TLS files
+# (CA, client certificate and key, another CA) and the SASL user (for eval).
+secure_exports() {
+  echo "export SLUICE_KAFKA_SASL_SSL=127.0.0.1:$SASL_PORT"
+  echo "export SLUICE_KAFKA_SSL=127.0.0.1:$SSL_PORT"
+  printf 'export SLUICE_KAFKA_TLS=%q\n' "$STATE/tls"
+  echo "export SLUICE_KAFKA_USER=$SASL_USER SLUICE_KAFKA_PASSWORD=$SASL_PASSWORD"
 }
 
 # Poll until the broker logs that it started (it does so once it is unfenced
@@ -284,6 +350,7 @@ cmd_start() {
   # Exported, so that `broker.sh topic` and `broker.sh stop` (and the tests) find it.
   echo "export SLUICE_KAFKA=127.0.0.1:$PORT"
   printf 'export SLUICE_KAFKA_DIR=%q\n' "$STATE"
+  secure_exports
 }
 
 cmd_run() {

@@ -37,6 +37,41 @@ pub fn broker() -> Option<String> {
     }
 }
 
+/// The test broker's secure listeners (`scripts/kafka/broker.sh` makes them): SASL_SSL
+/// with PLAIN and SCRAM users, and SSL asking for a client certificate (mTLS).
+pub struct SecureBroker {
+    /// The SASL_SSL listener's address.
+    pub sasl_ssl: String,
+    /// The SSL (mTLS) listener's address.
+    pub ssl: String,
+    /// Its TLS files: `ca.pem` (which signed the broker's certificate), `client.pem` and
+    /// `client.key` (signed by it), `other-ca.pem` (which signed neither).
+    pub tls: PathBuf,
+    /// A SASL user and its password.
+    pub user: String,
+    pub password: String,
+}
+
+/// The test broker's secure listeners, or `None` as [`broker`] says (required under
+/// `scripts/test.sh`).
+pub fn secure_broker() -> Option<SecureBroker> {
+    broker()?;
+    let var = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| {
+            panic!(
+                "{name} is not set: start the broker with scripts/kafka/broker.sh (eval its output)"
+            )
+        })
+    };
+    Some(SecureBroker {
+        sasl_ssl: var("SLUICE_KAFKA_SASL_SSL"),
+        ssl: var("SLUICE_KAFKA_SSL"),
+        tls: PathBuf::from(var("SLUICE_KAFKA_TLS")),
+        user: var("SLUICE_KAFKA_USER"),
+        password: var("SLUICE_KAFKA_PASSWORD"),
+    })
+}
+
 /// A topic name no other test or earlier run uses.
 pub fn unique_topic(name: &str) -> String {
     let nanos = SystemTime::now()

@@ -52,7 +52,13 @@ impl ClusterSettings {
         bootstrap: Option<&str>,
         machine: Option<&ClusterSpec>,
     ) -> Result<Self> {
-        let job = graph.cluster.clone().unwrap_or_default();
+        let mut job = graph.cluster.clone().unwrap_or_default();
+        // (The host file's were resolved when it was read.)
+        job.properties = job
+            .properties
+            .map(|p| crate::spec::secrets::resolved(&p, &|path| graph.base_dir.join(path)))
+            .transpose()
+            .context("[cluster]")?;
         let machine = machine.cloned().unwrap_or_default();
         let properties = match (machine.properties, job.properties) {
             (Some(mut m), Some(j)) => {

@@ -178,7 +178,7 @@ impl JobGraph {
                 (SinkKind::Stdout | SinkKind::Kafka, None) => None,
             };
             let id = sink.id.clone().unwrap_or_else(|| name.clone());
-            let kafka = kafka_sink(sink, &file.name, &id, checkpoint_dir.as_deref())
+            let kafka = kafka_sink(sink, &file.name, &id, checkpoint_dir.as_deref(), &resolve)
                 .map_err(|e| anyhow!("{job}: {what}: {e}"))?;
             let inputs = match &sink.inputs {
                 Some(list) => parse_inputs(list).map_err(|e| anyhow!("{job}: {what}: {e}"))?,

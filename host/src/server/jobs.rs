@@ -110,6 +110,45 @@ impl Run {
     }
 }
 
+/// Refuses a server job whose Kafka properties take a value from `${env:…}` or
+/// `${file:…}`: those would read the server's own environment and files. A tenant's
+/// secrets go in the job file (masked wherever it is shown) or in its Kafka grant in
+/// the host file, whose properties may use them.
+fn refuse_secret_references(file: &JobFile) -> Result<(), ApiError> {
+    let sources = file.source.iter().enumerate().map(|(i, s)| {
+        (
+            format!("source {}", s.name.clone().unwrap_or(format!("#{}", i + 1))),
+            &s.properties,
+        )
+    });
+    let sinks = file.sink.iter().enumerate().map(|(i, s)| {
+        (
+            format!("sink {}", s.name.clone().unwrap_or(format!("#{}", i + 1))),
+            &s.properties,
+        )
+    });
+    let cluster = file
+        .cluster
+        .iter()
+        .map(|c| ("[cluster]".to_string(), &c.properties));
+    for (what, properties) in sources.chain(sinks).chain(cluster) {
+        for (key, value) in properties.iter().flatten() {
+            if crate::spec::secrets::reference(value).is_some() {
+                return Err(ApiError::new(
+                    ErrorKind::Forbidden,
+                    format!(
+                        "job.toml: {what}: property {key:?} takes its value from {value:?}, \
+                         which on a server would read the server's own environment or files: \
+                         give the value in the job file (it is masked wherever the file is \
+                         shown), or ask for it in your Kafka grant of the host file"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Whether a path a job file gives would lead out of the folder the server keeps the job
 /// in (absolute, or up through `..`): refused, never quietly moved inside.
 fn leaves_its_folder(path: &Path) -> bool {
@@ -151,6 +190,7 @@ impl Server {
             ));
         }
         file.tenant = tenant.name.clone();
+        refuse_secret_references(&file)?;
         let grant = tenant.kafka.as_ref();
         for (i, source) in file.source.iter_mut().enumerate() {
             let name = source.name.clone().unwrap_or_else(|| format!("#{}", i + 1));

@@ -7,6 +7,7 @@
 pub mod host_file;
 pub mod job_file;
 pub mod limits;
+pub mod secrets;
 pub mod values;
 
 pub use host_file::HostFile;

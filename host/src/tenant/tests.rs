@@ -179,6 +179,33 @@ fn kafka_grants_are_read_per_tenant_and_checked() {
     );
     assert!(grant.may_write("out") && !grant.may_write("out2"));
     assert_eq!(grant.properties["sasl.username"], "acme");
+    // Secrets from a file next to the host file, or from the environment.
+    let with_secrets = write(
+        "kafka-secrets",
+        "[tenant.acme.kafka]\nbootstrap = \"k1:9092\"\nproperties = { \"sasl.password\" = \
+         \"${file:acme.password}\", \"sasl.username\" = \"${env:SLUICE_TENANT_TEST_NO_SUCH_VAR}\" }\n",
+    );
+    let password = with_secrets.parent().unwrap().join("acme.password");
+    std::fs::write(&password, "pw-from-file\n").unwrap();
+    let e = format!("{:#}", HostConfig::load(&with_secrets).unwrap_err());
+    assert!(
+        e.contains("tenant 'acme'") && e.contains("SLUICE_TENANT_TEST_NO_SUCH_VAR"),
+        "{e}"
+    );
+    std::fs::write(
+        &with_secrets,
+        std::fs::read_to_string(&with_secrets)
+            .unwrap()
+            .replace("${env:SLUICE_TENANT_TEST_NO_SUCH_VAR}", "acme"),
+    )
+    .unwrap();
+    let secret = HostConfig::load(&with_secrets)
+        .unwrap()
+        .tenant("acme")
+        .unwrap()
+        .kafka
+        .unwrap();
+    assert_eq!(secret.properties["sasl.password"], "pw-from-file");
     let store = path.parent().unwrap().join("stores/acme");
     assert_eq!(grant.checkpoints.as_deref(), store.to_str());
     assert_eq!(c.tenant("b").unwrap().kafka, None);

@@ -24,6 +24,7 @@ use crate::failpoints::run;
 use crate::server::{ServerProcess, error_of, host_config, wait_for};
 
 mod restores;
+mod secure;
 mod sink;
 
 /// Runs `job` as `sluice run` processes, SIGKILLing `kills` of them at random moments

@@ -32,6 +32,7 @@
 //! - `admin`: the brokers' settings, read to explain what they refuse.
 
 mod admin;
+mod client_errors;
 mod exchange;
 mod marker;
 mod producer;

@@ -11,13 +11,23 @@ use rdkafka::producer::Producer as _;
 use super::KafkaSinkConfig;
 use super::sink::{PRODUCE_TIMEOUT, TRANSACTION_TIMEOUT_MS};
 
-/// The first delivery failure of a producer, reported by librdkafka on a poll.
+/// The first delivery failure of a producer, reported by librdkafka on a poll, and
+/// what else it reported that no request returned.
 #[derive(Default)]
 pub(super) struct DeliveryReport {
     pub(super) failed: Mutex<Option<String>>,
+    pub(super) errors: super::client_errors::ClientErrors,
 }
 
-impl rdkafka::ClientContext for DeliveryReport {}
+impl rdkafka::ClientContext for DeliveryReport {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        self.errors.record(&error, reason);
+    }
+
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        self.errors.log(level, facility, message);
+    }
+}
 
 impl rdkafka::producer::ProducerContext for DeliveryReport {
     type DeliveryOpaque = ();
@@ -53,6 +63,8 @@ pub(super) fn producer_client(
     if let Some(id) = transactional_id {
         client.set("transactional.id", id);
     }
+    // Warnings too reach its context (a refused authentication, a failed handshake).
+    client.set_log_level(rdkafka::config::RDKafkaLogLevel::Warning);
     client
 }
 
@@ -88,9 +100,15 @@ pub fn fence_ahead(config: &KafkaSinkConfig, subtask: u32) -> anyhow::Result<Fen
     let producer: Producer = producer_client(config, Some(&transactional_id))
         .create_with_context(DeliveryReport::default())
         .map_err(|e| anyhow::anyhow!("creating a producer ({transactional_id}): {e}"))?;
-    producer
-        .init_transactions(PRODUCE_TIMEOUT)
-        .map_err(|e| anyhow::anyhow!("fencing the earlier producers of {transactional_id}: {e}"))?;
+    producer.init_transactions(PRODUCE_TIMEOUT).map_err(|e| {
+        for _ in 0..super::client_errors::EVENTS_SERVED {
+            producer.poll(std::time::Duration::ZERO);
+        }
+        anyhow::anyhow!(
+            "fencing the earlier producers of {transactional_id}{}: {e}",
+            producer.context().errors.note(&config.properties)
+        )
+    })?;
     FENCED.lock().insert(transactional_id.clone(), producer);
     Ok(FencedAhead { transactional_id })
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -175,6 +175,9 @@ pub struct KafkaSink {
 /// How long a flush or a transaction step may take before the sink fails (its job
 /// restarts from the last checkpoint).
 pub(super) const PRODUCE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long one try to reach the brokers waits for their answer.
+const REACH_TRY: Duration = Duration::from_secs(1);
 
 /// The producers' `transaction.timeout.ms` unless the job's `properties` set it: the
 /// brokers' default `transaction.max.timeout.ms` (15 minutes), far above the time a
@@ -359,7 +362,13 @@ impl KafkaSink {
     fn check_deliveries_of(&self, producer: &Producer) -> Result<(), CallError> {
         let failed = producer.context().failed.lock().clone();
         match failed {
-            Some(e) => Err(self.err("a record was not delivered", e)),
+            Some(e) => {
+                let what = format!(
+                    "a record was not delivered{}",
+                    producer.context().errors.note(&self.config.properties)
+                );
+                Err(self.err(&what, e))
+            }
             None => Ok(()),
         }
     }
@@ -409,7 +418,15 @@ impl KafkaSink {
             return Ok(());
         };
         if e.rdkafka_error_code() != Some(RDKafkaErrorCode::InvalidTransactionTimeout) {
-            return Err(self.err(what, e));
+            // (Polls serve what the producer reported meanwhile, one event each.)
+            for _ in 0..super::client_errors::EVENTS_SERVED {
+                producer.poll(Duration::ZERO);
+            }
+            let what = format!(
+                "{what}{}",
+                producer.context().errors.note(&self.config.properties)
+            );
+            return Err(self.err(&what, e));
         }
         const BROKERS: &str = "transaction.max.timeout.ms";
         let ours = client.get("transaction.timeout.ms").unwrap_or_default();
@@ -425,6 +442,41 @@ impl KafkaSink {
              brokers",
             self.config.topic, self.config.bootstrap
         )))
+    }
+
+    /// Waits until the brokers answer `producer` (up to [`PRODUCE_TIMEOUT`], or until the
+    /// task is cancelled), and fails at once when they refuse it — a failed
+    /// authentication or TLS handshake, which initialising transactions would retry
+    /// until its timeout.
+    fn reach_brokers(&self, producer: &Producer) -> Result<(), CallError> {
+        let deadline = Instant::now() + PRODUCE_TIMEOUT;
+        loop {
+            if self.cancel.load(Ordering::Relaxed) {
+                return Err(CallError::Trap {
+                    kind: TrapKind::Cancelled,
+                    message: format!(
+                        "Kafka sink, topic {:?}: cancelled while reaching the brokers at {}",
+                        self.config.topic, self.config.bootstrap
+                    ),
+                });
+            }
+            let tried = producer
+                .client()
+                .fetch_metadata(Some(&self.config.topic), REACH_TRY);
+            let Err(e) = tried else { return Ok(()) };
+            // (Polls serve what the producer reported meanwhile, one event each.)
+            for _ in 0..super::client_errors::EVENTS_SERVED {
+                producer.poll(Duration::ZERO);
+            }
+            let errors = &producer.context().errors;
+            if errors.refused() || Instant::now() >= deadline {
+                let what = format!(
+                    "reaching the brokers{}",
+                    errors.note(&self.config.properties)
+                );
+                return Err(self.err(&what, e));
+            }
+        }
     }
 
     /// A client of the marker group `group` (a transactional id).
@@ -688,6 +740,7 @@ impl Operator for KafkaSink {
                     .create_with_context(DeliveryReport::default())
                     .map_err(|e| self.err("creating the producer", e))?;
                 if exactly_once {
+                    self.reach_brokers(&producer)?;
                     // Fences an earlier producer of this subtask and aborts its open
                     // transaction.
                     self.init_transactions(&producer, &client, "initialising transactions")?;

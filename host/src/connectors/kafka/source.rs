@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -13,6 +14,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use sluice_codec::BatchWriter;
 
+use super::client_errors::EVENTS_SERVED;
 use super::exchange::watermark_record;
 use super::stats::SourceStats;
 use crate::chain::CallError;
@@ -245,6 +247,18 @@ pub struct KafkaSource {
 }
 
 impl KafkaSource {
+    /// What the consumer reported lately that no request returned (a refused
+    /// authentication, an untrusted certificate), to follow a failed request's context.
+    /// Polls it to take those reports in: only on the way to failing the task, which
+    /// restarts from a checkpoint (a record the poll fetched is read again then).
+    fn client_errors(&self) -> String {
+        // (A poll serves one event at most.)
+        for _ in 0..EVENTS_SERVED {
+            let _ = self.consumer.poll(Duration::ZERO);
+        }
+        self.consumer.context().errors.note(&self.config.properties)
+    }
+
     /// A source subtask `subtask` of `parallelism`. Connects lazily: the broker is first
     /// asked on the first poll.
     pub fn new(config: KafkaSourceConfig, subtask: u32, parallelism: u32) -> Result<Self> {
@@ -272,6 +286,7 @@ impl KafkaSource {
             client.set("statistics.interval.ms", "1000");
         }
         let consumer = client
+            .set_log_level(RDKafkaLogLevel::Warning)
             .create_with_context(SourceStats::default())
             .with_context(|| format!("creating a Kafka consumer for {}", config.bootstrap))?;
         let pattern = match &config.topics {
@@ -325,7 +340,10 @@ impl KafkaSource {
                         .consumer
                         .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
                         .with_context(|| {
-                            format!("reading the partitions of Kafka topic {topic:?}")
+                            format!(
+                                "reading the partitions of Kafka topic {topic:?}{}",
+                                self.client_errors()
+                            )
                         })?;
                     let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
                         bail!("Kafka topic {topic:?} does not exist");
@@ -343,7 +361,12 @@ impl KafkaSource {
             Topics::Pattern(_) => vec![
                 self.consumer
                     .fetch_metadata(None, REQUEST_TIMEOUT)
-                    .context("reading the topics of the Kafka cluster")?,
+                    .with_context(|| {
+                        format!(
+                            "reading the topics of the Kafka cluster{}",
+                            self.client_errors()
+                        )
+                    })?,
             ],
         };
         // (A test makes a topic look reported with an error.)

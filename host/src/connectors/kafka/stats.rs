@@ -26,6 +26,8 @@ pub struct SourceStats {
     pub(super) ends: Mutex<BTreeMap<(String, i32), Bounds>>,
     /// New statistics since the source last looked.
     pub(super) fresh: AtomicBool,
+    /// What the consumer reported that no request returned.
+    pub(super) errors: super::client_errors::ClientErrors,
 }
 
 /// Where a partition's log starts, and the end a `read_committed` consumer reads to (the
@@ -70,6 +72,14 @@ impl SourceStats {
 }
 
 impl rdkafka::ClientContext for SourceStats {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        self.errors.record(&error, reason);
+    }
+
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        self.errors.log(level, facility, message);
+    }
+
     fn stats_raw(&self, json: &[u8]) {
         let stats: Statistics = match serde_json::from_slice(json) {
             Ok(s) => s,

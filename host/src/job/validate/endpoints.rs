@@ -16,7 +16,7 @@ use crate::spec::values::{
     DeliveryName, GeneratorShapeName, Millis, OutOfRangeName, SinkPartitioner, StartSpec,
     Timestamp, TopicsSpec,
 };
-use crate::spec::{SinkKind, SinkSpec, SourceKind, SourceSpec};
+use crate::spec::{SinkKind, SinkSpec, SourceKind, SourceSpec, secrets};
 
 /// Checks one `[source]` table against its type.
 pub(super) fn source_vertex(
@@ -76,7 +76,7 @@ pub(super) fn source_vertex(
                 }
             }
             not_for("path", spec.path.is_some())?;
-            SourceInput::Kafka(kafka_source(spec, job, &name)?)
+            SourceInput::Kafka(kafka_source(spec, job, &name, resolve)?)
         }
         SourceKind::File | SourceKind::Stdin => {
             for (field, set) in generator_fields {
@@ -176,6 +176,7 @@ pub(super) fn kafka_sink(
     job: &str,
     id: &str,
     checkpoints: Option<&Path>,
+    resolve: &dyn Fn(&Path) -> PathBuf,
 ) -> Result<Option<KafkaSinkConfig>> {
     let fields = [
         ("bootstrap", sink.bootstrap.is_some()),
@@ -235,7 +236,7 @@ pub(super) fn kafka_sink(
         },
         default_prefix: sink.transactional_id_prefix.is_none(),
         max_pending_bytes: max_pending_mb << 20,
-        properties: sink.properties.clone().unwrap_or_default(),
+        properties: secrets::resolved(&sink.properties.clone().unwrap_or_default(), resolve)?,
         exchange: None,
         marker_note: None,
         expect_marker: None,
@@ -278,7 +279,12 @@ fn canonical(path: &Path) -> PathBuf {
 }
 
 /// The `kafka` fields of a `[source]` table.
-fn kafka_source(spec: &SourceSpec, job: &str, name: &str) -> Result<KafkaSourceConfig> {
+fn kafka_source(
+    spec: &SourceSpec,
+    job: &str,
+    name: &str,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<KafkaSourceConfig> {
     let bootstrap = spec
         .bootstrap
         .clone()
@@ -303,7 +309,7 @@ fn kafka_source(spec: &SourceSpec, job: &str, name: &str) -> Result<KafkaSourceC
         Some(OutOfRangeName::Earliest) => OutOfRange::Earliest,
         Some(OutOfRangeName::Latest) => OutOfRange::Latest,
     };
-    let properties = spec.properties.clone().unwrap_or_default();
+    let properties = secrets::resolved(&spec.properties.clone().unwrap_or_default(), resolve)?;
     if properties.contains_key("auto.offset.reset") {
         bail!(
             "`properties` may not set \"auto.offset.reset\": `on_out_of_range` says what the \
