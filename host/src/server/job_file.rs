@@ -2,7 +2,7 @@
 //! settings that hold secrets masked (Kafka client properties such as `sasl.password`
 //! or `ssl.key.password`, and any key naming a password, secret, token or credential).
 
-use toml_edit::{DocumentMut, Item, Table, Value};
+use toml_edit::{DocumentMut, Item, Table, TableLike, Value};
 
 /// What stands in for a secret's value.
 pub const MASK: &str = "******";
@@ -102,29 +102,32 @@ fn unmask_item(
     missing: &mut Vec<String>,
 ) {
     match item {
-        Item::Table(t) => {
-            for (key, child) in t.iter_mut() {
-                let old = stored
-                    .and_then(Item::as_table_like)
-                    .and_then(|o| o.get(key.get()));
-                let at = format!("{path}.{}", key.get());
-                unmask_item(child, old, is_secret(key.get()), &at, missing);
-            }
-        }
+        Item::Table(t) => unmask_table(t, stored.and_then(Item::as_table_like), path, missing),
         Item::ArrayOfTables(a) => {
             for (i, t) in a.iter_mut().enumerate() {
                 let old = stored
                     .and_then(Item::as_array_of_tables)
-                    .and_then(|o| o.get(i));
-                for (key, child) in t.iter_mut() {
-                    let old = old.and_then(|o| o.get(key.get()));
-                    let at = format!("{path}[{i}].{}", key.get());
-                    unmask_item(child, old, is_secret(key.get()), &at, missing);
-                }
+                    .and_then(|o| o.get(i))
+                    .map(|o| o as &dyn TableLike);
+                unmask_table(t, old, &format!("{path}[{i}]"), missing);
             }
         }
         Item::Value(v) => unmask_value(v, stored, secret, path, missing),
         Item::None => {}
+    }
+}
+
+/// [`unmask_item`] for each setting of `table` (at `path`), against `stored`.
+fn unmask_table(
+    table: &mut Table,
+    stored: Option<&dyn TableLike>,
+    path: &str,
+    missing: &mut Vec<String>,
+) {
+    for (key, child) in table.iter_mut() {
+        let old = stored.and_then(|o| o.get(key.get()));
+        let at = format!("{path}.{}", key.get());
+        unmask_item(child, old, is_secret(key.get()), &at, missing);
     }
 }
 
