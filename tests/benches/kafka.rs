@@ -1,7 +1,8 @@
 //! The Kafka connector's cost, end to end: the word-count chain (`tokenize → count`,
 //! every running count emitted, checkpoints every second) from a topic and to a topic,
 //! against the same chain from a file to a file, and exactly-once against at-least-once,
-//! as ratios of records/s in the same run.
+//! as ratios of records/s in the same run; and the exactly-once job again over TLS with
+//! SCRAM (the broker's `SASL_SSL` listener) against plaintext.
 //!
 //! Uses the broker in `SLUICE_KAFKA`, or starts one with `scripts/kafka/broker.sh` (and
 //! stops it after). `LINES` sets the input (default 100,000 lines of 8 words).
@@ -105,6 +106,24 @@ fn main() {
         &job(&dir, "topic-eos", &kafka_source, &eos_sink),
     );
 
+    // The same exactly-once job with source and sink over TLS + SCRAM-SHA-512.
+    let secure = broker.secure.as_ref().map(|sec| {
+        let properties = format!(
+            "properties = {{ \"security.protocol\" = \"SASL_SSL\", \"sasl.mechanism\" = \
+             \"SCRAM-SHA-512\", \"sasl.username\" = \"{}\", \"sasl.password\" = \"{}\", \
+             \"ssl.ca.location\" = \"{}\" }}",
+            sec.user,
+            sec.password,
+            sec.tls.join("ca.pem").display()
+        );
+        let source = format!("{}\n{properties}", kafka_source.replace(b, &sec.sasl_ssl));
+        let sink = format!(
+            "{}\n{properties}",
+            kafka_sink("exactly-once").replace(b, &sec.sasl_ssl)
+        );
+        time(runs, &dir, &job(&dir, "topic-eos-tls", &source, &sink))
+    });
+
     let rate = |d: Duration| lines as f64 / d.as_secs_f64();
     println!(
         "word count (tokenize -> count, every running count out), {lines} lines ({words} words), \
@@ -115,7 +134,10 @@ fn main() {
         ("topic -> file", topic_to_file),
         ("topic -> topic, at least once", topic_alo),
         ("topic -> topic, exactly once", topic_eos),
-    ] {
+    ]
+    .into_iter()
+    .chain(secure.map(|d| ("  the same over TLS + SCRAM", d)))
+    {
         println!(
             "  {what:<32} {:>7.2} s {:>10.0} lines/s   {:.2} of file -> file",
             d.as_secs_f64(),
@@ -127,4 +149,10 @@ fn main() {
         "  exactly once / at least once: {:.2} of the lines/s",
         rate(topic_eos) / rate(topic_alo)
     );
+    if let Some(secure) = secure {
+        println!(
+            "  TLS + SCRAM / plaintext, exactly once: {:.2} of the lines/s",
+            rate(secure) / rate(topic_eos)
+        );
+    }
 }

@@ -438,14 +438,18 @@ pub fn wait_for_end(broker: &str, topic: &str, records: i64) {
 pub struct BenchBroker {
     /// Its address.
     pub address: String,
+    /// Its secure listeners, when it has them.
+    pub secure: Option<SecureBroker>,
     started: Option<PathBuf>,
 }
 
 impl BenchBroker {
     pub fn get() -> BenchBroker {
         if let Ok(address) = std::env::var("SLUICE_KAFKA") {
+            let var = |name: &str| std::env::var(name).ok();
             return BenchBroker {
                 address,
+                secure: secure_from(&var),
                 started: None,
             };
         }
@@ -467,11 +471,31 @@ impl BenchBroker {
             .find_map(|l| l.strip_prefix("export SLUICE_KAFKA="))
             .expect("broker.sh prints export SLUICE_KAFKA=ADDRESS")
             .to_string();
+        // (`export A=1 B=2` lines.)
+        let exports: BTreeMap<String, String> = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("export "))
+            .flat_map(|l| l.split(' '))
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         BenchBroker {
             address,
+            secure: secure_from(&|name: &str| exports.get(name).cloned()),
             started: Some(dir),
         }
     }
+}
+
+/// A broker's secure listeners from its variables (`broker.sh start`'s exports).
+fn secure_from(var: &dyn Fn(&str) -> Option<String>) -> Option<SecureBroker> {
+    Some(SecureBroker {
+        sasl_ssl: var("SLUICE_KAFKA_SASL_SSL")?,
+        ssl: var("SLUICE_KAFKA_SSL")?,
+        tls: PathBuf::from(var("SLUICE_KAFKA_TLS")?),
+        user: var("SLUICE_KAFKA_USER")?,
+        password: var("SLUICE_KAFKA_PASSWORD")?,
+    })
 }
 
 impl Drop for BenchBroker {
