@@ -842,7 +842,13 @@ impl Server {
             r.graph = graph;
             r.name = name;
             r.plugins = plugins;
-            r.output = output;
+            // What its earlier runs wrote stays part of its output, in files the new
+            // file may no longer name (a sink at another parallelism writes others).
+            for file in output {
+                if !r.output.contains(&file) {
+                    r.output.push(file);
+                }
+            }
             // A person starting it again takes it out of quarantine.
             r.recoveries = 0;
         });

@@ -46,6 +46,21 @@ fn a_stopped_job_starts_again_as_a_changed_job_file_from_its_savepoint() {
             .contains("parallelism = 1")
     );
 
+    // One the savepoint does not fit is refused the same way: a file sink's state
+    // cannot be spread over more subtasks.
+    let wider_sink = dir.join("upgrade-sink.toml");
+    let wider = text.replace(
+        "format = \"key-value\"",
+        "format = \"key-value\"\nparallelism = 2",
+    );
+    std::fs::write(&wider_sink, wider).unwrap();
+    let e = error_of(a.start_as(&id, Some(&savepoint), &wider_sink));
+    assert!(
+        e.contains("409") && e.contains("operator 'sink' has operator state"),
+        "{e}"
+    );
+    assert_eq!(state(&a, &id), JobState::Stopped);
+
     // The command line: the count at parallelism 2 (rescaled from the savepoint), the
     // source no longer throttled.
     let upgraded = dir.join("upgrade.toml");
@@ -104,4 +119,5 @@ fn a_stopped_job_starts_again_as_a_changed_job_file_from_its_savepoint() {
         "{:?}",
         detail.tasks
     );
+    assert_eq!(detail.output, ["output/counts.tsv"], "{detail:?}");
 }
