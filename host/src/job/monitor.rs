@@ -35,7 +35,7 @@ pub struct JobMonitor {
     units: Mutex<Option<UnitMonitors>>,
 }
 
-/// The monitors of a cluster host's running units, by unit.
+/// The monitors of the units a cluster host runs or ran to their end, by unit.
 pub type UnitMonitors = Arc<Mutex<BTreeMap<u32, Arc<JobMonitor>>>>;
 
 /// How many failures a job's exception history keeps (the newest).
@@ -97,9 +97,9 @@ impl JobMonitor {
         let units = self.units.lock().clone();
         if let Some(units) = units {
             let host = self.cluster_view().map(|v| v.client_id);
-            let running: Vec<(u32, Arc<JobMonitor>)> =
+            let monitors: Vec<(u32, Arc<JobMonitor>)> =
                 units.lock().iter().map(|(u, m)| (*u, m.clone())).collect();
-            for (unit, monitor) in running {
+            for (unit, monitor) in monitors {
                 tasks.extend(monitor.tasks().into_iter().map(|t| TaskReport {
                     unit: Some(unit),
                     host: host.clone(),

@@ -42,6 +42,15 @@ impl rdkafka::producer::ProducerContext for DeliveryReport {
 
 pub(super) type Producer = rdkafka::producer::BaseProducer<DeliveryReport>;
 
+/// What `producer` reported that no request returned, once the events it queued are
+/// served (a poll serves one): for the error of a request that failed.
+pub(super) fn reports(producer: &Producer) -> &super::client_errors::ClientErrors {
+    for _ in 0..super::client_errors::EVENTS_SERVED {
+        producer.poll(std::time::Duration::ZERO);
+    }
+    &producer.context().errors
+}
+
 /// The client configuration of the producer of a sink as `config` says (transactional,
 /// as `transactional_id`, when given).
 pub(super) fn producer_client(
@@ -101,12 +110,9 @@ pub fn fence_ahead(config: &KafkaSinkConfig, subtask: u32) -> anyhow::Result<Fen
         .create_with_context(DeliveryReport::default())
         .map_err(|e| anyhow::anyhow!("creating a producer ({transactional_id}): {e}"))?;
     producer.init_transactions(PRODUCE_TIMEOUT).map_err(|e| {
-        for _ in 0..super::client_errors::EVENTS_SERVED {
-            producer.poll(std::time::Duration::ZERO);
-        }
         anyhow::anyhow!(
             "fencing the earlier producers of {transactional_id}{}: {e}",
-            producer.context().errors.note(&config.properties)
+            reports(&producer).note(&config.properties)
         )
     })?;
     FENCED.lock().insert(transactional_id.clone(), producer);

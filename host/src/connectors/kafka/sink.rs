@@ -20,7 +20,7 @@ use super::exchange::{EXCHANGE_IDLE, EXCHANGE_WATERMARK, ExchangeOutput};
 use super::marker::{
     describe_marker, marker_metadata, new_run_id, parse_marker_metadata, read_marker,
 };
-use super::producer::{DeliveryReport, Producer, producer_client, take_fenced};
+use super::producer::{DeliveryReport, Producer, producer_client, reports, take_fenced};
 use crate::chain::{
     CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState, TrapKind,
 };
@@ -418,14 +418,7 @@ impl KafkaSink {
             return Ok(());
         };
         if e.rdkafka_error_code() != Some(RDKafkaErrorCode::InvalidTransactionTimeout) {
-            // (Polls serve what the producer reported meanwhile, one event each.)
-            for _ in 0..super::client_errors::EVENTS_SERVED {
-                producer.poll(Duration::ZERO);
-            }
-            let what = format!(
-                "{what}{}",
-                producer.context().errors.note(&self.config.properties)
-            );
+            let what = format!("{what}{}", reports(producer).note(&self.config.properties));
             return Err(self.err(&what, e));
         }
         const BROKERS: &str = "transaction.max.timeout.ms";
@@ -464,11 +457,7 @@ impl KafkaSink {
                 .client()
                 .fetch_metadata(Some(&self.config.topic), REACH_TRY);
             let Err(e) = tried else { return Ok(()) };
-            // (Polls serve what the producer reported meanwhile, one event each.)
-            for _ in 0..super::client_errors::EVENTS_SERVED {
-                producer.poll(Duration::ZERO);
-            }
-            let errors = &producer.context().errors;
+            let errors = reports(producer);
             if errors.refused() || Instant::now() >= deadline {
                 let what = format!(
                     "reaching the brokers{}",
