@@ -1,6 +1,7 @@
 //! Host processes of a job run over several hosts (`sluice run --cluster`), what their
 //! logs say, and what a unit's marker names.
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -49,6 +50,18 @@ fn host_command(bin: &str, job: &Path, broker: &str, log: &Path) -> Command {
         .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).expect("a host's log file"));
+    // A host ends with the test thread that started it, also when the test fails
+    // before it stops its hosts: left running, they would load the machine under the
+    // tests that follow.
+    // SAFETY: `prctl` is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     command
 }
 
