@@ -30,6 +30,7 @@
 //! | `kafka-sink::open` | a Kafka sink opens, before it fences (or takes the producer its unit fenced with) |
 //! | `kafka-sink::before-commit` | a Kafka sink sent a checkpoint's records and marker, before committing |
 //! | `kafka-sink::after-commit` | a Kafka sink committed a checkpoint's transaction |
+//! | `kafka-sink::sent-ahead` | a Kafka sink's committer sent records into a transaction whose checkpoint is not complete yet, once an earlier one completed |
 //! | `cluster::after-upload` | a unit copied a checkpoint to the store, before its transaction names it |
 //! | `cluster::after-fence` | a unit's new owner fenced the earlier ones, before reading the marker |
 //! | `cluster::during-download` | a new owner copied one file of the checkpoint it restores |

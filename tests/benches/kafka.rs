@@ -1,8 +1,9 @@
 //! The Kafka connector's cost, end to end: the word-count chain (`tokenize → count`,
 //! every running count emitted, checkpoints every second) from a topic and to a topic,
 //! against the same chain from a file to a file, and exactly-once against at-least-once,
-//! as ratios of records/s in the same run; and the exactly-once job again over TLS with
-//! SCRAM (the broker's `SASL_SSL` listener) against plaintext.
+//! as ratios of records/s in the same run; the exactly-once job with checkpoints every
+//! 100 ms against every second; and the exactly-once job again over TLS with SCRAM (the
+//! broker's `SASL_SSL` listener) against plaintext.
 //!
 //! Uses the broker in `SLUICE_KAFKA`, or starts one with `scripts/kafka/broker.sh` (and
 //! stops it after). `LINES` sets the input (default 100,000 lines of 8 words).
@@ -18,6 +19,11 @@ use sluice_tests::plugins::{COUNT, TOKENIZE};
 use sluice_tests::{run_job, sample_text, test_dir, write_job};
 
 fn job(dir: &Path, name: &str, source: &str, sink: &str) -> PathBuf {
+    job_every(dir, name, source, sink, 1000)
+}
+
+/// [`job`] with a checkpoint every `interval_ms`.
+fn job_every(dir: &Path, name: &str, source: &str, sink: &str, interval_ms: u64) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));
     let toml = format!(
         r#"
@@ -32,7 +38,7 @@ plugin = "{COUNT}"
 key_by = "key"
 {sink}
 [checkpoint]
-interval_ms = 1000
+interval_ms = {interval_ms}
 dir = "checkpoints-{name}"
 "#
     );
@@ -106,6 +112,13 @@ fn main() {
         &job(&dir, "topic-eos", &kafka_source, &eos_sink),
     );
 
+    let eos_sink = kafka_sink("exactly-once");
+    let topic_eos_100ms = time(
+        runs,
+        &dir,
+        &job_every(&dir, "topic-eos-100ms", &kafka_source, &eos_sink, 100),
+    );
+
     // The same exactly-once job with source and sink over TLS + SCRAM-SHA-512.
     let secure = broker.secure.as_ref().map(|sec| {
         let properties = format!(
@@ -134,6 +147,7 @@ fn main() {
         ("topic -> file", topic_to_file),
         ("topic -> topic, at least once", topic_alo),
         ("topic -> topic, exactly once", topic_eos),
+        ("  the same, checkpoints every 100 ms", topic_eos_100ms),
     ]
     .into_iter()
     .chain(secure.map(|d| ("  the same over TLS + SCRAM", d)))
@@ -148,6 +162,10 @@ fn main() {
     println!(
         "  exactly once / at least once: {:.2} of the lines/s",
         rate(topic_eos) / rate(topic_alo)
+    );
+    println!(
+        "  exactly once, checkpoints every 100 ms / every second: {:.2} of the time",
+        topic_eos_100ms.as_secs_f64() / topic_eos.as_secs_f64()
     );
     if let Some(secure) = secure {
         println!(

@@ -178,7 +178,15 @@ impl JobGraph {
                 (SinkKind::Stdout | SinkKind::Kafka, None) => None,
             };
             let id = sink.id.clone().unwrap_or_else(|| name.clone());
-            let kafka = kafka_sink(sink, &file.name, &id, checkpoint_dir.as_deref(), &resolve)
+            let checkpoints = checkpoint_dir.as_deref().map(|dir| endpoints::Checkpoints {
+                dir,
+                timeout_ms: file
+                    .checkpoint
+                    .as_ref()
+                    .and_then(|c| c.timeout_ms)
+                    .map_or(limits::CHECKPOINT_TIMEOUT_MS.default, |m| m.0),
+            });
+            let kafka = kafka_sink(sink, &file.name, &id, checkpoints, &resolve)
                 .map_err(|e| anyhow!("{job}: {what}: {e}"))?;
             let inputs = match &sink.inputs {
                 Some(list) => parse_inputs(list).map_err(|e| anyhow!("{job}: {what}: {e}"))?,

@@ -23,6 +23,7 @@ use crate::checkpoints::{Delays, spawn_sluice};
 use crate::failpoints::run;
 use crate::server::{ServerProcess, error_of, host_config, wait_for};
 
+mod committer;
 mod restores;
 mod secure;
 mod sink;

@@ -242,3 +242,37 @@ strategy = "none"
     );
     assert!(read_committed(&broker, &topic).is_empty());
 }
+
+/// An exactly-once sink whose transactions would time out before a checkpoint may
+/// (`transaction.timeout.ms` not above `[checkpoint] timeout_ms`) is refused when the
+/// job is loaded, naming both: a checkpoint's transaction is open until it completes.
+#[test]
+fn a_transaction_timeout_below_the_checkpoint_timeout_is_refused() {
+    let dir = test_dir("kafka-transaction-below-checkpoint");
+    let job = lines_to_topic(
+        &dir,
+        "127.0.0.1:9",
+        "t",
+        "properties = { \"transaction.timeout.ms\" = \"60000\" }\n\
+         [checkpoint]\ninterval_ms = 50\ntimeout_ms = 60000\ndir = \"checkpoints\"",
+    );
+    let Err(error) = TestJob::load(&job) else {
+        panic!("a transaction timeout not above the checkpoint timeout was accepted");
+    };
+    let message = format!("{error:#}");
+    for needed in [
+        "transaction.timeout.ms",
+        "60000 ms",
+        "[checkpoint] timeout_ms",
+    ] {
+        assert!(message.contains(needed), "{needed:?} not in: {message}");
+    }
+    let job = lines_to_topic(
+        &dir,
+        "127.0.0.1:9",
+        "t",
+        "properties = { \"transaction.timeout.ms\" = \"60001\" }\n\
+         [checkpoint]\ninterval_ms = 50\ntimeout_ms = 60000\ndir = \"checkpoints\"",
+    );
+    TestJob::load(&job).expect("a transaction timeout above the checkpoint timeout");
+}

@@ -48,7 +48,7 @@ pub use marker::{
     SubtaskMarker, committed_after, first_free_id, parse_marker_metadata, read_marker, read_markers,
 };
 pub use producer::{FencedAhead, fence_ahead};
-pub use sink::{Delivery, KafkaSink, KafkaSinkConfig};
+pub use sink::{Delivery, KafkaSink, KafkaSinkConfig, TRANSACTION_TIMEOUT_MS};
 pub use source::{
     KafkaSource, KafkaSourceConfig, OutOfRange, StartFrom, Topics, merge_positions, owner_of,
     topic_pattern,

@@ -65,6 +65,11 @@ pub(super) fn producer_client(
         .set("enable.idempotence", "true");
     if transactional_id.is_some() {
         client.set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS);
+        // Records become visible when their transaction commits, which flushes what
+        // waits: lingering longer costs no latency and makes fewer, larger requests
+        // (librdkafka's default is 5 ms; measured on the `kafka` bench's exactly-once
+        // word count: 5–8% less time at 50 ms).
+        client.set("linger.ms", "50");
     }
     for (k, v) in &config.properties {
         client.set(k, v);

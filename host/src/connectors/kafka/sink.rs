@@ -1,30 +1,33 @@
 //! The Kafka sink: its configuration, its producer and the delivery reports it polls,
-//! and, exactly once, the write-ahead log of checkpoints' records written in one
-//! transaction each, with the markers that name the checkpoints committed.
+//! and, exactly once, the write-ahead log of checkpoints' records, written into
+//! transactions by a committer thread (`committer.rs`), with the markers that name the
+//! checkpoints committed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer as _;
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use sluice_codec::BatchWriter;
 
 use super::admin::broker_setting;
 use super::exchange::{EXCHANGE_IDLE, EXCHANGE_WATERMARK, ExchangeOutput};
-use super::marker::{
-    describe_marker, marker_metadata, new_run_id, parse_marker_metadata, read_marker,
-};
+use super::marker::{describe_marker, new_run_id, parse_marker_metadata, read_marker};
 use super::producer::{DeliveryReport, Producer, producer_client, reports, take_fenced};
 use crate::chain::{
     CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState, TrapKind,
 };
 use crate::state::Holding;
+
+mod committer;
+mod writer;
+use committer::Committer;
+use writer::Writer;
 
 /// How a Kafka sink delivers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,8 +36,9 @@ pub enum Delivery {
     /// it is acknowledged. After a failure, records since the last checkpoint are sent
     /// again.
     AtLeastOnce,
-    /// Records of each checkpoint interval are written in one Kafka transaction once the
-    /// checkpoint is complete; consumers reading `read_committed` see each record once.
+    /// Records of each checkpoint interval are written in a Kafka transaction that
+    /// commits once the checkpoint is complete; consumers reading `read_committed` see
+    /// each record once.
     ExactlyOnce,
 }
 
@@ -79,14 +83,6 @@ pub struct KafkaSinkConfig {
     /// fails otherwise: a unit of a job over several hosts restored what that marker
     /// named, and someone else has committed since.
     pub expect_marker: Option<Option<(String, u64)>>,
-}
-
-/// Why a record was not handed to the producer.
-enum NotSent {
-    /// The task was cancelled while the producer's queue was full.
-    Cancelled,
-    /// librdkafka refused it, or the sink's settings do not allow it.
-    Refused(String),
 }
 
 /// The checkpointed state of an exactly-once sink subtask: the records of checkpoints
@@ -134,19 +130,26 @@ pub(super) fn restored_prefix<'a>(config: &'a KafkaSinkConfig, restored: &'a Sin
 
 /// A Kafka sink subtask: the last operator of its chain.
 ///
-/// Exactly once is a write-ahead log, because librdkafka cannot resume a transaction
+/// Exactly once keeps a write-ahead log, because librdkafka cannot resume a transaction
 /// another producer opened (a restarted subtask's `init_transactions` aborts it): the
-/// records of a checkpoint interval are kept, go into the checkpoint, and are written
-/// in one transaction when the checkpoint is complete. The transaction also commits
-/// the checkpoint's id as the offset of the subtask's marker group (`PREFIX-N`), so
-/// after a failure the restored subtask knows which of its pending checkpoints already
-/// reached Kafka and writes only the others.
+/// records of a checkpoint interval are kept and go into the checkpoint, until the
+/// committer thread, which sends them into a transaction as they come, has committed
+/// that transaction once the checkpoint is complete. The transaction
+/// also commits the checkpoint's id as the offset of the subtask's marker group
+/// (`PREFIX-N`), so after a failure the restored subtask knows which of its pending
+/// checkpoints already reached Kafka and writes only the others.
 pub struct KafkaSink {
     identity: OperatorIdentity,
     state: OperatorState,
     config: KafkaSinkConfig,
     subtask: u32,
-    producer: Option<Producer>,
+    producer: Option<Arc<Producer>>,
+    /// What writes records (made at open).
+    writer: Option<Arc<Writer>>,
+    /// Exactly once: the thread that writes checkpoints' transactions (started at open).
+    committer: Option<Committer>,
+    /// Exactly once: the newest checkpoint the job completed.
+    completed: u64,
     /// Exactly once: a client of the subtask's marker group (made at open).
     marker: Option<BaseConsumer>,
     /// Exactly once: the records since the last checkpoint, as a batch.
@@ -180,9 +183,10 @@ pub(super) const PRODUCE_TIMEOUT: Duration = Duration::from_secs(60);
 const REACH_TRY: Duration = Duration::from_secs(1);
 
 /// The producers' `transaction.timeout.ms` unless the job's `properties` set it: the
-/// brokers' default `transaction.max.timeout.ms` (15 minutes), far above the time a
-/// checkpoint's transaction takes (its records are written only once it completed).
-pub(super) const TRANSACTION_TIMEOUT_MS: &str = "900000";
+/// brokers' default `transaction.max.timeout.ms` (15 minutes), above the longest a
+/// checkpoint may take by default (10 minutes): a checkpoint's transaction is open from
+/// its barrier until it completes (a job whose checkpoints may take longer is refused).
+pub const TRANSACTION_TIMEOUT_MS: &str = "900000";
 
 impl KafkaSink {
     /// Subtask `subtask` of a Kafka sink; `adopted`: see [`KafkaSink::adopting`].
@@ -205,6 +209,9 @@ impl KafkaSink {
             config,
             subtask,
             producer: None,
+            writer: None,
+            committer: None,
+            completed: 0,
             marker: None,
             interval: BatchWriter::new(),
             sink: SinkState::default(),
@@ -247,130 +254,23 @@ impl KafkaSink {
     }
 
     fn err(&self, what: &str, e: impl std::fmt::Display) -> CallError {
-        CallError::Failed(format!(
-            "Kafka sink, topic {:?} at {}: {what}: {e}",
-            self.config.topic, self.config.bootstrap
-        ))
-    }
-
-    /// A record [`KafkaSink::send`] did not send, as the call's error.
-    fn not_sent(&self, what: &str, e: NotSent) -> CallError {
-        match e {
-            NotSent::Refused(e) => self.err(what, e),
-            NotSent::Cancelled => CallError::Trap {
-                kind: TrapKind::Cancelled,
-                message: format!(
-                    "Kafka sink, topic {:?}: {what}: cancelled while waiting for room in \
-                     the producer's queue",
-                    self.config.topic
-                ),
-            },
-        }
+        writer::error(&self.config, what, e)
     }
 
     fn producer(&self) -> Result<&Producer, CallError> {
         self.producer
-            .as_ref()
+            .as_deref()
             .ok_or_else(|| CallError::Failed("Kafka sink used before open".into()))
     }
 
-    /// Sends one record (key, value, timestamp and headers), waiting while librdkafka's
-    /// queue is full, unless the task is cancelled.
-    fn send(
-        &self,
-        producer: &Producer,
-        record: &sluice_codec::RecordRef<'_>,
-    ) -> Result<(), NotSent> {
-        let config = &self.config;
-        let by_record = config.by_record_partition || config.exchange.is_some();
-        let partition = match (by_record, record.partition) {
-            (false, _) => None,
-            (true, Some(p)) => Some(i32::try_from(p).unwrap_or(i32::MAX)),
-            (true, None) => {
-                return Err(NotSent::Refused(
-                    "a record without a source partition: this sink writes each record to \
-                     the partition it was read from (`partitioner = \"record\"`), so its \
-                     records must come from a Kafka source"
-                        .to_owned(),
-                ));
-            }
-        };
-        let headers = record.headers.map(|h| {
-            let mut owned = rdkafka::message::OwnedHeaders::new_with_capacity(h.len());
-            for (name, value) in h.iter() {
-                owned = owned.insert(rdkafka::message::Header {
-                    key: &String::from_utf8_lossy(name),
-                    value: Some(value),
-                });
-            }
-            owned
-        });
-        loop {
-            let mut r = rdkafka::producer::BaseRecord::<[u8], [u8]>::to(&config.topic)
-                .payload(record.value);
-            if let Some(k) = record.key {
-                r = r.key(k);
-            }
-            if let Some(ts) = record.timestamp {
-                r = r.timestamp(ts);
-            }
-            if let Some(p) = partition {
-                r = r.partition(p);
-            }
-            if let Some(h) = &headers {
-                r = r.headers(h.clone());
-            }
-            match producer.send(r) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                    if self.cancel.load(Ordering::Relaxed) {
-                        return Err(NotSent::Cancelled);
-                    }
-                    producer.poll(Duration::from_millis(10));
-                }
-                Err((e, _)) => {
-                    return Err(NotSent::Refused(match partition {
-                        Some(p) => format!("to partition {p}: {e}"),
-                        None => e.to_string(),
-                    }));
-                }
-            }
-        }
-    }
-
-    /// Adds to the sink's counters (shown with the job's operators): records and their
-    /// key and value bytes written, transactions committed and aborted.
-    fn count(&self, records: usize, bytes: usize, committed: u64, aborted: u64) {
-        let mut counters = self.state.counters.lock();
-        for (name, delta) in [
-            ("kafka-records-out", records as u64),
-            ("kafka-bytes-out", bytes as u64),
-            ("kafka-transactions-committed", committed),
-            ("kafka-transactions-aborted", aborted),
-        ] {
-            if delta > 0 {
-                *counters.entry(name.to_string()).or_default() += delta;
-            }
-        }
+    fn writer(&self) -> Result<&Writer, CallError> {
+        self.writer
+            .as_deref()
+            .ok_or_else(|| CallError::Failed("Kafka sink used before open".into()))
     }
 
     fn check_deliveries(&self) -> Result<(), CallError> {
-        self.check_deliveries_of(self.producer()?)
-    }
-
-    /// The first failed delivery `producer` reported, as an error.
-    fn check_deliveries_of(&self, producer: &Producer) -> Result<(), CallError> {
-        let failed = producer.context().failed.lock().clone();
-        match failed {
-            Some(e) => {
-                let what = format!(
-                    "a record was not delivered{}",
-                    producer.context().errors.note(&self.config.properties)
-                );
-                Err(self.err(&what, e))
-            }
-            None => Ok(()),
-        }
+        self.writer()?.check_deliveries(self.producer()?)
     }
 
     /// The newest checkpoint whose records this subtask committed (its marker group's
@@ -503,17 +403,22 @@ impl KafkaSink {
             .map_err(|e| self.err(&format!("taking over old subtask {old}"), e))?;
         self.init_transactions(&producer, &client, &format!("fencing old subtask {old}"))?;
         let marker = self.marker_consumer(&id)?;
+        let group = group_metadata(&self.config, &marker)?;
         let committed = self.committed_in(&marker, part.run)?;
         for (checkpoint, records) in part.pending {
             if committed.is_none_or(|done| checkpoint > done) {
-                self.write_transaction(&producer, &marker, part.run, checkpoint, &[&records])?;
+                self.writer()?.write_transaction(
+                    &producer,
+                    &group,
+                    part.run,
+                    checkpoint,
+                    &[&records],
+                )?;
             }
         }
         Ok(())
     }
 
-    /// Writes the records of pending checkpoints up to `id` in one transaction each,
-    /// with the checkpoint's marker (with a marker note: all in one, marked `id`).
     /// Charges the records the subtask holds for checkpoints (written or pending) to its
     /// tenant, as keyed state is: they are host memory a tenant's job makes the host hold.
     fn charge_pending(&mut self) -> Result<(), CallError> {
@@ -533,34 +438,71 @@ impl KafkaSink {
             })
     }
 
-    fn commit_up_to(&mut self, id: u64) -> Result<(), CallError> {
-        if self.config.marker_note.is_some() {
-            let due = self.sink.pending.partition_point(|(c, _)| *c <= id);
-            let Some(&(last, _)) = due.checked_sub(1).and_then(|i| self.sink.pending.get(i)) else {
+    /// Writes the records of the restored checkpoints (all complete) in one transaction
+    /// each, with the checkpoint's marker, before the committer starts.
+    fn write_restored(&mut self) -> Result<(), CallError> {
+        let pending = std::mem::take(&mut self.sink.pending);
+        self.pending_bytes = 0;
+        let (writer, producer) = (self.writer()?, self.producer()?);
+        let group = group_metadata(&self.config, self.marker()?)?;
+        for (checkpoint, records) in &pending {
+            writer.write_transaction(producer, &group, self.sink.run, *checkpoint, &[records])?;
+        }
+        Ok(())
+    }
+
+    fn committer(&self) -> Result<&Committer, CallError> {
+        self.committer
+            .as_ref()
+            .ok_or_else(|| CallError::Failed("Kafka sink used before open".into()))
+    }
+
+    /// Hands the records the interval holds past its first `before` bytes to the
+    /// committer.
+    fn send_since(&self, before: usize) -> Result<(), CallError> {
+        let new = &self.interval.as_bytes()[before..];
+        if new.is_empty() {
+            return Ok(());
+        }
+        self.committer()?.records(new.to_vec())
+    }
+
+    /// While the records held pass `max_pending_mb` and the oldest held belong to a
+    /// completed checkpoint, waits for the committer to write them: backpressure while
+    /// Kafka is slower than the job.
+    fn wait_while_over_limit(&mut self) -> Result<(), CallError> {
+        loop {
+            let held = self.pending_bytes + self.interval.byte_len() as u64;
+            let oldest = self.sink.pending.first().map(|(c, _)| *c);
+            let Some(oldest) = oldest.filter(|c| *c <= self.completed) else {
                 return Ok(());
             };
-            let batches: Vec<(u64, Vec<u8>)> = self.sink.pending.drain(..due).collect();
-            let bytes: u64 = batches.iter().map(|(_, r)| r.len() as u64).sum();
-            self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
-            let records: Vec<&[u8]> = batches.iter().map(|(_, r)| r.as_slice()).collect();
-            return self.write_transaction(
-                self.producer()?,
-                self.marker()?,
-                self.sink.run,
-                last,
-                &records,
-            );
+            if held <= self.config.max_pending_bytes {
+                return Ok(());
+            }
+            let cancel = self.cancel.clone();
+            self.committer()?
+                .wait_for(oldest, || cancel.load(Ordering::Relaxed))?;
+            self.forget_committed()?;
         }
-        while self.sink.pending.first().is_some_and(|(c, _)| *c <= id) {
-            let (checkpoint, records) = self.sink.pending.remove(0);
-            self.pending_bytes = self.pending_bytes.saturating_sub(records.len() as u64);
-            self.write_transaction(
-                self.producer()?,
-                self.marker()?,
-                self.sink.run,
-                checkpoint,
-                &[&records],
-            )?;
+    }
+
+    /// Forgets the records the committer has committed.
+    fn forget_committed(&mut self) -> Result<(), CallError> {
+        let Some(committer) = &self.committer else {
+            return Ok(());
+        };
+        let Some(committed) = committer.committed()? else {
+            return Ok(());
+        };
+        let done = self.sink.pending.partition_point(|(c, _)| *c <= committed);
+        if done > 0 {
+            let bytes: u64 = self.sink.pending[..done]
+                .iter()
+                .map(|(_, r)| r.len() as u64)
+                .sum();
+            self.sink.pending.drain(..done);
+            self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
         }
         Ok(())
     }
@@ -587,102 +529,16 @@ impl KafkaSink {
         }
         Ok(())
     }
+}
 
-    /// Writes the batches `records` of checkpoint `checkpoint` in one transaction that
-    /// also marks the checkpoint (of run `run`) in the marker group of `marker`.
-    fn write_transaction(
-        &self,
-        producer: &Producer,
-        marker: &BaseConsumer,
-        run: u64,
-        checkpoint: u64,
-        records: &[&[u8]],
-    ) -> Result<(), CallError> {
-        producer.begin_transaction().map_err(|e| {
-            self.err(
-                &format!("checkpoint {checkpoint}: beginning the transaction"),
-                e,
-            )
-        })?;
-        match self.fill_and_commit(producer, marker, run, checkpoint, records) {
-            Ok((count, bytes)) => {
-                self.count(count, bytes, 1, 0);
-                self.check_deliveries_of(producer)
-            }
-            Err(e) => {
-                // Aborted at once, the transaction stops holding back `read_committed`
-                // consumers of its partitions (until the restarted subtask's
-                // `init_transactions` would, or for good if the job does not restart).
-                // The checkpoint's records stay in its state, written again on restore.
-                // (librdkafka aborts only once the records sent are reported on, which
-                // a `BaseProducer` must poll for: `flush` does.)
-                let _ = producer.flush(PRODUCE_TIMEOUT);
-                match producer.abort_transaction(PRODUCE_TIMEOUT) {
-                    Ok(()) => {
-                        tracing::info!(
-                            "{}: checkpoint {checkpoint}: transaction aborted",
-                            self.identity.operator
-                        );
-                        self.count(0, 0, 0, 1);
-                    }
-                    Err(abort) => tracing::warn!(
-                        "{}: checkpoint {checkpoint}: aborting the transaction: {abort}",
-                        self.identity.operator
-                    ),
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Sends a checkpoint's records and marker in the open transaction and commits it;
-    /// returns the records and bytes written.
-    fn fill_and_commit(
-        &self,
-        producer: &Producer,
-        marker_group: &BaseConsumer,
-        run: u64,
-        checkpoint: u64,
-        records: &[&[u8]],
-    ) -> Result<(usize, usize), CallError> {
-        let step = |what: &str, r: Result<(), KafkaError>| {
-            r.map_err(|e| self.err(&format!("checkpoint {checkpoint}: {what}"), e))
-        };
-        let (mut count, mut bytes) = (0, 0);
-        for record in records
-            .iter()
-            .flat_map(|batch| sluice_codec::BatchReader::new(batch))
-        {
-            let record = record.map_err(|e| self.err("reading pending records", e))?;
-            count += 1;
-            bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
-            self.send(producer, &record).map_err(|e| {
-                self.not_sent(&format!("checkpoint {checkpoint}: sending a record"), e)
-            })?;
-        }
-        let metadata = marker_group
-            .group_metadata()
-            .ok_or_else(|| self.err("marker group", "no group metadata"))?;
-        let mut marker = TopicPartitionList::new();
-        step(
-            "marking the checkpoint",
-            marker.add_partition_offset(&self.config.topic, 0, Offset::Offset(checkpoint as i64)),
-        )?;
-        if let Some(mut e) = marker.find_partition(&self.config.topic, 0) {
-            e.set_metadata(marker_metadata(run, self.config.marker_note.as_deref()));
-        }
-        step(
-            "marking the checkpoint",
-            producer.send_offsets_to_transaction(&marker, &metadata, PRODUCE_TIMEOUT),
-        )?;
-        crate::failpoint!("kafka-sink::before-commit");
-        step(
-            "committing the transaction",
-            producer.commit_transaction(PRODUCE_TIMEOUT),
-        )?;
-        crate::failpoint!("kafka-sink::after-commit");
-        Ok((count, bytes))
-    }
+/// The group metadata of the marker group `marker` is a client of.
+fn group_metadata(
+    config: &KafkaSinkConfig,
+    marker: &BaseConsumer,
+) -> Result<rdkafka::consumer::ConsumerGroupMetadata, CallError> {
+    marker
+        .group_metadata()
+        .ok_or_else(|| writer::error(config, "marker group", "no group metadata"))
 }
 
 impl Operator for KafkaSink {
@@ -696,6 +552,12 @@ impl Operator for KafkaSink {
 
     fn open(&mut self, info: &OpenInfo) -> Result<CallOutput, CallError> {
         crate::failpoint!("kafka-sink::open");
+        self.writer = Some(Arc::new(Writer::new(
+            self.config.clone(),
+            self.identity.operator.clone(),
+            self.state.counters.clone(),
+            self.cancel.clone(),
+        )));
         let mut own = info.restored_state.clone();
         let mut adopted = Vec::new();
         for (old, bytes) in std::mem::take(&mut self.adopted) {
@@ -722,7 +584,7 @@ impl Operator for KafkaSink {
         {
             // Fenced with when its unit started: fencing again would fence whoever
             // fenced it since (the unit's newer owner) instead of being fenced.
-            Some(producer) => producer,
+            Some(producer) => Arc::new(producer),
             None => {
                 let client = self.producer_config(exactly_once.then(|| self.transactional_id()));
                 let producer: Producer = client
@@ -734,7 +596,7 @@ impl Operator for KafkaSink {
                     // transaction.
                     self.init_transactions(&producer, &client, "initialising transactions")?;
                 }
-                producer
+                Arc::new(producer)
             }
         };
         if exactly_once {
@@ -785,10 +647,18 @@ impl Operator for KafkaSink {
                 ));
             }
             // Checkpoints restored were complete: what is still pending goes out now.
-            let last = self.sink.pending.last().map(|(c, _)| *c);
-            if let Some(last) = last {
-                self.commit_up_to(last)?;
-            }
+            self.write_restored()?;
+        }
+        if exactly_once {
+            let group = group_metadata(&self.config, self.marker()?)?;
+            let committer = Committer::start(
+                self.writer.clone().expect("made above"),
+                self.producer.clone().expect("made above"),
+                group,
+                self.sink.run,
+            )
+            .map_err(|e| self.err("starting the committer thread", e))?;
+            self.committer = Some(committer);
         }
         Ok(CallOutput::default())
     }
@@ -822,20 +692,22 @@ impl Operator for KafkaSink {
         }
         match self.config.delivery {
             Delivery::AtLeastOnce => {
-                let producer = self.producer()?;
+                let (writer, producer) = (self.writer()?, self.producer()?);
                 let (mut count, mut bytes) = (0, 0);
                 for record in sluice_codec::BatchReader::new(records) {
                     let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
-                    self.send(producer, &record)
-                        .map_err(|e| self.not_sent("sending a record", e))?;
+                    writer
+                        .send(producer, &record)
+                        .map_err(|e| writer.not_sent("sending a record", e))?;
                     count += 1;
                     bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
                 }
-                self.count(count, bytes, 0, 0);
+                writer.count(count, bytes, 0, 0);
                 producer.poll(Duration::ZERO);
                 self.check_deliveries()?;
             }
             Delivery::ExactlyOnce => {
+                let before = self.interval.byte_len();
                 if let Some(exchange) = &self.config.exchange {
                     for record in sluice_codec::BatchReader::new(records) {
                         let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
@@ -866,6 +738,9 @@ impl Operator for KafkaSink {
                         .map_err(|e| CallError::Contract(e.to_string()))?;
                     self.interval.extend_encoded(records, count);
                 }
+                self.send_since(before)?;
+                self.forget_committed()?;
+                self.wait_while_over_limit()?;
                 let held = self.pending_bytes + self.interval.byte_len() as u64;
                 if held > self.config.max_pending_bytes {
                     return Err(CallError::Limit(format!(
@@ -904,6 +779,7 @@ impl Operator for KafkaSink {
                 Ok(Vec::new())
             }
             Delivery::ExactlyOnce => {
+                let before = self.interval.byte_len();
                 if let Some(exchange) = &self.config.exchange
                     && (self.watermark > self.written_watermark || self.idle != self.written_idle)
                 {
@@ -931,13 +807,16 @@ impl Operator for KafkaSink {
                     self.written_watermark = self.watermark;
                     self.written_idle = self.idle;
                 }
+                self.send_since(before)?;
                 let records = std::mem::take(&mut self.interval).into_bytes();
                 // An interval without records needs no transaction, unless the marker
                 // must name every checkpoint.
                 if !records.is_empty() || self.config.marker_note.is_some() {
                     self.pending_bytes += records.len() as u64;
                     self.sink.pending.push((checkpoint_id, records));
+                    self.committer()?.barrier(checkpoint_id)?;
                 }
+                self.forget_committed()?;
                 postcard::to_allocvec(&self.sink).map_err(|e| CallError::Failed(e.to_string()))
             }
         }
@@ -945,15 +824,35 @@ impl Operator for KafkaSink {
 
     fn notify_complete(&mut self, checkpoint_id: u64) -> Result<(), CallError> {
         if self.config.delivery == Delivery::ExactlyOnce {
-            self.commit_up_to(checkpoint_id)?;
+            self.completed = self.completed.max(checkpoint_id);
+            self.committer()?.complete(checkpoint_id)?;
+            if self.config.marker_note.is_some()
+                && self
+                    .sink
+                    .pending
+                    .first()
+                    .is_some_and(|(c, _)| *c <= checkpoint_id)
+            {
+                // A unit of a job over several hosts: its marker names where a new owner
+                // restores, and the store keeps only the newest checkpoints, so the
+                // marker moves to this one before anything goes on (its records were
+                // sent ahead: what is left is the commit).
+                let cancel = self.cancel.clone();
+                self.committer()?
+                    .wait_for(checkpoint_id, || cancel.load(Ordering::Relaxed))?;
+            }
+            self.forget_committed()?;
             self.charge_pending()?;
         }
         Ok(())
     }
 
-    fn notify_aborted(&mut self, _: u64) -> Result<(), CallError> {
+    fn notify_aborted(&mut self, checkpoint_id: u64) -> Result<(), CallError> {
         // The aborted checkpoint's records stay pending; the next completed checkpoint
         // writes them.
+        if let Some(committer) = &self.committer {
+            committer.aborted(checkpoint_id)?;
+        }
         Ok(())
     }
 
@@ -969,10 +868,27 @@ impl Operator for KafkaSink {
     }
 
     fn close(&mut self) -> Result<CallOutput, CallError> {
+        // Exactly once, the transactions of the checkpoints completed (the final one
+        // among them) commit before the sink closes.
+        if let Some(committer) = self.committer.take() {
+            let due = self
+                .sink
+                .pending
+                .iter()
+                .map(|(c, _)| *c)
+                .take_while(|c| *c <= self.completed)
+                .last();
+            if let Some(due) = due {
+                let cancel = self.cancel.clone();
+                committer.wait_for(due, || cancel.load(Ordering::Relaxed))?;
+            }
+            committer.stop()?;
+        }
         Ok(CallOutput::default())
     }
 
     fn dispose(&mut self) -> Result<(), CallError> {
+        self.committer = None;
         self.producer = None;
         self.marker = None;
         Ok(())

@@ -8,7 +8,8 @@ use anyhow::{Result, anyhow, bail};
 
 use crate::connectors::EventTime;
 use crate::connectors::kafka::{
-    self, Delivery, KafkaSinkConfig, KafkaSourceConfig, OutOfRange, StartFrom, Topics,
+    self, Delivery, KafkaSinkConfig, KafkaSourceConfig, OutOfRange, StartFrom,
+    TRANSACTION_TIMEOUT_MS, Topics,
 };
 use crate::job::graph::{GeneratorShape, SourceInput, SourceVertex};
 use crate::spec::limits::{self, in_range};
@@ -169,13 +170,21 @@ pub(super) fn sink_kind_name(kind: SinkKind) -> &'static str {
     }
 }
 
+/// What a sink needs to know of the job's checkpoints.
+pub(super) struct Checkpoints<'a> {
+    /// Their folder.
+    pub(super) dir: &'a Path,
+    /// How long one may take before it is aborted.
+    pub(super) timeout_ms: u64,
+}
+
 /// The `kafka` fields of the `[sink]` table (`None` for other sinks, which may not set
-/// them); `checkpoints`: the job's checkpoint folder, if it checkpoints.
+/// them); `checkpoints`: the job's checkpoints, if it checkpoints.
 pub(super) fn kafka_sink(
     sink: &SinkSpec,
     job: &str,
     id: &str,
-    checkpoints: Option<&Path>,
+    checkpoints: Option<Checkpoints<'_>>,
     resolve: &dyn Fn(&Path) -> PathBuf,
 ) -> Result<Option<KafkaSinkConfig>> {
     let fields = [
@@ -221,6 +230,30 @@ pub(super) fn kafka_sink(
              the checkpoint that covers them completes"
         ),
     };
+    let properties = secrets::resolved(&sink.properties.clone().unwrap_or_default(), resolve)?;
+    if let (Delivery::ExactlyOnce, Some(checkpoints)) = (delivery, &checkpoints) {
+        // A checkpoint's transaction is open from its barrier until it completes.
+        let transaction_ms = properties
+            .get("transaction.timeout.ms")
+            .map(String::as_str)
+            .unwrap_or(TRANSACTION_TIMEOUT_MS);
+        let transaction_ms: u64 = transaction_ms.parse().map_err(|_| {
+            anyhow!(
+                "`transaction.timeout.ms` in `properties` is {transaction_ms:?}, not milliseconds"
+            )
+        })?;
+        if transaction_ms <= checkpoints.timeout_ms {
+            bail!(
+                "its transactions time out after {transaction_ms} ms (`transaction.timeout.ms`), \
+                 not later than a checkpoint may take ({} ms, `[checkpoint] timeout_ms`): a \
+                 checkpoint's transaction stays open until the checkpoint completes, so the \
+                 brokers would abort it; raise `transaction.timeout.ms` in the sink's \
+                 `properties` (up to the brokers' `transaction.max.timeout.ms`, 15 minutes by \
+                 default) or lower `[checkpoint] timeout_ms`",
+                checkpoints.timeout_ms
+            );
+        }
+    }
     let max_pending_mb = limits::MAX_PENDING_MB.resolve(sink.max_pending_mb.map(|m| m.units()))?;
     let by_record_partition = sink.partitioner == Some(SinkPartitioner::Record);
     Ok(Some(KafkaSinkConfig {
@@ -228,15 +261,15 @@ pub(super) fn kafka_sink(
         bootstrap,
         topic,
         delivery,
-        transactional_id_prefix: match (&sink.transactional_id_prefix, checkpoints) {
+        transactional_id_prefix: match (&sink.transactional_id_prefix, &checkpoints) {
             (Some(prefix), _) => prefix.clone(),
-            (None, Some(dir)) => default_transactional_id_prefix(job, id, dir),
+            (None, Some(c)) => default_transactional_id_prefix(job, id, c.dir),
             // (Unused: without checkpoints the sink has no transactions.)
             (None, None) => format!("sluice-{job}-{id}"),
         },
         default_prefix: sink.transactional_id_prefix.is_none(),
         max_pending_bytes: max_pending_mb << 20,
-        properties: secrets::resolved(&sink.properties.clone().unwrap_or_default(), resolve)?,
+        properties,
         exchange: None,
         marker_note: None,
         expect_marker: None,
