@@ -19,10 +19,11 @@ fn a_crash_with_records_sent_ahead_of_their_checkpoint() {
     crash_and_resume_at("kafka-sink::sent-ahead", 5, Some(2));
 }
 
-/// Checkpoints that fail (a full disk while a task writes its state, twice) with their
-/// records already in the sink's open transaction: the transaction is aborted and the
-/// records go into the next one, which commits with the next checkpoint that completes.
-/// The job finishes by itself with every count exactly once.
+/// Checkpoints that fail (a full disk while tasks write their state: twice, and twice
+/// again a little later) with their records already in the sink's open transaction: the
+/// transaction is aborted and the records go into the next one, which commits with the
+/// next checkpoint that completes. The job finishes by itself with every count exactly
+/// once.
 #[test]
 fn a_failed_checkpoint_aborts_the_transaction_its_records_were_sent_in() {
     let Some(broker) = broker() else { return };
@@ -35,7 +36,7 @@ fn a_failed_checkpoint_aborts_the_transaction_its_records_were_sent_in() {
         .arg("--json")
         .env(
             "FAILPOINTS",
-            "checkpoint::write-state=12*off->2*return(enospc)->off",
+            "checkpoint::write-state=40*off->2*return(enospc)->20*off->2*return(enospc)->off",
         )
         .stderr(Stdio::piped())
         .output()

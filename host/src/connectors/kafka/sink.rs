@@ -421,12 +421,14 @@ impl KafkaSink {
 
     /// Charges the records the subtask holds for checkpoints (written or pending) to its
     /// tenant, as keyed state is: they are host memory a tenant's job makes the host hold.
+    /// The committer holds a copy of each until it is committed: twice as much.
     fn charge_pending(&mut self) -> Result<(), CallError> {
         let held = self.pending_bytes + self.interval.byte_len() as u64;
+        let copies = if self.committer.is_some() { 2 } else { 1 };
         self.state
             .account
             .charge(Holding {
-                state_bytes: held,
+                state_bytes: held * copies,
                 timers: 0,
             })
             .map_err(|e| {
