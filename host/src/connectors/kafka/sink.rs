@@ -482,9 +482,7 @@ impl KafkaSink {
             if held <= self.config.max_pending_bytes {
                 return Ok(());
             }
-            let cancel = self.cancel.clone();
-            self.committer()?
-                .wait_for(oldest, || cancel.load(Ordering::Relaxed))?;
+            self.committer()?.wait_for(oldest)?;
             self.forget_committed()?;
         }
     }
@@ -839,9 +837,7 @@ impl Operator for KafkaSink {
                 // restores, and the store keeps only the newest checkpoints, so the
                 // marker moves to this one before anything goes on (its records were
                 // sent ahead: what is left is the commit).
-                let cancel = self.cancel.clone();
-                self.committer()?
-                    .wait_for(checkpoint_id, || cancel.load(Ordering::Relaxed))?;
+                self.committer()?.wait_for(checkpoint_id)?;
             }
             self.forget_committed()?;
             self.charge_pending()?;
@@ -881,8 +877,7 @@ impl Operator for KafkaSink {
                 .take_while(|c| *c <= self.completed)
                 .last();
             if let Some(due) = due {
-                let cancel = self.cancel.clone();
-                committer.wait_for(due, || cancel.load(Ordering::Relaxed))?;
+                committer.wait_for(due)?;
             }
             committer.stop()?;
         }

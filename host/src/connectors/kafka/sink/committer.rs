@@ -68,6 +68,8 @@ struct Shared {
 
 /// The handle the sink's task thread holds.
 pub(super) struct Committer {
+    /// The sink's writer: its task's cancellation flag ends a wait.
+    writer: Arc<Writer>,
     orders: Option<Sender<Order>>,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
@@ -88,9 +90,10 @@ impl Committer {
             .name(format!("kafka-commit-{}", writer.config.topic))
             .spawn({
                 let shared = shared.clone();
+                let line_writer = writer.clone();
                 move || {
                     let mut line = Line {
-                        writer,
+                        writer: line_writer,
                         producer,
                         group,
                         run,
@@ -110,6 +113,7 @@ impl Committer {
                 }
             })?;
         Ok(Committer {
+            writer,
             orders: Some(orders),
             shared,
             thread: Some(thread),
@@ -148,8 +152,11 @@ impl Committer {
     /// The newest checkpoint whose records are committed; the committer's error if it
     /// failed.
     pub(super) fn committed(&self) -> Result<Option<u64>, CallError> {
-        self.failed()?;
-        Ok(self.shared.progress.lock().committed)
+        let progress = self.shared.progress.lock();
+        match &progress.failed {
+            Some(e) => Err(CallError::Failed(e.clone())),
+            None => Ok(progress.committed),
+        }
     }
 
     fn failed(&self) -> Result<(), CallError> {
@@ -163,9 +170,9 @@ impl Committer {
         CallError::Failed("the Kafka sink's committer has stopped".into())
     }
 
-    /// Waits until checkpoint `id`'s records are committed, the committer fails, or
-    /// `give_up` says so (checked every 100 ms).
-    pub(super) fn wait_for(&self, id: u64, give_up: impl Fn() -> bool) -> Result<(), CallError> {
+    /// Waits until checkpoint `id`'s records are committed, the committer fails, or the
+    /// sink's task is cancelled (checked every 100 ms).
+    pub(super) fn wait_for(&self, id: u64) -> Result<(), CallError> {
         let mut progress = self.shared.progress.lock();
         loop {
             if let Some(e) = &progress.failed {
@@ -177,7 +184,7 @@ impl Committer {
             if progress.ended {
                 return Err(self.stopped());
             }
-            if give_up() {
+            if self.writer.cancelled() {
                 return Err(CallError::Failed(format!(
                     "gave up waiting for checkpoint {id}'s transaction to commit"
                 )));
@@ -252,8 +259,8 @@ impl Line {
                 },
                 Ok(Order::Complete(id)) => self.completed = self.completed.max(id),
                 Ok(Order::Aborted(id)) => {
-                    let held = self.intervals.iter().take(self.in_transaction);
-                    if held.into_iter().any(|i| i.checkpoint == Some(id)) {
+                    let mut held = self.intervals.iter().take(self.in_transaction);
+                    if held.any(|i| i.checkpoint == Some(id)) {
                         self.abort_open();
                     }
                 }
