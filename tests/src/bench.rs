@@ -72,6 +72,98 @@ pub fn paired(runs: usize, mut baseline: impl FnMut(), mut subject: impl FnMut()
     }
 }
 
+/// Wall-clock and CPU time (user and system, all threads) of one run.
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    pub wall: Duration,
+    pub cpu: Duration,
+}
+
+/// The CPU time used so far by `who` (`RUSAGE_THREAD`, `RUSAGE_CHILDREN`, …).
+fn cpu_time(who: libc::c_int) -> Duration {
+    // SAFETY: `rusage` is plain data, and getrusage writes only into the one passed.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(who, &mut usage), 0, "getrusage");
+        usage
+    };
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+/// The usage of `f` run on this thread (a single-threaded baseline).
+pub fn usage_on_this_thread(f: impl FnOnce()) -> Usage {
+    let (start, cpu) = (Instant::now(), cpu_time(libc::RUSAGE_THREAD));
+    f();
+    Usage {
+        wall: start.elapsed(),
+        cpu: cpu_time(libc::RUSAGE_THREAD) - cpu,
+    }
+}
+
+/// The usage of `command` run as a child process to its end; panics unless it succeeds.
+/// (Counts the children waited for meanwhile: run one at a time.)
+pub fn usage_of_command(command: &mut std::process::Command) -> Usage {
+    let (start, cpu) = (Instant::now(), cpu_time(libc::RUSAGE_CHILDREN));
+    let output = command.output().expect("starting the command");
+    let usage = Usage {
+        wall: start.elapsed(),
+        cpu: cpu_time(libc::RUSAGE_CHILDREN) - cpu,
+    };
+    assert!(
+        output.status.success(),
+        "{command:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    usage
+}
+
+/// The medians of a baseline's and a subject's usage measured in alternation (after one
+/// warm-up run of each), and the medians of the per-pair ratios subject / baseline.
+#[derive(Debug, Clone, Copy)]
+pub struct PairedUsage {
+    pub baseline: Usage,
+    pub subject: Usage,
+    pub wall_ratio: f64,
+    pub cpu_ratio: f64,
+}
+
+/// Runs `baseline` and `subject` alternately `runs` times each, as [`paired`] does.
+pub fn paired_usage(
+    runs: usize,
+    mut baseline: impl FnMut() -> Usage,
+    mut subject: impl FnMut() -> Usage,
+) -> PairedUsage {
+    baseline();
+    subject();
+    let pairs: Vec<(Usage, Usage)> = (0..runs.max(1)).map(|_| (baseline(), subject())).collect();
+    fn median<T: Copy>(mut v: Vec<T>, order: impl Fn(&T, &T) -> std::cmp::Ordering) -> T {
+        v.sort_by(order);
+        v[v.len() / 2]
+    }
+    let durations =
+        |f: fn(&(Usage, Usage)) -> Duration| median(pairs.iter().map(f).collect(), Duration::cmp);
+    let ratios = |f: fn(&Usage) -> Duration| {
+        let v = pairs
+            .iter()
+            .map(|(b, s)| f(s).as_secs_f64() / f(b).as_secs_f64())
+            .collect();
+        median(v, f64::total_cmp)
+    };
+    PairedUsage {
+        baseline: Usage {
+            wall: durations(|p| p.0.wall),
+            cpu: durations(|p| p.0.cpu),
+        },
+        subject: Usage {
+            wall: durations(|p| p.1.wall),
+            cpu: durations(|p| p.1.cpu),
+        },
+        wall_ratio: ratios(|u| u.wall),
+        cpu_ratio: ratios(|u| u.cpu),
+    }
+}
+
 /// `n` per second, human readable.
 pub fn rate(n: f64) -> String {
     match n {
