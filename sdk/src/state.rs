@@ -17,9 +17,12 @@
 //!   once and is then answered from memory. Writes are **written back**: a value or map
 //!   entry stays in the cache, marked dirty, and goes to the host (one effect however
 //!   often it was written) when a checkpoint's `snapshot` returns, when the cache is
-//!   dropped, or when the entries written carried more than 256 KiB — so a counter or a
+//!   dropped, or when the entries written carried more than a limit — so a counter or a
 //!   window updated for every record costs the host one write per checkpoint, not one per
-//!   record. The
+//!   record. The limit is 256 KiB, and doubles up to 4 MiB while these early write-backs
+//!   send again what earlier ones of the same checkpoint interval sent (one set of keys
+//!   written over and over, which early write-backs would only send more often); it halves
+//!   after an interval whose early write-backs sent mostly new entries. The
 //!   cache lives as long as the instance. It is dropped (after writing back) when it has
 //!   taken in more than 100 000 entries or 64 MiB since it was last dropped (checked at
 //!   the end of each call), and after a call that fails, which fails the task: the host
@@ -51,12 +54,22 @@ const MAX_CACHED_ENTRIES: usize = 100_000;
 /// ... or more bytes of keys and values than this.
 const MAX_CACHED_BYTES: usize = 64 << 20;
 /// Writes not yet sent to the host are sent at the end of a call once the entries they
-/// made dirty came to more bytes than this (each counted once at its largest: so large
+/// made dirty came to more bytes than a limit (each counted once at its largest: so large
 /// values reach the host, and its state limits, soon, and the guest's memory stays
 /// small). What is still dirty at a checkpoint is sent by its `snapshot`, on the task's
 /// synchronous part: measured on a count job meeting 250,000 new keys a second, 4 MiB
 /// made that write-back 5–90 ms of each checkpoint, 1 MiB 2–60 ms, 256 KiB under 15.
-const MAX_DIRTY_BYTES: usize = 256 << 10;
+/// The limit starts at this...
+const MIN_DIRTY_BYTES: usize = 256 << 10;
+/// ... and doubles, up to this, after an early write-back that mostly sent again entries
+/// an early write-back of the same checkpoint interval had sent: the operator writes one
+/// set of keys over and over, and sending them early only sends them more often (a word
+/// count over 100,000 words sent about one value per record at 256 KiB, and ran 2–3×
+/// slower than with the whole set sent at the snapshot). It halves again after an
+/// interval whose early write-backs mostly sent entries for the first time.
+const MAX_DIRTY_BYTES: usize = 4 << 20;
+/// An entry's `early_in` before any early write-back sent it.
+const NEVER: u32 = u32::MAX;
 
 /// One value per key.
 ///
@@ -288,8 +301,33 @@ pub(crate) struct StateCache {
     /// Bytes written since the last write-back (values counted when they become dirty,
     /// map entries at every write).
     dirty_bytes: usize,
+    /// The limit of `dirty_bytes` (0 until first changed: [`MIN_DIRTY_BYTES`]).
+    dirty_limit: usize,
+    /// Checkpoint intervals so far (snapshot write-backs), numbering early write-backs.
+    interval: u32,
+    /// What this interval's early write-backs sent.
+    early: Tally,
     /// Reused for encoding map keys.
     scratch: Vec<u8>,
+}
+
+/// Entries sent by early write-backs, and of them how many an early write-back of the
+/// same checkpoint interval had sent already.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    sent: usize,
+    again: usize,
+}
+
+impl Tally {
+    /// Counts `entry` sent by an early write-back of `interval`.
+    fn count(&mut self, early_in: &mut u32, interval: u32) {
+        self.sent += 1;
+        if *early_in == interval {
+            self.again += 1;
+        }
+        *early_in = interval;
+    }
 }
 
 /// How much went into the cache since it was last dropped. An upper bound: overwritten
@@ -401,6 +439,8 @@ struct CachedValue {
     value: Option<ValueBytes>,
     /// Written and not yet sent to the host.
     dirty: bool,
+    /// The checkpoint interval whose early write-back last sent it ([`NEVER`]).
+    early_in: u32,
 }
 
 /// Map state: key -> cached part of its map. `hashbrown` for `entry_ref`: finding a
@@ -423,6 +463,8 @@ struct MapEntry {
     dirty: bool,
     /// While dirty: the most bytes it counted towards the call's written bytes.
     counted: usize,
+    /// The checkpoint interval whose early write-back last sent it ([`NEVER`]).
+    early_in: u32,
 }
 
 impl MapEntry {
@@ -432,6 +474,7 @@ impl MapEntry {
             value,
             dirty: false,
             counted: 0,
+            early_in: NEVER,
         }
     }
 
@@ -470,7 +513,12 @@ struct ListOverlay {
 impl StateSlot {
     /// One effect per value written since the last write-back (however often it was
     /// written): a put, or a delete if it was removed.
-    fn write_back_values(&mut self, effects: &mut EffectWriter) {
+    /// `early`: an early write-back, of which checkpoint interval, counted where.
+    fn write_back_values(
+        &mut self,
+        effects: &mut EffectWriter,
+        mut early: Option<(u32, &mut Tally)>,
+    ) {
         for key in self.dirty_values.iter() {
             // A key cleared after its write is no longer dirty; one written again after a
             // clear is listed twice but sent once.
@@ -478,6 +526,9 @@ impl StateSlot {
                 continue;
             };
             cached.dirty = false;
+            if let Some((interval, tally)) = &mut early {
+                tally.count(&mut cached.early_in, *interval);
+            }
             effects.push(match &cached.value {
                 Some(value) => Effect::Put {
                     state: self.id,
@@ -497,7 +548,11 @@ impl StateSlot {
 
     /// One effect per map entry written since the last write-back, with its last value;
     /// an entry no longer cached (removed from a map held whole, or cleared) is deleted.
-    fn send_pending_map_entries(&mut self, effects: &mut EffectWriter) {
+    fn send_pending_map_entries(
+        &mut self,
+        effects: &mut EffectWriter,
+        mut early: Option<(u32, &mut Tally)>,
+    ) {
         for (key, user_key) in self.pending.iter() {
             let entry = self
                 .maps
@@ -506,6 +561,9 @@ impl StateSlot {
             let value = match entry {
                 Some(entry) if entry.dirty => {
                     entry.dirty = false;
+                    if let Some((interval, tally)) = &mut early {
+                        tally.count(&mut entry.early_in, *interval);
+                    }
                     entry.value.as_deref()
                 }
                 // Listed twice (written again after a remove or a clear): sent already.
@@ -598,6 +656,7 @@ impl StateCache {
                 let cached = CachedValue {
                     value: value.map(ValueBytes::from_vec),
                     dirty: false,
+                    early_in: NEVER,
                 };
                 s.values.entry(CacheKey::from_slice(key)).or_insert(cached)
             }
@@ -694,6 +753,7 @@ impl StateCache {
                 let cached = CachedValue {
                     value: Some(value),
                     dirty: true,
+                    early_in: NEVER,
                 };
                 s.values.insert(CacheKey::from_slice(key), cached);
                 s.dirty_values.push(key);
@@ -720,6 +780,7 @@ impl StateCache {
                 let absent = CachedValue {
                     value: None,
                     dirty: false,
+                    early_in: NEVER,
                 };
                 s.values.insert(CacheKey::from_slice(key), absent);
             }
@@ -1061,10 +1122,13 @@ impl StateCache {
         let drop_all = !success
             || self.usage.entries > MAX_CACHED_ENTRIES
             || self.usage.bytes > MAX_CACHED_BYTES;
-        let heavy = self.dirty_bytes > MAX_DIRTY_BYTES;
+        let heavy = self.dirty_bytes > self.dirty_limit.max(MIN_DIRTY_BYTES);
         if drop_all || heavy {
             self.dirty_bytes = 0;
         }
+        // An early write-back: for the many bytes written, not for a full cache.
+        let early = success && heavy && !drop_all;
+        let mut tally = Tally::default();
         for s in &mut self.slots {
             if success {
                 // Values and map entries are written back at `snapshot` (or when the
@@ -1072,8 +1136,12 @@ impl StateCache {
                 // time-to-live at the end of every call, since the host expires their
                 // entries between calls.
                 if s.ttl || drop_all || heavy {
-                    s.write_back_values(effects);
-                    s.send_pending_map_entries(effects);
+                    let counted = early && !s.ttl;
+                    s.write_back_values(effects, counted.then_some((self.interval, &mut tally)));
+                    s.send_pending_map_entries(
+                        effects,
+                        counted.then_some((self.interval, &mut tally)),
+                    );
                 }
             } else {
                 s.pending.clear();
@@ -1093,6 +1161,13 @@ impl StateCache {
         if drop_all {
             self.usage = Usage::default();
         }
+        if early {
+            self.early.sent += tally.sent;
+            self.early.again += tally.again;
+            if tally.again * 2 > tally.sent {
+                self.dirty_limit = (self.dirty_limit.max(MIN_DIRTY_BYTES) * 2).min(MAX_DIRTY_BYTES);
+            }
+        }
     }
 
     /// Sends every value written since it was last sent: what `snapshot` returns, so that
@@ -1100,9 +1175,21 @@ impl StateCache {
     pub(crate) fn write_back(&mut self, effects: &mut EffectWriter) {
         self.dirty_bytes = 0;
         for s in &mut self.slots {
-            s.write_back_values(effects);
-            s.send_pending_map_entries(effects);
+            s.write_back_values(effects, None);
+            s.send_pending_map_entries(effects, None);
         }
+        // A new checkpoint interval.
+        if self.early.sent > 0 && self.early.again * 4 < self.early.sent {
+            self.dirty_limit = (self.dirty_limit / 2).max(MIN_DIRTY_BYTES);
+        }
+        self.early = Tally::default();
+        self.interval = (self.interval + 1) % NEVER;
+    }
+
+    /// The limit of the bytes written before an early write-back (for tests).
+    #[cfg(test)]
+    fn dirty_limit(&self) -> usize {
+        self.dirty_limit.max(MIN_DIRTY_BYTES)
     }
 
     /// Number of value and map entries cached (for tests).
@@ -1426,7 +1513,7 @@ mod tests {
         let host = CountingHost::default();
         let (mut cache, slot) = cache(&host, StateKind::Value, None);
         let mut effects = EffectWriter::new();
-        let big = MAX_DIRTY_BYTES / 16 + 1;
+        let big = MIN_DIRTY_BYTES / 16 + 1;
         for i in 0..16u32 {
             cache
                 .value_put(&mut effects, slot, &i.to_le_bytes(), vec![1; big])
@@ -1439,6 +1526,85 @@ mod tests {
         cache.value_put(&mut effects, slot, b"k", vec![1]).unwrap();
         cache.end_call(true, &mut effects);
         assert!(effects.take().is_empty());
+    }
+
+    /// Effects sent at the end of a call that wrote the values of `keys` (8-byte keys,
+    /// values of `len` bytes).
+    fn call_writing(
+        cache: &mut StateCache,
+        slot: usize,
+        effects: &mut EffectWriter,
+        keys: std::ops::Range<u64>,
+        len: usize,
+    ) -> usize {
+        for i in keys {
+            cache
+                .value_put(effects, slot, &i.to_le_bytes(), vec![1; len])
+                .unwrap();
+        }
+        cache.end_call(true, effects);
+        sluice_codec::EffectReader::new(&effects.take()).count()
+    }
+
+    #[test]
+    fn keys_written_over_and_over_wait_for_the_snapshot() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Value, None);
+        let mut effects = EffectWriter::new();
+        // 50,000 keys of 16 bytes written in every call: 800 KB, three times the first
+        // limit. The first two calls send them early; the second sent them all again,
+        // and so did the third (at twice the limit): from then on they fit.
+        let keys = 0..50_000;
+        let sent: Vec<usize> = (0..10)
+            .map(|_| call_writing(&mut cache, slot, &mut effects, keys.clone(), 8))
+            .collect();
+        assert_eq!(sent, [50_000, 50_000, 50_000, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(cache.dirty_limit(), 4 * MIN_DIRTY_BYTES);
+        // The snapshot sends each once; the limit stays for the next interval.
+        cache.write_back(&mut effects);
+        assert_eq!(
+            sluice_codec::EffectReader::new(&effects.take()).count(),
+            50_000
+        );
+        assert_eq!(cache.dirty_limit(), 4 * MIN_DIRTY_BYTES);
+        assert_eq!(call_writing(&mut cache, slot, &mut effects, keys, 8), 0);
+    }
+
+    #[test]
+    fn new_keys_go_back_early_and_bring_the_limit_down() {
+        let host = CountingHost::default();
+        let (mut cache, slot) = cache(&host, StateKind::Value, None);
+        let mut effects = EffectWriter::new();
+        // 5,000 new keys in every call (360 KB): each call sends its own, and the limit
+        // stays where it starts.
+        let new_keys = |call: u64| call * 5_000..(call + 1) * 5_000;
+        for call in 0..10 {
+            assert_eq!(
+                call_writing(&mut cache, slot, &mut effects, new_keys(call), 64),
+                5_000
+            );
+        }
+        assert_eq!(cache.dirty_limit(), MIN_DIRTY_BYTES);
+        // Raised by keys sent again in the same interval (20,000 of 16 bytes, 320 KB)...
+        assert_eq!(
+            call_writing(&mut cache, slot, &mut effects, 0..20_000, 8),
+            20_000
+        );
+        assert_eq!(cache.dirty_limit(), 2 * MIN_DIRTY_BYTES);
+        assert_eq!(
+            call_writing(&mut cache, slot, &mut effects, 0..20_000, 8),
+            0
+        );
+        cache.write_back(&mut effects);
+        effects.take();
+        assert_eq!(cache.dirty_limit(), 2 * MIN_DIRTY_BYTES);
+        // ... and lowered after an interval whose early write-backs sent new keys.
+        let sent: usize = (10..16)
+            .map(|call| call_writing(&mut cache, slot, &mut effects, new_keys(call), 64))
+            .sum();
+        assert_eq!(sent, 30_000);
+        cache.write_back(&mut effects);
+        assert_eq!(cache.dirty_limit(), MIN_DIRTY_BYTES);
     }
 
     #[test]
@@ -1460,7 +1626,7 @@ mod tests {
                 slot,
                 b"k",
                 user_key.clone(),
-                vec![1; MAX_DIRTY_BYTES],
+                vec![1; MIN_DIRTY_BYTES],
             )
             .unwrap();
         cache.end_call(true, &mut effects);

@@ -29,7 +29,6 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use sluice::job::JobReport;
@@ -150,12 +149,19 @@ fn sorted_lines(path: &Path) -> Vec<String> {
 }
 
 /// `sluice run` on `job` as a user starts it (a process of its own; the compile cache
-/// warm), starting over each time; its wall and CPU time.
-fn sluice_process(dir: &Path, job: &Path, output: &str) -> Usage {
+/// warm), starting over each time; its wall and CPU time, and its checkpoints' median
+/// synchronous part (ms; `None` without checkpoints) from its summary.
+fn sluice_process(dir: &Path, job: &Path, output: &str) -> (Usage, Option<f64>) {
     let _ = std::fs::remove_file(dir.join(output));
     let _ = std::fs::remove_dir_all(dir.join("checkpoints"));
-    let mut command = sluice_run(BIN, job, None);
-    usage_of_command(command.stdout(Stdio::null()))
+    let (usage, output) = usage_of_command(sluice_run(BIN, job, None).arg("--json"));
+    let summary: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("the run's summary");
+    let checkpoints = &summary["jobs"][0]["checkpoints"];
+    let sync = (checkpoints["completed"].as_u64() > Some(0))
+        .then(|| checkpoints["sync_ms_median"].as_f64())
+        .flatten();
+    (usage, sync)
 }
 
 fn print_usage(name: &str, usage: Usage, records: usize, unit: &str) {
@@ -212,11 +218,17 @@ interval_ms = 1000
     let (_, report) = sluice_report(&dir, &job, "counts.tsv");
     let runs = runs(5);
     let native = dir.join("native.tsv");
+    let mut syncs = vec![];
     let paired = paired_usage(
         runs,
         || usage_on_this_thread(|| careful_word_count(&input, &native, 3)),
-        || sluice_process(&dir, &job, "counts.tsv"),
+        || {
+            let (usage, sync) = sluice_process(&dir, &job, "counts.tsv");
+            syncs.push(sync.expect("checkpoints completed"));
+            usage
+        },
     );
+    syncs.sort_by(f64::total_cmp);
     let reference_time = median_time(runs, reference);
     // The same totals, all three ways.
     let got = sorted_lines(&dir.join("counts.tsv"));
@@ -239,6 +251,11 @@ interval_ms = 1000
         paired.cpu_ratio,
         reference_time.as_secs_f64(),
         paired.subject.wall.as_secs_f64() / reference_time.as_secs_f64()
+    );
+    println!(
+        "  checkpoints' synchronous part: median {:.1} ms, largest run median {:.1} ms",
+        syncs[syncs.len() / 2],
+        syncs[syncs.len() - 1]
     );
     // The share of the `count` task's busy time spent inside `count`'s calls (the rest is
     // the runtime's: reading its input, the keyed exchange, applying state, the sink).
@@ -388,7 +405,7 @@ batch_size = {batch}
     for batch in [1024, 16, 1] {
         let path = job(batch);
         let (_, report) = sluice_report(&dir, &path, "out.tsv");
-        let paired = paired_usage(runs, careful, || sluice_process(&dir, &path, "out.tsv"));
+        let paired = paired_usage(runs, careful, || sluice_process(&dir, &path, "out.tsv").0);
         times.insert(batch, paired.subject.wall);
         // Watermarks travel inside batches: every batch size gives the model's windows.
         assert_eq!(

@@ -101,9 +101,9 @@ pub fn usage_on_this_thread(f: impl FnOnce()) -> Usage {
     }
 }
 
-/// The usage of `command` run as a child process to its end; panics unless it succeeds.
-/// (Counts the children waited for meanwhile: run one at a time.)
-pub fn usage_of_command(command: &mut std::process::Command) -> Usage {
+/// The usage of `command` run as a child process to its end, and its output; panics unless
+/// it succeeds. (Counts the children waited for meanwhile: run one at a time.)
+pub fn usage_of_command(command: &mut std::process::Command) -> (Usage, std::process::Output) {
     let (start, cpu) = (Instant::now(), cpu_time(libc::RUSAGE_CHILDREN));
     let output = command.output().expect("starting the command");
     let usage = Usage {
@@ -115,7 +115,7 @@ pub fn usage_of_command(command: &mut std::process::Command) -> Usage {
         "{command:?} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    usage
+    (usage, output)
 }
 
 /// The medians of a baseline's and a subject's usage measured in alternation (after one
