@@ -15,8 +15,6 @@ sluice_sdk::config_keys!(KEYS = ["min-length"]);
 /// The operator.
 pub struct Tokenize {
     min_length: usize,
-    /// A lowercased ASCII word.
-    lower: Vec<u8>,
 }
 
 impl Operator for Tokenize {
@@ -25,62 +23,27 @@ impl Operator for Tokenize {
         config.check_known(KEYS)?;
         Ok(Tokenize {
             min_length: config.parse_or("min-length", 1)?,
-            lower: Vec::new(),
         })
     }
 
     fn process(&mut self, record: Record<'_>, ctx: &mut Context<'_>) -> Result<()> {
-        let mut emit = |word: &[u8]| ctx.emit(Some(word), word);
-        if record.value.is_ascii() {
-            ascii_words(record.value, self.min_length, &mut self.lower, &mut emit);
-        } else {
-            words(record.value_str()?, self.min_length, &mut emit);
+        let line = record.value_str()?;
+        for word in line.split(|c: char| !c.is_alphanumeric()) {
+            if word.is_empty() || word.chars().count() < self.min_length {
+                continue;
+            }
+            if word
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            {
+                // Already lowercase: no copy needed.
+                ctx.emit(Some(word.as_bytes()), word.as_bytes());
+            } else {
+                let word = word.to_lowercase();
+                ctx.emit(Some(word.as_bytes()), word.as_bytes());
+            }
         }
         Ok(())
-    }
-}
-
-/// Calls `emit` with each word of `line` of at least `min_length` characters, lowercased.
-fn words(line: &str, min_length: usize, emit: &mut impl FnMut(&[u8])) {
-    for word in line.split(|c: char| !c.is_alphanumeric()) {
-        if word.is_empty() || word.chars().count() < min_length {
-            continue;
-        }
-        if word
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        {
-            // Already lowercase: no copy needed.
-            emit(word.as_bytes());
-        } else {
-            emit(word.to_lowercase().as_bytes());
-        }
-    }
-}
-
-/// [`words`] for ASCII text (most lines), byte by byte: there the alphanumeric characters
-/// are the ASCII letters and digits, each one byte, lowercased one byte at a time
-/// (into `lower`).
-fn ascii_words(line: &[u8], min_length: usize, lower: &mut Vec<u8>, emit: &mut impl FnMut(&[u8])) {
-    let mut rest = line;
-    while let Some(start) = rest.iter().position(u8::is_ascii_alphanumeric) {
-        rest = &rest[start..];
-        let len = rest
-            .iter()
-            .position(|b| !b.is_ascii_alphanumeric())
-            .unwrap_or(rest.len());
-        let (word, tail) = rest.split_at(len);
-        rest = tail;
-        if len < min_length.max(1) {
-            continue;
-        }
-        if word.iter().any(u8::is_ascii_uppercase) {
-            lower.clear();
-            lower.extend(word.iter().map(u8::to_ascii_lowercase));
-            emit(lower);
-        } else {
-            emit(word);
-        }
     }
 }
 
@@ -111,34 +74,6 @@ mod tests {
         h.process_value("a an ÄÖÜ the of")?;
         assert_eq!(h.output_values_str(), ["äöü", "the"]);
         Ok(())
-    }
-
-    #[test]
-    fn ascii_lines_split_as_any_text_does() {
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % n
-        };
-        const BYTES: &[u8] = b"aZ09 ,.-_\t!'Mx";
-        let mut lower = Vec::new();
-        for _ in 0..2000 {
-            let len = next(40) as usize;
-            let line: Vec<u8> = (0..len)
-                .map(|_| BYTES[next(BYTES.len() as u64) as usize])
-                .collect();
-            let line = std::str::from_utf8(&line).unwrap();
-            for min_length in [0, 1, 2, 3] {
-                let (mut want, mut got) = (vec![], vec![]);
-                words(line, min_length, &mut |w| want.push(w.to_vec()));
-                ascii_words(line.as_bytes(), min_length, &mut lower, &mut |w| {
-                    got.push(w.to_vec())
-                });
-                assert_eq!(got, want, "{line:?}, min-length {min_length}");
-            }
-        }
     }
 
     #[test]
