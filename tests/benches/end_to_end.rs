@@ -4,9 +4,9 @@
 //! program (one thread, buffered reads, bytes, hash maps) over the same input file, in
 //! alternation, wall and CPU time:
 //!
-//! * word count: `LINES` lines (default 1 M) of 8 words from a vocabulary of 100,000,
-//!   words of at least 3 characters counted per word, each total once at the end,
-//!   checkpoints every second;
+//! * word count: `LINES` lines (default 1 M) of 8 words from a vocabulary of `VOCABULARY`
+//!   words (default 100,000), words of at least 3 characters counted per word, each total
+//!   once at the end, checkpoints every second;
 //! * events: `EVENTS` out-of-order events (default 1 M), summed per key in 10 s tumbling
 //!   windows with a watermark 2 s behind the largest timestamp, at batch sizes 1, 16 and
 //!   1024. Batch 1 must not stall (it once waited for the buffer timeout), so its rate is
@@ -177,7 +177,8 @@ fn word_count() {
     let lines = env_or("LINES", 1_000_000);
     let dir = test_dir("bench-e2e-wordcount");
     let input = dir.join("in.txt");
-    std::fs::write(&input, wordy_text(lines, 8, 100_000)).unwrap();
+    let vocabulary = env_or("VOCABULARY", 100_000);
+    std::fs::write(&input, wordy_text(lines, 8, vocabulary as u64)).unwrap();
     let job = write_job(
         &dir,
         &format!(
@@ -242,7 +243,9 @@ interval_ms = 1000
         sorted_lines(&dir.join("reference.tsv")),
         "the reference's counts differ"
     );
-    println!("word count, {lines} lines, medians of {runs} alternating runs");
+    println!(
+        "word count, {lines} lines of 8 words out of {vocabulary}, medians of {runs} alternating runs"
+    );
     print_usage("careful native program", paired.baseline, lines, "lines");
     print_usage("sluice run (a process)", paired.subject, lines, "lines");
     println!(
