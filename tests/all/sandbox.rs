@@ -218,8 +218,9 @@ fn files_sockets_and_the_environment_are_out_of_reach() {
     assert!(file.starts_with("read-file: Err("), "{file}");
     let (socket, _) = reach("reach-socket", "open-socket", "", |_| {});
     assert!(socket.starts_with("open-socket: Err("), "{socket}");
+    // Only what the host sets for the SDK: the instance's memory limit.
     let (env, _) = reach("reach-env", "read-env", "", |_| {});
-    assert_eq!(env, "read-env: 0");
+    assert_eq!(env, r#"read-env: ["SLUICE_MEMORY_BYTES"]"#);
 }
 
 #[test]

@@ -2,8 +2,9 @@
 //! sees, how long it may wait in a host call, its linear memory, fuel and epoch
 //! interruption.
 //!
-//! - **Nothing is granted** but what the tenant was given explicitly: no environment, no
-//!   arguments, no network, no files outside granted directories. Guest stdout and stderr
+//! - **Nothing is granted** but what the tenant was given explicitly: no environment (but
+//!   `SLUICE_MEMORY_BYTES`, the instance's linear memory limit, by which the SDK sizes its
+//!   state cache), no arguments, no network, no files outside granted directories. Guest stdout and stderr
 //!   go to the host log (rate-limited, see `stdio`).
 //! - **No clock moves.** WASI's wall clock reads the epoch and its monotonic clock stands
 //!   at zero: an operator's results must not depend on when it runs (it gets the time it
@@ -176,7 +177,8 @@ pub(crate) fn wasi_context(
         .monotonic_clock(Frozen)
         .allow_tcp(false)
         .allow_udp(false)
-        .allow_ip_name_lookup(false);
+        .allow_ip_name_lookup(false)
+        .env("SLUICE_MEMORY_BYTES", limits.memory_bytes.to_string());
     for grant in &limits.dirs {
         let perms = if grant.read_only {
             FsPerms::ReadOnly

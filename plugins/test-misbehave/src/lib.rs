@@ -204,10 +204,9 @@ impl Misbehave {
                 Err(e) => format!("open-socket: Err({e})"),
             },
             "read-env" => {
-                let home = std::env::var("HOME")
-                    .map(|h| format!(" HOME={h}"))
-                    .unwrap_or_default();
-                format!("read-env: {}{home}", std::env::vars().count())
+                let mut names: Vec<String> = std::env::vars().map(|(name, _)| name).collect();
+                names.sort();
+                format!("read-env: {names:?}")
             }
             "emit-flood" => return emit_flood(ctx, self.flood_bytes),
             "log-flood" => return log_flood(ctx),
