@@ -315,16 +315,16 @@ where
 
 /// The declared states of an instance and the cache of their entries (see the module
 /// docs for what is cached when).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct StateCache {
     slots: Vec<StateSlot>,
     usage: Usage,
-    /// What `usage` may reach before the cache is dropped (0: [`cache_budget`]).
+    /// What `usage` may reach before the cache is dropped.
     budget: usize,
     /// Bytes written since the last write-back (values counted when they become dirty,
     /// map entries at every write).
     dirty_bytes: usize,
-    /// The limit of `dirty_bytes` (0 until first changed: [`MIN_DIRTY_BYTES`]).
+    /// The limit of `dirty_bytes`, from [`MIN_DIRTY_BYTES`] to [`MAX_DIRTY_BYTES`].
     dirty_limit: usize,
     /// Checkpoint intervals so far (snapshot write-backs), numbering early write-backs.
     interval: u32,
@@ -332,6 +332,21 @@ pub(crate) struct StateCache {
     early: Tally,
     /// Reused for encoding map keys.
     scratch: Vec<u8>,
+}
+
+impl Default for StateCache {
+    fn default() -> Self {
+        StateCache {
+            slots: Vec::new(),
+            usage: Usage::default(),
+            budget: cache_budget(),
+            dirty_bytes: 0,
+            dirty_limit: MIN_DIRTY_BYTES,
+            interval: 0,
+            early: Tally::default(),
+            scratch: Vec::new(),
+        }
+    }
 }
 
 /// Entries sent by early write-backs, and of them how many an early write-back of the
@@ -1141,8 +1156,8 @@ impl StateCache {
     /// with its last value) and forgets what is only valid within one call; after a
     /// failure (whose effects the host drops) or when the cache grew too big, everything.
     pub(crate) fn end_call(&mut self, success: bool, effects: &mut EffectWriter) {
-        let drop_all = !success || self.usage.bytes > self.budget();
-        let heavy = self.dirty_bytes > self.dirty_limit.max(MIN_DIRTY_BYTES);
+        let drop_all = !success || self.usage.bytes > self.budget;
+        let heavy = self.dirty_bytes > self.dirty_limit;
         if drop_all || heavy {
             self.dirty_bytes = 0;
         }
@@ -1185,7 +1200,7 @@ impl StateCache {
             self.early.sent += tally.sent;
             self.early.again += tally.again;
             if tally.again * 2 > tally.sent {
-                self.dirty_limit = (self.dirty_limit.max(MIN_DIRTY_BYTES) * 2).min(MAX_DIRTY_BYTES);
+                self.dirty_limit = (self.dirty_limit * 2).min(MAX_DIRTY_BYTES);
             }
         }
     }
@@ -1204,20 +1219,6 @@ impl StateCache {
         }
         self.early = Tally::default();
         self.interval = (self.interval + 1) % NEVER;
-    }
-
-    fn budget(&self) -> usize {
-        if self.budget == 0 {
-            cache_budget()
-        } else {
-            self.budget
-        }
-    }
-
-    /// The limit of the bytes written before an early write-back (for tests).
-    #[cfg(test)]
-    fn dirty_limit(&self) -> usize {
-        self.dirty_limit.max(MIN_DIRTY_BYTES)
     }
 
     /// Number of value and map entries cached (for tests).
@@ -1587,14 +1588,14 @@ mod tests {
             .map(|_| call_writing(&mut cache, slot, &mut effects, keys.clone(), 8))
             .collect();
         assert_eq!(sent, [50_000, 50_000, 50_000, 0, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(cache.dirty_limit(), 4 * MIN_DIRTY_BYTES);
+        assert_eq!(cache.dirty_limit, 4 * MIN_DIRTY_BYTES);
         // The snapshot sends each once; the limit stays for the next interval.
         cache.write_back(&mut effects);
         assert_eq!(
             sluice_codec::EffectReader::new(&effects.take()).count(),
             50_000
         );
-        assert_eq!(cache.dirty_limit(), 4 * MIN_DIRTY_BYTES);
+        assert_eq!(cache.dirty_limit, 4 * MIN_DIRTY_BYTES);
         assert_eq!(call_writing(&mut cache, slot, &mut effects, keys, 8), 0);
     }
 
@@ -1612,27 +1613,27 @@ mod tests {
                 5_000
             );
         }
-        assert_eq!(cache.dirty_limit(), MIN_DIRTY_BYTES);
+        assert_eq!(cache.dirty_limit, MIN_DIRTY_BYTES);
         // Raised by keys sent again in the same interval (20,000 of 16 bytes, 320 KB)...
         assert_eq!(
             call_writing(&mut cache, slot, &mut effects, 0..20_000, 8),
             20_000
         );
-        assert_eq!(cache.dirty_limit(), 2 * MIN_DIRTY_BYTES);
+        assert_eq!(cache.dirty_limit, 2 * MIN_DIRTY_BYTES);
         assert_eq!(
             call_writing(&mut cache, slot, &mut effects, 0..20_000, 8),
             0
         );
         cache.write_back(&mut effects);
         effects.take();
-        assert_eq!(cache.dirty_limit(), 2 * MIN_DIRTY_BYTES);
+        assert_eq!(cache.dirty_limit, 2 * MIN_DIRTY_BYTES);
         // ... and lowered after an interval whose early write-backs sent new keys.
         let sent: usize = (10..16)
             .map(|call| call_writing(&mut cache, slot, &mut effects, new_keys(call), 64))
             .sum();
         assert_eq!(sent, 30_000);
         cache.write_back(&mut effects);
-        assert_eq!(cache.dirty_limit(), MIN_DIRTY_BYTES);
+        assert_eq!(cache.dirty_limit, MIN_DIRTY_BYTES);
     }
 
     #[test]

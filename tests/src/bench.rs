@@ -51,25 +51,36 @@ pub fn paired(runs: usize, mut baseline: impl FnMut(), mut subject: impl FnMut()
         f();
         start.elapsed()
     };
+    let pairs = alternate(runs, || time(&mut baseline), || time(&mut subject));
+    Paired {
+        baseline: median(pairs.iter().map(|p| p.0).collect(), Duration::cmp),
+        subject: median(pairs.iter().map(|p| p.1).collect(), Duration::cmp),
+        speed: median(
+            pairs
+                .iter()
+                .map(|(b, s)| b.as_secs_f64() / s.as_secs_f64())
+                .collect(),
+            f64::total_cmp,
+        ),
+    }
+}
+
+/// `runs` pairs of a baseline's and a subject's results measured in alternation, after
+/// one warm-up run of each.
+fn alternate<T>(
+    runs: usize,
+    mut baseline: impl FnMut() -> T,
+    mut subject: impl FnMut() -> T,
+) -> Vec<(T, T)> {
     baseline();
     subject();
-    let pairs: Vec<(Duration, Duration)> = (0..runs.max(1))
-        .map(|_| (time(&mut baseline), time(&mut subject)))
-        .collect();
-    let median = |mut v: Vec<Duration>| {
-        v.sort();
-        v[v.len() / 2]
-    };
-    let mut speeds: Vec<f64> = pairs
-        .iter()
-        .map(|(b, s)| b.as_secs_f64() / s.as_secs_f64())
-        .collect();
-    speeds.sort_by(f64::total_cmp);
-    Paired {
-        baseline: median(pairs.iter().map(|p| p.0).collect()),
-        subject: median(pairs.iter().map(|p| p.1).collect()),
-        speed: speeds[speeds.len() / 2],
-    }
+    (0..runs.max(1)).map(|_| (baseline(), subject())).collect()
+}
+
+/// The median of `v` in the order `order` (the upper one of an even count).
+fn median<T: Copy>(mut v: Vec<T>, order: impl Fn(&T, &T) -> std::cmp::Ordering) -> T {
+    v.sort_by(order);
+    v[v.len() / 2]
 }
 
 /// Wall-clock and CPU time (user and system, all threads) of one run.
@@ -131,16 +142,10 @@ pub struct PairedUsage {
 /// Runs `baseline` and `subject` alternately `runs` times each, as [`paired`] does.
 pub fn paired_usage(
     runs: usize,
-    mut baseline: impl FnMut() -> Usage,
-    mut subject: impl FnMut() -> Usage,
+    baseline: impl FnMut() -> Usage,
+    subject: impl FnMut() -> Usage,
 ) -> PairedUsage {
-    baseline();
-    subject();
-    let pairs: Vec<(Usage, Usage)> = (0..runs.max(1)).map(|_| (baseline(), subject())).collect();
-    fn median<T: Copy>(mut v: Vec<T>, order: impl Fn(&T, &T) -> std::cmp::Ordering) -> T {
-        v.sort_by(order);
-        v[v.len() / 2]
-    }
+    let pairs = alternate(runs, baseline, subject);
     let durations =
         |f: fn(&(Usage, Usage)) -> Duration| median(pairs.iter().map(f).collect(), Duration::cmp);
     let ratios = |f: fn(&Usage) -> Duration| {

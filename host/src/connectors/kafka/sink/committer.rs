@@ -121,7 +121,7 @@ impl Committer {
     }
 
     fn order(&self, order: Order) -> Result<(), CallError> {
-        self.failed()?;
+        self.committed()?;
         match &self.orders {
             Some(orders) if orders.send(order).is_ok() => Ok(()),
             _ => Err(self.stopped()),
@@ -159,13 +159,6 @@ impl Committer {
         }
     }
 
-    fn failed(&self) -> Result<(), CallError> {
-        match &self.shared.progress.lock().failed {
-            Some(e) => Err(CallError::Failed(e.clone())),
-            None => Ok(()),
-        }
-    }
-
     fn stopped(&self) -> CallError {
         CallError::Failed("the Kafka sink's committer has stopped".into())
     }
@@ -200,7 +193,7 @@ impl Committer {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-        self.failed()
+        self.committed().map(drop)
     }
 }
 

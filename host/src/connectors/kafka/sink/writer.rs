@@ -239,8 +239,8 @@ impl Writer {
     /// Aborts the open transaction (of checkpoint `checkpoint`), so that it stops holding
     /// back `read_committed` consumers of its partitions (until the restarted subtask's
     /// `init_transactions` would, or for good if the job does not restart); the records
-    /// stay in the checkpoints' state, to be written again. Returns whether it did.
-    pub(super) fn abort(&self, producer: &Producer, checkpoint: u64) -> bool {
+    /// stay in the checkpoints' state, to be written again. A failure is logged.
+    pub(super) fn abort(&self, producer: &Producer, checkpoint: u64) {
         // (librdkafka aborts only once the records sent are reported on, which a
         // `BaseProducer` must poll for: `flush` does.)
         let _ = producer.flush(PRODUCE_TIMEOUT);
@@ -251,14 +251,12 @@ impl Writer {
                     self.operator
                 );
                 self.count(0, 0, 0, 1);
-                true
             }
             Err(abort) => {
                 tracing::warn!(
                     "{}: checkpoint {checkpoint}: aborting the transaction: {abort}",
                     self.operator
                 );
-                false
             }
         }
     }
