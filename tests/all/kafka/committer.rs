@@ -7,7 +7,8 @@ use std::process::Stdio;
 use sluice_tests::kafka::{broker, create_topic, read_committed, unique_topic};
 use sluice_tests::{sluice_run, test_dir};
 
-use super::{as_count_lines, assert_counts, crash_and_resume_at, topic_of_lines, topic_to_topic};
+use super::crashes::{crash_and_resume_at, topic_to_topic};
+use super::{as_count_lines, assert_counts, topic_of_lines};
 
 /// Killed with a checkpoint's records sent into the open transaction before the
 /// checkpoint completed: the restarted subtask's `init_transactions` aborts it, and the
