@@ -18,7 +18,7 @@ fn write_events(dir: &Path, events: &[Event]) {
     std::fs::write(dir.join("events.csv"), text).unwrap();
 }
 
-fn window_config(kind: Kind, aggregate: Aggregate, lateness: i64) -> String {
+pub(crate) fn window_config(kind: Kind, aggregate: Aggregate, lateness: i64) -> String {
     let kind = match kind {
         Kind::Tumbling { size } => format!(r#"kind = "tumbling", size-ms = {size}"#),
         Kind::Sliding { size, slide } => {

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::unbounded;
 use sluice::job::{JobControl, JobOutcome, RestorePoint};
+use sluice_tests::plugins::WINDOW;
 use sluice_tests::{
     TestJob, final_counts, final_counts_any_order, run_job, test_dir, throttled_wordcount,
     write_job,
@@ -311,4 +312,136 @@ fn a_rocksdb_job_without_checkpoints_keeps_its_databases_in_its_folder_on_a_serv
     });
     // Deleted with the run.
     assert_eq!(databases(), 0);
+}
+
+/// Windows check their timers into the `rocksdb` backend's database: sliding windows
+/// with allowed lateness (several timers per key, late records firing windows again) and
+/// session windows (timers deleted as sessions merge) give the model's results at
+/// parallelism 1 and 3.
+#[test]
+fn windows_with_their_timers_in_rocksdb_match_the_model() {
+    use crate::event_time::{check_job, window_config, window_job_with};
+    use sluice_tests::windows::{Aggregate, Kind, mixed_events};
+    let cases = [
+        (
+            Kind::Sliding {
+                size: 6_000,
+                slide: 2_000,
+            },
+            Aggregate::Count,
+            3_000,
+            mixed_events(2000, 4, 50, 1000, 23, 5),
+        ),
+        (
+            Kind::Session { gap: 1_500 },
+            Aggregate::Min,
+            0,
+            mixed_events(1500, 6, 400, 1000, 31, 13),
+        ),
+    ];
+    for (kind, aggregate, lateness, events) in cases {
+        for parallelism in [1, 3] {
+            let config = window_config(kind, aggregate, lateness);
+            let job = window_job_with(&config, parallelism, 16, WINDOW, false)
+                + "[state]\nbackend = \"rocksdb\"\nmemory_mb = 16\n";
+            let want = check_job(
+                "rocksdb-windows",
+                &events,
+                &job,
+                (kind, aggregate, lateness),
+            );
+            assert!(!want.lines.is_empty());
+        }
+    }
+}
+
+/// The killable window job (a timer per key and window) with its state in `backend`.
+fn windows_in(backend: &str, parallelism: u32, rate: f64) -> String {
+    format!(
+        r#"
+name = "windowed"
+[source]
+type = "generator"
+shape = "events"
+records = 30000
+keys = 40
+step_ms = 10
+jitter_ms = 1000
+rate = {rate:.1}
+timestamp = {{ field = 0 }}
+out_of_orderness_ms = 250
+[[operator]]
+name = "window"
+plugin = "{WINDOW}"
+parallelism = {parallelism}
+key_by = {{ field = 1 }}
+config = {{ kind = "sliding", size-ms = 1000, slide-ms = 250, aggregate = "sum", allowed-lateness-ms = 100 }}
+[sink]
+type = "file"
+path = "out/counts.tsv"
+format = "key-value"
+[checkpoint]
+interval_ms = 100
+dir = "checkpoints"
+[runtime]
+batch_size = 10
+[state]
+backend = "{backend}"
+memory_mb = 16
+"#
+    )
+}
+
+/// Timers kept in RocksDB survive SIGKILLs (restored from the database's checkpointed
+/// files) and move with the job between backends and parallelisms through savepoints:
+/// the windows fired are exactly the failure-free run's on the heap.
+#[test]
+fn windows_keep_their_timers_through_kills_and_moves_between_backends() {
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("rocksdb windows kill test seed {seed}");
+    let reference_dir = test_dir("rocksdb-windows-reference");
+    run_job(&write_job(&reference_dir, &windows_in("heap", 1, 1e9))).unwrap();
+    let reference = std::fs::read_to_string(reference_dir.join("out/counts.tsv")).unwrap();
+    assert!(reference.lines().count() > 1000, "{reference}");
+
+    let dir = test_dir("rocksdb-windows-kill");
+    let job = write_job(&dir, &windows_in("rocksdb", 2, 10_000.0));
+    let (output, killed, restored) = run_with_kills(&dir, &job, 4, &mut Delays(seed));
+    assert!(killed >= 3, "only {killed} runs were killed (seed {seed})");
+    assert!(restored >= 2, "only {restored} restores (seed {seed})");
+    assert!(
+        sorted_lines(&output) == sorted_lines(&reference),
+        "windows differ from the failure-free run (seed {seed})"
+    );
+
+    // Heap at 2 → savepoint → rocksdb at 3 → savepoint → heap at 1 → savepoint →
+    // rocksdb at 2, to the end.
+    let dir = test_dir("rocksdb-windows-moves");
+    let job = write_job(&dir, &windows_in("heap", 2, 8_000.0));
+    let mut from = RestorePoint::Fresh;
+    for (backend, parallelism) in [("rocksdb", 3), ("heap", 1)] {
+        let savepoint = stop_with_savepoint(&job, from, Duration::from_millis(700));
+        std::fs::write(&job, windows_in(backend, parallelism, 8_000.0)).unwrap();
+        from = RestorePoint::Path(savepoint);
+    }
+    let savepoint = stop_with_savepoint(&job, from, Duration::from_millis(700));
+    std::fs::write(&job, windows_in("rocksdb", 2, 1e9)).unwrap();
+    let report = TestJob::load(&job)
+        .unwrap()
+        .run(RestorePoint::Path(savepoint))
+        .unwrap();
+    assert_eq!(
+        report.outcome,
+        JobOutcome::Finished,
+        "{:?}",
+        report.failures
+    );
+    let output = std::fs::read_to_string(dir.join("out/counts.tsv")).unwrap();
+    assert!(
+        sorted_lines(&output) == sorted_lines(&reference),
+        "windows differ after moving between backends"
+    );
 }

@@ -158,6 +158,12 @@ pub fn undeclared_side_output(side: &str, declared: &[String]) -> String {
     format!("the job reads its side output '{side}', but it declared {declared} in `open`")
 }
 
+/// A failure to read or write operator `link`'s timers (its state database's, say a full
+/// disk): a failure to restart from, not the operator's.
+fn timer_failure(link: &ChainedOperator, e: crate::state::StateError) -> anyhow::Error {
+    anyhow::anyhow!("{}: its timers: {e}", link.operator.identity())
+}
+
 /// One operator of a chain with what the chain keeps about it.
 pub struct ChainedOperator {
     /// The instance.
@@ -581,11 +587,7 @@ impl OperatorChain {
         watermarks: &[BatchWatermark],
         current: i64,
     ) -> Option<usize> {
-        let next = self.operators[i]
-            .operator
-            .state()
-            .timers
-            .next(TimeDomain::EventTime)?;
+        let next = self.next_timer(i, TimeDomain::EventTime).ok()??;
         watermarks
             .iter()
             .position(|w| w.watermark > current && w.watermark >= next)
@@ -698,12 +700,9 @@ impl OperatorChain {
     /// task (no checkpoint, no stop) for ever.
     fn fire_timers(&mut self, i: usize, domain: TimeDomain, time: i64) -> Result<()> {
         for _ in 0..MAX_TIMER_ROUNDS {
-            let Some(timers) = self.operators[i]
-                .operator
-                .state()
-                .timers
-                .pop_due(domain, time)
-            else {
+            let link = &mut self.operators[i];
+            let due = link.operator.state().pop_due_timers(domain, time);
+            let Some(timers) = due.map_err(|e| timer_failure(link, e))? else {
                 return Ok(());
             };
             let out = self.call(i, Call::OnTimers, |op| {
@@ -711,16 +710,10 @@ impl OperatorChain {
             })?;
             self.push(i + 1, out.records, out.count, out.watermarks)?;
         }
-        let link = &mut self.operators[i];
-        if link
-            .operator
-            .state()
-            .timers
-            .next(domain)
-            .is_none_or(|t| t > time)
-        {
+        if self.next_timer(i, domain)?.is_none_or(|t| t > time) {
             return Ok(());
         }
+        let link = &mut self.operators[i];
         let domain = match domain {
             TimeDomain::EventTime => "event-time",
             TimeDomain::ProcessingTime => "processing-time",
@@ -738,12 +731,22 @@ impl OperatorChain {
         .into())
     }
 
+    /// The time of operator `i`'s earliest timer of `domain`.
+    fn next_timer(&mut self, i: usize, domain: TimeDomain) -> Result<Option<i64>> {
+        let link = &mut self.operators[i];
+        let next = link.operator.state().next_timer(domain);
+        Ok(next.map_err(|e| timer_failure(link, e))?)
+    }
+
     /// The earliest processing-time timer of any operator.
-    pub fn next_processing_timer(&mut self) -> Option<i64> {
-        self.operators
-            .iter_mut()
-            .filter_map(|l| l.operator.state().timers.next(TimeDomain::ProcessingTime))
-            .min()
+    pub fn next_processing_timer(&mut self) -> Result<Option<i64>> {
+        let mut earliest = None;
+        for i in 0..self.operators.len() {
+            if let Some(t) = self.next_timer(i, TimeDomain::ProcessingTime)? {
+                earliest = Some(earliest.map_or(t, |e: i64| e.min(t)));
+            }
+        }
+        Ok(earliest)
     }
 
     /// End of input: `finish` on every operator, head to tail, so what an operator

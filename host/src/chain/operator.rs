@@ -6,9 +6,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use sluice_codec::{Effect, EffectReader};
+use sluice_codec::{Effect, EffectReader, TimeDomain};
 
 use crate::network::BatchWatermark;
+use crate::state::lsm::LsmBackend;
 use crate::state::{Account, Holding, KeyedState, StateError, key_groups::key_group_of};
 use crate::timers::TimerQueues;
 
@@ -308,7 +309,8 @@ impl std::error::Error for OperatorFailure {}
 pub struct OperatorState {
     /// Keyed state; `None` when the operator's input is not keyed.
     pub keyed: Option<KeyedState>,
-    /// Event- and processing-time timers.
+    /// Event- and processing-time timers, when the keyed state is not in an LSM backend
+    /// (which keeps them in its database).
     pub timers: TimerQueues,
     /// The operator's current input watermark.
     pub watermark: i64,
@@ -475,18 +477,61 @@ impl OperatorState {
                     )));
                 }
                 self.check_timer_key(key).map_err(CallError::Contract)?;
-                self.timers.register(domain, timestamp, key);
-                Ok(())
+                match self.lsm() {
+                    Some(lsm) => lsm
+                        .register_timer(domain, timestamp, key)
+                        .map_err(|e| CallError::Failed(format!("registering a timer: {e}"))),
+                    None => {
+                        self.timers.register(domain, timestamp, key);
+                        Ok(())
+                    }
+                }
             }
             Effect::DeleteTimer {
                 domain,
                 timestamp,
                 key,
-            } => {
-                self.timers.delete(domain, timestamp, key);
-                Ok(())
-            }
+            } => match self.lsm() {
+                // A key of another subtask has no timer here: nothing to delete.
+                Some(lsm) => match lsm.delete_timer(domain, timestamp, key) {
+                    Err(StateError::ForeignKey { .. }) | Ok(()) => Ok(()),
+                    Err(e) => Err(CallError::Failed(format!("deleting a timer: {e}"))),
+                },
+                None => {
+                    self.timers.delete(domain, timestamp, key);
+                    Ok(())
+                }
+            },
             Effect::Counter { name, delta } => self.count(name, delta),
+        }
+    }
+
+    /// The LSM backend that keeps the instance's timers, when its keyed state is in one.
+    fn lsm(&mut self) -> Option<&mut LsmBackend> {
+        match self.keyed.as_mut()? {
+            KeyedState::Lsm(b) => Some(b),
+            KeyedState::Heap(_) => None,
+        }
+    }
+
+    /// The time of the instance's earliest timer of `domain`.
+    pub fn next_timer(&mut self, domain: TimeDomain) -> Result<Option<i64>, StateError> {
+        match self.lsm() {
+            Some(lsm) => lsm.next_timer(domain),
+            None => Ok(self.timers.next(domain)),
+        }
+    }
+
+    /// Removes the timers of `domain` due at `time` and returns them in the `timers`
+    /// encoding, by time and then key; `None` when none is due.
+    pub fn pop_due_timers(
+        &mut self,
+        domain: TimeDomain,
+        time: i64,
+    ) -> Result<Option<Vec<u8>>, StateError> {
+        match self.lsm() {
+            Some(lsm) => lsm.pop_due_timers(domain, time),
+            None => Ok(self.timers.pop_due(domain, time)),
         }
     }
 
@@ -622,7 +667,7 @@ pub trait Operator: Send {
 mod tests {
     use super::*;
     use crate::state::{StateDescriptor, StateKind};
-    use sluice_codec::{EffectWriter, TimeDomain};
+    use sluice_codec::EffectWriter;
 
     #[test]
     fn effects_update_state_timers_and_counters() {

@@ -75,7 +75,7 @@ fn put_bytes(w: &mut impl Write, b: &[u8]) -> io::Result<()> {
 }
 
 /// Writes `snapshot` to `w`.
-pub fn write_operator_state(w: &mut impl Write, snapshot: &OperatorSnapshot) -> io::Result<()> {
+pub fn write_operator_state<W: Write>(w: &mut W, snapshot: &OperatorSnapshot) -> io::Result<()> {
     w.write_all(MAGIC)?;
     w.write_all(&VERSION.to_le_bytes())?;
     put_bytes(w, snapshot.operator.as_bytes())?;
@@ -102,13 +102,62 @@ pub fn write_operator_state(w: &mut impl Write, snapshot: &OperatorSnapshot) -> 
         .into_iter()
         .flat_map(|d| snapshot.timers.iter(d).map(move |(ts, k)| (d, ts, k)))
         .collect();
-    w.write_all(&(timers.len() as u64).to_le_bytes())?;
-    for (domain, ts, key) in timers {
+    let write_timer = |w: &mut W, domain: TimeDomain, ts: i64, key: &[u8]| -> io::Result<()> {
         w.write_all(&[domain.to_byte()])?;
         w.write_all(&ts.to_le_bytes())?;
-        put_bytes(w, key)?;
+        put_bytes(w, key)
+    };
+    // An LSM instance keeps its timers in its database: a savepoint counts them first,
+    // then writes them, one at a time.
+    let local = match &snapshot.keyed {
+        Some(KeyedSnapshot::Lsm(local)) => Some(local),
+        _ => None,
+    };
+    let mut lsm_timers = 0u64;
+    if let Some(local) = local {
+        read_lsm_timers(local, |_, _, _| {
+            lsm_timers += 1;
+            Ok(())
+        })?;
+    }
+    w.write_all(&(timers.len() as u64 + lsm_timers).to_le_bytes())?;
+    for (domain, ts, key) in timers {
+        write_timer(w, domain, ts, key)?;
+    }
+    if let Some(local) = local {
+        let mut written = 0u64;
+        read_lsm_timers(local, |domain, ts, key| {
+            written += 1;
+            write_timer(w, domain, ts, key)
+        })?;
+        if written != lsm_timers {
+            return Err(io::Error::other(format!(
+                "the state database held {lsm_timers} timers and then {written}"
+            )));
+        }
     }
     Ok(())
+}
+
+/// Calls `f` for each timer an LSM instance's local checkpoint holds.
+fn read_lsm_timers(
+    local: &LsmSnapshot,
+    mut f: impl FnMut(TimeDomain, i64, &[u8]) -> io::Result<()>,
+) -> io::Result<()> {
+    let path = local
+        .local()
+        .map_err(|e| io::Error::other(format!("{e:#}")))?;
+    crate::state::lsm::read_timers(path, local.key_groups.clone(), |d, ts, key| {
+        f(d, ts, key).map_err(anyhow::Error::from)
+    })
+    .map_err(io_error)
+}
+
+/// An error of reading an LSM instance's database as the I/O error it was (a full disk,
+/// say), or as one.
+fn io_error(e: anyhow::Error) -> io::Error {
+    e.downcast::<io::Error>()
+        .unwrap_or_else(|e| io::Error::other(format!("{e:#}")))
 }
 
 /// The heap backend's entries, by key group.
@@ -153,6 +202,10 @@ fn write_lsm_entries(w: &mut impl Write, local: &LsmSnapshot) -> io::Result<()> 
         .local()
         .map_err(|e| io::Error::other(format!("{e:#}")))?;
     crate::state::lsm::read_entries(path, groups.clone(), |kg, key, written_at, value| {
+        // Timers are written with the heap's, after the entries.
+        if crate::state::lsm::timer_of(key).is_some() {
+            return Ok(());
+        }
         while current < kg {
             flush(w, current, count, &mut group)?;
             (current, count) = (current + 1, 0);
@@ -164,10 +217,7 @@ fn write_lsm_entries(w: &mut impl Write, local: &LsmSnapshot) -> io::Result<()> 
         Ok(())
     })
     // A failed write stays the I/O error it was (a full disk, say).
-    .map_err(|e| {
-        e.downcast::<io::Error>()
-            .unwrap_or_else(|e| io::Error::other(format!("{e:#}")))
-    })?;
+    .map_err(io_error)?;
     while current < groups.end {
         flush(w, current, count, &mut group)?;
         (current, count) = (current + 1, 0);

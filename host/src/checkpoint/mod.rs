@@ -13,7 +13,7 @@
 
 mod assignment;
 mod async_part;
-mod format;
+pub(crate) mod format;
 mod protocol;
 mod snapshot;
 mod storage;

@@ -649,11 +649,12 @@ impl ChainBuilder {
                     state.share_counters(metrics.counters.clone());
                     if let Some(r) = restore {
                         state.watermark = r.watermark;
-                        if let Some(b) = state.keyed.as_mut() {
-                            b.restore(&r.keyed)
-                                .with_context(|| format!("restoring {identity}"))?;
-                        }
-                        state.timers = r.timers;
+                        state.timers = match state.keyed.as_mut() {
+                            Some(b) => b
+                                .restore(&r.keyed, r.timers)
+                                .with_context(|| format!("restoring {identity}"))?,
+                            None => r.timers,
+                        };
                         open_info.restored_state = r.state;
                     }
                     // What it restored counts against its limits from the start.

@@ -11,7 +11,8 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::backend::{KeyedStateBackend, KeyedStateSnapshot, StateDescriptor, StateError};
-use super::lsm::{LsmBackend, LsmConfig, LsmFiles, LsmSnapshot};
+use super::lsm::{LsmBackend, LsmConfig, LsmFiles, LsmSnapshot, timer_of};
+use crate::timers::TimerQueues;
 
 /// Which backend keeps a job's keyed state.
 #[derive(
@@ -217,10 +218,17 @@ impl KeyedState {
         })
     }
 
-    /// Restores the entries of `snapshots` in its key groups. An LSM backend given the
-    /// files of exactly its key groups reopens them (no entry is read); otherwise each
-    /// snapshot's entries of its key groups are read, seeking to them.
-    pub fn restore(&mut self, snapshots: &[KeyedSnapshot]) -> Result<()> {
+    /// Restores the entries of `snapshots` in its key groups, and the instance's timers:
+    /// `timers` (restored in the heap's layout) and those an LSM backend's files hold.
+    /// Returns the timers the heap keeps: none when this is an LSM backend, which keeps
+    /// them in its database. An LSM backend given the files of exactly its key groups
+    /// reopens them (no entry is read); otherwise each snapshot's entries of its key
+    /// groups are read, seeking to them.
+    pub fn restore(
+        &mut self,
+        snapshots: &[KeyedSnapshot],
+        mut timers: TimerQueues,
+    ) -> Result<TimerQueues> {
         if let (KeyedState::Lsm(b), [KeyedSnapshot::Files(files)]) = (&mut *self, snapshots)
             && files.key_groups == b.key_groups()
             && b.descriptors().is_empty()
@@ -230,20 +238,27 @@ impl KeyedState {
             // The fresh database goes (and its folder with it) before the restored one
             // takes the folder.
             *self = KeyedState::heap(max, groups.clone());
-            let restored = LsmBackend::open_restored(config, max, groups, files)?;
+            let mut restored = LsmBackend::open_restored(config, max, groups, files)?;
+            restored.restore_timers(&timers)?;
             *self = KeyedState::Lsm(Box::new(restored));
-            return Ok(());
+            return Ok(TimerQueues::new());
         }
         for snapshot in snapshots {
-            self.restore_one(snapshot)?;
+            self.restore_one(snapshot, &mut timers)?;
         }
-        if let KeyedState::Heap(b) = self {
-            b.queue_restored_ttls();
+        match self {
+            KeyedState::Heap(b) => {
+                b.queue_restored_ttls();
+                Ok(timers)
+            }
+            KeyedState::Lsm(b) => {
+                b.restore_timers(&timers)?;
+                Ok(TimerQueues::new())
+            }
         }
-        Ok(())
     }
 
-    fn restore_one(&mut self, snapshot: &KeyedSnapshot) -> Result<()> {
+    fn restore_one(&mut self, snapshot: &KeyedSnapshot, timers: &mut TimerQueues) -> Result<()> {
         let mine = self.key_groups();
         match snapshot {
             KeyedSnapshot::Heap(s) => match self {
@@ -270,6 +285,10 @@ impl KeyedState {
                             .declare_all(&files.descriptors)
                             .map_err(anyhow::Error::msg)?;
                         files.read_entries(&scratch, range, |kg, k, at, v| {
+                            if let Some((domain, time, key)) = timer_of(k) {
+                                timers.register(domain, time, key);
+                                return Ok(());
+                            }
                             b.restore_entry(&ids, kg, k, at, v)
                                 .map_err(anyhow::Error::msg)
                         })

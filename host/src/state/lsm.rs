@@ -4,7 +4,9 @@
 //! group (two bytes, big-endian) and then the composite key the heap backend and the
 //! checkpoint format use (`state id ‖ key length ‖ key ‖ user key`), so one key group is
 //! one contiguous key range and one `(state, key)` is one prefix; a value is the write's
-//! processing time (eight bytes, little-endian) and then the operator's bytes.
+//! processing time (eight bytes, little-endian) and then the operator's bytes. The
+//! instance's timers are entries too, in its keys' groups under reserved state ids
+//! (`lsm/timers.rs`): on disk, checkpointed and rescaled with the state.
 //!
 //! There is no write-ahead log: durability is the checkpoint's. The synchronous part of a
 //! checkpoint only switches the memtable (RocksDB's flush without waiting: the memtable
@@ -38,19 +40,23 @@ use rocksdb::{
     FlushOptions, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions,
     compaction_filter::Decision, properties,
 };
-use sluice_codec::EntryWriter;
+use sluice_codec::{EntryWriter, TimeDomain, TimerWriter};
 
 use super::backend::{StateDescriptor, StateError, StateKind};
+use crate::timers::TimerQueues;
 
 mod arena;
 mod files;
 mod link;
 mod pending;
 mod prefetch;
+mod timers;
 pub use files::{DbFile, LsmFiles, LsmSnapshot, Place, SharedFolder};
 use link::{LinkGate, PendingLink, Store};
 use pending::Pending;
 use prefetch::Prefetched;
+pub use timers::decode as timer_of;
+use timers::{Head, Heads};
 
 /// How an instance's database is set up.
 #[derive(Debug, Clone)]
@@ -88,6 +94,11 @@ pub struct LsmBackend {
     value: Vec<u8>,
     /// Puts and deletes not yet written: the effects of the call being applied.
     pending: Pending,
+    /// Timers registered and deleted, not yet written (apart from `pending`, whose reads
+    /// of single entries look through what it holds).
+    timer_writes: Pending,
+    /// The earliest timers, as far as known.
+    timers: Heads,
     /// Value states of the keys of the batch being processed, read before the call.
     prefetched: Prefetched,
     /// Table files of this database already in the shared folder, by their name here.
@@ -143,13 +154,15 @@ impl LsmBackend {
             gate: Arc::default(),
             switch_bytes: switch_bytes(config.memory_bytes),
             max_parallelism,
-            key_groups,
             descriptors: Vec::new(),
             ttls,
             write,
             key: Vec::new(),
             value: Vec::new(),
             pending: Pending::default(),
+            timer_writes: Pending::default(),
+            timers: Heads::unknown(key_groups.clone()),
+            key_groups,
             prefetched: Prefetched::default(),
             uploaded: Arc::new(Mutex::new(
                 uploaded.into_iter().map(|f| (f.name.clone(), f)).collect(),
@@ -259,13 +272,14 @@ impl LsmBackend {
     /// order. The chain calls it once a call's effects are applied; reads of more than
     /// one entry call it first.
     pub fn commit(&mut self) -> Result<(), StateError> {
-        if self.pending.is_empty() {
+        if self.pending.is_empty() && self.timer_writes.is_empty() {
             return Ok(());
         }
         // What was read ahead may be about to change.
         self.prefetched.forget();
         let mut batch = WriteBatch::default();
         self.pending.drain_into(&mut batch);
+        self.timer_writes.drain_into(&mut batch);
         self.store
             .db
             .write_opt(batch, &self.write)
@@ -463,6 +477,126 @@ impl LsmBackend {
         0
     }
 
+    /// Registers a timer for `key` (of this instance's key groups); registering one that
+    /// exists changes nothing.
+    pub fn register_timer(
+        &mut self,
+        domain: TimeDomain,
+        time: i64,
+        key: &[u8],
+    ) -> Result<(), StateError> {
+        let kg = self.group_of(key)?;
+        timers::compose(&mut self.key, kg, domain, time, key);
+        encode_value(&mut self.value, 0, &[]);
+        self.timer_writes.put(&self.key, &self.value);
+        self.timers.registered(domain, kg, time);
+        if self.timer_writes.bytes() >= pending::FLUSH_BYTES {
+            self.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Deletes a timer if it exists.
+    pub fn delete_timer(
+        &mut self,
+        domain: TimeDomain,
+        time: i64,
+        key: &[u8],
+    ) -> Result<(), StateError> {
+        let kg = self.group_of(key)?;
+        timers::compose(&mut self.key, kg, domain, time, key);
+        self.timer_writes.delete(&self.key);
+        self.timers.deleted(domain, kg, time);
+        Ok(())
+    }
+
+    /// Registers `timers` (restored from the heap's layout).
+    pub fn restore_timers(&mut self, timers: &TimerQueues) -> Result<(), StateError> {
+        for domain in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
+            for (time, key) in timers.iter(domain) {
+                self.register_timer(domain, time, key)?;
+            }
+        }
+        self.commit()
+    }
+
+    /// The time of the earliest timer of `domain`.
+    pub fn next_timer(&mut self, domain: TimeDomain) -> Result<Option<i64>, StateError> {
+        if let Some(least) = self.timers.least(domain) {
+            return Ok(least);
+        }
+        let unknown = self.timers.unknown_groups(domain);
+        if !unknown.is_empty() {
+            self.commit()?;
+            for kg in unknown {
+                let head = self.first_timer(kg, domain)?;
+                self.timers.set(domain, kg, head);
+            }
+        }
+        Ok(self.timers.settle(domain))
+    }
+
+    /// Group `kg`'s earliest timer of `domain`, read.
+    fn first_timer(&self, kg: u32, domain: TimeDomain) -> Result<Head, StateError> {
+        let (start, end) = timers::range(kg, domain);
+        let mut read = ReadOptions::default();
+        if let Some(end) = end {
+            read.set_iterate_upper_bound(end);
+        }
+        let mut it = self.store.db.raw_iterator_opt(read);
+        it.seek(&start);
+        match it.key().and_then(|k| timer_of(&k[GROUP_BYTES..])) {
+            Some((_, time, _)) => Ok(Head::At(time)),
+            None => it.status().map_err(storage_error).map(|()| Head::Empty),
+        }
+    }
+
+    /// Removes the timers of `domain` due at `time` (at or before it) and returns them in
+    /// the `timers` encoding, by time and then key, as the heap's queues do; `None` when
+    /// none is due.
+    pub fn pop_due_timers(
+        &mut self,
+        domain: TimeDomain,
+        time: i64,
+    ) -> Result<Option<Vec<u8>>, StateError> {
+        if self.next_timer(domain)?.is_none_or(|t| t > time) {
+            return Ok(None);
+        }
+        self.commit()?;
+        let mut due: Vec<(i64, Vec<u8>)> = Vec::new();
+        for kg in self.timers.due_groups(domain, time) {
+            let (start, end) = timers::range(kg, domain);
+            let mut read = ReadOptions::default();
+            if let Some(end) = end {
+                read.set_iterate_upper_bound(end);
+            }
+            let mut it = self.store.db.raw_iterator_opt(read);
+            it.seek(&start);
+            let mut head = Head::Empty;
+            while let Some(k) = it.key() {
+                let Some((_, at, key)) = timer_of(&k[GROUP_BYTES..]) else {
+                    break;
+                };
+                if at > time {
+                    head = Head::At(at);
+                    break;
+                }
+                due.push((at, key.to_vec()));
+                self.timer_writes.delete(k);
+                it.next();
+            }
+            it.status().map_err(storage_error)?;
+            self.timers.set(domain, kg, head);
+        }
+        self.commit()?;
+        due.sort_unstable();
+        let mut out = TimerWriter::new();
+        for (at, key) in &due {
+            out.push(domain, *at, key);
+        }
+        Ok((!out.is_empty()).then(|| out.into_bytes()))
+    }
+
     /// The synchronous part of checkpoint `id`: switches the memtable and starts the link
     /// (see the module docs). The asynchronous part copies from the folder linked and
     /// then deletes it.
@@ -561,6 +695,14 @@ impl Restorer<'_> {
         if !self.backend.key_groups.contains(&kg) {
             return Ok(());
         }
+        if timers::is_timer(composite) {
+            self.key.clear();
+            self.key.extend_from_slice(&group_start(kg));
+            self.key.extend_from_slice(composite);
+            encode_value(&mut self.value, written_at, value);
+            self.batch.put(&self.key, &self.value);
+            return Ok(());
+        }
         let (id, key, user_key) =
             super::backend::restored_key(&self.ids, composite).map_err(anyhow::Error::msg)?;
         compose(&mut self.key, kg, id, key, user_key);
@@ -583,7 +725,10 @@ impl Restorer<'_> {
 
     /// Writes what is left.
     pub fn finish(mut self) -> Result<()> {
-        self.write()
+        self.write()?;
+        // Timers may have been written: their heads are read again when asked for.
+        self.backend.timers = Heads::unknown(self.backend.key_groups.clone());
+        Ok(())
     }
 }
 
@@ -745,3 +890,34 @@ pub(crate) fn read_entries(
 
 #[cfg(test)]
 mod tests;
+
+/// Calls `f(domain, time, key)` for every timer of key groups `range` in the database in
+/// `path` (opened read only), by key group, domain and time. Seeks to each group's
+/// timers: state entries are never read.
+pub(crate) fn read_timers(
+    path: &Path,
+    range: Range<u32>,
+    mut f: impl FnMut(TimeDomain, i64, &[u8]) -> Result<()>,
+) -> Result<()> {
+    let db = DB::open_for_read_only(&Options::default(), path, false)
+        .with_context(|| format!("opening the state database in {}", path.display()))?;
+    for kg in range {
+        for domain in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
+            let (start, end) = timers::range(kg, domain);
+            let mut read = ReadOptions::default();
+            if let Some(end) = end {
+                read.set_iterate_upper_bound(end);
+            }
+            read.fill_cache(false);
+            let mut it = db.raw_iterator_opt(read);
+            it.seek(&start);
+            while let Some((_, time, key)) = it.key().and_then(|k| timer_of(&k[GROUP_BYTES..])) {
+                f(domain, time, key)?;
+                it.next();
+            }
+            it.status()
+                .with_context(|| format!("reading {}", path.display()))?;
+        }
+    }
+    Ok(())
+}

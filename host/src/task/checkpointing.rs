@@ -124,7 +124,7 @@ impl StreamTask {
             })?;
         }
         // Timers due meanwhile fire now, if the task goes on.
-        self.reschedule_processing_timer();
+        self.reschedule_processing_timer()?;
         Ok(())
     }
 

@@ -286,7 +286,7 @@ impl StreamTask {
         // -------- run --------
         self.running = true;
         self.schedule_flush_timer();
-        self.reschedule_processing_timer();
+        self.reschedule_processing_timer()?;
         let processor = MailboxProcessor::new(self.mailbox.clone());
         let metrics = self.ctx.metrics.clone();
         processor.run(
@@ -427,7 +427,7 @@ impl StreamTask {
             // Idle or done: send what is buffered instead of waiting for the timeout.
             self.chain().flush_outputs()?;
         }
-        self.reschedule_processing_timer();
+        self.reschedule_processing_timer()?;
         Ok(result)
     }
 
@@ -639,16 +639,20 @@ impl StreamTask {
     }
 
     /// Keeps one physical timer armed for the earliest operator processing-time timer.
-    fn reschedule_processing_timer(&mut self) {
-        let Some(next) = self.chain.as_mut().and_then(|c| c.next_processing_timer()) else {
-            return;
+    fn reschedule_processing_timer(&mut self) -> Result<()> {
+        let next = match self.chain.as_mut() {
+            Some(chain) => chain.next_processing_timer()?,
+            None => None,
+        };
+        let Some(next) = next else {
+            return Ok(());
         };
         if self
             .scheduled_timer
             .as_ref()
             .is_some_and(|(at, _)| *at <= next)
         {
-            return;
+            return Ok(());
         }
         if let Some((_, old)) = self.scheduled_timer.take() {
             old.cancel();
@@ -662,6 +666,7 @@ impl StreamTask {
             );
         });
         self.scheduled_timer = Some((next, handle));
+        Ok(())
     }
 
     fn on_processing_time(&mut self, at: i64) -> Result<()> {
@@ -677,7 +682,7 @@ impl StreamTask {
         }
         let now = now_millis().max(at);
         self.chain().fire_processing_timers(now)?;
-        self.reschedule_processing_timer();
+        self.reschedule_processing_timer()?;
         Ok(())
     }
 

@@ -99,7 +99,7 @@ fn write_checkpoint_of(
 fn value_of(c: &LoadedCheckpoint, subtask: u32, parallelism: u32, key: &str) -> Option<u64> {
     let restore = assign_operator_state(c, "count", subtask, parallelism, true, false).unwrap()?;
     let mut backend = KeyedState::heap(128, key_groups_of_subtask(subtask, parallelism, 128));
-    backend.restore(&restore.keyed).unwrap();
+    backend.restore(&restore.keyed, TimerQueues::new()).unwrap();
     let v = backend.get(0, key.as_bytes(), b"", 0).ok()??;
     Some(u64::from_le_bytes((*v).try_into().unwrap()))
 }

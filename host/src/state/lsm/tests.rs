@@ -1,6 +1,7 @@
 use super::*;
 use crate::state::key_groups::{key_group_of, key_groups_of_subtask};
 use crate::state::{KeyedSnapshot, KeyedState};
+use crate::timers::TimerQueues;
 use std::collections::BTreeMap;
 
 fn config(dir: &Path, shared: Option<&Path>) -> LsmConfig {
@@ -213,7 +214,7 @@ fn a_checkpoint_copies_only_the_files_the_last_one_did_not_and_restores_whole() 
     )
     .unwrap();
     restored
-        .restore(&[KeyedSnapshot::Files(third.clone())])
+        .restore(&[KeyedSnapshot::Files(third.clone())], TimerQueues::new())
         .unwrap();
     assert_eq!(contents(&mut restored, 300), contents(&mut heap, 300));
     // And it names the restored tables again instead of copying them.
@@ -270,7 +271,9 @@ fn a_checkpoints_files_hold_the_state_at_its_barrier_however_much_is_written_aft
         0..128,
     )
     .unwrap();
-    restored.restore(&[KeyedSnapshot::Files(files)]).unwrap();
+    restored
+        .restore(&[KeyedSnapshot::Files(files)], TimerQueues::new())
+        .unwrap();
     for i in 0..1_000 {
         assert_eq!(
             restored.get(s, &key(i), b"", 0).unwrap().as_deref(),
@@ -307,7 +310,7 @@ fn lsm_and_heap_state_restore_into_each_other_at_another_parallelism() {
         // LSM checkpoint into the heap backend.
         let mut into_heap = KeyedState::heap(128, groups.clone());
         into_heap
-            .restore(&[KeyedSnapshot::Files(files.clone())])
+            .restore(&[KeyedSnapshot::Files(files.clone())], TimerQueues::new())
             .unwrap();
         assert_eq!(
             contents(&mut into_heap, 300),
@@ -322,7 +325,7 @@ fn lsm_and_heap_state_restore_into_each_other_at_another_parallelism() {
         )
         .unwrap();
         into_lsm
-            .restore(std::slice::from_ref(&heap_snapshot))
+            .restore(std::slice::from_ref(&heap_snapshot), TimerQueues::new())
             .unwrap();
         assert_eq!(
             contents(&mut into_lsm, 300),
@@ -337,7 +340,7 @@ fn lsm_and_heap_state_restore_into_each_other_at_another_parallelism() {
         )
         .unwrap();
         rescaled
-            .restore(&[KeyedSnapshot::Files(files.clone())])
+            .restore(&[KeyedSnapshot::Files(files.clone())], TimerQueues::new())
             .unwrap();
         assert_eq!(
             contents(&mut rescaled, 300),
@@ -368,14 +371,14 @@ fn a_restore_names_a_missing_or_truncated_table_file() {
     let mut restored =
         KeyedState::lsm(config(&root.path().join("again"), None), 128, 0..128).unwrap();
     let err = restored
-        .restore(&[KeyedSnapshot::Files(files.clone())])
+        .restore(&[KeyedSnapshot::Files(files.clone())], TimerQueues::new())
         .unwrap_err();
     assert!(format!("{err:#}").contains(table), "{err:#}");
     std::fs::remove_file(&path).unwrap();
     let mut restored =
         KeyedState::lsm(config(&root.path().join("again2"), None), 128, 0..128).unwrap();
     let err = restored
-        .restore(&[KeyedSnapshot::Files(files)])
+        .restore(&[KeyedSnapshot::Files(files)], TimerQueues::new())
         .unwrap_err();
     assert!(format!("{err:#}").contains("is missing"), "{err:#}");
 }
@@ -427,4 +430,223 @@ fn a_list_whose_only_element_has_the_empty_user_key_goes_on_as_on_the_heap() {
         lsm.entries(0, b"k", 0).unwrap(),
         heap.entries(0, b"k", 0).unwrap()
     );
+}
+
+/// Every timer of `timers`, in the order the heap's queues keep them.
+fn all_timers(timers: &TimerQueues) -> Vec<(TimeDomain, i64, Vec<u8>)> {
+    [TimeDomain::EventTime, TimeDomain::ProcessingTime]
+        .into_iter()
+        .flat_map(|d| timers.iter(d).map(move |(t, k)| (d, t, k.to_vec())))
+        .collect()
+}
+
+/// Fires every timer of `lsm` (all due at the end of time), as the heap's queues would.
+fn fire_all(lsm: &mut LsmBackend) -> TimerQueues {
+    let mut out = TimerQueues::new();
+    for domain in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
+        if let Some(due) = lsm.pop_due_timers(domain, i64::MAX).unwrap() {
+            for t in sluice_codec::TimerReader::new(&due) {
+                let t = t.unwrap();
+                out.register(domain, t.timestamp, t.key);
+            }
+        }
+        assert_eq!(lsm.next_timer(domain).unwrap(), None);
+    }
+    out
+}
+
+/// Random timers registered, deleted and fired in both, with state written between them
+/// and memtables switched by checkpoints: fired in the same order, next the same.
+#[test]
+fn timers_in_the_database_fire_as_the_heaps_do() {
+    let root = tempfile::tempdir().unwrap();
+    let storage = root.path().join("checkpoints");
+    let groups = key_groups_of_subtask(1, 2, 128);
+    let mut lsm = LsmBackend::open(
+        config(&root.path().join("work"), Some(&storage)),
+        128,
+        groups.clone(),
+    )
+    .unwrap();
+    let value = lsm
+        .declare(descriptor("value", StateKind::Value, None))
+        .unwrap();
+    let mut heap = TimerQueues::new();
+    let mut rng = Rng(31);
+    let keys: Vec<Vec<u8>> = (0..400)
+        .map(|k| format!("key-{k}").into_bytes())
+        .filter(|k| groups.contains(&key_group_of(k, 128)))
+        .collect();
+    let (mut event_time, mut processing_time) = (i64::MIN, -50);
+    let mut fired = 0;
+    for step in 0..20_000 {
+        let key = &keys[rng.next(keys.len() as u64) as usize];
+        let domain = if rng.next(3) == 0 {
+            TimeDomain::ProcessingTime
+        } else {
+            TimeDomain::EventTime
+        };
+        let time = rng.next(200) as i64 - 50;
+        match rng.next(20) {
+            0..=10 => {
+                lsm.register_timer(domain, time, key).unwrap();
+                heap.register(domain, time, key);
+            }
+            11..=13 => {
+                lsm.delete_timer(domain, time, key).unwrap();
+                heap.delete(domain, time, key);
+            }
+            14 => {
+                // The head, deleted: next must be found again.
+                if let Some(next) = heap.next(domain) {
+                    let head = heap.iter(domain).next().map(|(_, k)| k.to_vec()).unwrap();
+                    lsm.delete_timer(domain, next, &head).unwrap();
+                    heap.delete(domain, next, &head);
+                }
+            }
+            15 | 16 => {
+                let now = match domain {
+                    TimeDomain::EventTime => &mut event_time,
+                    TimeDomain::ProcessingTime => &mut processing_time,
+                };
+                *now = (*now).max(time - 20);
+                let expected = heap.pop_due(domain, *now);
+                fired += expected.as_ref().map_or(0, |e| e.len());
+                assert_eq!(
+                    lsm.pop_due_timers(domain, *now).unwrap(),
+                    expected,
+                    "step {step}"
+                );
+            }
+            17 => lsm.put(value, key, b"", b"v", 0).unwrap(),
+            18 => lsm.commit().unwrap(),
+            _ if step % 500 == 19 => {
+                let _ = checkpoint(KeyedSnapshot::Lsm(lsm.snapshot(step, 0).unwrap()), &storage);
+            }
+            _ => {}
+        }
+        for d in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
+            assert_eq!(lsm.next_timer(d).unwrap(), heap.next(d), "step {step}");
+        }
+    }
+    assert!(fired > 10_000, "{fired} bytes of timers fired");
+    assert!(heap.len() > 100, "{} timers left", heap.len());
+    assert_eq!(all_timers(&fire_all(&mut lsm)), all_timers(&heap));
+}
+
+/// Timers kept in the database go with its checkpoints and savepoints: restored whole,
+/// rescaled by key group into either backend, from the heap's layout into the database,
+/// and written into a savepoint in the heap's layout.
+#[test]
+fn timers_in_the_database_restore_rescale_and_go_into_savepoints() {
+    let root = tempfile::tempdir().unwrap();
+    let storage = root.path().join("checkpoints");
+    let mut lsm = KeyedState::lsm(
+        config(&root.path().join("work"), Some(&storage)),
+        128,
+        0..128,
+    )
+    .unwrap();
+    let KeyedState::Lsm(b) = &mut lsm else {
+        unreachable!()
+    };
+    let value = b
+        .declare(descriptor("value", StateKind::Value, None))
+        .unwrap();
+    let mut timers = TimerQueues::new();
+    for k in 0..500 {
+        let key = format!("key-{k}").into_bytes();
+        let domain = if k % 4 == 0 {
+            TimeDomain::ProcessingTime
+        } else {
+            TimeDomain::EventTime
+        };
+        b.register_timer(domain, k % 37 - 10, &key).unwrap();
+        b.register_timer(domain, 1_000 + k, &key).unwrap();
+        timers.register(domain, k % 37 - 10, &key);
+        timers.register(domain, 1_000 + k, &key);
+        b.put(value, &key, b"", b"v", 0).unwrap();
+    }
+    let local = lsm.snapshot(1, 0).unwrap();
+    // A savepoint: the entries and the timers in the heap's layout.
+    let mut savepoint = Vec::new();
+    let snapshot = crate::checkpoint::OperatorSnapshot {
+        operator: "op".into(),
+        state: Vec::new(),
+        keyed: Some(local.clone()),
+        timers: TimerQueues::new(),
+        watermark: 0,
+    };
+    crate::checkpoint::format::write_operator_state(&mut savepoint, &snapshot).unwrap();
+    let read = crate::checkpoint::format::read_operator_state(&savepoint[..]).unwrap();
+    assert_eq!(all_timers(&read.timers), all_timers(&timers));
+    let Some(KeyedSnapshot::Heap(entries)) = &read.keyed else {
+        panic!("a savepoint holds entries")
+    };
+    assert_eq!(
+        entries.key_groups().map(|(_, e)| e.count()).sum::<usize>(),
+        500
+    );
+    let files = checkpoint(local, &storage);
+    let mine = |groups: &Range<u32>| {
+        let mut t = TimerQueues::new();
+        for (d, time, key) in all_timers(&timers) {
+            if groups.contains(&key_group_of(&key, 128)) {
+                t.register(d, time, &key);
+            }
+        }
+        all_timers(&t)
+    };
+    let fired = |state: KeyedState| match state {
+        KeyedState::Lsm(mut b) => all_timers(&fire_all(&mut b)),
+        KeyedState::Heap(_) => panic!("not an LSM backend"),
+    };
+    // Whole, its files reopened.
+    let mut whole = KeyedState::lsm(
+        config(&root.path().join("whole"), Some(&storage)),
+        128,
+        0..128,
+    )
+    .unwrap();
+    let left = whole
+        .restore(&[KeyedSnapshot::Files(files.clone())], TimerQueues::new())
+        .unwrap();
+    assert!(left.is_empty(), "the database keeps them");
+    assert_eq!(fired(whole), all_timers(&timers));
+    for subtask in 0..3 {
+        let groups = key_groups_of_subtask(subtask, 3, 128);
+        // Into the heap backend: its timers come back to be kept on the heap.
+        let mut heap = KeyedState::heap(128, groups.clone());
+        let kept = heap
+            .restore(&[KeyedSnapshot::Files(files.clone())], TimerQueues::new())
+            .unwrap();
+        assert_eq!(all_timers(&kept), mine(&groups), "subtask {subtask}");
+        assert_eq!(contents(&mut heap, 500).len(), mine(&groups).len() / 2);
+        // Into an LSM backend of other key groups.
+        let mut rescaled = KeyedState::lsm(
+            config(&root.path().join(format!("rescaled-{subtask}")), None),
+            128,
+            groups.clone(),
+        )
+        .unwrap();
+        let left = rescaled
+            .restore(&[KeyedSnapshot::Files(files.clone())], TimerQueues::new())
+            .unwrap();
+        assert!(left.is_empty());
+        assert_eq!(fired(rescaled), mine(&groups), "subtask {subtask}");
+        // The heap's timers (a heap checkpoint's, or a savepoint's) into the database.
+        let mut from_heap = KeyedState::lsm(
+            config(&root.path().join(format!("from-heap-{subtask}")), None),
+            128,
+            groups.clone(),
+        )
+        .unwrap();
+        let mut given = TimerQueues::new();
+        for (d, time, key) in mine(&groups) {
+            given.register(d, time, &key);
+        }
+        let left = from_heap.restore(&[], given).unwrap();
+        assert!(left.is_empty());
+        assert_eq!(fired(from_heap), mine(&groups), "subtask {subtask}");
+    }
 }
