@@ -735,7 +735,7 @@ impl OperatorChain {
     fn next_timer(&mut self, i: usize, domain: TimeDomain) -> Result<Option<i64>> {
         let link = &mut self.operators[i];
         let next = link.operator.state().next_timer(domain);
-        Ok(next.map_err(|e| timer_failure(link, e))?)
+        next.map_err(|e| timer_failure(link, e))
     }
 
     /// The earliest processing-time timer of any operator.

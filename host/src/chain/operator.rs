@@ -477,36 +477,33 @@ impl OperatorState {
                     )));
                 }
                 self.check_timer_key(key).map_err(CallError::Contract)?;
-                match self.lsm() {
-                    Some(lsm) => lsm
-                        .register_timer(domain, timestamp, key)
-                        .map_err(|e| CallError::Failed(format!("registering a timer: {e}"))),
-                    None => {
-                        self.timers.register(domain, timestamp, key);
-                        Ok(())
-                    }
-                }
+                self.register_timer(domain, timestamp, key)
+                    .map_err(|e| CallError::Failed(format!("registering a timer: {e}")))
             }
             Effect::DeleteTimer {
                 domain,
                 timestamp,
                 key,
-            } => match self.lsm() {
+            } => match self.delete_timer(domain, timestamp, key) {
                 // A key of another subtask has no timer here: nothing to delete.
-                Some(lsm) => match lsm.delete_timer(domain, timestamp, key) {
-                    Err(StateError::ForeignKey { .. }) | Ok(()) => Ok(()),
-                    Err(e) => Err(CallError::Failed(format!("deleting a timer: {e}"))),
-                },
-                None => {
-                    self.timers.delete(domain, timestamp, key);
-                    Ok(())
-                }
+                Err(StateError::ForeignKey { .. }) | Ok(()) => Ok(()),
+                Err(e) => Err(CallError::Failed(format!("deleting a timer: {e}"))),
             },
             Effect::Counter { name, delta } => self.count(name, delta),
         }
     }
 
-    /// The LSM backend that keeps the instance's timers, when its keyed state is in one.
+    // Timers of an instance whose keyed state is in an LSM backend are in two tiers: the
+    // earliest (before the backend's `near_until`) on the heap, in `timers`, as long as
+    // they fit in the backend's share for them; the rest in its database. So a job with
+    // a timer per key holds nothing per key in memory, and one with few timers (a window
+    // per key over a few thousand keys) never writes them to disk. Every timer has one
+    // place, decided by its time, so one registered twice is still one timer; the heap's
+    // timers all come before the database's, so the earliest is the heap's if it has
+    // any, and those due fire heap first, then the database's, in time and key order.
+
+    /// The LSM backend that keeps the instance's later timers, when its keyed state is in
+    /// one.
     fn lsm(&mut self) -> Option<&mut LsmBackend> {
         match self.keyed.as_mut()? {
             KeyedState::Lsm(b) => Some(b),
@@ -514,11 +511,71 @@ impl OperatorState {
         }
     }
 
+    /// Registers a timer; registering an existing one again changes nothing.
+    pub fn register_timer(
+        &mut self,
+        domain: TimeDomain,
+        time: i64,
+        key: &[u8],
+    ) -> Result<(), StateError> {
+        let Some(KeyedState::Lsm(lsm)) = self.keyed.as_mut() else {
+            self.timers.register(domain, time, key);
+            return Ok(());
+        };
+        if time >= lsm.near_until(domain) {
+            return lsm.register_timer(domain, time, key);
+        }
+        self.timers.register(domain, time, key);
+        let held = self.timers.key_bytes() as u64 + self.timers.len() as u64 * TIMER_BYTES;
+        if held <= lsm.near_timer_bytes() {
+            return Ok(());
+        }
+        // Over its share: the later half of the fuller domain goes to the database.
+        let fuller = [TimeDomain::EventTime, TimeDomain::ProcessingTime]
+            .into_iter()
+            .max_by_key(|d| self.timers.len_of(*d))
+            .expect("two domains");
+        let half = self.timers.len_of(fuller).div_ceil(2);
+        if let Some((from, moved)) = self.timers.pop_latest(fuller, half) {
+            for (at, key) in moved {
+                lsm.register_timer(fuller, at, &key)?;
+            }
+            lsm.lower_near_until(fuller, from);
+        }
+        Ok(())
+    }
+
+    /// Deletes a timer if it exists.
+    pub fn delete_timer(
+        &mut self,
+        domain: TimeDomain,
+        time: i64,
+        key: &[u8],
+    ) -> Result<(), StateError> {
+        match self.keyed.as_mut() {
+            Some(KeyedState::Lsm(lsm)) if time >= lsm.near_until(domain) => {
+                lsm.delete_timer(domain, time, key)
+            }
+            _ => {
+                self.timers.delete(domain, time, key);
+                Ok(())
+            }
+        }
+    }
+
     /// The time of the instance's earliest timer of `domain`.
     pub fn next_timer(&mut self, domain: TimeDomain) -> Result<Option<i64>, StateError> {
+        if let Some(next) = self.timers.next(domain) {
+            return Ok(Some(next));
+        }
         match self.lsm() {
-            Some(lsm) => lsm.next_timer(domain),
-            None => Ok(self.timers.next(domain)),
+            Some(lsm) => {
+                // None on the heap: the heap may take the timers up to the database's
+                // first.
+                lsm.raise_near_until(domain)?;
+                lsm.next_timer(domain)
+            }
+            None => Ok(None),
         }
     }
 
@@ -529,10 +586,22 @@ impl OperatorState {
         domain: TimeDomain,
         time: i64,
     ) -> Result<Option<Vec<u8>>, StateError> {
-        match self.lsm() {
-            Some(lsm) => lsm.pop_due_timers(domain, time),
-            None => Ok(self.timers.pop_due(domain, time)),
+        let near = self.timers.pop_due(domain, time);
+        let Some(KeyedState::Lsm(lsm)) = self.keyed.as_mut() else {
+            return Ok(near);
+        };
+        if time < lsm.near_until(domain) {
+            return Ok(near);
         }
+        let far = lsm.pop_due_timers(domain, time)?;
+        lsm.raise_near_until(domain)?;
+        Ok(match (near, far) {
+            (Some(mut near), Some(far)) => {
+                near.extend_from_slice(&far);
+                Some(near)
+            }
+            (near, far) => near.or(far),
+        })
     }
 
     /// Adds `delta` to counter `name`, within the instance's limits on counters.

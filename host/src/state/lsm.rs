@@ -56,7 +56,7 @@ use link::{LinkGate, PendingLink, Store};
 use pending::Pending;
 use prefetch::Prefetched;
 pub use timers::decode as timer_of;
-use timers::{Head, Heads};
+use timers::{Head, Heads, Known};
 
 /// How an instance's database is set up.
 #[derive(Debug, Clone)]
@@ -99,6 +99,11 @@ pub struct LsmBackend {
     timer_writes: Pending,
     /// The earliest timers, as far as known.
     timers: Heads,
+    /// Timers registered lately, so registering one again writes nothing.
+    known_timers: Known,
+    /// Per domain (event, processing): the timers before this time are not in the
+    /// database but on the heap, in the operator's queues; those at or after it are here.
+    near_until: [i64; 2],
     /// Value states of the keys of the batch being processed, read before the call.
     prefetched: Prefetched,
     /// Table files of this database already in the shared folder, by their name here.
@@ -162,6 +167,9 @@ impl LsmBackend {
             pending: Pending::default(),
             timer_writes: Pending::default(),
             timers: Heads::unknown(key_groups.clone()),
+            known_timers: Known::new(known_timer_bytes(config.memory_bytes)),
+            // No timer is in a new database: all may be on the heap.
+            near_until: [i64::MAX; 2],
             key_groups,
             prefetched: Prefetched::default(),
             uploaded: Arc::new(Mutex::new(
@@ -487,8 +495,12 @@ impl LsmBackend {
     ) -> Result<(), StateError> {
         let kg = self.group_of(key)?;
         timers::compose(&mut self.key, kg, domain, time, key);
+        if self.known_timers.contains(&self.key) {
+            return Ok(());
+        }
         encode_value(&mut self.value, 0, &[]);
         self.timer_writes.put(&self.key, &self.value);
+        self.known_timers.insert(&self.key);
         self.timers.registered(domain, kg, time);
         if self.timer_writes.bytes() >= pending::FLUSH_BYTES {
             self.commit()?;
@@ -506,12 +518,14 @@ impl LsmBackend {
         let kg = self.group_of(key)?;
         timers::compose(&mut self.key, kg, domain, time, key);
         self.timer_writes.delete(&self.key);
+        self.known_timers.remove(&self.key);
         self.timers.deleted(domain, kg, time);
         Ok(())
     }
 
-    /// Registers `timers` (restored from the heap's layout).
+    /// Registers `timers` (restored from the heap's layout) in the database.
     pub fn restore_timers(&mut self, timers: &TimerQueues) -> Result<(), StateError> {
+        self.near_until = [i64::MIN; 2];
         for domain in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
             for (time, key) in timers.iter(domain) {
                 self.register_timer(domain, time, key)?;
@@ -520,7 +534,37 @@ impl LsmBackend {
         self.commit()
     }
 
-    /// The time of the earliest timer of `domain`.
+    /// The time before which `domain`'s timers are kept on the heap (in the operator's
+    /// queues) rather than here.
+    pub fn near_until(&self, domain: TimeDomain) -> i64 {
+        self.near_until[timers::slot(domain)]
+    }
+
+    /// The heap gave its timers of `domain` at or after `time` to the database.
+    pub fn lower_near_until(&mut self, domain: TimeDomain, time: i64) {
+        let s = timers::slot(domain);
+        self.near_until[s] = self.near_until[s].min(time);
+    }
+
+    /// Moves the time before which timers are kept on the heap up to the database's
+    /// earliest timer (every timer before it is on the heap, since none is here), or to
+    /// the end of time when it holds none.
+    pub fn raise_near_until(&mut self, domain: TimeDomain) -> Result<(), StateError> {
+        let first = self.next_timer(domain)?.unwrap_or(i64::MAX);
+        let s = timers::slot(domain);
+        self.near_until[s] = self.near_until[s].max(first);
+        Ok(())
+    }
+
+    /// How many bytes the heap may hold of the timers before `near_until` (as the host
+    /// counts timers: their keys and a fixed size each) before it gives the latest of them
+    /// to the database: a sixteenth of the instance's memory, beside the sixteenth that
+    /// remembers the timers registered here lately.
+    pub fn near_timer_bytes(&self) -> u64 {
+        self.config.memory_bytes.max(MIN_MEMORY_BYTES) / 16
+    }
+
+    /// The time of the earliest timer of `domain` in the database.
     pub fn next_timer(&mut self, domain: TimeDomain) -> Result<Option<i64>, StateError> {
         if let Some(least) = self.timers.least(domain) {
             return Ok(least);
@@ -528,17 +572,17 @@ impl LsmBackend {
         let unknown = self.timers.unknown_groups(domain);
         if !unknown.is_empty() {
             self.commit()?;
-            for kg in unknown {
-                let head = self.first_timer(kg, domain)?;
+            for (kg, floor) in unknown {
+                let head = self.first_timer(kg, domain, floor)?;
                 self.timers.set(domain, kg, head);
             }
         }
         Ok(self.timers.settle(domain))
     }
 
-    /// Group `kg`'s earliest timer of `domain`, read.
-    fn first_timer(&self, kg: u32, domain: TimeDomain) -> Result<Head, StateError> {
-        let (start, end) = timers::range(kg, domain);
+    /// Group `kg`'s earliest timer of `domain`, none of which is before `floor`, read.
+    fn first_timer(&self, kg: u32, domain: TimeDomain, floor: i64) -> Result<Head, StateError> {
+        let (start, end) = timers::range_from(kg, domain, floor);
         let mut read = ReadOptions::default();
         if let Some(end) = end {
             read.set_iterate_upper_bound(end);
@@ -564,8 +608,8 @@ impl LsmBackend {
         }
         self.commit()?;
         let mut due: Vec<(i64, Vec<u8>)> = Vec::new();
-        for kg in self.timers.due_groups(domain, time) {
-            let (start, end) = timers::range(kg, domain);
+        for (kg, head) in self.timers.due_groups(domain, time) {
+            let (start, end) = timers::range_from(kg, domain, head);
             let mut read = ReadOptions::default();
             if let Some(end) = end {
                 read.set_iterate_upper_bound(end);
@@ -583,6 +627,7 @@ impl LsmBackend {
                 }
                 due.push((at, key.to_vec()));
                 self.timer_writes.delete(k);
+                self.known_timers.remove(k);
                 it.next();
             }
             it.status().map_err(storage_error)?;
@@ -667,6 +712,8 @@ impl LsmBackend {
             _ => Vec::new(),
         };
         let mut backend = Self::open_with(config, max_parallelism, key_groups, reused)?;
+        // Its timers are in the database until `raise_near_until` finds where they start.
+        backend.near_until = [i64::MIN; 2];
         for d in &files.descriptors {
             backend.declare(d.clone()).map_err(anyhow::Error::msg)?;
         }
@@ -726,8 +773,10 @@ impl Restorer<'_> {
     /// Writes what is left.
     pub fn finish(mut self) -> Result<()> {
         self.write()?;
-        // Timers may have been written: their heads are read again when asked for.
+        // Timers may have been written: their heads are read again when asked for, and
+        // none is on the heap until `raise_near_until` says from where.
         self.backend.timers = Heads::unknown(self.backend.key_groups.clone());
+        self.backend.near_until = [i64::MIN; 2];
         Ok(())
     }
 }
@@ -813,6 +862,13 @@ fn options(memory: u64, ttls: Arc<RwLock<Vec<Option<u64>>>>) -> Options {
 /// own limit is above that by four commits' worth: it is never reached.
 fn switch_bytes(memory: u64) -> u64 {
     memory.max(MIN_MEMORY_BYTES) / 4
+}
+
+/// What an instance with `memory` bytes may hold remembering the timers it registered
+/// lately: a sixteenth, within the budget's slack (the memtables are switched at a quarter
+/// each and the cache's index and filter blocks are the rest).
+fn known_timer_bytes(memory: u64) -> usize {
+    (memory.max(MIN_MEMORY_BYTES) / 16) as usize
 }
 
 /// `kg ‖ state ‖ key length ‖ key ‖ user_key` into `out`.

@@ -9,6 +9,9 @@ use sluice_codec::{TimeDomain, TimerWriter};
 /// them changes it.
 type Keys = Arc<hashbrown::HashSet<Box<[u8]>, foldhash::fast::RandomState>>;
 
+/// Timers taken out of a queue: `(time, key)` each.
+pub type Taken = Vec<(i64, Vec<u8>)>;
+
 /// The event-time and processing-time timers of one operator instance, deduplicated per
 /// `(time, key)` and ordered by time (then key).
 ///
@@ -126,6 +129,36 @@ impl TimerQueues {
             .flat_map(|(ts, keys)| Queue::sorted(keys).into_iter().map(move |k| (*ts, k)))
     }
 
+    /// Removes `domain`'s timers at its latest times, all of a time together, until at
+    /// least `count` are removed; returns the earliest time removed and the timers, or
+    /// `None` when there is none.
+    pub fn pop_latest(
+        &mut self,
+        domain: TimeDomain,
+        count: usize,
+    ) -> Option<(i64, Taken)> {
+        let queue = self.queue(domain);
+        let mut removed = Vec::new();
+        let mut earliest = None;
+        while removed.len() < count
+            && let Some(ts) = queue.times.get_max().map(|(ts, _)| *ts)
+        {
+            let keys = queue.times.remove(&ts).expect("looked up");
+            queue.len -= keys.len();
+            for key in keys.iter() {
+                queue.key_bytes -= key.len();
+                removed.push((ts, key.to_vec()));
+            }
+            earliest = Some(ts);
+        }
+        earliest.map(|ts| (ts, removed))
+    }
+
+    /// Number of timers of `domain`.
+    pub fn len_of(&self, domain: TimeDomain) -> usize {
+        self.queue_ref(domain).len
+    }
+
     /// Number of timers in both domains.
     pub fn len(&self) -> usize {
         self.event.len + self.processing.len
@@ -211,6 +244,26 @@ mod tests {
         assert_eq!(keys, [b"a", b"b", b"c", b"m"]);
         assert!(q.is_empty());
         assert_eq!(copy.len(), 4);
+    }
+
+    #[test]
+    fn the_latest_timers_come_off_whole_times_at_a_time() {
+        let mut q = TimerQueues::new();
+        for (ts, k) in [(5, "a"), (9, "b"), (9, "c"), (7, "d"), (1, "e")] {
+            q.register(TimeDomain::EventTime, ts, k.as_bytes());
+        }
+        q.register(TimeDomain::ProcessingTime, 100, b"p");
+        let (from, mut moved) = q.pop_latest(TimeDomain::EventTime, 3).unwrap();
+        moved.sort();
+        assert_eq!(from, 7);
+        assert_eq!(
+            moved,
+            [(7, b"d".to_vec()), (9, b"b".to_vec()), (9, b"c".to_vec())]
+        );
+        assert_eq!((q.len_of(TimeDomain::EventTime), q.key_bytes()), (2, 3));
+        assert_eq!(q.pop_latest(TimeDomain::EventTime, 1).unwrap().0, 5);
+        assert_eq!(q.pop_latest(TimeDomain::ProcessingTime, 5).unwrap().0, 100);
+        assert_eq!(q.pop_latest(TimeDomain::ProcessingTime, 5), None);
     }
 
     #[test]

@@ -455,6 +455,100 @@ fn fire_all(lsm: &mut LsmBackend) -> TimerQueues {
     out
 }
 
+/// An instance's timers in two tiers — the earliest on the heap within a bound, the rest
+/// in the database — answer as the heap's queues alone: random timers over times far
+/// apart make the heap give its later ones to the database again and again, and firing
+/// empties the database so the heap takes the next ones.
+#[test]
+fn an_instances_timers_on_the_heap_and_in_the_database_fire_as_the_heaps_alone() {
+    use crate::chain::OperatorState;
+    let root = tempfile::tempdir().unwrap();
+    let lsm = KeyedState::lsm(config(&root.path().join("work"), None), 128, 0..128).unwrap();
+    let mut state = OperatorState::new(Some(lsm));
+    let mut model = TimerQueues::new();
+    let mut rng = Rng(97);
+    let (mut spilled, mut taken_back) = (0, 0);
+    let mut now = [i64::MIN; 2];
+    for step in 0..60_000 {
+        let domain = if rng.next(4) == 0 {
+            TimeDomain::ProcessingTime
+        } else {
+            TimeDomain::EventTime
+        };
+        let slot = timers::slot(domain);
+        let key = format!("key-{}", rng.next(5_000)).into_bytes();
+        let base = now[slot].max(0);
+        let time = base + rng.next(20_000) as i64;
+        // Now and then time jumps past every timer: the database empties.
+        let op = if step % 10_000 == 9_999 {
+            9
+        } else {
+            rng.next(10)
+        };
+        match op {
+            0..=6 => {
+                state.register_timer(domain, time, &key).unwrap();
+                model.register(domain, time, &key);
+            }
+            7 => {
+                state.delete_timer(domain, time, &key).unwrap();
+                model.delete(domain, time, &key);
+            }
+            _ => {
+                if op == 9 && step % 10_000 == 9_999 {
+                    now[slot] = base + 25_000;
+                    let (a, b) = (
+                        state.pop_due_timers(domain, now[slot]),
+                        model.pop_due(domain, now[slot]),
+                    );
+                    assert_eq!(a.unwrap(), b, "step {step}");
+                } else if rng.next(40) == 0 {
+                    now[slot] = base + rng.next(300) as i64;
+                    assert_eq!(
+                        state.pop_due_timers(domain, now[slot]).unwrap(),
+                        model.pop_due(domain, now[slot]),
+                        "step {step}"
+                    );
+                }
+            }
+        }
+        let KeyedState::Lsm(b) = state.keyed.as_mut().unwrap() else {
+            unreachable!()
+        };
+        if b.near_until(domain) < i64::MAX {
+            spilled += 1;
+        } else if spilled > 0 && model.len_of(domain) > 0 {
+            taken_back += 1;
+        }
+        for d in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
+            assert_eq!(state.next_timer(d).unwrap(), model.next(d), "step {step}");
+        }
+    }
+    assert!(
+        spilled > 10_000,
+        "the database held timers for {spilled} steps only"
+    );
+    assert!(
+        taken_back > 1_000,
+        "the heap took timers back for {taken_back} steps only"
+    );
+    for d in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
+        assert_eq!(
+            state.pop_due_timers(d, i64::MAX).unwrap(),
+            model.pop_due(d, i64::MAX)
+        );
+        let KeyedState::Lsm(b) = state.keyed.as_mut().unwrap() else {
+            unreachable!()
+        };
+        b.raise_near_until(d).unwrap();
+        assert_eq!(
+            b.near_until(d),
+            i64::MAX,
+            "an empty database gives the heap all"
+        );
+    }
+}
+
 /// Random timers registered, deleted and fired in both, with state written between them
 /// and memtables switched by checkpoints: fired in the same order, next the same.
 #[test]

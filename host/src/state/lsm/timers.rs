@@ -10,8 +10,13 @@
 //!
 //! The earliest timer is asked for after every batch, so it is kept in memory: each key
 //! group's first time per domain (found by one seek when unknown) and the least of them.
-//! Registering lowers a group's head; deleting the head or firing makes it unknown until
-//! asked for again.
+//! Registering lowers a group's head; deleting the head makes it unknown until asked for
+//! again, with a floor no timer of the group is below, and reads start at the head or the
+//! floor: the deletes of timers already fired lie before it and are never scanned.
+//!
+//! Operators register the same timer again and again (a window registers its end for
+//! every record it takes), so the timers registered lately are remembered, within a
+//! bound, and registering one of them again writes nothing.
 
 use sluice_codec::TimeDomain;
 
@@ -49,6 +54,14 @@ pub fn range(kg: u32, domain: TimeDomain) -> (Vec<u8>, Option<Vec<u8>>) {
     (start, end)
 }
 
+/// The first key of `domain`'s timers at or after `time` in key group `kg`, and the first
+/// key past the group's timers of `domain`.
+pub fn range_from(kg: u32, domain: TimeDomain, time: i64) -> (Vec<u8>, Option<Vec<u8>>) {
+    let (mut start, end) = range(kg, domain);
+    start.extend_from_slice(&sortable(time));
+    (start, end)
+}
+
 /// The domain, time and key of a timer's composite key (without its key group); `None`
 /// when `composite` is a state entry's.
 pub fn decode(composite: &[u8]) -> Option<(TimeDomain, i64, &[u8])> {
@@ -80,8 +93,8 @@ fn unsortable(bytes: [u8; 8]) -> i64 {
 /// A key group's earliest timer of one domain, as far as it is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Head {
-    /// Not known: found by a seek when asked for.
-    Unknown,
+    /// Not known, but none is before this time: found by a seek from it when asked for.
+    Unknown(i64),
     /// The group has no timer of the domain.
     Empty,
     /// Its earliest timer's time.
@@ -99,7 +112,8 @@ pub struct Heads {
     least: [Option<Option<i64>>; 2],
 }
 
-fn slot(domain: TimeDomain) -> usize {
+/// A domain's place in per-domain arrays.
+pub fn slot(domain: TimeDomain) -> usize {
     match domain {
         TimeDomain::EventTime => 0,
         TimeDomain::ProcessingTime => 1,
@@ -110,9 +124,10 @@ impl Heads {
     /// Nothing known of key groups `groups`.
     pub fn unknown(groups: std::ops::Range<u32>) -> Self {
         let n = groups.len();
+        let unknown = Head::Unknown(i64::MIN);
         Heads {
             first_group: groups.start,
-            heads: [vec![Head::Unknown; n], vec![Head::Unknown; n]],
+            heads: [vec![unknown; n], vec![unknown; n]],
             least: [None, None],
         }
     }
@@ -122,7 +137,7 @@ impl Heads {
         let s = slot(domain);
         let head = &mut self.heads[s][(kg - self.first_group) as usize];
         *head = match *head {
-            Head::Unknown => Head::Unknown,
+            Head::Unknown(floor) => Head::Unknown(floor.min(time)),
             Head::Empty => Head::At(time),
             Head::At(t) => Head::At(t.min(time)),
         };
@@ -136,7 +151,7 @@ impl Heads {
         let s = slot(domain);
         let head = &mut self.heads[s][(kg - self.first_group) as usize];
         if *head == Head::At(time) {
-            *head = Head::Unknown;
+            *head = Head::Unknown(time);
             self.least[s] = None;
         }
     }
@@ -153,19 +168,23 @@ impl Heads {
         self.least[slot(domain)]
     }
 
-    /// The groups whose head of `domain` is unknown.
-    pub fn unknown_groups(&self, domain: TimeDomain) -> Vec<u32> {
+    /// The groups whose head of `domain` is unknown, each with its floor.
+    pub fn unknown_groups(&self, domain: TimeDomain) -> Vec<(u32, i64)> {
         (self.heads[slot(domain)].iter().enumerate())
-            .filter(|(_, h)| **h == Head::Unknown)
-            .map(|(i, _)| self.first_group + i as u32)
+            .filter_map(|(i, h)| match h {
+                Head::Unknown(floor) => Some((self.first_group + i as u32, *floor)),
+                _ => None,
+            })
             .collect()
     }
 
-    /// The groups with a timer of `domain` due at `time`.
-    pub fn due_groups(&self, domain: TimeDomain, time: i64) -> Vec<u32> {
+    /// The groups with a timer of `domain` due at `time`, each with its earliest time.
+    pub fn due_groups(&self, domain: TimeDomain, time: i64) -> Vec<(u32, i64)> {
         (self.heads[slot(domain)].iter().enumerate())
-            .filter(|(_, h)| matches!(h, Head::At(t) if *t <= time))
-            .map(|(i, _)| self.first_group + i as u32)
+            .filter_map(|(i, h)| match h {
+                Head::At(t) if *t <= time => Some((self.first_group + i as u32, *t)),
+                _ => None,
+            })
             .collect()
     }
 
@@ -180,6 +199,55 @@ impl Heads {
             .min();
         self.least[s] = Some(least);
         least
+    }
+}
+
+/// Timers registered lately and not deleted or fired since, by their database keys: all
+/// in the database (or in the writes about to go to it). Forgotten all at once when they
+/// would hold more than their bound.
+#[derive(Debug)]
+pub struct Known {
+    keys: hashbrown::HashSet<Box<[u8]>, foldhash::fast::RandomState>,
+    bytes: usize,
+    limit: usize,
+}
+
+/// What remembering a timer is counted as beside its key: the set's slot and the box.
+const KNOWN_OVERHEAD: usize = 48;
+
+impl Known {
+    /// Remembers timers of up to `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        Known {
+            keys: Default::default(),
+            bytes: 0,
+            limit,
+        }
+    }
+
+    /// True when the timer with database key `key` is known to be registered.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.keys.contains(key)
+    }
+
+    /// Remembers that the timer with database key `key` is registered.
+    pub fn insert(&mut self, key: &[u8]) {
+        if self.keys.contains(key) {
+            return;
+        }
+        if self.bytes + key.len() + KNOWN_OVERHEAD > self.limit {
+            self.keys.clear();
+            self.bytes = 0;
+        }
+        self.keys.insert(key.into());
+        self.bytes += key.len() + KNOWN_OVERHEAD;
+    }
+
+    /// Forgets the timer with database key `key` (deleted or fired).
+    pub fn remove(&mut self, key: &[u8]) {
+        if self.keys.remove(key) {
+            self.bytes -= key.len() + KNOWN_OVERHEAD;
+        }
     }
 }
 
@@ -206,6 +274,8 @@ mod tests {
             );
             let (start, end) = range(7, TimeDomain::EventTime);
             assert!(start <= *k && *k < end.unwrap());
+            let (from, _) = range_from(7, TimeDomain::EventTime, *time);
+            assert!(k.starts_with(&from), "a timer's key starts with its time's");
             let (start, _) = range(7, TimeDomain::ProcessingTime);
             assert!(
                 *k < start,
@@ -229,7 +299,10 @@ mod tests {
     fn heads_know_the_least_time_until_the_head_goes() {
         let mut h = Heads::unknown(10..13);
         assert_eq!(h.least(TimeDomain::EventTime), None);
-        assert_eq!(h.unknown_groups(TimeDomain::EventTime), [10, 11, 12]);
+        assert_eq!(
+            h.unknown_groups(TimeDomain::EventTime),
+            [(10, i64::MIN), (11, i64::MIN), (12, i64::MIN)]
+        );
         for kg in 10..13 {
             h.set(TimeDomain::EventTime, kg, Head::Empty);
         }
@@ -238,12 +311,40 @@ mod tests {
         h.registered(TimeDomain::EventTime, 12, 40);
         h.registered(TimeDomain::EventTime, 11, 30);
         assert_eq!(h.least(TimeDomain::EventTime), Some(Some(30)));
-        assert_eq!(h.due_groups(TimeDomain::EventTime, 45), [11, 12]);
+        assert_eq!(
+            h.due_groups(TimeDomain::EventTime, 45),
+            [(11, 30), (12, 40)]
+        );
         h.deleted(TimeDomain::EventTime, 12, 99);
         assert_eq!(h.least(TimeDomain::EventTime), Some(Some(30)), "not a head");
         h.deleted(TimeDomain::EventTime, 11, 30);
         assert_eq!(h.least(TimeDomain::EventTime), None);
-        assert_eq!(h.unknown_groups(TimeDomain::EventTime), [11]);
+        assert_eq!(h.unknown_groups(TimeDomain::EventTime), [(11, 30)]);
+        h.registered(TimeDomain::EventTime, 11, 20);
+        assert_eq!(
+            h.unknown_groups(TimeDomain::EventTime),
+            [(11, 20)],
+            "a timer registered below the floor lowers it"
+        );
         assert_eq!(h.least(TimeDomain::ProcessingTime), None, "domains apart");
+    }
+
+    #[test]
+    fn known_timers_are_forgotten_at_their_bound() {
+        let mut known = Known::new(3 * (KNOWN_OVERHEAD + 4));
+        for k in [b"aaaa", b"bbbb", b"cccc"] {
+            known.insert(k);
+        }
+        known.insert(b"aaaa");
+        assert!(known.contains(b"aaaa") && known.contains(b"cccc"));
+        known.remove(b"bbbb");
+        known.insert(b"dddd");
+        assert!(
+            known.contains(b"aaaa") && known.contains(b"dddd"),
+            "room again"
+        );
+        known.insert(b"eeee");
+        assert!(!known.contains(b"aaaa"), "over the bound: forgotten");
+        assert!(known.contains(b"eeee"));
     }
 }
