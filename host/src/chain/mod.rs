@@ -33,6 +33,11 @@ use crate::timers::{millis_at, now_millis};
 /// looping (each round firing what the one before registered) and the task fails.
 pub const MAX_TIMER_ROUNDS: usize = 1000;
 
+/// The most timers one `on-timers` call is given: a window over a million keys fires its
+/// million timers in calls of this many, so no call's input or output outgrows the
+/// instance's memory or its output limit.
+pub const TIMERS_PER_CALL: usize = 4096;
+
 /// The counter of records sent to side outputs that nothing reads.
 pub const SIDE_OUTPUT_DROPPED: &str = "side-output-dropped";
 
@@ -694,24 +699,41 @@ impl OperatorChain {
         Ok(())
     }
 
-    /// Fires operator `i`'s timers of `domain` due at `time`, again while firing them
-    /// registered more that are due — at most [`MAX_TIMER_ROUNDS`] times, so an operator
-    /// that keeps registering timers that are already due fails instead of holding the
-    /// task (no checkpoint, no stop) for ever.
+    /// Fires operator `i`'s timers of `domain` due at `time`, in calls of at most
+    /// [`TIMERS_PER_CALL`], and again while firing them registered more that are due — at
+    /// most [`MAX_TIMER_ROUNDS`] times, so an operator that keeps registering timers that
+    /// are already due fails instead of holding the task (no checkpoint, no stop) for
+    /// ever.
     fn fire_timers(&mut self, i: usize, domain: TimeDomain, time: i64) -> Result<()> {
-        for _ in 0..MAX_TIMER_ROUNDS {
+        // Full calls fire what was due when this began (at most as many as the instance
+        // holds), and then what calls registered that was due at once: rounds of those
+        // are counted, and so are full calls past what it held.
+        let held = self.operators[i].operator.state().timers_held();
+        let mut full_calls_left = held / TIMERS_PER_CALL + MAX_TIMER_ROUNDS;
+        let (mut drained, mut again) = (false, 0);
+        loop {
             let link = &mut self.operators[i];
-            let due = link.operator.state().pop_due_timers(domain, time);
-            let Some(timers) = due.map_err(|e| timer_failure(link, e))? else {
+            let due = link
+                .operator
+                .state()
+                .pop_due_timers(domain, time, TIMERS_PER_CALL);
+            let Some((timers, count)) = due.map_err(|e| timer_failure(link, e))? else {
                 return Ok(());
             };
+            if drained {
+                again += 1;
+            }
+            if count == TIMERS_PER_CALL {
+                full_calls_left = full_calls_left.saturating_sub(1);
+            }
+            if again >= MAX_TIMER_ROUNDS || full_calls_left == 0 {
+                break;
+            }
+            drained |= count < TIMERS_PER_CALL;
             let out = self.call(i, Call::OnTimers, |op| {
                 op.on_timers(&timers).map(Into::into)
             })?;
             self.push(i + 1, out.records, out.count, out.watermarks)?;
-        }
-        if self.next_timer(i, domain)?.is_none_or(|t| t > time) {
-            return Ok(());
         }
         let link = &mut self.operators[i];
         let domain = match domain {

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use sluice_codec::{Effect, EffectReader, TimeDomain};
+use sluice_codec::{Effect, EffectReader, TimeDomain, TimerWriter};
 
 use crate::network::BatchWatermark;
 use crate::state::lsm::LsmBackend;
@@ -579,29 +579,34 @@ impl OperatorState {
         }
     }
 
-    /// Removes the timers of `domain` due at `time` and returns them in the `timers`
-    /// encoding, by time and then key; `None` when none is due.
+    /// Removes the first `limit` timers of `domain` due at `time`, by time and then key,
+    /// and returns them in the `timers` encoding with their number; `None` when none is
+    /// due.
     pub fn pop_due_timers(
         &mut self,
         domain: TimeDomain,
         time: i64,
-    ) -> Result<Option<Vec<u8>>, StateError> {
-        let near = self.timers.pop_due(domain, time);
-        let Some(KeyedState::Lsm(lsm)) = self.keyed.as_mut() else {
-            return Ok(near);
-        };
-        if time < lsm.near_until(domain) {
-            return Ok(near);
+        limit: usize,
+    ) -> Result<Option<(Vec<u8>, usize)>, StateError> {
+        let mut out = TimerWriter::new();
+        let mut taken = self.timers.pop_due_into(&mut out, domain, time, limit);
+        if let Some(KeyedState::Lsm(lsm)) = self.keyed.as_mut()
+            && taken < limit
+            && time >= lsm.near_until(domain)
+        {
+            taken += lsm.pop_due_timers(&mut out, domain, time, limit - taken)?;
+            lsm.raise_near_until(domain)?;
         }
-        let far = lsm.pop_due_timers(domain, time)?;
-        lsm.raise_near_until(domain)?;
-        Ok(match (near, far) {
-            (Some(mut near), Some(far)) => {
-                near.extend_from_slice(&far);
-                Some(near)
-            }
-            (near, far) => near.or(far),
-        })
+        Ok((taken > 0).then(|| (out.into_bytes(), taken)))
+    }
+
+    /// About how many timers the instance holds (at least as many as it does).
+    pub fn timers_held(&self) -> usize {
+        self.timers.len()
+            + self.keyed.as_ref().map_or(0, |k| match k {
+                KeyedState::Lsm(b) => b.len(),
+                KeyedState::Heap(_) => 0,
+            })
     }
 
     /// Adds `delta` to counter `name`, within the instance's limits on counters.

@@ -367,3 +367,36 @@ fn records_emitted_in_close_fail_the_call() {
         "{e}"
     );
 }
+
+/// A watermark that makes ten thousand timers due at one time (a window over ten thousand
+/// keys) fires them in calls of at most [`TIMERS_PER_CALL`], every one once, in time and
+/// key order.
+#[test]
+fn many_due_timers_fire_in_calls_of_a_bounded_size() {
+    let log = Log::default();
+    let mut c = chain(vec![scripted("a", true, &log, silent())]);
+    let timers = &mut c.operators_mut()[0].operator.state().timers;
+    for k in 0..10_000u32 {
+        timers.register(TimeDomain::EventTime, 7, format!("k{k:05}").as_bytes());
+    }
+    timers.register(TimeDomain::EventTime, 3, b"early");
+    c.process(0, batch(&["r0"]), 1, vec![at(1, 10)]).unwrap();
+    let log = log.lock();
+    let calls: Vec<Vec<i64>> = log
+        .iter()
+        .filter_map(|l| l.strip_prefix("a timers "))
+        .map(|t| serde_json::from_str(t).unwrap())
+        .collect();
+    let sizes: Vec<usize> = calls.iter().map(Vec::len).collect();
+    assert_eq!(
+        sizes,
+        [
+            TIMERS_PER_CALL,
+            TIMERS_PER_CALL,
+            10_001 - 2 * TIMERS_PER_CALL
+        ]
+    );
+    assert_eq!(calls[0][0], 3, "the earliest first");
+    assert!(calls.concat()[1..].iter().all(|t| *t == 7));
+    assert!(c.operators_mut()[0].operator.state().timers.is_empty());
+}

@@ -595,20 +595,24 @@ impl LsmBackend {
         }
     }
 
-    /// Removes the timers of `domain` due at `time` (at or before it) and returns them in
-    /// the `timers` encoding, by time and then key, as the heap's queues do; `None` when
-    /// none is due.
+    /// Removes the first `limit` timers of `domain` due at `time` (at or before it), by
+    /// time and then key as the heap's queues give them, and appends them to `out`;
+    /// returns how many. The due key groups' timers are merged, each group read from its
+    /// head: a round reads what it takes and one more per group.
     pub fn pop_due_timers(
         &mut self,
+        out: &mut TimerWriter,
         domain: TimeDomain,
         time: i64,
-    ) -> Result<Option<Vec<u8>>, StateError> {
-        if self.next_timer(domain)?.is_none_or(|t| t > time) {
-            return Ok(None);
+        limit: usize,
+    ) -> Result<usize, StateError> {
+        if limit == 0 || self.next_timer(domain)?.is_none_or(|t| t > time) {
+            return Ok(0);
         }
         self.commit()?;
-        let mut due: Vec<(i64, Vec<u8>)> = Vec::new();
-        for (kg, head) in self.timers.due_groups(domain, time) {
+        let groups = self.timers.due_groups(domain, time);
+        let mut cursors = Vec::with_capacity(groups.len());
+        for &(kg, head) in &groups {
             let (start, end) = timers::range_from(kg, domain, head);
             let mut read = ReadOptions::default();
             if let Some(end) = end {
@@ -616,30 +620,45 @@ impl LsmBackend {
             }
             let mut it = self.store.db.raw_iterator_opt(read);
             it.seek(&start);
-            let mut head = Head::Empty;
-            while let Some(k) = it.key() {
-                let Some((_, at, key)) = timer_of(&k[GROUP_BYTES..]) else {
-                    break;
-                };
-                if at > time {
-                    head = Head::At(at);
-                    break;
-                }
-                due.push((at, key.to_vec()));
-                self.timer_writes.delete(k);
-                self.known_timers.remove(k);
-                it.next();
+            cursors.push(it);
+        }
+        // The next due timer of each group, least first: a timer's key after its group
+        // sorts as (time, key) within a domain.
+        let due = |k: &[u8]| timer_of(&k[GROUP_BYTES..]).is_some_and(|(_, at, _)| at <= time);
+        let mut next = std::collections::BinaryHeap::new();
+        for (i, it) in cursors.iter().enumerate() {
+            if let Some(k) = it.key().filter(|k| due(k)) {
+                next.push(std::cmp::Reverse((k[GROUP_BYTES..].to_vec(), i)));
             }
-            it.status().map_err(storage_error)?;
+        }
+        let mut taken = 0;
+        while taken < limit
+            && let Some(std::cmp::Reverse((composite, i))) = next.pop()
+        {
+            let (_, at, key) = timer_of(&composite).expect("a timer's key");
+            out.push(domain, at, key);
+            self.key.clear();
+            self.key.extend_from_slice(&group_start(groups[i].0));
+            self.key.extend_from_slice(&composite);
+            self.timer_writes.delete(&self.key);
+            self.known_timers.remove(&self.key);
+            taken += 1;
+            let it = &mut cursors[i];
+            it.next();
+            if let Some(k) = it.key().filter(|k| due(k)) {
+                next.push(std::cmp::Reverse((k[GROUP_BYTES..].to_vec(), i)));
+            }
+        }
+        for (it, &(kg, _)) in cursors.iter().zip(&groups) {
+            let head = match it.key().and_then(|k| timer_of(&k[GROUP_BYTES..])) {
+                Some((_, at, _)) => Head::At(at),
+                None => it.status().map_err(storage_error).map(|()| Head::Empty)?,
+            };
             self.timers.set(domain, kg, head);
         }
+        drop(cursors);
         self.commit()?;
-        due.sort_unstable();
-        let mut out = TimerWriter::new();
-        for (at, key) in &due {
-            out.push(domain, *at, key);
-        }
-        Ok((!out.is_empty()).then(|| out.into_bytes()))
+        Ok(taken)
     }
 
     /// The synchronous part of checkpoint `id`: switches the memtable and starts the link

@@ -106,19 +106,51 @@ impl TimerQueues {
     /// Removes the timers of `domain` due at `time` (timestamp ≤ time) and returns them
     /// in the `timers` encoding, in order; `None` when none is due.
     pub fn pop_due(&mut self, domain: TimeDomain, time: i64) -> Option<Vec<u8>> {
-        let queue = self.queue(domain);
         let mut out = TimerWriter::new();
-        while let Some(ts) = queue.times.get_min().map(|(ts, _)| *ts)
+        self.pop_due_into(&mut out, domain, time, usize::MAX);
+        (!out.is_empty()).then(|| out.into_bytes())
+    }
+
+    /// Removes the first `limit` timers of `domain` due at `time`, by time and then key,
+    /// and appends them to `out`; returns how many.
+    pub fn pop_due_into(
+        &mut self,
+        out: &mut TimerWriter,
+        domain: TimeDomain,
+        time: i64,
+        limit: usize,
+    ) -> usize {
+        let queue = self.queue(domain);
+        let mut taken = 0;
+        while taken < limit
+            && let Some((ts, keys)) = queue.times.get_min().map(|(ts, keys)| (*ts, keys.clone()))
             && ts <= time
         {
-            let keys = queue.times.remove(&ts).expect("looked up");
-            queue.len -= keys.len();
-            for key in Queue::sorted(&keys) {
-                queue.key_bytes -= key.len();
-                out.push(domain, ts, key);
+            if keys.len() <= limit - taken {
+                let keys = queue.times.remove(&ts).expect("looked up");
+                queue.len -= keys.len();
+                for key in Queue::sorted(&keys) {
+                    queue.key_bytes -= key.len();
+                    out.push(domain, ts, key);
+                }
+                taken += keys.len();
+                continue;
             }
+            // Part of a time's keys: the first ones in key order, selected without sorting
+            // them all (a window over a million keys fires a million timers at one time).
+            let want = limit - taken;
+            let mut all: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+            all.select_nth_unstable(want - 1);
+            all.truncate(want);
+            all.sort_unstable();
+            let first: Vec<Box<[u8]>> = all.into_iter().map(Box::from).collect();
+            for key in &first {
+                out.push(domain, ts, key);
+                queue.remove(ts, key);
+            }
+            taken = limit;
         }
-        (!out.is_empty()).then(|| out.into_bytes())
+        taken
     }
 
     /// All timers of `domain`, in order.
@@ -132,11 +164,7 @@ impl TimerQueues {
     /// Removes `domain`'s timers at its latest times, all of a time together, until at
     /// least `count` are removed; returns the earliest time removed and the timers, or
     /// `None` when there is none.
-    pub fn pop_latest(
-        &mut self,
-        domain: TimeDomain,
-        count: usize,
-    ) -> Option<(i64, Taken)> {
+    pub fn pop_latest(&mut self, domain: TimeDomain, count: usize) -> Option<(i64, Taken)> {
         let queue = self.queue(domain);
         let mut removed = Vec::new();
         let mut earliest = None;
@@ -244,6 +272,46 @@ mod tests {
         assert_eq!(keys, [b"a", b"b", b"c", b"m"]);
         assert!(q.is_empty());
         assert_eq!(copy.len(), 4);
+    }
+
+    #[test]
+    fn due_timers_come_out_a_limited_number_at_a_time_in_order() {
+        let mut q = TimerQueues::new();
+        let mut all = TimerQueues::new();
+        for (ts, k) in [
+            (3, "b"),
+            (1, "z"),
+            (3, "a"),
+            (3, "d"),
+            (3, "c"),
+            (2, "m"),
+            (9, "x"),
+        ] {
+            q.register(TimeDomain::EventTime, ts, k.as_bytes());
+            all.register(TimeDomain::EventTime, ts, k.as_bytes());
+        }
+        let mut chunks = Vec::new();
+        loop {
+            let mut out = TimerWriter::new();
+            let n = q.pop_due_into(&mut out, TimeDomain::EventTime, 5, 3);
+            if n == 0 {
+                break;
+            }
+            chunks.push(decode(&out.into_bytes()));
+        }
+        let keys = |c: &Vec<(i64, Vec<u8>)>| {
+            c.iter()
+                .map(|(t, k)| format!("{t}{}", String::from_utf8_lossy(k)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let chunks: Vec<String> = chunks.iter().map(keys).collect();
+        assert_eq!(chunks, ["1z 2m 3a", "3b 3c 3d"]);
+        assert_eq!((q.len(), q.key_bytes()), (1, 1));
+        assert_eq!(
+            keys(&decode(&all.pop_due(TimeDomain::EventTime, 5).unwrap())),
+            "1z 2m 3a 3b 3c 3d"
+        );
     }
 
     #[test]
