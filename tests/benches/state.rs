@@ -6,12 +6,17 @@
 //!   at the default. The heap backend is given `state_mb = 8192` (the default 1024 is too
 //!   little for it); `rocksdb` runs with the defaults.
 //! - `small vocabulary`: `SMALL_LINES` lines (default 1,000,000) of 8 words out of 1,000.
+//! - `many timers`: `window` summing `WINDOW_EVENTS` generated events (default 2,000,000)
+//!   over as many keys in tumbling windows of 1,000 s: a timer per key and window, about
+//!   1.3 M at a time at the default, all due together when a window ends. The heap backend
+//!   is given `state_mb = 8192`.
 //!
 //! Both with checkpoints every second, file → file. Prints per backend the median wall
 //! time, the peak resident memory of the process, the bytes all checkpoints wrote, the
 //! last checkpoint's whole state, their ratio, and the median synchronous part; then
 //! rocksdb's speed as a fraction of the heap's. Each run's time and ratio go to stderr
-//! as it ends. `BACKENDS=rocksdb` (or `heap`) runs one backend only.
+//! as it ends. `BACKENDS=rocksdb` (or `heap`) runs one backend only, `CASES=many timers`
+//! (names, comma-separated) some cases only.
 //!
 //! With `RECOVERY_LINES` (e.g. 33,000,000: about 100 M keys), instead, the recovery of a
 //! `rocksdb` run of the many-keys job over that many lines: SIGKILLed after
@@ -28,8 +33,41 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sluice_tests::bench::env_or;
-use sluice_tests::plugins::{COUNT, TOKENIZE};
+use sluice_tests::plugins::{COUNT, TOKENIZE, WINDOW};
 use sluice_tests::{scratch_root, test_dir};
+
+/// `window` summing `events` generated events over as many keys in tumbling windows of
+/// 1,000 s, its keyed state and timers in `backend`.
+fn windows_job(events: u64, backend: &str) -> String {
+    format!(
+        r#"
+name = "timers-{backend}"
+[source]
+type = "generator"
+shape = "events"
+records = {events}
+keys = {events}
+step_ms = 1
+jitter_ms = 1000
+timestamp = {{ field = 0 }}
+out_of_orderness_ms = 2000
+[[operator]]
+name = "window"
+plugin = "{WINDOW}"
+key_by = {{ field = 1 }}
+config = {{ kind = "tumbling", size-ms = 1000000, aggregate = "sum" }}
+[sink]
+type = "file"
+path = "out.tsv"
+format = "key-value"
+[checkpoint]
+interval_ms = 1000
+dir = "checkpoints"
+[state]
+backend = "{backend}"
+"#
+    )
+}
 
 /// What one run measured.
 struct Measured {
@@ -263,12 +301,28 @@ fn main() {
         return;
     }
     let roomy = "[defaults]\nstate_mb = 8192\ntenant_state_mb = 16384\n";
-    let cases = [
-        ("many keys", lines, 3, 1_000_000_000),
-        ("small vocabulary", small, 8, 1_000),
+    let events = env_or("WINDOW_EVENTS", 2_000_000);
+    type Job = Box<dyn Fn(&str) -> String>;
+    let cases: [(String, Job); 3] = [
+        (
+            format!("many keys: {lines} lines of 3 words out of 1000000000"),
+            Box::new(move |b| job(lines, 3, 1_000_000_000, b)),
+        ),
+        (
+            format!("small vocabulary: {small} lines of 8 words out of 1000"),
+            Box::new(move |b| job(small, 8, 1_000, b)),
+        ),
+        (
+            format!("many timers: {events} events over {events} keys, 1000 s tumbling windows"),
+            Box::new(move |b| windows_job(events, b)),
+        ),
     ];
-    for (name, lines, words, vocabulary) in cases {
-        println!("{name}: {lines} lines of {words} words out of {vocabulary}");
+    let only_cases = std::env::var("CASES").unwrap_or_default();
+    for (name, job) in cases {
+        if !only_cases.split(',').any(|c| name.starts_with(c)) {
+            continue;
+        }
+        println!("{name}");
         let only = std::env::var("BACKENDS").unwrap_or_default();
         let mut results: Vec<(&str, Vec<Measured>)> = ["heap", "rocksdb"]
             .into_iter()
@@ -279,11 +333,7 @@ fn main() {
             for (backend, measured) in &mut results {
                 let backend: &str = backend;
                 let host = if backend == "heap" { roomy } else { "" };
-                let m = run(
-                    &root.join(backend),
-                    &job(lines, words, vocabulary, backend),
-                    host,
-                );
+                let m = run(&root.join(backend), &job(backend), host);
                 eprintln!(
                     "    {backend}: {:.2} s, wrote / state {:.2}×",
                     m.wall.as_secs_f64(),
@@ -294,6 +344,15 @@ fn main() {
         }
         let mut walls = Vec::new();
         for (backend, measured) in &mut results {
+            let mut ratios: Vec<f64> = measured
+                .iter()
+                .map(|m| m.written as f64 / m.full.max(1) as f64)
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            println!(
+                "  {backend:<8} wrote / last state, median of the runs: {:.2}×",
+                ratios[ratios.len() / 2]
+            );
             measured.sort_by_key(|m| m.wall);
             let m = &measured[measured.len() / 2];
             walls.push(m.wall);
