@@ -582,13 +582,7 @@ impl LsmBackend {
 
     /// Group `kg`'s earliest timer of `domain`, none of which is before `floor`, read.
     fn first_timer(&self, kg: u32, domain: TimeDomain, floor: i64) -> Result<Head, StateError> {
-        let (start, end) = timers::range_from(kg, domain, floor);
-        let mut read = ReadOptions::default();
-        if let Some(end) = end {
-            read.set_iterate_upper_bound(end);
-        }
-        let mut it = self.store.db.raw_iterator_opt(read);
-        it.seek(&start);
+        let it = timer_cursor(&self.store.db, kg, domain, floor, true);
         match it.key().and_then(|k| timer_of(&k[GROUP_BYTES..])) {
             Some((_, time, _)) => Ok(Head::At(time)),
             None => it.status().map_err(storage_error).map(|()| Head::Empty),
@@ -613,14 +607,7 @@ impl LsmBackend {
         let groups = self.timers.due_groups(domain, time);
         let mut cursors = Vec::with_capacity(groups.len());
         for &(kg, head) in &groups {
-            let (start, end) = timers::range_from(kg, domain, head);
-            let mut read = ReadOptions::default();
-            if let Some(end) = end {
-                read.set_iterate_upper_bound(end);
-            }
-            let mut it = self.store.db.raw_iterator_opt(read);
-            it.seek(&start);
-            cursors.push(it);
+            cursors.push(timer_cursor(&self.store.db, kg, domain, head, true));
         }
         // The next due timer of each group, least first: a timer's key after its group
         // sorts as (time, key) within a domain.
@@ -966,6 +953,26 @@ pub(crate) fn read_entries(
 #[cfg(test)]
 mod tests;
 
+/// An iterator over `domain`'s timers of key group `kg` in `db`, at the first at or after
+/// `from`; what it reads goes into the block cache when `cache`.
+fn timer_cursor(
+    db: &DB,
+    kg: u32,
+    domain: TimeDomain,
+    from: i64,
+    cache: bool,
+) -> rocksdb::DBRawIterator<'_> {
+    let (start, end) = timers::range_from(kg, domain, from);
+    let mut read = ReadOptions::default();
+    if let Some(end) = end {
+        read.set_iterate_upper_bound(end);
+    }
+    read.fill_cache(cache);
+    let mut it = db.raw_iterator_opt(read);
+    it.seek(&start);
+    it
+}
+
 /// Calls `f(domain, time, key)` for every timer of key groups `range` in the database in
 /// `path` (opened read only), by key group, domain and time. Seeks to each group's
 /// timers: state entries are never read.
@@ -978,14 +985,7 @@ pub(crate) fn read_timers(
         .with_context(|| format!("opening the state database in {}", path.display()))?;
     for kg in range {
         for domain in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
-            let (start, end) = timers::range(kg, domain);
-            let mut read = ReadOptions::default();
-            if let Some(end) = end {
-                read.set_iterate_upper_bound(end);
-            }
-            read.fill_cache(false);
-            let mut it = db.raw_iterator_opt(read);
-            it.seek(&start);
+            let mut it = timer_cursor(&db, kg, domain, i64::MIN, false);
             while let Some((_, time, key)) = it.key().and_then(|k| timer_of(&k[GROUP_BYTES..])) {
                 f(domain, time, key)?;
                 it.next();
