@@ -13,11 +13,16 @@
 //! - `cluster`: topic → topic over two hosts (`sluice run --cluster`); one of them, by
 //!   chance, is SIGKILLed and started again, once the other took its units over, while
 //!   input keeps coming; the same check.
+//! - `windows` (not in the default set): event-time sliding windows with allowed lateness
+//!   over 5,000 keys (a timer per key and window: with `rocksdb`'s least memory most are
+//!   in its database), file → file at parallelism 1 and 4, compared line by line with a
+//!   failure-free run on the heap. On `STATE_BACKEND` as `file`.
 //!
 //! ```text
 //! cargo bench -p sluice-tests --bench soak                 # all three
 //! SOAK=kafka,cluster KILLS=20 cargo bench -p sluice-tests --bench soak
 //! SOAK=file STATE_BACKEND=rocksdb cargo bench -p sluice-tests --bench soak
+//! SOAK=windows STATE_BACKEND=rocksdb cargo bench -p sluice-tests --bench soak
 //! ```
 //!
 //! The Kafka soaks use the broker in `SLUICE_KAFKA`, or start one.
@@ -32,7 +37,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_tests::cluster::{owned_units, spawn_host, started_units};
 use sluice_tests::kafka::{BenchBroker, Read, create_topic, produce, read_committed, unique_topic};
-use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE};
+use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE, WINDOW};
 use sluice_tests::{
     expected_word_counts, run_job, sample_text, sluice_run, test_dir, throttled_wordcount,
     write_job,
@@ -137,7 +142,18 @@ fn soak(parallelism: u32, kills: usize, seed: &mut u64) {
     let started = Instant::now();
     let killed = kill_loop(&job, &dir.join("checkpoints"), kills, seed);
     let output = std::fs::read_to_string(dir.join("out/counts.tsv")).unwrap();
-    let (want, got) = (multiset(&reference), multiset(&output));
+    let (lost, duplicated) = line_diff(&reference, &output);
+    println!(
+        "file, {backend}, parallelism {parallelism}: {killed} kills in {:.0} s, {} lines expected, {lost} lost, {duplicated} duplicated",
+        started.elapsed().as_secs_f64(),
+        reference.lines().count()
+    );
+}
+
+/// Lines of `reference` missing from `output`, and lines of `output` past `reference`'s,
+/// counting repeats.
+fn line_diff(reference: &str, output: &str) -> (i64, i64) {
+    let (want, got) = (multiset(reference), multiset(output));
     let mut lost = 0;
     let mut duplicated = 0;
     for (line, n) in &want {
@@ -153,8 +169,66 @@ fn soak(parallelism: u32, kills: usize, seed: &mut u64) {
         .filter(|(line, _)| !want.contains_key(*line))
         .map(|(_, n)| n)
         .sum::<i64>();
+    (lost, duplicated)
+}
+
+/// The windows soak's job: sliding windows with allowed lateness over 5,000 keys of
+/// `records` generated events at `rate` a second (none for as fast as it goes), its state
+/// and timers in `backend`.
+fn windows_job(parallelism: u32, records: u64, rate: Option<f64>, backend: &str) -> String {
+    let rate = rate.map_or(String::new(), |r| format!("rate = {r:.1}\n"));
+    format!(
+        r#"
+name = "windowed"
+[source]
+type = "generator"
+shape = "events"
+records = {records}
+keys = 5000
+step_ms = 1
+jitter_ms = 1000
+{rate}timestamp = {{ field = 0 }}
+out_of_orderness_ms = 250
+[[operator]]
+name = "window"
+plugin = "{WINDOW}"
+parallelism = {parallelism}
+key_by = {{ field = 1 }}
+config = {{ kind = "sliding", size-ms = 1000, slide-ms = 250, aggregate = "sum", allowed-lateness-ms = 100 }}
+[sink]
+type = "file"
+path = "out/counts.tsv"
+format = "key-value"
+[checkpoint]
+interval_ms = 100
+dir = "checkpoints"
+[runtime]
+batch_size = 10
+[state]
+backend = "{backend}"
+memory_mb = 8
+"#
+    )
+}
+
+fn windows_soak(parallelism: u32, kills: usize, seed: &mut u64) {
+    let records = 5_000 * (kills as u64 + 2);
+    let backend = std::env::var("STATE_BACKEND").unwrap_or_else(|_| "heap".into());
+    let reference_dir = test_dir(&format!("soak-windows-reference-{parallelism}"));
+    let reference_job = windows_job(parallelism, records, None, "heap");
+    run_job(&write_job(&reference_dir, &reference_job)).expect("the failure-free run");
+    let reference = std::fs::read_to_string(reference_dir.join("out/counts.tsv")).unwrap();
+    let dir = test_dir(&format!("soak-windows-{parallelism}"));
+    let job = write_job(
+        &dir,
+        &windows_job(parallelism, records, Some(5000.0), &backend),
+    );
+    let started = Instant::now();
+    let killed = kill_loop(&job, &dir.join("checkpoints"), kills, seed);
+    let output = std::fs::read_to_string(dir.join("out/counts.tsv")).unwrap();
+    let (lost, duplicated) = line_diff(&reference, &output);
     println!(
-        "file, {backend}, parallelism {parallelism}: {killed} kills in {:.0} s, {} lines expected, {lost} lost, {duplicated} duplicated",
+        "windows, {backend}, parallelism {parallelism}: {killed} kills in {:.0} s, {} lines expected, {lost} lost, {duplicated} duplicated",
         started.elapsed().as_secs_f64(),
         reference.lines().count()
     );
@@ -364,6 +438,11 @@ fn main() {
     if soaks.contains(&"file") {
         for parallelism in [1, 4] {
             soak(parallelism, kills, &mut seed);
+        }
+    }
+    if soaks.contains(&"windows") {
+        for parallelism in [1, 4] {
+            windows_soak(parallelism, kills, &mut seed);
         }
     }
     if soaks.contains(&"kafka") || soaks.contains(&"cluster") {
