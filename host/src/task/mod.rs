@@ -446,7 +446,10 @@ impl StreamTask {
         let mut watermarks = Vec::new();
         let mut became_active = false;
         let records = if count > 0 {
-            reader.last_record = Instant::now();
+            // Read only by the idle timeout: no clock read per batch without one.
+            if reader.idle_timeout.is_some() {
+                reader.last_record = Instant::now();
+            }
             became_active = std::mem::replace(&mut reader.idle, false);
             let records = match &reader.event_time {
                 // Stamped by the source, with a watermark per split (a Kafka partition).
