@@ -11,8 +11,8 @@ mod operator;
 mod tests;
 
 pub use operator::{
-    Call, CallError, CallOutput, InputInfo, OpenInfo, Operator, OperatorFailure, OperatorIdentity,
-    OperatorState, ProcessOutput, TrapKind,
+    Call, CallError, CallOutput, Firing, InputInfo, OpenInfo, Operator, OperatorFailure,
+    OperatorIdentity, OperatorState, ProcessOutput, TrapKind,
 };
 
 use std::sync::Arc;
@@ -705,35 +705,16 @@ impl OperatorChain {
     /// are already due fails instead of holding the task (no checkpoint, no stop) for
     /// ever.
     fn fire_timers(&mut self, i: usize, domain: TimeDomain, time: i64) -> Result<()> {
-        // Full calls fire what was due when this began (at most as many as the instance
-        // holds), and then what calls registered that was due at once: rounds of those
-        // are counted, and so are full calls past what it held.
-        let held = self.operators[i].operator.state().timers_held();
-        let mut full_calls_left = held / TIMERS_PER_CALL + MAX_TIMER_ROUNDS;
-        let (mut drained, mut again) = (false, 0);
-        loop {
-            let link = &mut self.operators[i];
-            let due = link
-                .operator
-                .state()
-                .pop_due_timers(domain, time, TIMERS_PER_CALL);
-            let Some((timers, count)) = due.map_err(|e| timer_failure(link, e))? else {
-                return Ok(());
-            };
-            if drained {
-                again += 1;
-            }
-            if count == TIMERS_PER_CALL {
-                full_calls_left = full_calls_left.saturating_sub(1);
-            }
-            if again >= MAX_TIMER_ROUNDS || full_calls_left == 0 {
-                break;
-            }
-            drained |= count < TIMERS_PER_CALL;
-            let out = self.call(i, Call::OnTimers, |op| {
-                op.on_timers(&timers).map(Into::into)
-            })?;
-            self.push(i + 1, out.records, out.count, out.watermarks)?;
+        let state = self.operators[i].operator.state();
+        state.firing = Some(Firing {
+            domain,
+            time,
+            due_again: 0,
+        });
+        let fired = self.fire_due_timers(i, domain, time);
+        self.operators[i].operator.state().firing = None;
+        if !fired? {
+            return Ok(());
         }
         let link = &mut self.operators[i];
         let domain = match domain {
@@ -751,6 +732,36 @@ impl OperatorChain {
             )),
         }
         .into())
+    }
+
+    /// Fires what [`fire_timers`](Self::fire_timers) does; returns true when it stopped
+    /// because the operator kept registering timers that were due at once: more rounds
+    /// than [`MAX_TIMER_ROUNDS`] after the timers due at the start were all fired, or more
+    /// such timers than that many full calls take. Timers that were due at the start fire
+    /// however many there are.
+    fn fire_due_timers(&mut self, i: usize, domain: TimeDomain, time: i64) -> Result<bool> {
+        let (mut drained, mut again) = (false, 0);
+        loop {
+            let link = &mut self.operators[i];
+            let state = link.operator.state();
+            let due_again = state.firing.map_or(0, |f| f.due_again);
+            let due = state.pop_due_timers(domain, time, TIMERS_PER_CALL);
+            let Some((timers, count)) = due.map_err(|e| timer_failure(link, e))? else {
+                return Ok(false);
+            };
+            if drained {
+                again += 1;
+            }
+            if again >= MAX_TIMER_ROUNDS || due_again > (MAX_TIMER_ROUNDS * TIMERS_PER_CALL) as u64
+            {
+                return Ok(true);
+            }
+            drained |= count < TIMERS_PER_CALL;
+            let out = self.call(i, Call::OnTimers, |op| {
+                op.on_timers(&timers).map(Into::into)
+            })?;
+            self.push(i + 1, out.records, out.count, out.watermarks)?;
+        }
     }
 
     /// The time of operator `i`'s earliest timer of `domain`.

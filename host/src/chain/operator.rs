@@ -327,6 +327,21 @@ pub struct OperatorState {
     pub account: Account,
     /// What its counter names hold, as [`COUNTER_BYTES`] counts them.
     pub counter_bytes: u64,
+    /// While timers of a domain fire at a time: that domain and time, and how many timers
+    /// the calls firing them registered that are due at once.
+    pub firing: Option<Firing>,
+}
+
+/// Timers of `domain` firing at `time`, and the timers already due at it that the calls
+/// firing them registered.
+#[derive(Debug, Clone, Copy)]
+pub struct Firing {
+    /// The domain firing.
+    pub domain: TimeDomain,
+    /// The time it fires at.
+    pub time: i64,
+    /// Timers registered since, due at once.
+    pub due_again: u64,
 }
 
 /// What the host counts one timer as holding beside its key: its place in the
@@ -351,6 +366,7 @@ impl OperatorState {
             outputs: Vec::new(),
             account: Account::default(),
             counter_bytes: 0,
+            firing: None,
         }
     }
 
@@ -477,6 +493,12 @@ impl OperatorState {
                     )));
                 }
                 self.check_timer_key(key).map_err(CallError::Contract)?;
+                if let Some(f) = self.firing.as_mut()
+                    && f.domain == domain
+                    && timestamp <= f.time
+                {
+                    f.due_again += 1;
+                }
                 self.register_timer(domain, timestamp, key)
                     .map_err(|e| CallError::Failed(format!("registering a timer: {e}")))
             }
@@ -598,15 +620,6 @@ impl OperatorState {
             lsm.raise_near_until(domain)?;
         }
         Ok((taken > 0).then(|| (out.into_bytes(), taken)))
-    }
-
-    /// About how many timers the instance holds (at least as many as it does).
-    pub fn timers_held(&self) -> usize {
-        self.timers.len()
-            + self.keyed.as_ref().map_or(0, |k| match k {
-                KeyedState::Lsm(b) => b.len(),
-                KeyedState::Heap(_) => 0,
-            })
     }
 
     /// Adds `delta` to counter `name`, within the instance's limits on counters.

@@ -13,6 +13,9 @@ type Log = Arc<Mutex<Vec<String>>>;
 /// What a scripted operator's `process_batch` returns, given the batch.
 type Script = Box<dyn FnMut(&[u8], &[BatchWatermark]) -> ProcessOutput + Send>;
 
+/// The effects a scripted operator's `on_timers` returns, given its timers.
+type TimerScript = Box<dyn FnMut(&[u8]) -> Vec<u8> + Send>;
+
 /// An operator that logs its calls and answers `process_batch` from a script.
 struct Scripted {
     identity: OperatorIdentity,
@@ -22,6 +25,8 @@ struct Scripted {
     script: Script,
     /// What `close` emits.
     close_emits: Vec<&'static str>,
+    /// The effects `on_timers` returns, given its timers.
+    timer_effects: Option<TimerScript>,
 }
 
 impl Scripted {
@@ -77,7 +82,14 @@ impl Operator for Scripted {
             .map(|t| t.unwrap().timestamp)
             .collect();
         self.note(format!("timers {times:?}"));
-        Ok(CallOutput::default())
+        let effects = self
+            .timer_effects
+            .as_mut()
+            .map_or(Vec::new(), |f| f(timers));
+        Ok(CallOutput {
+            records: Vec::new(),
+            effects,
+        })
     }
     fn snapshot(&mut self, _: u64) -> Result<Vec<u8>, CallError> {
         Ok(Vec::new())
@@ -103,22 +115,27 @@ impl Operator for Scripted {
 }
 
 fn scripted(name: &str, takes_watermarks: bool, log: &Log, script: Script) -> ChainedOperator {
+    link(Scripted {
+        identity: OperatorIdentity {
+            tenant: "t".into(),
+            job: "j".into(),
+            operator: name.into(),
+            subtask: 0,
+            parallelism: 1,
+        },
+        state: OperatorState::new(None),
+        log: log.clone(),
+        takes_watermarks,
+        script,
+        close_emits: Vec::new(),
+        timer_effects: None,
+    })
+}
+
+fn link(operator: Scripted) -> ChainedOperator {
     ChainedOperator {
-        operator: Box::new(Scripted {
-            identity: OperatorIdentity {
-                tenant: "t".into(),
-                job: "j".into(),
-                operator: name.into(),
-                subtask: 0,
-                parallelism: 1,
-            },
-            state: OperatorState::new(None),
-            log: log.clone(),
-            takes_watermarks,
-            script,
-            close_emits: Vec::new(),
-        }),
-        state_id: name.into(),
+        state_id: operator.identity.operator.clone(),
+        operator: Box::new(operator),
         open_info: OpenInfo::default(),
         metrics: Arc::default(),
     }
@@ -355,6 +372,7 @@ fn records_emitted_in_close_fail_the_call() {
             takes_watermarks: false,
             script: silent(),
             close_emits: vec!["late", "later"],
+            timer_effects: None,
         }),
         ..scripted("closer", false, &log, silent())
     };
@@ -399,4 +417,60 @@ fn many_due_timers_fire_in_calls_of_a_bounded_size() {
     assert_eq!(calls[0][0], 3, "the earliest first");
     assert!(calls.concat()[1..].iter().all(|t| *t == 7));
     assert!(c.operators_mut()[0].operator.state().timers.is_empty());
+}
+
+/// An operator that answers every `on-timers` with as many new timers, all due at once,
+/// never lets the due set drain: it is cut after [`MAX_TIMER_ROUNDS`] calls' worth of
+/// them, with the limit's message, instead of holding its task for ever.
+#[test]
+fn an_operator_refilling_its_due_timers_is_cut() {
+    let log = Log::default();
+    let mut next = 0u64;
+    let refill = move |timers: &[u8]| {
+        let mut w = sluice_codec::EffectWriter::new();
+        for _ in TimerReader::new(timers) {
+            next += 1;
+            w.push(sluice_codec::Effect::RegisterTimer {
+                domain: TimeDomain::EventTime,
+                timestamp: 5,
+                key: format!("n{next}").as_bytes(),
+            });
+        }
+        w.take()
+    };
+    let mut c = chain(vec![link(Scripted {
+        identity: OperatorIdentity {
+            tenant: "t".into(),
+            job: "j".into(),
+            operator: "a".into(),
+            subtask: 0,
+            parallelism: 1,
+        },
+        state: OperatorState::new(None),
+        log: log.clone(),
+        takes_watermarks: true,
+        script: silent(),
+        close_emits: Vec::new(),
+        timer_effects: Some(Box::new(refill)),
+    })]);
+    let timers = &mut c.operators_mut()[0].operator.state().timers;
+    for k in 0..TIMERS_PER_CALL {
+        timers.register(TimeDomain::EventTime, 5, format!("k{k}").as_bytes());
+    }
+    let err = c
+        .process(0, batch(&["r0"]), 1, vec![at(1, 10)])
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("rounds of `on-timers`"),
+        "{err:#}"
+    );
+    let calls = log
+        .lock()
+        .iter()
+        .filter(|l| l.starts_with("a timers"))
+        .count();
+    assert!(
+        (MAX_TIMER_ROUNDS..=MAX_TIMER_ROUNDS + 2).contains(&calls),
+        "{calls} calls"
+    );
 }
