@@ -11,8 +11,8 @@ use crossbeam_channel::unbounded;
 use sluice::job::{JobControl, JobOutcome, RestorePoint};
 use sluice_tests::plugins::WINDOW;
 use sluice_tests::{
-    TestJob, final_counts, final_counts_any_order, run_job, test_dir, throttled_wordcount,
-    write_job,
+    TestJob, final_counts, final_counts_any_order, killable_windows, run_job, test_dir,
+    throttled_wordcount, write_job,
 };
 
 use crate::checkpoints::{Delays, run_with_kills, sorted_lines};
@@ -357,41 +357,9 @@ fn windows_with_their_timers_in_rocksdb_match_the_model() {
 }
 
 /// The killable window job (a timer per key and window, more than the `rocksdb` backend
-/// keeps in memory) with its state in `backend`.
+/// keeps in memory) over 30,000 events with its state in `backend`.
 fn windows_in(backend: &str, parallelism: u32, rate: f64) -> String {
-    format!(
-        r#"
-name = "windowed"
-[source]
-type = "generator"
-shape = "events"
-records = 30000
-keys = 5000
-step_ms = 1
-jitter_ms = 1000
-rate = {rate:.1}
-timestamp = {{ field = 0 }}
-out_of_orderness_ms = 250
-[[operator]]
-name = "window"
-plugin = "{WINDOW}"
-parallelism = {parallelism}
-key_by = {{ field = 1 }}
-config = {{ kind = "sliding", size-ms = 1000, slide-ms = 250, aggregate = "sum", allowed-lateness-ms = 100 }}
-[sink]
-type = "file"
-path = "out/counts.tsv"
-format = "key-value"
-[checkpoint]
-interval_ms = 100
-dir = "checkpoints"
-[runtime]
-batch_size = 10
-[state]
-backend = "{backend}"
-memory_mb = 8
-"#
-    )
+    killable_windows(parallelism, 30_000, Some(rate), backend)
 }
 
 /// Timers kept in RocksDB survive SIGKILLs (restored from the database's checkpointed

@@ -37,10 +37,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_tests::cluster::{owned_units, spawn_host, started_units};
 use sluice_tests::kafka::{BenchBroker, Read, create_topic, produce, read_committed, unique_topic};
-use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE, WINDOW};
+use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE};
 use sluice_tests::{
-    expected_word_counts, run_job, sample_text, sluice_run, test_dir, throttled_wordcount,
-    write_job,
+    expected_word_counts, killable_windows, run_job, sample_text, sluice_run, test_dir,
+    throttled_wordcount, write_job,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_sluice-test-cli");
@@ -172,56 +172,17 @@ fn line_diff(reference: &str, output: &str) -> (i64, i64) {
     (lost, duplicated)
 }
 
-/// The windows soak's job: sliding windows with allowed lateness over 5,000 keys of
-/// `records` generated events at `rate` a second (none for as fast as it goes), its state
-/// and timers in `backend`.
-fn windows_job(parallelism: u32, records: u64, rate: Option<f64>, backend: &str) -> String {
-    let rate = rate.map_or(String::new(), |r| format!("rate = {r:.1}\n"));
-    format!(
-        r#"
-name = "windowed"
-[source]
-type = "generator"
-shape = "events"
-records = {records}
-keys = 5000
-step_ms = 1
-jitter_ms = 1000
-{rate}timestamp = {{ field = 0 }}
-out_of_orderness_ms = 250
-[[operator]]
-name = "window"
-plugin = "{WINDOW}"
-parallelism = {parallelism}
-key_by = {{ field = 1 }}
-config = {{ kind = "sliding", size-ms = 1000, slide-ms = 250, aggregate = "sum", allowed-lateness-ms = 100 }}
-[sink]
-type = "file"
-path = "out/counts.tsv"
-format = "key-value"
-[checkpoint]
-interval_ms = 100
-dir = "checkpoints"
-[runtime]
-batch_size = 10
-[state]
-backend = "{backend}"
-memory_mb = 8
-"#
-    )
-}
-
 fn windows_soak(parallelism: u32, kills: usize, seed: &mut u64) {
     let records = 5_000 * (kills as u64 + 2);
     let backend = std::env::var("STATE_BACKEND").unwrap_or_else(|_| "heap".into());
     let reference_dir = test_dir(&format!("soak-windows-reference-{parallelism}"));
-    let reference_job = windows_job(parallelism, records, None, "heap");
+    let reference_job = killable_windows(parallelism, records, None, "heap");
     run_job(&write_job(&reference_dir, &reference_job)).expect("the failure-free run");
     let reference = std::fs::read_to_string(reference_dir.join("out/counts.tsv")).unwrap();
     let dir = test_dir(&format!("soak-windows-{parallelism}"));
     let job = write_job(
         &dir,
-        &windows_job(parallelism, records, Some(5000.0), &backend),
+        &killable_windows(parallelism, records, Some(5000.0), &backend),
     );
     let started = Instant::now();
     let killed = kill_loop(&job, &dir.join("checkpoints"), kills, seed);

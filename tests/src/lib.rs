@@ -255,6 +255,53 @@ batch_size = 200
     )
 }
 
+/// Event-time sliding windows (1 s, sliding by 250 ms, 100 ms allowed lateness) summing
+/// `records` generated events over 5,000 keys (a timer per key and window), at `rate` a
+/// second or as fast as it goes, with checkpoints every 100 ms (in `checkpoints/`), its
+/// results in `out/counts.tsv` and its keyed state and timers in `backend` with its least
+/// memory (so with `rocksdb` most timers are in its database).
+pub fn killable_windows(
+    parallelism: u32,
+    records: u64,
+    rate: Option<f64>,
+    backend: &str,
+) -> String {
+    let rate = rate.map_or(String::new(), |r| format!("rate = {r:.1}\n"));
+    format!(
+        r#"
+name = "windowed"
+[source]
+type = "generator"
+shape = "events"
+records = {records}
+keys = 5000
+step_ms = 1
+jitter_ms = 1000
+{rate}timestamp = {{ field = 0 }}
+out_of_orderness_ms = 250
+[[operator]]
+name = "window"
+plugin = "{}"
+parallelism = {parallelism}
+key_by = {{ field = 1 }}
+config = {{ kind = "sliding", size-ms = 1000, slide-ms = 250, aggregate = "sum", allowed-lateness-ms = 100 }}
+[sink]
+type = "file"
+path = "out/counts.tsv"
+format = "key-value"
+[checkpoint]
+interval_ms = 100
+dir = "checkpoints"
+[runtime]
+batch_size = 10
+[state]
+backend = "{backend}"
+memory_mb = 8
+"#,
+        plugins::WINDOW
+    )
+}
+
 /// A running or finished job driven from a test.
 pub struct TestJob {
     /// The loaded job.
