@@ -591,12 +591,8 @@ impl OperatorState {
             return Ok(Some(next));
         }
         match self.lsm() {
-            Some(lsm) => {
-                // None on the heap: the heap may take the timers up to the database's
-                // first.
-                lsm.raise_near_until(domain)?;
-                lsm.next_timer(domain)
-            }
+            // None on the heap: the heap may take the timers up to the database's first.
+            Some(lsm) => lsm.raise_near_until(domain),
             None => Ok(None),
         }
     }
