@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, self-sufficient: adds the wasm target, installs Chromium for the
 # dashboard's browser test (Debian packages), starts a real Kafka broker
-# for the Kafka tests (scripts/kafka/broker.sh: Java and Maven fetch it once), builds the
+# for the Kafka tests (scripts/kafka/broker.sh: Java and Maven fetch it once) and a schema
+# registry (scripts/registry/registry.sh, likewise), builds the
 # Python and JavaScript example operators (componentize-py from PyPI, componentize-js
 # from npm), runs every test, and stops the broker, however the tests end. Extra
 # arguments go to `cargo test`.
@@ -22,14 +23,19 @@ fi
 export SLUICE_BROWSER_REQUIRED=1
 
 state=$(mktemp -d "${TMPDIR:-/tmp}/sluice-kafka.XXXXXX")
-stop_broker() {
+registry=$(mktemp -d "${TMPDIR:-/tmp}/sluice-registry.XXXXXX")
+stop_services() {
   scripts/kafka/broker.sh stop "$state" >&2 || true
-  rm -rf -- "$state"
+  scripts/registry/registry.sh stop "$registry" >&2 || true
+  rm -rf -- "$state" "$registry"
 }
-trap stop_broker EXIT
+trap stop_services EXIT
 eval "$(scripts/kafka/broker.sh start "$state")"
-# Tests that need the broker fail, rather than skip, when it is missing.
-export SLUICE_KAFKA SLUICE_KAFKA_REQUIRED=1
+# A schema registry serving Confluent's API (Apicurio, built from Maven Central once)
+# for the tests of Avro and JSON formats.
+eval "$(scripts/registry/registry.sh start "$registry")"
+# Tests that need the broker or the registry fail, rather than skip, when it is missing.
+export SLUICE_KAFKA SLUICE_KAFKA_REQUIRED=1 SLUICE_SCHEMA_REGISTRY
 
 # Python operators: the SDK's own tests in plain CPython, then the example plugins built
 # into components (scripts/build-python-plugin.sh installs the pinned componentize-py)

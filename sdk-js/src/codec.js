@@ -47,6 +47,12 @@ export class Record {
     return TEXT_DECODER.decode(this.value);
   }
 
+  /** The value read as JSON: what a source with `format = "json"` or `"avro"` hands
+   *  operators (an Avro record is an object of its fields). */
+  json() {
+    return JSON.parse(TEXT_DECODER.decode(this.value));
+  }
+
   /** The key as UTF-8 text, or null. */
   keyText() {
     return this.key === null ? null : TEXT_DECODER.decode(this.key);

@@ -295,6 +295,11 @@ export class Context extends Shared {
     writeRecord(this._call.records, asBytes(value), key === null || key === undefined ? null : asBytes(key), ts, r?.headers ?? null, r?.partition ?? null);
     this._call.count++;
   }
+  /** Emits `value` written as JSON text (what a sink with `format = "json"` or
+   *  `"avro"` takes); the timestamp as for `emit`. */
+  emitJson(key, value, timestamp = undefined) {
+    this.emit(key, JSON.stringify(value), timestamp);
+  }
   /** Emits a record to a side output declared in `open`. */
   emitTo(output, key, value) {
     const r = this._record;

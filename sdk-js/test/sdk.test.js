@@ -138,6 +138,20 @@ test('records say which input they came from', () => {
   assert.throws(() => h.process(null, 'c', null, 2), RangeError);
 });
 
+class Discount extends Operator {
+  process(record, ctx) {
+    const order = record.json();
+    ctx.emitJson(record.key, { user: order.user, total: order.amount * 0.9 });
+  }
+}
+
+test('JSON values are read and written as objects', () => {
+  const h = new Harness(Discount);
+  h.process('k', '{"user": "zo\\u00eb", "amount": 10.0, "tags": []}');
+  assert.deepEqual(h.takeValues(), ['{"user":"zoë","total":9}']);
+  assert.throws(() => h.process('k', 'not json'), HarnessError);
+});
+
 class Juggler extends Operator {
   static open(ctx) {
     const op = new Juggler();

@@ -10,6 +10,7 @@ the host's state as of the call's start).
 
 from __future__ import annotations
 
+import json as _json
 import traceback
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Type
 
@@ -362,6 +363,11 @@ class Context(_Shared):
         self._timestamp: Optional[int] = None
         self._record: Optional[Record] = None
         self._input = 0
+
+    def emit_json(self, key: Optional[bytes], value: Any, timestamp: Any = _ABSENT) -> None:
+        """Emits `value` written as JSON text (what a sink with `format = "json"` or
+        `"avro"` takes); the timestamp as for `emit`."""
+        self.emit(key, _json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode(), timestamp)
 
     def emit(self, key: Optional[bytes], value: bytes, timestamp: Any = _ABSENT) -> None:
         """Emits a record. Its timestamp is, unless given: the record's being processed,

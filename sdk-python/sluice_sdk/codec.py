@@ -6,6 +6,7 @@ never see these: the SDK decodes what the host gives and encodes what they emit.
 
 from __future__ import annotations
 
+import json as _json
 import struct
 from typing import Iterator, List, Optional, Tuple
 
@@ -66,6 +67,11 @@ class Record:
     def value_str(self) -> str:
         """The value as UTF-8 text."""
         return self.value.decode("utf-8")
+
+    def json(self):
+        """The value read as JSON: what a source with `format = "json"` or `"avro"`
+        hands operators (an Avro record is a dict of its fields)."""
+        return _json.loads(self.value)
 
     def key_str(self) -> Optional[str]:
         """The key as UTF-8 text, if there is one."""

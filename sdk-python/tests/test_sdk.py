@@ -189,6 +189,20 @@ def test_records_say_which_input_they_came_from():
         h.process(None, b"c", input=2)
 
 
+class Discount(Operator):
+    def process(self, record, ctx):
+        order = record.json()
+        ctx.emit_json(record.key, {"user": order["user"], "total": order["amount"] * 0.9})
+
+
+def test_json_values_are_read_and_written_as_dicts():
+    h = Harness(Discount)
+    h.process(b"k", b'{"user": "zo\\u00eb", "amount": 10.0, "tags": []}')
+    assert h.take_values() == ['{"user":"zo\u00eb","total":9.0}'.encode()]
+    with pytest.raises(HarnessError):
+        h.process(b"k", b"not json")
+
+
 def test_the_example_plugins():
     import count
     import filter as filter_

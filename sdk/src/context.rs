@@ -11,7 +11,7 @@ use sluice_codec::{BatchWriter, Effect, EffectWriter, RecordRef, TimeDomain};
 
 use crate::host::{Host, Level, StateKind};
 use crate::state::StateCache;
-use crate::{Config, ListState, MapState, Record, Result, ValueState, from_bytes, to_bytes};
+use crate::{Config, Error, ListState, MapState, Record, Result, ValueState, from_bytes, to_bytes};
 
 /// The SDK's side of one operator instance: declared states with their cache, and the
 /// output of the call in progress.
@@ -526,7 +526,7 @@ impl OpenContext<'_> {
         let id = self
             .host
             .declare_output(name)
-            .map_err(|e| crate::Error::failed(format!("declaring side output '{name}': {e}")))?;
+            .map_err(|e| Error::failed(format!("declaring side output '{name}': {e}")))?;
         self.rt.outputs.push(name.to_owned());
         Ok(SideOutput(id))
     }
@@ -666,6 +666,19 @@ impl Context<'_> {
             let (run, count) = std::mem::take(&mut self.unchanged);
             self.rt.records.extend_encoded(&self.batch[run], count);
         }
+    }
+
+    /// Emits `value` as JSON text (what a sink with `format = "json"` or `"avro"`
+    /// writes); the timestamp is as for [`emit`](Self::emit).
+    pub fn emit_json<T: Serialize + ?Sized>(
+        &mut self,
+        key: Option<&[u8]>,
+        value: &T,
+    ) -> Result<()> {
+        let bytes = serde_json::to_vec(value)
+            .map_err(|e| Error::failed(format!("cannot write a value as JSON: {e}")))?;
+        self.emit(key, &bytes);
+        Ok(())
     }
 
     /// Emits `value` encoded with postcard, readable with [`Record::decode`]; the

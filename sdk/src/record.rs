@@ -65,6 +65,18 @@ impl<'a> Record<'a> {
         from_bytes(self.value)
     }
 
+    /// The value read as JSON into a `T` (any `serde` type: a struct with the fields
+    /// it needs, or `serde_json::Value`). A source with `format = "json"` or `"avro"`
+    /// hands operators JSON: an Avro record is an object with its fields.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Failed`] saying where the value is not JSON or not a `T`.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_slice(self.value)
+            .map_err(|e| Error::failed(format!("record value is not the JSON expected: {e}")))
+    }
+
     /// An owned copy.
     pub fn to_owned_record(&self) -> OwnedRecord {
         OwnedRecord {

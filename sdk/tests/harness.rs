@@ -708,3 +708,46 @@ fn a_call_returning_more_than_the_output_limit_fails_as_on_the_host() -> Result<
     assert!(e.message().contains("the limit is 1000"), "{e}");
     Ok(())
 }
+
+/// Reads an order as JSON (what a source with `format = "avro"` hands operators) and
+/// emits a discounted total as JSON.
+struct Discount;
+
+#[derive(serde::Deserialize)]
+struct Order {
+    user: String,
+    amount: f64,
+}
+
+#[derive(serde::Serialize)]
+struct Total<'a> {
+    user: &'a str,
+    total: f64,
+}
+
+impl Operator for Discount {
+    fn open(_: &mut OpenContext<'_>) -> Result<Self> {
+        Ok(Discount)
+    }
+
+    fn process(&mut self, record: Record<'_>, ctx: &mut Context<'_>) -> Result<()> {
+        let order: Order = record.json()?;
+        ctx.emit_json(
+            record.key,
+            &Total {
+                user: &order.user,
+                total: order.amount * 0.5,
+            },
+        )
+    }
+}
+
+#[test]
+fn json_values_are_read_into_types_and_written_from_them() -> Result<()> {
+    let mut h = Harness::<Discount>::builder().open()?;
+    h.process_value(r#"{"user":"zoë","amount":10.0,"tags":[]}"#)?;
+    assert_eq!(h.output_values_str(), [r#"{"user":"zoë","total":5.0}"#]);
+    let e = h.process_value(r#"{"user":"x"}"#).unwrap_err();
+    assert!(e.to_string().contains("missing field `amount`"), "{e}");
+    Ok(())
+}

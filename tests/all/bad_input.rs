@@ -320,6 +320,63 @@ fn kafka_job_file_mistakes_are_named() {
             format!("name = \"x\"\n{kafka}{op}[sink]\ntype = \"stdout\"\ntopic = \"out\"\n"),
             "`topic` does not apply to a stdout sink",
         ),
+        (
+            "kafka-avro-without-schema",
+            format!("name = \"x\"\n{kafka}format = \"avro\"\n{op}{GOOD_SINK}"),
+            "`format = \"avro\"` needs `schema_registry` (values in Confluent's wire format) or `schema`",
+        ),
+        (
+            "kafka-protobuf",
+            format!("name = \"x\"\n{kafka}format = \"protobuf\"\n{op}{GOOD_SINK}"),
+            "`format = \"protobuf\"` is not supported yet",
+        ),
+        (
+            "kafka-schema-file-missing",
+            format!(
+                "name = \"x\"\n{kafka}format = \"avro\"\nschema = \"nope.avsc\"\n{op}{GOOD_SINK}"
+            ),
+            "`schema`: reading ",
+        ),
+        (
+            "kafka-registry-not-http",
+            format!(
+                "name = \"x\"\n{kafka}format = \"json\"\nschema_registry = {{ url = \"registry:8081\" }}\n{op}{GOOD_SINK}"
+            ),
+            "`schema_registry.url` must be an http:// or https:// address",
+        ),
+        (
+            "kafka-registry-password-without-user",
+            format!(
+                "name = \"x\"\n{kafka}format = \"json\"\nschema_registry = {{ url = \"http://r\", password = \"p\" }}\n{op}{GOOD_SINK}"
+            ),
+            "`schema_registry` needs both `username` and `password`",
+        ),
+        (
+            "kafka-bad-record-on-bytes",
+            format!("name = \"x\"\n{kafka}on_bad_record = \"skip\"\n{op}{GOOD_SINK}"),
+            "`on_bad_record` needs a `format` that can find a bad record",
+        ),
+        (
+            "kafka-format-on-file-source",
+            format!(
+                "name = \"x\"\n[source]\ntype = \"file\"\npath = \"in.txt\"\nformat = \"json\"\n{op}{GOOD_SINK}"
+            ),
+            "`format` does not apply to a file source",
+        ),
+        (
+            "kafka-sink-line-format",
+            format!(
+                "name = \"x\"\n{kafka}{op}[sink]\ntype = \"kafka\"\nbootstrap = \"b:9\"\ntopic = \"out\"\nformat = \"key-value\"\n"
+            ),
+            "a kafka sink's `format` is \"bytes\", \"json\" or \"avro\", not \"key-value\"",
+        ),
+        (
+            "file-sink-avro",
+            format!(
+                "name = \"x\"\n{kafka}{op}[sink]\ntype = \"file\"\npath = \"o\"\nformat = \"avro\"\n"
+            ),
+            "a `file` sink writes `format = \"value\"` or \"key-value\", not \"avro\"",
+        ),
     ] {
         malformed(name, &toml, &[expected]);
     }

@@ -17,7 +17,7 @@
 //! (`plugins/count.wasm`, `count.wasm`) becomes the component `tests/build.rs` built from
 //! `plugins/count`; the host folder of a `dirs` grant is created in a scratch folder (an
 //! absolute path made relative to it); a `token_sha256` that is no SHA-256 (`"…"`)
-//! becomes one.
+//! becomes one; a secret a job reads from a relative `"${file:NAME}"` is written beside it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
@@ -617,7 +617,17 @@ fn job_files_in_the_docs_validate() {
                     continue;
                 }
             };
-            let path = write_job(&test_dir("docs-job"), &job);
+            let dir = test_dir("docs-job");
+            // A secret the job reads from a file beside it (`"${file:NAME}"`): a reader
+            // has one.
+            for reference in job.split("${file:").skip(1) {
+                if let Some(name) = reference.split('}').next()
+                    && Path::new(name).is_relative()
+                {
+                    std::fs::write(dir.join(name), "secret\n").unwrap();
+                }
+            }
+            let path = write_job(&dir, &job);
             let (code, _, stderr) = outcome(&sluice(&["validate", path.to_str().unwrap()]));
             if code != Some(0) {
                 problems.push(format!(

@@ -224,6 +224,8 @@ pub struct Read {
     pub partition: i32,
     /// Its headers, as text.
     pub headers: Vec<(String, String)>,
+    /// The value's bytes (`value` is them as text).
+    pub raw_value: Vec<u8>,
 }
 
 /// Reads every committed record of `topic` (`read_committed`), from the beginning of
@@ -293,6 +295,7 @@ pub fn read_committed_from(broker: &str, topic: &str, from: &BTreeMap<i32, i64>)
                 out.push(Read {
                     key: m.key().map(text),
                     value: text(m.payload().unwrap_or_default()),
+                    raw_value: m.payload().unwrap_or_default().to_vec(),
                     timestamp: m.timestamp().to_millis(),
                     partition: m.partition(),
                     headers: m
@@ -502,6 +505,112 @@ impl Drop for BenchBroker {
     fn drop(&mut self) {
         if let Some(dir) = &self.started {
             let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka/broker.sh");
+            let _ = Command::new(script).arg("stop").arg(dir).status();
+        }
+    }
+}
+
+/// Produces records with these values (bytes, without key) into partition 0 of `topic`.
+pub fn produce_values(broker: &str, topic: &str, values: &[Vec<u8>]) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .create()
+        .expect("a producer");
+    for value in values {
+        let mut record = Some(
+            BaseRecord::<[u8], [u8]>::to(topic)
+                .payload(value)
+                .partition(0),
+        );
+        while let Some(r) = record.take() {
+            if let Err((e, r)) = producer.send(r) {
+                assert!(
+                    matches!(
+                        e,
+                        rdkafka::error::KafkaError::MessageProduction(
+                            rdkafka::types::RDKafkaErrorCode::QueueFull
+                        )
+                    ),
+                    "producing: {e}"
+                );
+                producer.poll(Duration::from_millis(10));
+                record = Some(r);
+            }
+        }
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .expect("flushing the producer");
+}
+
+/// The values of [`read_committed`], as bytes.
+pub fn read_committed_values(broker: &str, topic: &str) -> Vec<Vec<u8>> {
+    read_committed(broker, topic)
+        .into_iter()
+        .map(|r| r.raw_value)
+        .collect()
+}
+
+/// The schema registry `scripts/test.sh` starts (`SLUICE_SCHEMA_REGISTRY`, the base of
+/// its Confluent API), or `None` (the test skips) unless `SLUICE_KAFKA_REQUIRED` is set.
+pub fn schema_registry() -> Option<String> {
+    match std::env::var("SLUICE_SCHEMA_REGISTRY") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("SLUICE_KAFKA_REQUIRED").is_some() => {
+            panic!("SLUICE_KAFKA_REQUIRED is set but SLUICE_SCHEMA_REGISTRY names no registry")
+        }
+        _ => {
+            eprintln!(
+                "skipped: no schema registry. Start one with \
+                 `eval \"$(scripts/registry/registry.sh start)\"`"
+            );
+            None
+        }
+    }
+}
+
+/// The schema registry of a benchmark: the one `SLUICE_SCHEMA_REGISTRY` names, or one
+/// started with `scripts/registry/registry.sh` (and stopped when dropped).
+pub struct BenchRegistry {
+    /// The base of its Confluent API.
+    pub url: String,
+    started: Option<PathBuf>,
+}
+
+impl BenchRegistry {
+    pub fn get() -> BenchRegistry {
+        if let Ok(url) = std::env::var("SLUICE_SCHEMA_REGISTRY") {
+            return BenchRegistry { url, started: None };
+        }
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/registry/registry.sh");
+        let dir = crate::test_dir("bench-registry");
+        let out = Command::new(&script)
+            .arg("start")
+            .arg(&dir)
+            .output()
+            .expect("running scripts/registry/registry.sh");
+        assert!(
+            out.status.success(),
+            "starting the registry: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let url = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("export SLUICE_SCHEMA_REGISTRY="))
+            .expect("registry.sh prints export SLUICE_SCHEMA_REGISTRY=URL")
+            .to_string();
+        BenchRegistry {
+            url,
+            started: Some(dir),
+        }
+    }
+}
+
+impl Drop for BenchRegistry {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.started {
+            let script =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/registry/registry.sh");
             let _ = Command::new(script).arg("stop").arg(dir).status();
         }
     }

@@ -10,6 +10,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
+use crate::connectors::formats::FormatConfig;
 use crate::connectors::kafka::{
     Delivery, ExchangeOutput, KafkaSinkConfig, KafkaSourceConfig, OutOfRange, StartFrom, Topics,
 };
@@ -403,6 +404,7 @@ impl Plan {
                         max_pending_bytes: 256 << 20,
                         by_record_partition: false,
                         properties: exchange_producer_properties(&cluster.properties),
+                        format: FormatConfig::bytes(),
                         exchange: Some(ExchangeOutput {
                             key: key_by.clone(),
                             partitions: next.units,
@@ -480,6 +482,7 @@ impl Plan {
                     properties: cluster.properties.clone(),
                     bounded: false,
                     split: Some((topic.clone(), place.index as i32)),
+                    format: Box::new(FormatConfig::bytes()),
                     exchange_producers: Some(self.stages[place.stage - 1].units),
                 }),
                 parallelism: 1,

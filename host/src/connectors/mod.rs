@@ -8,6 +8,7 @@
 
 mod event_time;
 pub mod file_sink;
+pub mod formats;
 pub mod kafka;
 mod sources;
 mod stdout_sink;

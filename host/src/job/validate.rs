@@ -18,7 +18,7 @@ use crate::connectors::LineFormat;
 use crate::connectors::kafka::Delivery;
 use crate::network::{CheckpointingMode, KeySelector, NetworkSettings, Partitioner};
 use crate::spec::limits::{self, in_range};
-use crate::spec::values::{CheckpointMode, InputEntry, KeyBy, LineFormatName, Partition};
+use crate::spec::values::{CheckpointMode, InputEntry, KeyBy, Partition, SinkFormatName};
 use crate::spec::{CheckpointSpec, JobFile, RuntimeSpec, SinkKind};
 use crate::task::TaskSettings;
 
@@ -162,9 +162,20 @@ impl JobGraph {
                 );
             }
             check_parallelism(&what, sink.parallelism)?;
-            let format = match sink.format {
-                None | Some(LineFormatName::Value) => LineFormat::Value,
-                Some(LineFormatName::KeyValue) => LineFormat::KeyValue,
+            let format = match (sink.kind, sink.format) {
+                (_, None) | (SinkKind::File | SinkKind::Stdout, Some(SinkFormatName::Value)) => {
+                    LineFormat::Value
+                }
+                (SinkKind::File | SinkKind::Stdout, Some(SinkFormatName::KeyValue)) => {
+                    LineFormat::KeyValue
+                }
+                (SinkKind::File | SinkKind::Stdout, Some(other)) => bail!(
+                    "{job}: {what}: a `{}` sink writes `format = \"value\"` or \"key-value\", \
+                     not {:?} (the formats of records' values are a kafka sink's)",
+                    sink_kind_name(sink.kind),
+                    other.name()
+                ),
+                (SinkKind::Kafka, Some(_)) => LineFormat::Value,
             };
             let sink_path = match (sink.kind, &sink.path) {
                 (SinkKind::File, Some(p)) => Some(resolve(p)),

@@ -17,8 +17,8 @@ use serde::Deserialize;
 
 use super::values::{
     ByteSize, CheckpointMode, ConfigValue, DeliveryName, GeneratorShapeName, InputEntry, KeyBy,
-    LineFormatName, MiBSize, Millis, OutOfRangeName, Partition, RestartStrategyName,
-    SinkPartitioner, StartSpec, Timestamp, TopicsSpec,
+    MiBSize, Millis, OnBadRecordName, OutOfRangeName, Partition, RecordFormatName,
+    RestartStrategyName, SinkFormatName, SinkPartitioner, StartSpec, Timestamp, TopicsSpec,
 };
 
 /// A job file.
@@ -158,6 +158,23 @@ pub struct SourceSpec {
     /// `kafka`: read each partition only up to its end when the job first starts, then
     /// end (default false: read forever).
     pub bounded: Option<bool>,
+    /// `kafka`: what the records' values are: `bytes` (default: operators get them as
+    /// they are), `json` (checked to be JSON) or `avro` (decoded into JSON for the
+    /// operators: with `schema_registry`, in Confluent's wire format; without, bare
+    /// datums of `schema`).
+    pub format: Option<RecordFormatName>,
+    /// `kafka`, `json` or `avro`: the schema registry (Confluent's REST API) the values'
+    /// schema ids are looked up in.
+    pub schema_registry: Option<SchemaRegistrySpec>,
+    /// `avro`: the Avro schema the job reads with (a `.avsc` file, relative to the job
+    /// file): values written with an older compatible schema are resolved to it. Default
+    /// with a registry: the latest schema of subject `TOPIC-value` when the source starts.
+    pub schema: Option<PathBuf>,
+    /// What the source does with a record its `format` cannot decode (not JSON, a wrong
+    /// magic byte, a schema id the registry does not know, a malformed datum): `fail`
+    /// (default: the job fails, naming the record) or `skip` (left out, counted in the
+    /// source's `bad-records` counter).
+    pub on_bad_record: Option<OnBadRecordName>,
     /// Where a record's event time (milliseconds) is: `{ field = N, separator = "," }`,
     /// or `"record"` for the timestamp a Kafka record carries.
     pub timestamp: Option<Timestamp>,
@@ -275,8 +292,16 @@ pub struct SinkSpec {
     pub inputs: Option<Vec<InputEntry>>,
     /// Output file for `file` sinks, relative to the job file.
     pub path: Option<PathBuf>,
-    /// `value` (default) or `key-value` (key, tab, value).
-    pub format: Option<LineFormatName>,
+    /// `file` and `stdout`: `value` (default) or `key-value` (key, tab, value). `kafka`:
+    /// `bytes` (default: values as operators emit them), `json` (checked to be JSON) or
+    /// `avro` (encoded from the JSON operators emit, with `schema` or the registry's).
+    pub format: Option<SinkFormatName>,
+    /// `kafka`, `avro`: the schema registry (Confluent's REST API) the sink's schema is
+    /// registered in, under subject `TOPIC-value`; values are written in its wire format.
+    pub schema_registry: Option<SchemaRegistrySpec>,
+    /// `kafka`, `avro`: the Avro schema written (a `.avsc` file, relative to the job
+    /// file). Default with a registry: the latest of subject `TOPIC-value`.
+    pub schema: Option<PathBuf>,
     /// Parallel subtasks (default 1, at most 1024; a file sink then writes one file per
     /// subtask).
     #[serde(default = "one")]
@@ -305,6 +330,20 @@ pub struct SinkSpec {
     pub partitioner: Option<SinkPartitioner>,
     /// `kafka`: further librdkafka producer properties, as strings.
     pub properties: Option<BTreeMap<String, String>>,
+}
+
+/// A schema registry speaking Confluent's REST API (Confluent Schema Registry,
+/// Apicurio Registry's `…/apis/ccompat/v7`, Redpanda, Karapace).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaRegistrySpec {
+    /// The registry's address, e.g. `http://registry:8081`.
+    pub url: String,
+    /// HTTP basic authentication: the user (may be `"${env:NAME}"` or `"${file:PATH}"`).
+    pub username: Option<String>,
+    /// HTTP basic authentication: the password (may be `"${env:NAME}"` or
+    /// `"${file:PATH}"`, so it need not be written in the file).
+    pub password: Option<String>,
 }
 
 /// Kinds of sinks.

@@ -99,13 +99,44 @@ names! {
 }
 
 names! {
-    /// How a file or stdout sink writes a record (`format`).
-    pub enum LineFormatName("format") {
+    /// What the values of a Kafka source's or sink's records are (`format`).
+    pub enum RecordFormatName("format") {
+        /// As they are: operators read and write bytes.
+        Bytes = "bytes",
+        /// JSON text, checked.
+        Json = "json",
+        /// Avro, decoded into JSON for the operators and encoded from it.
+        Avro = "avro",
+    }
+    hint "protobuf" => "`format = \"protobuf\"` is not supported yet: use \"bytes\" and decode in the operator, or \"json\" or \"avro\"";
+}
+
+names! {
+    /// How a sink writes a record (`format`): a file or stdout sink `value` or
+    /// `key-value`, a Kafka sink `bytes`, `json` or `avro`.
+    pub enum SinkFormatName("format") {
         /// The value alone.
         Value = "value",
         /// The key, a tab, the value.
         KeyValue = "key-value",
+        /// Values as they are.
+        Bytes = "bytes",
+        /// JSON text, checked.
+        Json = "json",
+        /// Avro, encoded from the JSON operators emit.
+        Avro = "avro",
     }
+}
+
+names! {
+    /// What a source does with a record its `format` cannot decode (`on_bad_record`).
+    pub enum OnBadRecordName("on_bad_record") {
+        /// The source fails, naming the record and what is wrong with it.
+        Fail = "fail",
+        /// The record is left out and counted (`bad-records`).
+        Skip = "skip",
+    }
+    hint "dead_letter" => "a dead-letter output is not supported yet: use \"fail\" or \"skip\"";
 }
 
 names! {

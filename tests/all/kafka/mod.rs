@@ -25,6 +25,7 @@ use crate::server::{ServerProcess, error_of, host_config, wait_for};
 mod committer;
 mod crashes;
 mod event_time;
+mod formats;
 mod restores;
 mod secure;
 mod sink;

@@ -128,6 +128,7 @@ mod tests {
     #[test]
     fn an_exchange_reader_leaves_idle_producers_out_of_event_time() {
         let config = KafkaSourceConfig {
+            format: Box::new(crate::connectors::formats::FormatConfig::bytes()),
             exchange_producers: Some(3),
             ..config(false)
         };
@@ -179,6 +180,7 @@ mod tests {
     #[test]
     fn a_producers_last_watermark_counts_though_its_idleness_comes_with_it() {
         let config = KafkaSourceConfig {
+            format: Box::new(crate::connectors::formats::FormatConfig::bytes()),
             exchange_producers: Some(3),
             ..config(false)
         };

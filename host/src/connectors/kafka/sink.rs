@@ -15,6 +15,8 @@ use rdkafka::types::RDKafkaErrorCode;
 use serde::{Deserialize, Serialize};
 use sluice_codec::BatchWriter;
 
+use crate::connectors::formats::{Encoder, Format, FormatConfig};
+
 use super::admin::broker_setting;
 use super::exchange::{EXCHANGE_IDLE, EXCHANGE_WATERMARK, ExchangeOutput};
 use super::marker::{describe_marker, new_run_id, parse_marker_metadata, read_marker};
@@ -69,6 +71,8 @@ pub struct KafkaSinkConfig {
     pub by_record_partition: bool,
     /// Further librdkafka producer properties.
     pub properties: BTreeMap<String, String>,
+    /// What the values written are (encoded from the operators' JSON).
+    pub format: FormatConfig,
     /// Write an exchange topic between two stages of a job spread over several hosts
     /// (exactly once only).
     pub exchange: Option<ExchangeOutput>,
@@ -169,6 +173,8 @@ pub struct KafkaSink {
     written_watermark: i64,
     idle: bool,
     written_idle: bool,
+    /// Encodes values by the sink's `format` (made at open: it may ask the registry).
+    encoder: Option<Encoder>,
     /// Set when the sink's task is cancelled: a wait for room in the producer's queue
     /// (which lasts until records time out, `message.timeout.ms`, when the brokers do
     /// not answer) ends at once.
@@ -223,6 +229,7 @@ impl KafkaSink {
             written_watermark: i64::MIN,
             idle: false,
             written_idle: false,
+            encoder: None,
             cancel: Arc::default(),
         }
     }
@@ -552,6 +559,15 @@ impl Operator for KafkaSink {
 
     fn open(&mut self, info: &OpenInfo) -> Result<CallOutput, CallError> {
         crate::failpoint!("kafka-sink::open");
+        if self.config.format.format != Format::Bytes {
+            let encoder = Encoder::open(&self.config.format, &self.config.topic).map_err(|e| {
+                self.err(
+                    &format!("opening its `format = {:?}`", self.config.format.name()),
+                    format!("{e:#}"),
+                )
+            })?;
+            self.encoder = Some(encoder);
+        }
         self.writer = Some(Arc::new(Writer::new(
             self.config.clone(),
             self.identity.operator.clone(),
@@ -664,6 +680,20 @@ impl Operator for KafkaSink {
     }
 
     fn process(&mut self, records: &[u8]) -> Result<CallOutput, CallError> {
+        let encoded;
+        let records = match &mut self.encoder {
+            Some(encoder) => {
+                encoded = encode_batch(encoder, records).map_err(|e| {
+                    writer::error(
+                        &self.config,
+                        &format!("writing a record as {:?}", self.config.format.name()),
+                        e,
+                    )
+                })?;
+                &encoded[..]
+            }
+            None => records,
+        };
         if let Some(partitions) = self.partitions {
             // Checked as records arrive, not when their checkpoint's transaction is
             // written: a checkpoint holding a record that cannot be written would fail
@@ -890,4 +920,22 @@ impl Operator for KafkaSink {
         self.marker = None;
         Ok(())
     }
+}
+
+/// The batch `records` with each value encoded by `encoder`; the error names the record
+/// that does not fit (its value's start) and why.
+fn encode_batch(encoder: &mut Encoder, records: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = BatchWriter::with_capacity(records.len());
+    for record in sluice_codec::BatchReader::new(records) {
+        let record = record.map_err(|e| e.to_string())?;
+        let value = encoder.encode(record.value).map_err(|why| {
+            let text = String::from_utf8_lossy(&record.value[..record.value.len().min(120)]);
+            format!(
+                "the value {text:?}{}: {why}",
+                if record.value.len() > 120 { "…" } else { "" }
+            )
+        })?;
+        out.push_record(sluice_codec::RecordRef { value, ..record });
+    }
+    Ok(out.into_bytes())
 }

@@ -19,6 +19,7 @@ use super::exchange::watermark_record;
 use super::stats::SourceStats;
 use crate::chain::CallError;
 use crate::connectors::event_time::{EventTime, timestamp_of};
+use crate::connectors::formats::{Decoded, Decoder, FormatConfig, OnBadRecord};
 use crate::connectors::{Source, SourceStatus};
 use crate::metrics::OperatorMetrics;
 
@@ -139,6 +140,9 @@ pub struct KafkaSourceConfig {
     /// [`EXCHANGE_WATERMARK`](super::EXCHANGE_WATERMARK)): their watermark records set
     /// event time and end the input.
     pub exchange_producers: Option<u32>,
+    /// What the values are, and what to do with one that is not (boxed: most sources
+    /// read bytes, and the config travels in every source vertex).
+    pub format: Box<FormatConfig>,
 }
 
 /// Flink's `KafkaSourceEnumerator.getSplitOwner`: the source subtask (of `readers`) that
@@ -244,6 +248,12 @@ pub struct KafkaSource {
     /// An exchange topic's reader: the largest watermark its producers' records allowed,
     /// taken record by record as an input gate takes its channels' events (checkpointed).
     pub(super) exchange_reached: Option<i64>,
+    /// Decodes the values by the source's `format`.
+    decoder: Decoder,
+    /// Records left out by `on_bad_record = "skip"` since the source started, and as
+    /// many as were reported to the metrics.
+    skipped: u64,
+    skipped_reported: u64,
 }
 
 impl KafkaSource {
@@ -303,7 +313,11 @@ impl KafkaSource {
                     .collect::<Result<_>>()
             })
             .transpose()?;
+        let decoder = Decoder::new(&config.format)?;
         Ok(KafkaSource {
+            decoder,
+            skipped: 0,
+            skipped_reported: 0,
             config,
             event_time: None,
             metrics: None,
@@ -746,6 +760,45 @@ impl Source for KafkaSource {
                 self.take_producer_watermark(producers, producer, watermark, idle);
                 continue;
             }
+            let value = match self
+                .decoder
+                .decode(&key.0, message.payload().unwrap_or_default())
+            {
+                Ok(Decoded::Value(value)) => value,
+                Ok(Decoded::Bad(why)) => match self.config.format.on_bad_record {
+                    OnBadRecord::Fail => bail!(
+                        "Kafka record {}/{} at offset {}: {why} (`format = {:?}`; \
+                         `on_bad_record = \"skip\"` leaves such records out, counted)",
+                        key.0,
+                        key.1,
+                        message.offset(),
+                        self.config.format.name(),
+                    ),
+                    OnBadRecord::Skip => {
+                        // The first bad records in the log, then every thousandth.
+                        if self.skipped < 10 || self.skipped.is_multiple_of(1000) {
+                            tracing::warn!(
+                                "Kafka source: skipping record {}/{} at offset {} \
+                                 ({} skipped so far): {why}",
+                                key.0,
+                                key.1,
+                                message.offset(),
+                                self.skipped + 1
+                            );
+                        }
+                        self.skipped += 1;
+                        continue;
+                    }
+                },
+                Err(e) => {
+                    return Err(e.context(format!(
+                        "decoding Kafka record {}/{} at offset {}",
+                        key.0,
+                        key.1,
+                        message.offset()
+                    )));
+                }
+            };
             let timestamp = match self.event_time.as_ref().and_then(|e| Some((e, e.field?))) {
                 Some((spec, field)) => Some(
                     timestamp_of(spec, field, message.payload().unwrap_or_default()).with_context(
@@ -786,7 +839,7 @@ impl Source for KafkaSource {
             });
             out.push_record(sluice_codec::RecordRef {
                 key: message.key(),
-                value: message.payload().unwrap_or_default(),
+                value,
                 timestamp,
                 headers: headers
                     .as_deref()
@@ -796,7 +849,8 @@ impl Source for KafkaSource {
                 output: 0,
             });
         }
-        self.report(records, bytes);
+        self.report(records, bytes, self.skipped - self.skipped_reported);
+        self.skipped_reported = self.skipped;
         self.take_statistics();
         if out.is_empty() {
             if self.config.bounded {

@@ -175,15 +175,18 @@ impl KafkaSource {
     }
 
     /// Adds what a poll read to the source's counters.
-    pub(super) fn report(&self, records: u64, bytes: usize) {
+    pub(super) fn report(&self, records: u64, bytes: usize, bad_records: u64) {
         let Some(metrics) = &self.metrics else { return };
-        if records > 0 {
+        if records > 0 || bad_records > 0 {
             let mut counters = metrics.counters.lock();
             for (name, delta) in [
                 ("kafka-records-in", records),
                 ("kafka-bytes-in", bytes as u64),
+                ("bad-records", bad_records),
             ] {
-                *counters.entry(name.to_string()).or_default() += delta;
+                if delta > 0 || name != "bad-records" {
+                    *counters.entry(name.to_string()).or_default() += delta;
+                }
             }
         }
     }

@@ -19,6 +19,7 @@ pub(super) fn config(bounded: bool) -> KafkaSourceConfig {
         properties: BTreeMap::new(),
         bounded,
         split: None,
+        format: Box::new(crate::connectors::formats::FormatConfig::bytes()),
         exchange_producers: None,
     }
 }

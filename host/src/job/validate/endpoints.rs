@@ -6,16 +6,20 @@ use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
 
+use std::collections::BTreeMap;
+
 use crate::connectors::EventTime;
+use crate::connectors::formats::{self, Format, FormatConfig, OnBadRecord, RegistryConfig};
 use crate::connectors::kafka::{
     self, Delivery, KafkaSinkConfig, KafkaSourceConfig, OutOfRange, StartFrom,
     TRANSACTION_TIMEOUT_MS, Topics,
 };
 use crate::job::graph::{GeneratorShape, SourceInput, SourceVertex};
+use crate::spec::job_file::SchemaRegistrySpec;
 use crate::spec::limits::{self, in_range};
 use crate::spec::values::{
-    DeliveryName, GeneratorShapeName, Millis, OutOfRangeName, SinkPartitioner, StartSpec,
-    Timestamp, TopicsSpec,
+    DeliveryName, GeneratorShapeName, Millis, OnBadRecordName, OutOfRangeName, RecordFormatName,
+    SinkFormatName, SinkPartitioner, StartSpec, Timestamp, TopicsSpec,
 };
 use crate::spec::{SinkKind, SinkSpec, SourceKind, SourceSpec, secrets};
 
@@ -59,6 +63,10 @@ pub(super) fn source_vertex(
         ("discovery_ms", spec.discovery_ms.is_some()),
         ("properties", spec.properties.is_some()),
         ("bounded", spec.bounded.is_some()),
+        ("format", spec.format.is_some()),
+        ("schema_registry", spec.schema_registry.is_some()),
+        ("schema", spec.schema.is_some()),
+        ("on_bad_record", spec.on_bad_record.is_some()),
     ];
     if spec.kind != SourceKind::Kafka {
         for (field, set) in kafka_fields {
@@ -198,6 +206,8 @@ pub(super) fn kafka_sink(
         ("max_pending_mb", sink.max_pending_mb.is_some()),
         ("partitioner", sink.partitioner.is_some()),
         ("properties", sink.properties.is_some()),
+        ("schema_registry", sink.schema_registry.is_some()),
+        ("schema", sink.schema.is_some()),
     ];
     if sink.kind != SinkKind::Kafka {
         if let Some((field, _)) = fields.iter().find(|(_, set)| *set) {
@@ -208,9 +218,23 @@ pub(super) fn kafka_sink(
         }
         return Ok(None);
     }
-    if sink.format.is_some() {
-        bail!("`format` does not apply to a kafka sink (records keep their key and value)");
-    }
+    let format = match sink.format {
+        None | Some(SinkFormatName::Bytes) => Format::Bytes,
+        Some(SinkFormatName::Json) => Format::Json,
+        Some(SinkFormatName::Avro) => Format::Avro,
+        Some(other @ (SinkFormatName::Value | SinkFormatName::KeyValue)) => bail!(
+            "a kafka sink's `format` is \"bytes\", \"json\" or \"avro\", not {:?} (records \
+             keep their key and value)",
+            other.name()
+        ),
+    };
+    let format = format_config(
+        format,
+        sink.schema_registry.as_ref(),
+        sink.schema.as_deref(),
+        None,
+        resolve,
+    )?;
     let bootstrap = sink
         .bootstrap
         .clone()
@@ -270,6 +294,7 @@ pub(super) fn kafka_sink(
         default_prefix: sink.transactional_id_prefix.is_none(),
         max_pending_bytes: max_pending_mb << 20,
         properties,
+        format,
         exchange: None,
         marker_note: None,
         expect_marker: None,
@@ -349,6 +374,28 @@ fn kafka_source(
              source does when an offset is no longer in the log"
         );
     }
+    let format = match spec.format {
+        None | Some(RecordFormatName::Bytes) => Format::Bytes,
+        Some(RecordFormatName::Json) => Format::Json,
+        Some(RecordFormatName::Avro) => Format::Avro,
+    };
+    let format = format_config(
+        format,
+        spec.schema_registry.as_ref(),
+        spec.schema.as_deref(),
+        spec.on_bad_record,
+        resolve,
+    )?;
+    if format.format != Format::Bytes
+        && let Some(Timestamp::Field(_)) = &spec.timestamp
+    {
+        bail!(
+            "`timestamp = {{ field = N }}` splits the value as text; with `format = {:?}` take \
+             the record's timestamp (`timestamp = \"record\"`) or stamp event time in an \
+             operator",
+            spec.format.map_or("bytes", RecordFormatName::name)
+        );
+    }
     let discovery_ms = limits::DISCOVERY_MS.resolve(spec.discovery_ms.map(|m| m.0))?;
     Ok(KafkaSourceConfig {
         bootstrap,
@@ -365,6 +412,80 @@ fn kafka_source(
         bounded: spec.bounded.unwrap_or(false),
         split: None,
         exchange_producers: None,
+        format: Box::new(format),
+    })
+}
+
+/// The `format`, `schema_registry`, `schema` and `on_bad_record` of a Kafka source or
+/// sink (a sink has no `on_bad_record`: what its operators emit must fit).
+fn format_config(
+    format: Format,
+    registry: Option<&SchemaRegistrySpec>,
+    schema: Option<&Path>,
+    on_bad_record: Option<OnBadRecordName>,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<FormatConfig> {
+    let name = FormatConfig {
+        format,
+        ..FormatConfig::bytes()
+    }
+    .name();
+    if format == Format::Bytes && registry.is_some() {
+        bail!("`schema_registry` needs `format = \"avro\"` or \"json\"");
+    }
+    if format != Format::Avro && schema.is_some() {
+        bail!("`schema` (an Avro schema) needs `format = \"avro\"`, not {name:?}");
+    }
+    if format == Format::Bytes && on_bad_record.is_some() {
+        bail!("`on_bad_record` needs a `format` that can find a bad record (\"json\" or \"avro\")");
+    }
+    if format == Format::Avro && registry.is_none() && schema.is_none() {
+        bail!(
+            "`format = \"avro\"` needs `schema_registry` (values in Confluent's wire format) or \
+             `schema` (the .avsc file of bare Avro values)"
+        );
+    }
+    let schema = schema
+        .map(|path| {
+            let path = resolve(path);
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| anyhow!("`schema`: reading {}: {e}", path.display()))?;
+            formats::Compiled::parse(&text)
+                .map_err(|e| anyhow!("`schema`: {}: {e:#}", path.display()))?;
+            Ok::<_, anyhow::Error>(text)
+        })
+        .transpose()?;
+    let registry = registry
+        .map(|r| {
+            let url = r.url.trim().to_string();
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                bail!("`schema_registry.url` must be an http:// or https:// address, not {url:?}");
+            }
+            let mut auth = BTreeMap::new();
+            if let Some(user) = &r.username {
+                auth.insert("username".to_string(), user.clone());
+            }
+            if let Some(password) = &r.password {
+                auth.insert("password".to_string(), password.clone());
+            }
+            let auth = secrets::resolved(&auth, resolve)
+                .map_err(|e| anyhow!("`schema_registry`: {e:#}"))?;
+            let basic_auth = match (auth.get("username"), auth.get("password")) {
+                (Some(user), Some(password)) => Some((user.clone(), password.clone())),
+                (None, None) => None,
+                _ => bail!("`schema_registry` needs both `username` and `password`, or neither"),
+            };
+            Ok(RegistryConfig { url, basic_auth })
+        })
+        .transpose()?;
+    Ok(FormatConfig {
+        format,
+        registry,
+        schema,
+        on_bad_record: match on_bad_record {
+            None | Some(OnBadRecordName::Fail) => OnBadRecord::Fail,
+            Some(OnBadRecordName::Skip) => OnBadRecord::Skip,
+        },
     })
 }
 

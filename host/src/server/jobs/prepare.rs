@@ -124,6 +124,34 @@ fn refuse_secret_references(file: &JobFile) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A server job may not name a schema registry yet: the server would make HTTP requests
+/// to any address a tenant wrote, inside its own network, and no grant of the host file
+/// says which registries a tenant may reach.
+fn refuse_schema_registries(file: &JobFile) -> Result<(), ApiError> {
+    let named = file
+        .source
+        .iter()
+        .map(|s| (&s.name, "source", s.schema_registry.is_some()))
+        .chain(
+            file.sink
+                .iter()
+                .map(|s| (&s.name, "sink", s.schema_registry.is_some())),
+        )
+        .find(|(_, _, registry)| *registry);
+    if let Some((name, what, _)) = named {
+        return Err(ApiError::new(
+            ErrorKind::Forbidden,
+            format!(
+                "job.toml: {what} {}: `schema_registry` is not available to server jobs yet \
+                 (the server would reach any address a job names); run the job with \
+                 `sluice run`, or read its values as bytes",
+                name.as_deref().unwrap_or("(unnamed)")
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Whether a path a job file gives would lead out of the folder the server keeps the job
 /// in (absolute, or up through `..`): refused, never quietly moved inside.
 fn leaves_its_folder(path: &Path) -> bool {
@@ -166,6 +194,7 @@ impl Server {
         }
         file.tenant = tenant.name.clone();
         refuse_secret_references(&file)?;
+        refuse_schema_registries(&file)?;
         let grant = tenant.kafka.as_ref();
         for (i, source) in file.source.iter_mut().enumerate() {
             let name = source.name.clone().unwrap_or_else(|| format!("#{}", i + 1));

@@ -1,0 +1,438 @@
+//! What the bytes of a record's value are (`format`): decoded by a source into the JSON
+//! operators read, and encoded by a sink from the JSON operators write.
+//!
+//! Decoding runs on the host, in the source's task, not in the guest: the guest has no
+//! network to ask a schema registry, Avro decoders in Python or JavaScript would run
+//! interpreted, and each SDK would need one. The host decodes once, natively, into JSON
+//! text, which every SDK reads with its language's native parser (`Record::json` in
+//! Rust, `record.json()` in Python and JavaScript), so an operator gets typed fields
+//! without writing a decoder; a sink encodes what operators emit back the same way.
+//! A record that cannot be decoded is a *bad record*: the source fails naming it, or
+//! skips and counts it (`on_bad_record`).
+
+pub mod avro;
+pub mod registry;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, anyhow, bail};
+
+pub use avro::Compiled;
+pub use registry::{Registry, RegistryConfig};
+
+/// How a record's value is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// As it is: operators get the bytes.
+    Bytes,
+    /// JSON text (with a registry: in Confluent's wire format, the header stripped).
+    Json,
+    /// Avro: with a registry in Confluent's wire format, without one bare datums of
+    /// `schema`.
+    Avro,
+}
+
+/// What a source does with a record it cannot decode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnBadRecord {
+    /// Fail, naming the record and what is wrong with it.
+    Fail,
+    /// Leave it out, counted in the source's `bad-records` counter.
+    Skip,
+}
+
+/// A source's or sink's format, as validated from the job file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FormatConfig {
+    pub format: Format,
+    pub registry: Option<RegistryConfig>,
+    /// The Avro schema the job reads with or writes (its text), from `schema`.
+    pub schema: Option<String>,
+    pub on_bad_record: OnBadRecord,
+}
+
+impl FormatConfig {
+    /// Values as they are.
+    pub fn bytes() -> FormatConfig {
+        FormatConfig {
+            format: Format::Bytes,
+            registry: None,
+            schema: None,
+            on_bad_record: OnBadRecord::Fail,
+        }
+    }
+
+    /// The format's name in a job file.
+    pub fn name(&self) -> &'static str {
+        match self.format {
+            Format::Bytes => "bytes",
+            Format::Json => "json",
+            Format::Avro => "avro",
+        }
+    }
+}
+
+/// How a value written with one schema is read.
+enum Plan {
+    /// With the reader's schema itself.
+    Direct(Arc<Compiled>),
+    /// Resolved from the writer's schema to the reader's.
+    Resolve {
+        writer: Arc<Compiled>,
+        reader: Arc<Compiled>,
+    },
+}
+
+/// Decodes a source's values into JSON.
+pub struct Decoder {
+    format: Format,
+    registry: Option<Registry>,
+    /// The schema the job reads with: `schema`, or each topic's latest at first sight.
+    fixed_reader: Option<Arc<Compiled>>,
+    readers: HashMap<String, Arc<Compiled>>,
+    /// Schemas by id, as the registry told them.
+    writers: HashMap<u32, Arc<Compiled>>,
+    /// Ids the registry does not know (bad records, not asked again).
+    unknown: std::collections::HashSet<u32>,
+    /// (topic, schema id) → how to read.
+    plans: HashMap<(String, u32), Plan>,
+    out: Vec<u8>,
+}
+
+/// What decoding a value gave.
+pub enum Decoded<'a> {
+    /// The value operators get.
+    Value(&'a [u8]),
+    /// A bad record, and what is wrong with it.
+    Bad(String),
+}
+
+impl Decoder {
+    pub fn new(config: &FormatConfig) -> Result<Decoder> {
+        let fixed_reader = config
+            .schema
+            .as_deref()
+            .map(|text| Compiled::parse(text).map(Arc::new))
+            .transpose()?;
+        Ok(Decoder {
+            format: config.format,
+            registry: config.registry.clone().map(Registry::new),
+            fixed_reader,
+            readers: HashMap::new(),
+            writers: HashMap::new(),
+            unknown: Default::default(),
+            plans: HashMap::new(),
+            out: Vec::new(),
+        })
+    }
+
+    /// Whether values pass as they are.
+    pub fn is_bytes(&self) -> bool {
+        self.format == Format::Bytes
+    }
+
+    /// Decodes `value`, read from `topic` (a file source: its path). Errors are the
+    /// registry's trouble (unreachable, refused), not the record's.
+    pub fn decode<'a>(&'a mut self, topic: &str, value: &'a [u8]) -> Result<Decoded<'a>> {
+        match self.format {
+            Format::Bytes => Ok(Decoded::Value(value)),
+            Format::Json => {
+                let text = match &self.registry {
+                    None => value,
+                    Some(_) => match registry::split_framed(value) {
+                        Ok((id, rest)) => {
+                            if let Some(bad) = self.check_id(id)? {
+                                return Ok(Decoded::Bad(bad));
+                            }
+                            rest
+                        }
+                        Err(e) => return Ok(Decoded::Bad(e)),
+                    },
+                };
+                match serde_json::from_slice::<serde::de::IgnoredAny>(text) {
+                    Ok(_) => Ok(Decoded::Value(text)),
+                    Err(e) => Ok(Decoded::Bad(format!("not JSON: {e}"))),
+                }
+            }
+            Format::Avro => {
+                let (id, mut datum) = match &self.registry {
+                    None => (0, value),
+                    Some(_) => match registry::split_framed(value) {
+                        Ok(framed) => framed,
+                        Err(e) => return Ok(Decoded::Bad(e)),
+                    },
+                };
+                if !self.plans.contains_key(&(topic.to_string(), id)) {
+                    match self.plan(topic, id)? {
+                        Ok(plan) => {
+                            self.plans.insert((topic.to_string(), id), plan);
+                        }
+                        Err(bad) => return Ok(Decoded::Bad(bad)),
+                    }
+                }
+                let plan = &self.plans[&(topic.to_string(), id)];
+                self.out.clear();
+                let decoded = match plan {
+                    Plan::Direct(reader) => reader.datum_to_json(&mut datum, &mut self.out),
+                    Plan::Resolve { writer, reader } => {
+                        apache_avro::reader::datum::GenericDatumReader::builder(&writer.schema)
+                            .reader_schema(&reader.schema)
+                            .build()
+                            .and_then(|r| r.read_value(&mut datum))
+                            .map_err(|e| anyhow!("{e}"))
+                            .and_then(|v| avro::value_to_json(&v, &mut self.out))
+                    }
+                };
+                match decoded {
+                    Err(e) => Ok(Decoded::Bad(format!(
+                        "not an Avro datum of its schema: {e:#}"
+                    ))),
+                    Ok(()) if !datum.is_empty() => Ok(Decoded::Bad(format!(
+                        "{} bytes left after the Avro datum of its schema",
+                        datum.len()
+                    ))),
+                    Ok(()) => Ok(Decoded::Value(&self.out)),
+                }
+            }
+        }
+    }
+
+    /// `Some(why)` when the registry does not know schema `id`.
+    fn check_id(&mut self, id: u32) -> Result<Option<String>> {
+        if self.writers.contains_key(&id) {
+            return Ok(None);
+        }
+        if self.unknown.contains(&id) {
+            return Ok(Some(format!(
+                "schema id {id} is not in the schema registry"
+            )));
+        }
+        let registry = self
+            .registry
+            .as_ref()
+            .expect("framed values come with a registry");
+        match registry.by_id(id)? {
+            None => {
+                self.unknown.insert(id);
+                Ok(Some(format!(
+                    "schema id {id} is not in the schema registry"
+                )))
+            }
+            Some(schema) => {
+                let compiled = if schema.kind == "AVRO" {
+                    Compiled::parse(&schema.text)
+                        .with_context(|| format!("schema {id} in the registry"))?
+                } else {
+                    Compiled::parse("\"null\"")?
+                };
+                self.writers.insert(id, Arc::new(compiled));
+                Ok(None)
+            }
+        }
+    }
+
+    /// How to read values of `topic` written with schema `id`; `Err` inside: a bad
+    /// record.
+    fn plan(&mut self, topic: &str, id: u32) -> Result<Result<Plan, String>> {
+        let Some(registry) = &self.registry else {
+            let reader = self
+                .fixed_reader
+                .clone()
+                .expect("validated: avro without a registry has a schema");
+            return Ok(Ok(Plan::Direct(reader)));
+        };
+        let reader = match &self.fixed_reader {
+            Some(reader) => reader.clone(),
+            None => match self.readers.get(topic) {
+                Some(reader) => reader.clone(),
+                None => {
+                    let subject = format!("{topic}-value");
+                    let latest = registry
+                        .latest(&subject)
+                        .with_context(|| format!("reading the schema of subject {subject:?}"))?
+                        .ok_or_else(|| {
+                            anyhow!(
+                                "the schema registry has no subject {subject:?}: register the \
+                                 topic's schema, or name one with `schema`"
+                            )
+                        })?;
+                    let compiled =
+                        Arc::new(Compiled::parse(&latest.text).with_context(|| {
+                            format!("the latest schema of subject {subject:?}")
+                        })?);
+                    self.writers
+                        .entry(latest.id)
+                        .or_insert_with(|| compiled.clone());
+                    self.readers.insert(topic.to_string(), compiled.clone());
+                    compiled
+                }
+            },
+        };
+        if let Some(bad) = self.check_id(id)? {
+            return Ok(Err(bad));
+        }
+        let writer = self.writers[&id].clone();
+        if writer.schema.canonical_form() == reader.schema.canonical_form() {
+            return Ok(Ok(Plan::Direct(reader)));
+        }
+        if let Err(e) = apache_avro::schema_compatibility::SchemaCompatibility::can_read(
+            &writer.schema,
+            &reader.schema,
+        ) {
+            return Ok(Err(format!(
+                "written with schema {id}, which the job's schema cannot read: {e}"
+            )));
+        }
+        Ok(Ok(Plan::Resolve { writer, reader }))
+    }
+}
+
+/// Encodes what a sink's operators emit (JSON) into its format.
+pub struct Encoder {
+    format: Format,
+    schema: Option<Compiled>,
+    /// The registry's id of `schema`: values are framed with it.
+    id: Option<u32>,
+    out: Vec<u8>,
+}
+
+impl Encoder {
+    /// The encoder of a sink writing `topic` (a file sink: its path). Registers the
+    /// sink's schema under `TOPIC-value`, or takes the subject's latest.
+    pub fn open(config: &FormatConfig, topic: &str) -> Result<Encoder> {
+        let registry = config.registry.clone().map(Registry::new);
+        let subject = format!("{topic}-value");
+        let (schema, id) = match (config.format, &config.schema, &registry) {
+            (Format::Avro, Some(text), Some(registry)) => {
+                let id = registry.register(&subject, "AVRO", text).with_context(|| {
+                    format!("registering the sink's schema under subject {subject:?}")
+                })?;
+                (Some(Compiled::parse(text)?), Some(id))
+            }
+            (Format::Avro, None, Some(registry)) => {
+                let latest = registry
+                    .latest(&subject)
+                    .with_context(|| format!("reading the schema of subject {subject:?}"))?
+                    .ok_or_else(|| {
+                        anyhow!(
+                            "the schema registry has no subject {subject:?}: name the sink's \
+                             schema with `schema`, and it is registered"
+                        )
+                    })?;
+                (Some(Compiled::parse(&latest.text)?), Some(latest.id))
+            }
+            (Format::Avro, Some(text), None) => (Some(Compiled::parse(text)?), None),
+            (Format::Avro, None, None) => bail!("an avro sink needs `schema` or `schema_registry`"),
+            _ => (None, None),
+        };
+        Ok(Encoder {
+            format: config.format,
+            schema,
+            id,
+            out: Vec::new(),
+        })
+    }
+
+    /// Whether values pass as they are.
+    pub fn is_bytes(&self) -> bool {
+        self.format == Format::Bytes
+    }
+
+    /// `value` in the sink's format; `Err`: what is wrong with it.
+    pub fn encode<'a>(&'a mut self, value: &'a [u8]) -> Result<&'a [u8], String> {
+        match self.format {
+            Format::Bytes => Ok(value),
+            Format::Json => match serde_json::from_slice::<serde::de::IgnoredAny>(value) {
+                Ok(_) => Ok(value),
+                Err(e) => Err(format!("not JSON: {e}")),
+            },
+            Format::Avro => {
+                let json: serde_json::Value =
+                    serde_json::from_slice(value).map_err(|e| format!("not JSON: {e}"))?;
+                self.out.clear();
+                if let Some(id) = self.id {
+                    registry::put_header(id, &mut self.out);
+                }
+                let schema = self
+                    .schema
+                    .as_ref()
+                    .expect("an avro encoder has its schema");
+                schema
+                    .json_to_datum(&json, &mut self.out)
+                    .map_err(|e| format!("does not fit the sink's Avro schema: {e:#}"))?;
+                Ok(&self.out)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V1: &str = r#"{"type":"record","name":"E","fields":[{"name":"user","type":"string"},{"name":"n","type":"int"}]}"#;
+
+    fn config(format: Format, schema: Option<&str>) -> FormatConfig {
+        FormatConfig {
+            format,
+            schema: schema.map(str::to_string),
+            ..FormatConfig::bytes()
+        }
+    }
+
+    fn decoded(decoder: &mut Decoder, value: &[u8]) -> Result<String, String> {
+        match decoder.decode("t", value).unwrap() {
+            Decoded::Value(v) => Ok(String::from_utf8(v.to_vec()).unwrap()),
+            Decoded::Bad(why) => Err(why),
+        }
+    }
+
+    #[test]
+    fn bare_avro_values_of_the_jobs_schema_are_read_as_json() {
+        let mut encoder = Encoder::open(&config(Format::Avro, Some(V1)), "t").unwrap();
+        let datum = encoder.encode(br#"{"user":"a","n":2}"#).unwrap().to_vec();
+        let mut decoder = Decoder::new(&config(Format::Avro, Some(V1))).unwrap();
+        assert_eq!(
+            decoded(&mut decoder, &datum),
+            Ok(r#"{"user":"a","n":2}"#.into())
+        );
+        assert_eq!(datum, [2, b'a', 4]);
+        let bad = decoded(&mut decoder, &datum[..2]).unwrap_err();
+        assert!(bad.contains("ends early"), "{bad}");
+        let mut longer = datum.clone();
+        longer.push(0);
+        assert!(
+            decoded(&mut decoder, &longer)
+                .unwrap_err()
+                .contains("1 bytes left")
+        );
+        let e = encoder.encode(br#"{"user":"a"}"#).unwrap_err();
+        assert!(e.contains("field n is missing"), "{e}");
+        assert!(
+            encoder
+                .encode(b"not json")
+                .unwrap_err()
+                .starts_with("not JSON")
+        );
+    }
+
+    #[test]
+    fn json_values_are_checked_and_passed_as_they_are() {
+        let mut decoder = Decoder::new(&config(Format::Json, None)).unwrap();
+        assert_eq!(
+            decoded(&mut decoder, br#"{"a": [1, 2]}"#),
+            Ok(r#"{"a": [1, 2]}"#.into())
+        );
+        assert!(
+            decoded(&mut decoder, b"{\"a\":")
+                .unwrap_err()
+                .starts_with("not JSON")
+        );
+        let mut bytes = Decoder::new(&FormatConfig::bytes()).unwrap();
+        assert!(matches!(
+            bytes.decode("t", b"\xff{").unwrap(),
+            Decoded::Value(b"\xff{")
+        ));
+    }
+}

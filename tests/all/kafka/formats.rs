@@ -1,0 +1,292 @@
+//! Record formats against the broker and a real schema registry (Apicurio's Confluent
+//! API, started by `scripts/test.sh`): Avro read through the registry into JSON, an old
+//! schema's records resolved to the job's, bad records skipped and counted or failing
+//! the job with their offset, and JSON written back as Avro in Confluent's wire format.
+//! Values are made and checked with `apache-avro` and plain HTTP, not Sluice's own code.
+
+use apache_avro::Schema;
+use apache_avro::types::Value;
+use sluice_tests::kafka::{
+    broker, create_topic, produce_values, read_committed_values, schema_registry, unique_topic,
+};
+use sluice_tests::plugins::FILTER;
+use sluice_tests::{run_job, test_dir, write_job};
+
+use crate::server::{ServerProcess, error_of, host_config};
+
+const V1: &str = r#"{"type":"record","name":"Click","fields":[{"name":"user","type":"string"},{"name":"n","type":"int"}]}"#;
+const V2: &str = r#"{"type":"record","name":"Click","fields":[{"name":"user","type":"string"},{"name":"n","type":"int"},{"name":"country","type":"string","default":"nl"}]}"#;
+
+/// Registers `schema` under `subject`; its id.
+fn register(registry: &str, subject: &str, schema: &str) -> u32 {
+    let body = serde_json::json!({ "schema": schema }).to_string();
+    let mut answer = ureq::post(&format!("{registry}/subjects/{subject}/versions"))
+        .header("Content-Type", "application/vnd.schemaregistry.v1+json")
+        .send(body)
+        .expect("registering a schema");
+    let answer: serde_json::Value =
+        serde_json::from_str(&answer.body_mut().read_to_string().unwrap()).unwrap();
+    answer["id"].as_u64().expect("an id") as u32
+}
+
+/// The schema with id `id`, from the registry.
+fn schema_of(registry: &str, id: u32) -> Schema {
+    let mut answer = ureq::get(&format!("{registry}/schemas/ids/{id}"))
+        .call()
+        .expect("reading a schema");
+    let answer: serde_json::Value =
+        serde_json::from_str(&answer.body_mut().read_to_string().unwrap()).unwrap();
+    Schema::parse_str(answer["schema"].as_str().unwrap()).unwrap()
+}
+
+/// A value in Confluent's wire format: 0, the id big-endian, the datum.
+fn framed(id: u32, schema: &Schema, fields: Vec<(&str, Value)>) -> Vec<u8> {
+    let record = Value::Record(
+        fields
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    );
+    let mut out = vec![0];
+    out.extend_from_slice(&id.to_be_bytes());
+    let writer = apache_avro::writer::datum::GenericDatumWriter::builder(schema)
+        .build()
+        .unwrap();
+    out.extend(writer.write_value_to_vec(record).unwrap());
+    out
+}
+
+/// Avro in (through the registry) → an operator passing everything → `sink` (a Kafka
+/// sink's fields), with `on_bad_record` as given.
+fn job(
+    dir: &std::path::Path,
+    input: &str,
+    registry: &str,
+    on_bad: &str,
+    sink: &str,
+) -> std::path::PathBuf {
+    let broker = broker().unwrap();
+    write_job(
+        dir,
+        &format!(
+            r#"
+name = "formats"
+[source]
+type = "kafka"
+name = "clicks"
+bootstrap = "{broker}"
+topics = "{input}"
+bounded = true
+format = "avro"
+schema_registry = {{ url = "{registry}" }}
+on_bad_record = "{on_bad}"
+[[operator]]
+name = "pass"
+plugin = "{FILTER}"
+[sink]
+type = "kafka"
+bootstrap = "{broker}"
+{sink}
+[checkpoint]
+interval_ms = 200
+[restart]
+strategy = "none"
+"#
+        ),
+    )
+}
+
+#[test]
+fn avro_is_read_through_the_registry_old_schemas_resolved_and_bad_records_skipped() {
+    let (Some(broker), Some(registry)) = (broker(), schema_registry()) else {
+        return;
+    };
+    let input = unique_topic("avro-clicks");
+    let output = unique_topic("json-clicks");
+    create_topic(&broker, &input, 1);
+    create_topic(&broker, &output, 1);
+    let subject = format!("{input}-value");
+    let v1 = register(&registry, &subject, V1);
+    let s1 = Schema::parse_str(V1).unwrap();
+    let mut values = vec![
+        framed(v1, &s1, vec![("user", "ann".into()), ("n", Value::Int(1))]),
+        framed(
+            v1,
+            &s1,
+            vec![("user", "bob \"b\"".into()), ("n", Value::Int(-2))],
+        ),
+    ];
+    let v2 = register(&registry, &subject, V2);
+    assert_ne!(v1, v2);
+    let s2 = Schema::parse_str(V2).unwrap();
+    values.push(framed(
+        v2,
+        &s2,
+        vec![
+            ("user", "cy".into()),
+            ("n", Value::Int(3)),
+            ("country", "be".into()),
+        ],
+    ));
+    // Bad: not in the wire format; an id the registry does not know; a datum cut short.
+    values.push(b"{\"user\":\"json\"}".to_vec());
+    values.push(framed(
+        987_654,
+        &s1,
+        vec![("user", "x".into()), ("n", Value::Int(0))],
+    ));
+    let mut cut = framed(
+        v2,
+        &s2,
+        vec![
+            ("user", "dee".into()),
+            ("n", Value::Int(4)),
+            ("country", "de".into()),
+        ],
+    );
+    cut.truncate(cut.len() - 3);
+    values.push(cut);
+    values.push(framed(
+        v1,
+        &s1,
+        vec![("user", "eve".into()), ("n", Value::Int(5))],
+    ));
+    produce_values(&broker, &input, &values);
+
+    let dir = test_dir("kafka-avro-in");
+    let path = job(
+        &dir,
+        &input,
+        &registry,
+        "skip",
+        &format!("topic = \"{output}\"\nformat = \"json\""),
+    );
+    let report = run_job(&path).unwrap();
+    let written: Vec<String> = read_committed_values(&broker, &output)
+        .into_iter()
+        .map(|v| String::from_utf8(v).unwrap())
+        .collect();
+    // Read with the subject's latest schema (v2): v1's records get its default.
+    assert_eq!(
+        written,
+        [
+            r#"{"user":"ann","n":1,"country":"nl"}"#,
+            r#"{"user":"bob \"b\"","n":-2,"country":"nl"}"#,
+            r#"{"user":"cy","n":3,"country":"be"}"#,
+            r#"{"user":"eve","n":5,"country":"nl"}"#,
+        ]
+    );
+    let source = report
+        .tasks
+        .iter()
+        .find_map(|t| t.source.as_ref())
+        .expect("a source report");
+    assert_eq!(source.counters.get("bad-records"), Some(&3), "{source:?}");
+
+    // The same input with `on_bad_record = "fail"`: the job fails at the first bad
+    // record, naming it and why.
+    let dir = test_dir("kafka-avro-in-fail");
+    let path = job(
+        &dir,
+        &input,
+        &registry,
+        "fail",
+        &format!("topic = \"{}\"\nformat = \"json\"", unique_topic("unused")),
+    );
+    let e = format!("{:#}", run_job(&path).expect_err("the job should fail"));
+    assert!(
+        e.contains(&format!("Kafka record {input}/0 at offset 3"))
+            && e.contains("not the schema registry's magic byte"),
+        "{e}"
+    );
+}
+
+#[test]
+fn json_is_written_as_avro_in_the_registrys_wire_format() {
+    let (Some(broker), Some(registry)) = (broker(), schema_registry()) else {
+        return;
+    };
+    let input = unique_topic("avro-in");
+    let output = unique_topic("avro-out");
+    create_topic(&broker, &input, 1);
+    create_topic(&broker, &output, 1);
+    let v1 = register(&registry, &format!("{input}-value"), V1);
+    let s1 = Schema::parse_str(V1).unwrap();
+    let values: Vec<Vec<u8>> = (0..50)
+        .map(|i| {
+            framed(
+                v1,
+                &s1,
+                vec![("user", format!("u{i}").into()), ("n", Value::Int(i))],
+            )
+        })
+        .collect();
+    produce_values(&broker, &input, &values);
+    let dir = test_dir("kafka-avro-out");
+    std::fs::write(dir.join("out.avsc"), V2).unwrap();
+    let path = job(
+        &dir,
+        &input,
+        &registry,
+        "fail",
+        &format!(
+            "topic = \"{output}\"\nformat = \"avro\"\nschema = \"out.avsc\"\nschema_registry = {{ url = \"{registry}\" }}"
+        ),
+    );
+    run_job(&path).unwrap();
+    let written = read_committed_values(&broker, &output);
+    assert_eq!(written.len(), 50);
+    for (i, value) in written.iter().enumerate() {
+        assert_eq!(value[0], 0, "the magic byte");
+        let id = u32::from_be_bytes(value[1..5].try_into().unwrap());
+        let schema = schema_of(&registry, id);
+        let read = apache_avro::reader::datum::GenericDatumReader::builder(&schema)
+            .build()
+            .unwrap()
+            .read_value(&mut &value[5..])
+            .unwrap();
+        assert_eq!(
+            read,
+            Value::Record(vec![
+                ("user".into(), Value::String(format!("u{i}"))),
+                ("n".into(), Value::Int(i as i32)),
+                ("country".into(), Value::String("nl".into())),
+            ])
+        );
+    }
+}
+
+/// A server job may not name a schema registry: the server would make requests to any
+/// address a tenant wrote.
+#[test]
+fn a_server_job_may_not_name_a_schema_registry() {
+    let dir = test_dir("formats-server");
+    let server = ServerProcess::start(&host_config(&dir, ""));
+    let a = server.client(Some("token-a"));
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "registry-on-a-server"
+[source]
+type = "kafka"
+name = "clicks"
+bootstrap = "127.0.0.1:9"
+topics = "t"
+format = "avro"
+schema_registry = {{ url = "http://169.254.169.254/latest" }}
+[[operator]]
+name = "pass"
+plugin = "{FILTER}"
+[sink]
+type = "file"
+path = "out.txt"
+"#
+        ),
+    );
+    let e = error_of(a.submit(&job));
+    assert!(
+        e.contains("403") && e.contains("source clicks: `schema_registry` is not available"),
+        "{e}"
+    );
+}
