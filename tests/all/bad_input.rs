@@ -371,6 +371,18 @@ fn kafka_job_file_mistakes_are_named() {
             "a kafka sink's `format` is \"bytes\", \"json\" or \"avro\", not \"key-value\"",
         ),
         (
+            "kafka-named-timestamp-on-bytes",
+            format!("name = \"x\"\n{kafka}timestamp = {{ field = \"ts\" }}\n{op}{GOOD_SINK}"),
+            "`timestamp = { field = \"ts\" }` names a field of JSON values: it needs `format = \"json\"`",
+        ),
+        (
+            "named-timestamp-on-file",
+            format!(
+                "name = \"x\"\n[source]\ntype = \"file\"\npath = \"in.txt\"\ntimestamp = {{ field = \"ts\" }}\n{op}{GOOD_SINK}"
+            ),
+            "`timestamp = { field = \"ts\" }` names a field of JSON values: a kafka source",
+        ),
+        (
             "file-sink-avro",
             format!(
                 "name = \"x\"\n{kafka}{op}[sink]\ntype = \"file\"\npath = \"o\"\nformat = \"avro\"\n"

@@ -491,7 +491,11 @@ impl Plan {
                 event_time: original
                     .event_time
                     .clone()
-                    .map(|e| crate::connectors::EventTime { field: None, ..e }),
+                    .map(|e| crate::connectors::EventTime {
+                        field: None,
+                        json_field: None,
+                        ..e
+                    }),
                 idle_timeout: None,
             },
         };

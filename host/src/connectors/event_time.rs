@@ -16,6 +16,9 @@ pub struct EventTime {
     pub field: Option<usize>,
     /// Separator between fields.
     pub separator: String,
+    /// Instead of `field`: the top-level field of a JSON object value (a Kafka source's
+    /// with `format = "json"` or `"avro"`, decoded) holding the timestamp.
+    pub json_field: Option<String>,
     /// Bounded out-of-orderness in milliseconds.
     pub out_of_orderness_ms: i64,
 }
@@ -56,9 +59,10 @@ impl WatermarkGenerator {
                 });
                 *emitted = w;
             }
-            let ts = match spec.field {
-                Some(field) => timestamp_of(spec, field, record.value)?,
-                None => record.timestamp.ok_or_else(|| {
+            let ts = match (&spec.json_field, spec.field) {
+                (Some(name), _) => json_timestamp(name, record.value)?,
+                (None, Some(field)) => timestamp_of(spec, field, record.value)?,
+                (None, None) => record.timestamp.ok_or_else(|| {
                     anyhow::anyhow!(
                         "record {:?} came without a timestamp (`timestamp = \"record\"`)",
                         String::from_utf8_lossy(record.value)
@@ -99,6 +103,74 @@ pub fn timestamp_of(spec: &EventTime, index: usize, value: &[u8]) -> Result<i64>
     }
 }
 
+/// The milliseconds in the top-level field `name` of the JSON object `value` (a number,
+/// or a string of digits), or why there are none. Reads past the other fields without
+/// building them.
+pub fn json_timestamp(name: &str, value: &[u8]) -> Result<i64> {
+    use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+
+    /// Finds field `.0` of an object.
+    struct Find<'n>(&'n str);
+    /// Whether a key is `.0`.
+    struct KeyIs<'n>(&'n str);
+
+    impl<'de> DeserializeSeed<'de> for KeyIs<'_> {
+        type Value = bool;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+    impl<'de> Visitor<'de> for KeyIs<'_> {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a field name")
+        }
+        fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<bool, E> {
+            Ok(key == self.0)
+        }
+    }
+    impl<'de> DeserializeSeed<'de> for Find<'_> {
+        type Value = Option<serde_json::Value>;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Find<'_> {
+        type Value = Option<serde_json::Value>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut found = None;
+            while let Some(is) = map.next_key_seed(KeyIs(self.0))? {
+                if is && found.is_none() {
+                    found = Some(map.next_value()?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(found)
+        }
+    }
+
+    let shown = || String::from_utf8_lossy(&value[..value.len().min(200)]).into_owned();
+    let mut de = serde_json::Deserializer::from_slice(value);
+    let found = Find(name)
+        .deserialize(&mut de)
+        .map_err(|e| anyhow::anyhow!("record {:?}: not a JSON object ({e})", shown()))?;
+    match found {
+        Some(serde_json::Value::Number(n)) if n.is_i64() => Ok(n.as_i64().expect("i64")),
+        Some(serde_json::Value::String(s)) if parse_millis(&s).is_ok() => {
+            Ok(parse_millis(&s).expect("checked"))
+        }
+        Some(other) => bail!(
+            "record {:?}: timestamp field {name:?} is {other}, not a number of milliseconds",
+            shown()
+        ),
+        None => bail!("record {:?} has no timestamp field {name:?}", shown()),
+    }
+}
+
 /// A timestamp field's milliseconds, or the field when it is not a number.
 fn parse_millis(field: &str) -> Result<i64, String> {
     field.trim().parse().map_err(|_| field.to_owned())
@@ -112,6 +184,7 @@ mod tests {
         EventTime {
             field: Some(0),
             separator: ",".into(),
+            json_field: None,
             out_of_orderness_ms: bound,
         }
     }
@@ -136,6 +209,7 @@ mod tests {
                     let spec = EventTime {
                         field: Some(index),
                         separator: separator.into(),
+                        json_field: None,
                         out_of_orderness_ms: 0,
                     };
                     let text = String::from_utf8_lossy(value);
@@ -248,5 +322,33 @@ mod tests {
             err.to_string().contains("has no timestamp field 1"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn json_timestamps_are_a_top_level_field_of_milliseconds() {
+        let v = br#"{"a":{"ts":1},"ts":1700000000123,"b":[1,{"ts":2}]}"#;
+        assert_eq!(json_timestamp("ts", v).unwrap(), 1_700_000_000_123);
+        assert_eq!(json_timestamp("t", br#"{"t":" 42 "}"#).unwrap(), 42);
+        assert_eq!(json_timestamp("t", br#"{"t":-5}"#).unwrap(), -5);
+        let e = json_timestamp("ts", br#"{"a":1}"#).unwrap_err().to_string();
+        assert_eq!(e, r#"record "{\"a\":1}" has no timestamp field "ts""#);
+        let e = json_timestamp("t", br#"{"t":1.5}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(r#"timestamp field "t" is 1.5, not a number of milliseconds"#),
+            "{e}"
+        );
+        let e = json_timestamp("t", br#"{"t":"2024-01-01"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a number of milliseconds"), "{e}");
+        assert!(
+            json_timestamp("t", b"[1]")
+                .unwrap_err()
+                .to_string()
+                .contains("not a JSON object")
+        );
+        assert!(json_timestamp("t", b"{\"t\":").is_err());
     }
 }

@@ -279,18 +279,30 @@ pub enum Timestamp {
     Record,
     /// `{ field = N, separator = "," }`: a field holding milliseconds.
     Field(FieldSpec),
+    /// `{ field = "NAME" }`: a top-level field of JSON values (a Kafka source's with
+    /// `format = "json"` or `"avro"`) holding milliseconds.
+    Named(String),
 }
 
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match toml::Value::deserialize(d)? {
             toml::Value::String(s) if s == "record" => Ok(Timestamp::Record),
+            toml::Value::Table(t)
+                if t.len() == 1
+                    && matches!(t.get("field"), Some(toml::Value::String(name)) if !name.is_empty()) =>
+            {
+                Ok(Timestamp::Named(
+                    t["field"].as_str().expect("matched").to_string(),
+                ))
+            }
             toml::Value::Table(t) if field_spec(&t).is_ok() => field_spec(&t)
                 .map(Timestamp::Field)
                 .map_err(D::Error::custom),
             _ => Err(D::Error::custom(
                 "`timestamp` must be { field = N, separator = \",\" } (the field holding the \
-                 event time in milliseconds) or \"record\" (the timestamp a Kafka record carries)",
+                 event time in milliseconds), { field = \"NAME\" } (a field of JSON or Avro \
+                 values) or \"record\" (the timestamp a Kafka record carries)",
             )),
         }
     }
@@ -303,7 +315,16 @@ impl JsonSchema for Timestamp {
 
     fn json_schema(generator: &mut SchemaGenerator) -> Schema {
         let field = generator.subschema_for::<FieldSpec>();
-        json_schema!({ "anyOf": [{ "const": "record" }, field] })
+        json_schema!({ "anyOf": [
+            { "const": "record" },
+            field,
+            {
+                "type": "object",
+                "properties": { "field": { "type": "string", "minLength": 1 } },
+                "required": ["field"],
+                "additionalProperties": false
+            }
+        ] })
     }
 }
 

@@ -256,6 +256,73 @@ fn json_is_written_as_avro_in_the_registrys_wire_format() {
     }
 }
 
+/// `timestamp = { field = "at" }` takes event time from a field of the decoded values:
+/// the sink writes it as each record's Kafka timestamp.
+#[test]
+fn event_time_comes_from_a_field_of_avro_values() {
+    let (Some(broker), Some(registry)) = (broker(), schema_registry()) else {
+        return;
+    };
+    const SCHEMA: &str = r#"{"type":"record","name":"Tick","fields":[{"name":"sym","type":"string"},{"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#;
+    let input = unique_topic("avro-ticks");
+    let output = unique_topic("json-ticks");
+    create_topic(&broker, &input, 1);
+    create_topic(&broker, &output, 1);
+    let id = register(&registry, &format!("{input}-value"), SCHEMA);
+    let schema = Schema::parse_str(SCHEMA).unwrap();
+    let times = [1_700_000_000_000_i64, 1_700_000_000_500, 1_699_999_999_000];
+    let values: Vec<Vec<u8>> = times
+        .iter()
+        .map(|&at| {
+            framed(
+                id,
+                &schema,
+                vec![("sym", "ab".into()), ("at", Value::TimestampMillis(at))],
+            )
+        })
+        .collect();
+    produce_values(&broker, &input, &values);
+    let dir = test_dir("kafka-avro-event-time");
+    let path = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "ticks"
+[source]
+type = "kafka"
+bootstrap = "{broker}"
+topics = "{input}"
+bounded = true
+format = "avro"
+schema_registry = {{ url = "{registry}" }}
+timestamp = {{ field = "at" }}
+out_of_orderness_ms = 1000
+[[operator]]
+name = "pass"
+plugin = "{FILTER}"
+[sink]
+type = "kafka"
+bootstrap = "{broker}"
+topic = "{output}"
+format = "json"
+[checkpoint]
+interval_ms = 200
+"#
+        ),
+    );
+    run_job(&path).unwrap();
+    let written = sluice_tests::kafka::read_committed(&broker, &output);
+    let got: Vec<(Option<i64>, String)> = written
+        .into_iter()
+        .map(|r| (r.timestamp, r.value))
+        .collect();
+    let want: Vec<(Option<i64>, String)> = times
+        .iter()
+        .map(|&at| (Some(at), format!(r#"{{"sym":"ab","at":{at}}}"#)))
+        .collect();
+    assert_eq!(got, want);
+}
+
 /// A server job may not name a schema registry: the server would make requests to any
 /// address a tenant wrote.
 #[test]

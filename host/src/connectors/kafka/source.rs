@@ -18,7 +18,7 @@ use super::client_errors::EVENTS_SERVED;
 use super::exchange::watermark_record;
 use super::stats::SourceStats;
 use crate::chain::CallError;
-use crate::connectors::event_time::{EventTime, timestamp_of};
+use crate::connectors::event_time::{EventTime, json_timestamp, timestamp_of};
 use crate::connectors::formats::{Decoded, Decoder, FormatConfig, OnBadRecord};
 use crate::connectors::{Source, SourceStatus};
 use crate::metrics::OperatorMetrics;
@@ -799,19 +799,23 @@ impl Source for KafkaSource {
                     )));
                 }
             };
-            let timestamp = match self.event_time.as_ref().and_then(|e| Some((e, e.field?))) {
-                Some((spec, field)) => Some(
-                    timestamp_of(spec, field, message.payload().unwrap_or_default()).with_context(
-                        || {
-                            format!(
-                                "Kafka record {}/{} at offset {}",
-                                key.0,
-                                key.1,
-                                message.offset()
-                            )
-                        },
-                    )?,
-                ),
+            let from_value =
+                self.event_time
+                    .as_ref()
+                    .and_then(|e| match (&e.json_field, e.field) {
+                        (Some(name), _) => Some(json_timestamp(name, value)),
+                        (None, Some(field)) => Some(timestamp_of(e, field, value)),
+                        (None, None) => None,
+                    });
+            let timestamp = match from_value {
+                Some(ts) => Some(ts.with_context(|| {
+                    format!(
+                        "Kafka record {}/{} at offset {}",
+                        key.0,
+                        key.1,
+                        message.offset()
+                    )
+                })?),
                 None => match (message.timestamp().to_millis(), &self.event_time) {
                     (None, Some(_)) => bail!(
                         "Kafka record {}/{} at offset {} has no timestamp \

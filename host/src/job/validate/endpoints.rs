@@ -72,6 +72,13 @@ pub(super) fn source_vertex(
         for (field, set) in kafka_fields {
             not_for(field, set)?;
         }
+        if let Some(Timestamp::Named(name)) = &spec.timestamp {
+            bail!(
+                "`timestamp = {{ field = {name:?} }}` names a field of JSON values: a kafka \
+                 source with `format = \"json\"` or \"avro\" (a field of text lines is \
+                 `{{ field = N, separator = \",\" }}`)"
+            );
+        }
         if spec.timestamp == Some(Timestamp::Record) {
             bail!("`timestamp = \"record\"` needs records that carry a timestamp: a kafka source");
         }
@@ -141,13 +148,15 @@ pub(super) fn source_vertex(
     let out_of_orderness_ms = spec.out_of_orderness_ms.map(|m| m.0);
     let idle_timeout_ms = spec.idle_timeout_ms.map(|m| m.0);
     let event_time = spec.timestamp.as_ref().map(|t| {
-        let (field, separator) = match t {
-            Timestamp::Record => (None, ",".to_string()),
-            Timestamp::Field(f) => (Some(f.field), f.separator.clone()),
+        let (field, separator, json_field) = match t {
+            Timestamp::Record => (None, ",".to_string(), None),
+            Timestamp::Field(f) => (Some(f.field), f.separator.clone(), None),
+            Timestamp::Named(name) => (None, ",".to_string(), Some(name.clone())),
         };
         EventTime {
             field,
             separator,
+            json_field,
             out_of_orderness_ms: out_of_orderness_ms.unwrap_or(0) as i64,
         }
     });
@@ -386,13 +395,22 @@ fn kafka_source(
         spec.on_bad_record,
         resolve,
     )?;
+    if format.format == Format::Bytes
+        && let Some(Timestamp::Named(name)) = &spec.timestamp
+    {
+        bail!(
+            "`timestamp = {{ field = {name:?} }}` names a field of JSON values: it needs \
+             `format = \"json\"` or \"avro\" (a field of text lines is `{{ field = N, \
+             separator = \",\" }}`)"
+        );
+    }
     if format.format != Format::Bytes
         && let Some(Timestamp::Field(_)) = &spec.timestamp
     {
         bail!(
-            "`timestamp = {{ field = N }}` splits the value as text; with `format = {:?}` take \
-             the record's timestamp (`timestamp = \"record\"`) or stamp event time in an \
-             operator",
+            "`timestamp = {{ field = N }}` splits the value as text; with `format = {:?}` name \
+             the field (`timestamp = {{ field = \"ts\" }}`) or take the record's timestamp \
+             (`timestamp = \"record\"`)",
             spec.format.map_or("bytes", RecordFormatName::name)
         );
     }

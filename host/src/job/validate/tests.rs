@@ -86,7 +86,7 @@ fn cases() -> Vec<(String, &'static str)> {
             job(&format!(
                 "[source]\ntype = \"file\"\npath = \"in.txt\"\ntimestamp = {{ field = -1 }}\n{OP}{SINK}"
             )),
-            "/jobs/job.toml: in `source.timestamp`: TOML parse error at line 5, column 13\n  |\n5 | timestamp = { field = -1 }\n  |             ^^^^^^^^^^^^^^\n`timestamp` must be { field = N, separator = \",\" } (the field holding the event time in milliseconds) or \"record\" (the timestamp a Kafka record carries)\n",
+            "/jobs/job.toml: in `source.timestamp`: TOML parse error at line 5, column 13\n  |\n5 | timestamp = { field = -1 }\n  |             ^^^^^^^^^^^^^^\n`timestamp` must be { field = N, separator = \",\" } (the field holding the event time in milliseconds), { field = \"NAME\" } (a field of JSON or Avro values) or \"record\" (the timestamp a Kafka record carries)\n",
         ),
         (
             job(&format!("[source]\ntype = \"pipe\"\n{OP}{SINK}")),
