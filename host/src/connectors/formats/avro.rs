@@ -24,6 +24,8 @@ use apache_avro::schema::{InnerDecimalSchema, Name, UuidSchema};
 use apache_avro::types::Value;
 use serde_json::Value as Json;
 
+use super::json::J;
+
 /// One node of a compiled schema; children are indices into [`Compiled::nodes`].
 #[derive(Debug, Clone)]
 enum Node {
@@ -49,7 +51,7 @@ struct Field {
     /// The name as a JSON key, quoted and escaped, with its colon.
     key: String,
     node: usize,
-    default: Option<Json>,
+    default: Option<J<'static>>,
 }
 
 /// A schema compiled for reading and writing JSON.
@@ -198,53 +200,53 @@ impl Compiled {
         Ok(())
     }
 
-    /// Appends the Avro datum of the JSON `value` to `out`.
-    pub fn json_to_datum(&self, value: &Json, out: &mut Vec<u8>) -> Result<()> {
-        self.encode(self.root, value, out, "")
+    /// Appends the Avro datum of the JSON text `text` to `out`.
+    pub fn json_to_datum(&self, text: &[u8], out: &mut Vec<u8>) -> Result<()> {
+        let value = J::parse(text).map_err(|e| anyhow!("not JSON: {e}"))?;
+        self.encode(self.root, &value, out, At::Root)
     }
 
-    fn encode(&self, node: usize, value: &Json, out: &mut Vec<u8>, path: &str) -> Result<()> {
+    fn encode(&self, node: usize, value: &J<'_>, out: &mut Vec<u8>, path: At<'_>) -> Result<()> {
         let wrong = |expected: &str| {
-            let at = if path.is_empty() { "the value" } else { path };
+            let at = match path {
+                At::Root => "the value".to_string(),
+                _ => path.to_string(),
+            };
             anyhow!("{at} is {}, not {expected}", describe(value))
         };
         match (&self.nodes[node], value) {
-            (Node::Null, Json::Null) => {}
-            (Node::Boolean, Json::Bool(b)) => out.push(u8::from(*b)),
-            (Node::Int, Json::Number(n)) => {
-                let v = n
-                    .as_i64()
-                    .and_then(|v| i32::try_from(v).ok())
-                    .ok_or_else(|| wrong("an int"))?;
+            (Node::Null, J::Null) => {}
+            (Node::Boolean, J::Bool(b)) => out.push(u8::from(*b)),
+            (Node::Int, J::Int(v)) => {
+                let v = i32::try_from(*v).map_err(|_| wrong("an int"))?;
                 put_long(i64::from(v), out);
             }
-            (Node::Long, Json::Number(n)) => {
-                put_long(n.as_i64().ok_or_else(|| wrong("a long"))?, out)
+            (Node::Long, J::Int(v)) => put_long(*v, out),
+            (Node::Float, J::Int(_) | J::UInt(_) | J::Float(_)) => {
+                let v = value.as_f64().expect("a number");
+                out.extend_from_slice(&(v as f32).to_le_bytes());
             }
-            (Node::Float, Json::Number(n)) => out.extend_from_slice(
-                &(n.as_f64().ok_or_else(|| wrong("a float"))? as f32).to_le_bytes(),
-            ),
-            (Node::Double, Json::Number(n)) => {
-                out.extend_from_slice(&n.as_f64().ok_or_else(|| wrong("a double"))?.to_le_bytes())
+            (Node::Double, J::Int(_) | J::UInt(_) | J::Float(_)) => {
+                out.extend_from_slice(&value.as_f64().expect("a number").to_le_bytes());
             }
-            (Node::Float, Json::Null) => out.extend_from_slice(&f32::NAN.to_le_bytes()),
-            (Node::Double, Json::Null) => out.extend_from_slice(&f64::NAN.to_le_bytes()),
-            (Node::String, Json::String(s)) => {
+            (Node::Float, J::Null) => out.extend_from_slice(&f32::NAN.to_le_bytes()),
+            (Node::Double, J::Null) => out.extend_from_slice(&f64::NAN.to_le_bytes()),
+            (Node::String, J::Str(s)) => {
                 put_long(s.len() as i64, out);
                 out.extend_from_slice(s.as_bytes());
             }
-            (Node::Bytes, Json::String(s)) => {
+            (Node::Bytes, J::Str(s)) => {
                 let bytes = from_latin1(s).ok_or_else(|| wrong("bytes (code points 0 to 255)"))?;
                 put_long(bytes.len() as i64, out);
                 out.extend_from_slice(&bytes);
             }
-            (Node::Fixed(size), Json::String(s)) => {
+            (Node::Fixed(size), J::Str(s)) => {
                 let bytes = from_latin1(s)
                     .filter(|b| b.len() == *size)
                     .ok_or_else(|| wrong(&format!("{size} bytes (code points 0 to 255)")))?;
                 out.extend_from_slice(&bytes);
             }
-            (Node::Enum(symbols), Json::String(s)) => {
+            (Node::Enum(symbols), J::Str(s)) => {
                 let i = symbols
                     .iter()
                     .position(|x| x == s)
@@ -260,44 +262,39 @@ impl Compiled {
                 put_long(i as i64, out);
                 self.encode(*branch, value, out, path)?;
             }
-            (Node::Record(fields), Json::Object(map)) => {
+            (Node::Record(fields), J::Obj(_)) => {
                 for field in fields {
-                    let at = if path.is_empty() {
-                        field.name.clone()
-                    } else {
-                        format!("{path}.{}", field.name)
-                    };
-                    match map.get(&field.name).or(field.default.as_ref()) {
-                        Some(v) => self.encode(field.node, v, out, &at)?,
+                    let at = At::Field(&path, &field.name);
+                    match value.get(&field.name).or(field.default.as_ref()) {
+                        Some(v) => self.encode(field.node, v, out, at)?,
                         None => bail!("field {at} is missing and has no default"),
                     }
                 }
             }
-            (Node::Array(items), Json::Array(values)) => {
+            (Node::Array(items), J::Arr(values)) => {
                 if !values.is_empty() {
                     put_long(values.len() as i64, out);
                     for (i, v) in values.iter().enumerate() {
-                        self.encode(*items, v, out, &format!("{path}[{i}]"))?;
+                        self.encode(*items, v, out, At::Index(&path, i))?;
                     }
                 }
                 out.push(0);
             }
-            (Node::Map(values), Json::Object(map)) => {
+            (Node::Map(values), J::Obj(map)) => {
                 if !map.is_empty() {
                     put_long(map.len() as i64, out);
                     for (k, v) in map {
                         put_long(k.len() as i64, out);
                         out.extend_from_slice(k.as_bytes());
-                        self.encode(*values, v, out, &format!("{path}[{k:?}]"))?;
+                        self.encode(*values, v, out, At::Key(&path, k))?;
                     }
                 }
                 out.push(0);
             }
             (Node::Null, _) => return Err(wrong("null")),
             (Node::Boolean, _) => return Err(wrong("a boolean")),
-            (Node::Int | Node::Long | Node::Float | Node::Double, _) => {
-                return Err(wrong("a number"));
-            }
+            (Node::Int | Node::Long, _) => return Err(wrong("an integer")),
+            (Node::Float | Node::Double, _) => return Err(wrong("a number")),
             (Node::String | Node::Bytes | Node::Fixed(_) | Node::Enum(_), _) => {
                 return Err(wrong("a string"));
             }
@@ -308,24 +305,45 @@ impl Compiled {
     }
 
     /// Whether `value` is of the kind `node` takes (a union's branch choice).
-    fn fits(&self, node: usize, value: &Json) -> bool {
+    fn fits(&self, node: usize, value: &J<'_>) -> bool {
         match (&self.nodes[node], value) {
-            (Node::Null, Json::Null) | (Node::Boolean, Json::Bool(_)) => true,
-            (Node::Int, Json::Number(n)) => n.as_i64().is_some_and(|v| i32::try_from(v).is_ok()),
-            (Node::Long, Json::Number(n)) => n.is_i64(),
-            (Node::Float | Node::Double, Json::Number(_)) => true,
-            (Node::String | Node::Bytes, Json::String(_)) => true,
-            (Node::Fixed(size), Json::String(s)) => s.chars().count() == *size,
-            (Node::Enum(symbols), Json::String(s)) => symbols.contains(s),
-            (Node::Array(_), Json::Array(_)) | (Node::Map(_), Json::Object(_)) => true,
-            (Node::Record(fields), Json::Object(map)) => {
-                map.keys().all(|k| fields.iter().any(|f| &f.name == k))
+            (Node::Null, J::Null) | (Node::Boolean, J::Bool(_)) => true,
+            (Node::Int, J::Int(v)) => i32::try_from(*v).is_ok(),
+            (Node::Long, J::Int(_)) => true,
+            (Node::Float | Node::Double, J::Int(_) | J::UInt(_) | J::Float(_)) => true,
+            (Node::String | Node::Bytes, J::Str(_)) => true,
+            (Node::Fixed(size), J::Str(s)) => s.chars().count() == *size,
+            (Node::Enum(symbols), J::Str(s)) => symbols.iter().any(|x| x == s),
+            (Node::Array(_), J::Arr(_)) | (Node::Map(_), J::Obj(_)) => true,
+            (Node::Record(fields), J::Obj(map)) => {
+                map.iter().all(|(k, _)| fields.iter().any(|f| f.name == *k))
                     && fields
                         .iter()
-                        .all(|f| f.default.is_some() || map.contains_key(&f.name))
+                        .all(|f| f.default.is_some() || value.get(&f.name).is_some())
             }
-            (Node::Union(_), _) => false,
             _ => false,
+        }
+    }
+}
+
+/// Where in a value the encoder is, written out only in an error:
+/// `ship.city`, `tags[2]`, `attrs["k"]`.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    Root,
+    Field(&'a At<'a>, &'a str),
+    Index(&'a At<'a>, usize),
+    Key(&'a At<'a>, &'a str),
+}
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            At::Root => Ok(()),
+            At::Field(At::Root, name) => f.write_str(name),
+            At::Field(up, name) => write!(f, "{up}.{name}"),
+            At::Index(up, i) => write!(f, "{up}[{i}]"),
+            At::Key(up, k) => write!(f, "{up}[{k:?}]"),
         }
     }
 }
@@ -475,7 +493,7 @@ impl Compiler {
                             name: f.name.clone(),
                             key,
                             node: compiler.node(&f.schema, inner)?,
-                            default: f.default.clone(),
+                            default: f.default.as_ref().map(J::from_value),
                         });
                     }
                     Ok(Node::Record(fields))
@@ -580,8 +598,17 @@ fn float(v: f64, out: &mut Vec<u8>) {
     serde_json::to_writer(&mut *out, &v).expect("writing to a Vec");
 }
 
+/// `s` as a JSON string: copied between quotes when nothing in it needs escaping (most
+/// strings), else escaped by serde_json.
 fn string(s: &str, out: &mut Vec<u8>) {
-    serde_json::to_writer(&mut *out, s).expect("writing to a Vec");
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        serde_json::to_writer(&mut *out, s).expect("writing to a Vec");
+    }
 }
 
 /// Bytes as a JSON string whose code points are the bytes.
@@ -594,15 +621,15 @@ fn from_latin1(s: &str) -> Option<Vec<u8>> {
     s.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect()
 }
 
-fn describe(value: &Json) -> String {
+fn describe(value: &J<'_>) -> String {
     match value {
-        Json::Null => "null".into(),
-        Json::Bool(b) => b.to_string(),
-        Json::Number(n) => format!("the number {n}"),
-        Json::String(s) if s.len() <= 40 => format!("the string {s:?}"),
-        Json::String(_) => "a string".into(),
-        Json::Array(_) => "an array".into(),
-        Json::Object(_) => "an object".into(),
+        J::Null => "null".into(),
+        J::Bool(b) => b.to_string(),
+        J::Int(_) | J::UInt(_) | J::Float(_) => format!("the number {value}"),
+        J::Str(s) if s.len() <= 40 => format!("the string {s:?}"),
+        J::Str(_) => "a string".into(),
+        J::Arr(_) => "an array".into(),
+        J::Obj(_) => "an object".into(),
     }
 }
 
@@ -643,7 +670,9 @@ mod tests {
     fn json_goes_to_avro_and_back_unchanged_and_as_apache_avro_reads_it() {
         let compiled = Compiled::parse(SCHEMA).unwrap();
         let mut datum = Vec::new();
-        compiled.json_to_datum(&json(ORDER), &mut datum).unwrap();
+        compiled
+            .json_to_datum(ORDER.as_bytes(), &mut datum)
+            .unwrap();
         let mut out = Vec::new();
         let mut input = &datum[..];
         compiled.datum_to_json(&mut input, &mut out).unwrap();
@@ -682,7 +711,9 @@ mod tests {
         map.remove("ratio");
         map.remove("note");
         let mut datum = Vec::new();
-        compiled.json_to_datum(&partial, &mut datum).unwrap();
+        compiled
+            .json_to_datum(partial.to_string().as_bytes(), &mut datum)
+            .unwrap();
         let mut out = Vec::new();
         compiled.datum_to_json(&mut &datum[..], &mut out).unwrap();
         let back = json(std::str::from_utf8(&out).unwrap());
@@ -692,30 +723,40 @@ mod tests {
         let mut missing = json(ORDER);
         missing.as_object_mut().unwrap().remove("user");
         let e = compiled
-            .json_to_datum(&missing, &mut Vec::new())
+            .json_to_datum(missing.to_string().as_bytes(), &mut Vec::new())
             .unwrap_err();
         assert_eq!(e.to_string(), "field user is missing and has no default");
         let mut wrong = json(ORDER);
         wrong["ship"]["city"] = json("3");
-        let e = compiled.json_to_datum(&wrong, &mut Vec::new()).unwrap_err();
+        let e = compiled
+            .json_to_datum(wrong.to_string().as_bytes(), &mut Vec::new())
+            .unwrap_err();
         assert_eq!(e.to_string(), "ship.city is the number 3, not a string");
         wrong = json(ORDER);
         wrong["status"] = json(r#""LOST""#);
-        let e = compiled.json_to_datum(&wrong, &mut Vec::new()).unwrap_err();
+        let e = compiled
+            .json_to_datum(wrong.to_string().as_bytes(), &mut Vec::new())
+            .unwrap_err();
         assert!(
             e.to_string().contains("one of the symbols NEW, PAID"),
             "{e}"
         );
         wrong = json(ORDER);
         wrong["qty"] = json("4294967296");
-        assert!(compiled.json_to_datum(&wrong, &mut Vec::new()).is_err());
+        assert!(
+            compiled
+                .json_to_datum(wrong.to_string().as_bytes(), &mut Vec::new())
+                .is_err()
+        );
     }
 
     #[test]
     fn malformed_datums_are_errors_never_panics() {
         let compiled = Compiled::parse(SCHEMA).unwrap();
         let mut datum = Vec::new();
-        compiled.json_to_datum(&json(ORDER), &mut datum).unwrap();
+        compiled
+            .json_to_datum(ORDER.as_bytes(), &mut datum)
+            .unwrap();
         // Every proper prefix ends early.
         for end in 0..datum.len() {
             let mut input = &datum[..end];

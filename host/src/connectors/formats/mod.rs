@@ -11,6 +11,7 @@
 //! skips and counts it (`on_bad_record`).
 
 pub mod avro;
+mod json;
 pub mod registry;
 
 use std::collections::HashMap;
@@ -95,8 +96,9 @@ pub struct Decoder {
     writers: HashMap<u32, Arc<Compiled>>,
     /// Ids the registry does not know (bad records, not asked again).
     unknown: std::collections::HashSet<u32>,
-    /// (topic, schema id) → how to read.
-    plans: HashMap<(String, u32), Plan>,
+    /// How to read each (topic, schema id) met so far: a few, looked up without
+    /// allocating per record.
+    plans: Vec<(String, u32, Plan)>,
     out: Vec<u8>,
 }
 
@@ -122,7 +124,7 @@ impl Decoder {
             readers: HashMap::new(),
             writers: HashMap::new(),
             unknown: Default::default(),
-            plans: HashMap::new(),
+            plans: Vec::new(),
             out: Vec::new(),
         })
     }
@@ -163,15 +165,21 @@ impl Decoder {
                         Err(e) => return Ok(Decoded::Bad(e)),
                     },
                 };
-                if !self.plans.contains_key(&(topic.to_string(), id)) {
-                    match self.plan(topic, id)? {
+                let found = self
+                    .plans
+                    .iter()
+                    .position(|(t, i, _)| *i == id && t == topic);
+                let at = match found {
+                    Some(at) => at,
+                    None => match self.plan(topic, id)? {
                         Ok(plan) => {
-                            self.plans.insert((topic.to_string(), id), plan);
+                            self.plans.push((topic.to_string(), id, plan));
+                            self.plans.len() - 1
                         }
                         Err(bad) => return Ok(Decoded::Bad(bad)),
-                    }
-                }
-                let plan = &self.plans[&(topic.to_string(), id)];
+                    },
+                };
+                let plan = &self.plans[at].2;
                 self.out.clear();
                 let decoded = match plan {
                     Plan::Direct(reader) => reader.datum_to_json(&mut datum, &mut self.out),
@@ -214,6 +222,10 @@ impl Decoder {
             .expect("framed values come with a registry");
         match registry.by_id(id)? {
             None => {
+                // (Bounded: a topic of garbage names ids at random.)
+                if self.unknown.len() >= 10_000 {
+                    self.unknown.clear();
+                }
                 self.unknown.insert(id);
                 Ok(Some(format!(
                     "schema id {id} is not in the schema registry"
@@ -348,8 +360,6 @@ impl Encoder {
                 Err(e) => Err(format!("not JSON: {e}")),
             },
             Format::Avro => {
-                let json: serde_json::Value =
-                    serde_json::from_slice(value).map_err(|e| format!("not JSON: {e}"))?;
                 self.out.clear();
                 if let Some(id) = self.id {
                     registry::put_header(id, &mut self.out);
@@ -358,9 +368,14 @@ impl Encoder {
                     .schema
                     .as_ref()
                     .expect("an avro encoder has its schema");
-                schema
-                    .json_to_datum(&json, &mut self.out)
-                    .map_err(|e| format!("does not fit the sink's Avro schema: {e:#}"))?;
+                schema.json_to_datum(value, &mut self.out).map_err(|e| {
+                    let e = format!("{e:#}");
+                    if e.starts_with("not JSON") {
+                        e
+                    } else {
+                        format!("does not fit the sink's Avro schema: {e}")
+                    }
+                })?;
                 Ok(&self.out)
             }
         }
