@@ -37,14 +37,6 @@ impl<'a> J<'a> {
         }
     }
 
-    /// The value as `i64`, if it is an integer that fits.
-    pub fn as_i64(&self) -> Option<i64> {
-        match self {
-            J::Int(v) => Some(*v),
-            _ => None,
-        }
-    }
-
     /// The value as `f64`, if it is a number.
     pub fn as_f64(&self) -> Option<f64> {
         match self {
