@@ -352,6 +352,13 @@ fn kafka_job_file_mistakes_are_named() {
             "`schema_registry` needs both `username` and `password`",
         ),
         (
+            "kafka-dead-letter",
+            format!(
+                "name = \"x\"\n{kafka}format = \"json\"\non_bad_record = {{ dead_letter = \"bad\" }}\n{op}{GOOD_SINK}"
+            ),
+            "a dead-letter output is not supported yet; use \"fail\"",
+        ),
+        (
             "kafka-bad-record-on-bytes",
             format!("name = \"x\"\n{kafka}on_bad_record = \"skip\"\n{op}{GOOD_SINK}"),
             "`on_bad_record` needs a `format` that can find a bad record",

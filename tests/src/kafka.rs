@@ -192,22 +192,7 @@ pub fn produce_with_headers(
         if let Some(p) = partition {
             record = record.partition(p);
         }
-        let mut record = Some(record);
-        while let Some(r) = record.take() {
-            if let Err((e, r)) = producer.send(r) {
-                assert!(
-                    matches!(
-                        e,
-                        rdkafka::error::KafkaError::MessageProduction(
-                            rdkafka::types::RDKafkaErrorCode::QueueFull
-                        )
-                    ),
-                    "producing: {e}"
-                );
-                producer.poll(Duration::from_millis(10));
-                record = Some(r);
-            }
-        }
+        send_waiting(&producer, record);
     }
     producer
         .flush(Duration::from_secs(60))
@@ -510,6 +495,29 @@ impl Drop for BenchBroker {
     }
 }
 
+/// Sends `record`, waiting while the producer's queue is full.
+fn send_waiting<K: rdkafka::message::ToBytes + ?Sized, V: rdkafka::message::ToBytes + ?Sized>(
+    producer: &BaseProducer,
+    record: BaseRecord<'_, K, V>,
+) {
+    let mut record = Some(record);
+    while let Some(r) = record.take() {
+        if let Err((e, r)) = producer.send(r) {
+            assert!(
+                matches!(
+                    e,
+                    rdkafka::error::KafkaError::MessageProduction(
+                        rdkafka::types::RDKafkaErrorCode::QueueFull
+                    )
+                ),
+                "producing: {e}"
+            );
+            producer.poll(Duration::from_millis(10));
+            record = Some(r);
+        }
+    }
+}
+
 /// Produces records with these values (bytes, without key) into partition 0 of `topic`.
 pub fn produce_values(broker: &str, topic: &str, values: &[Vec<u8>]) {
     let producer: BaseProducer = ClientConfig::new()
@@ -517,26 +525,12 @@ pub fn produce_values(broker: &str, topic: &str, values: &[Vec<u8>]) {
         .create()
         .expect("a producer");
     for value in values {
-        let mut record = Some(
+        send_waiting(
+            &producer,
             BaseRecord::<[u8], [u8]>::to(topic)
                 .payload(value)
                 .partition(0),
         );
-        while let Some(r) = record.take() {
-            if let Err((e, r)) = producer.send(r) {
-                assert!(
-                    matches!(
-                        e,
-                        rdkafka::error::KafkaError::MessageProduction(
-                            rdkafka::types::RDKafkaErrorCode::QueueFull
-                        )
-                    ),
-                    "producing: {e}"
-                );
-                producer.poll(Duration::from_millis(10));
-                record = Some(r);
-            }
-        }
     }
     producer
         .flush(Duration::from_secs(60))

@@ -128,15 +128,40 @@ names! {
     }
 }
 
-names! {
-    /// What a source does with a record its `format` cannot decode (`on_bad_record`).
-    pub enum OnBadRecordName("on_bad_record") {
-        /// The source fails, naming the record and what is wrong with it.
-        Fail = "fail",
-        /// The record is left out and counted (`bad-records`).
-        Skip = "skip",
+/// What a source does with a record its `format` cannot decode (`on_bad_record`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnBadRecordName {
+    /// The source fails, naming the record and what is wrong with it.
+    Fail,
+    /// The record is left out and counted (`bad-records`).
+    Skip,
+}
+
+impl<'de> Deserialize<'de> for OnBadRecordName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match toml::Value::deserialize(d)? {
+            toml::Value::String(s) if s == "fail" => Ok(OnBadRecordName::Fail),
+            toml::Value::String(s) if s == "skip" => Ok(OnBadRecordName::Skip),
+            toml::Value::Table(t) if t.contains_key("dead_letter") => Err(D::Error::custom(
+                "`on_bad_record = { dead_letter = … }`: a dead-letter output is not supported \
+                 yet; use \"fail\" (the job fails, naming the record) or \"skip\" (it is left \
+                 out and counted in the source's `bad-records`)",
+            )),
+            other => Err(D::Error::custom(format!(
+                "`on_bad_record` must be \"fail\" or \"skip\", not {other}"
+            ))),
+        }
     }
-    hint "dead_letter" => "a dead-letter output is not supported yet: use \"fail\" or \"skip\"";
+}
+
+impl JsonSchema for OnBadRecordName {
+    fn schema_name() -> Cow<'static, str> {
+        "OnBadRecordName".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "string", "enum": ["fail", "skip"] })
+    }
 }
 
 names! {
