@@ -323,8 +323,8 @@ interval_ms = 200
     assert_eq!(got, want);
 }
 
-/// A server job may not name a schema registry: the server would make requests to any
-/// address a tenant wrote.
+/// A server job may not name a schema registry (the server would make requests to any
+/// address a tenant wrote) or a schema file (it would read its own disk).
 #[test]
 fn a_server_job_may_not_name_a_schema_registry() {
     let dir = test_dir("formats-server");
@@ -354,6 +354,17 @@ path = "out.txt"
     let e = error_of(a.submit(&job));
     assert!(
         e.contains("403") && e.contains("source clicks: `schema_registry` is not available"),
+        "{e}"
+    );
+    // Nor a schema file, which the server would read from its own disk.
+    let text = std::fs::read_to_string(&job).unwrap().replace(
+        "schema_registry = { url = \"http://169.254.169.254/latest\" }",
+        "schema = \"/etc/passwd\"",
+    );
+    std::fs::write(&job, text).unwrap();
+    let e = error_of(a.submit(&job));
+    assert!(
+        e.contains("403") && e.contains("source clicks: `schema` is not available"),
         "{e}"
     );
 }

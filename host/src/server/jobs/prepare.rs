@@ -124,27 +124,42 @@ fn refuse_secret_references(file: &JobFile) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// A server job may not name a schema registry yet: the server would make HTTP requests
-/// to any address a tenant wrote, inside its own network, and no grant of the host file
-/// says which registries a tenant may reach.
+/// A server job may not name a schema registry or a schema file yet: the server would
+/// make HTTP requests to any address a tenant wrote, inside its own network, and no grant
+/// of the host file says which registries a tenant may reach; a schema file would be read
+/// from the server's own disk (a job brings only its job file and plugins).
 fn refuse_schema_registries(file: &JobFile) -> Result<(), ApiError> {
-    let named = file
+    let endpoints = file
         .source
         .iter()
-        .map(|s| (&s.name, "source", s.schema_registry.is_some()))
-        .chain(
-            file.sink
-                .iter()
-                .map(|s| (&s.name, "sink", s.schema_registry.is_some())),
-        )
-        .find(|(_, _, registry)| *registry);
-    if let Some((name, what, _)) = named {
+        .map(|s| {
+            (
+                &s.name,
+                "source",
+                s.schema_registry.is_some(),
+                s.schema.is_some(),
+            )
+        })
+        .chain(file.sink.iter().map(|s| {
+            (
+                &s.name,
+                "sink",
+                s.schema_registry.is_some(),
+                s.schema.is_some(),
+            )
+        }));
+    for (name, what, registry, schema) in endpoints {
+        let field = match (registry, schema) {
+            (true, _) => "schema_registry",
+            (false, true) => "schema",
+            (false, false) => continue,
+        };
         return Err(ApiError::new(
             ErrorKind::Forbidden,
             format!(
-                "job.toml: {what} {}: `schema_registry` is not available to server jobs yet \
-                 (the server would reach any address a job names); run the job with \
-                 `sluice run`, or read its values as bytes",
+                "job.toml: {what} {}: `{field}` is not available to server jobs yet (the \
+                 server would reach any address, or read any file of its own, a job names); \
+                 run the job with `sluice run`, or read its values as bytes",
                 name.as_deref().unwrap_or("(unnamed)")
             ),
         ));
