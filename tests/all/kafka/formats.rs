@@ -17,16 +17,27 @@ use crate::server::{ServerProcess, error_of, host_config};
 const V1: &str = r#"{"type":"record","name":"Click","fields":[{"name":"user","type":"string"},{"name":"n","type":"int"}]}"#;
 const V2: &str = r#"{"type":"record","name":"Click","fields":[{"name":"user","type":"string"},{"name":"n","type":"int"},{"name":"country","type":"string","default":"nl"}]}"#;
 
-/// Registers `schema` under `subject`; its id.
+/// Registers `schema` under `subject`; its id. (A registry just started can answer a
+/// first registration with 500 while another runs: asked again then.)
 fn register(registry: &str, subject: &str, schema: &str) -> u32 {
     let body = serde_json::json!({ "schema": schema }).to_string();
-    let mut answer = ureq::post(&format!("{registry}/subjects/{subject}/versions"))
-        .header("Content-Type", "application/vnd.schemaregistry.v1+json")
-        .send(body)
-        .expect("registering a schema");
-    let answer: serde_json::Value =
-        serde_json::from_str(&answer.body_mut().read_to_string().unwrap()).unwrap();
-    answer["id"].as_u64().expect("an id") as u32
+    for attempt in 0.. {
+        let sent = ureq::post(&format!("{registry}/subjects/{subject}/versions"))
+            .header("Content-Type", "application/vnd.schemaregistry.v1+json")
+            .send(body.as_str());
+        match sent {
+            Ok(mut answer) => {
+                let answer: serde_json::Value =
+                    serde_json::from_str(&answer.body_mut().read_to_string().unwrap()).unwrap();
+                return answer["id"].as_u64().expect("an id") as u32;
+            }
+            Err(ureq::Error::StatusCode(500..)) if attempt < 5 => {
+                std::thread::sleep(std::time::Duration::from_millis(100 << attempt));
+            }
+            Err(e) => panic!("registering a schema: {e}"),
+        }
+    }
+    unreachable!()
 }
 
 /// The schema with id `id`, from the registry.

@@ -68,6 +68,11 @@ pub struct Compiled {
 /// stack).
 const MAX_DEPTH: usize = 128;
 
+/// The most JSON one datum may decode to. Items of an array or a map can take no bytes
+/// at all (nulls, empty records), so a small hostile datum could otherwise ask for
+/// terabytes.
+pub const MAX_JSON_BYTES: usize = 64 << 20;
+
 impl Compiled {
     /// Parses and compiles a schema written as JSON text.
     pub fn parse(text: &str) -> Result<Compiled> {
@@ -176,7 +181,8 @@ impl Compiled {
                     if !std::mem::take(&mut first) {
                         out.push(b',');
                     }
-                    self.to_json(*items, input, out, depth + 1)
+                    self.to_json(*items, input, out, depth + 1)?;
+                    too_large(out)
                 })?;
                 out.push(b']');
             }
@@ -192,7 +198,8 @@ impl Compiled {
                         .map_err(|e| anyhow!("a map key that is not UTF-8: {e}"))?;
                     string(key, out);
                     out.push(b':');
-                    self.to_json(*values, input, out, depth + 1)
+                    self.to_json(*values, input, out, depth + 1)?;
+                    too_large(out)
                 })?;
                 out.push(b'}');
             }
@@ -531,6 +538,17 @@ impl Compiler {
     }
 }
 
+/// An error once `out` holds more than [`MAX_JSON_BYTES`].
+fn too_large(out: &[u8]) -> Result<()> {
+    if out.len() > MAX_JSON_BYTES {
+        bail!(
+            "the datum decodes to more than {} MiB of JSON",
+            MAX_JSON_BYTES >> 20
+        );
+    }
+    Ok(())
+}
+
 fn take<'a>(input: &mut &'a [u8], n: usize) -> Result<&'a [u8]> {
     if input.len() < n {
         bail!(
@@ -787,6 +805,17 @@ mod tests {
                 .datum_to_json(&mut &huge[..], &mut Vec::new())
                 .is_err()
         );
+        // Blocks of nulls (no bytes each) that would decode to ~2 TB of JSON stop at the
+        // bound.
+        let mut nulls = Vec::new();
+        for _ in 0..400_000 {
+            put_long(1 << 20, &mut nulls);
+        }
+        nulls.push(0);
+        let e = array
+            .datum_to_json(&mut &nulls[..], &mut Vec::new())
+            .unwrap_err();
+        assert!(e.to_string().contains("more than 64 MiB of JSON"), "{e}");
         // Nesting deeper than the bound is an error, not a stack overflow.
         let nested = Compiled::parse(
             r#"{"type":"record","name":"N","fields":[{"name":"n","type":["null","N"]}]}"#,

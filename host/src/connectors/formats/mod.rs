@@ -112,6 +112,9 @@ pub enum Decoded<'a> {
 
 impl Decoder {
     pub fn new(config: &FormatConfig) -> Result<Decoder> {
+        // `apache-avro` allocates what a length in a datum says, up to this (its default
+        // is 512 MiB); set once for the process.
+        apache_avro::util::max_allocation_bytes(avro::MAX_JSON_BYTES);
         let fixed_reader = config
             .schema
             .as_deref()
@@ -184,12 +187,19 @@ impl Decoder {
                 let decoded = match plan {
                     Plan::Direct(reader) => reader.datum_to_json(&mut datum, &mut self.out),
                     Plan::Resolve { writer, reader } => {
-                        apache_avro::reader::datum::GenericDatumReader::builder(&writer.schema)
-                            .reader_schema(&reader.schema)
-                            .build()
-                            .and_then(|r| r.read_value(&mut datum))
-                            .map_err(|e| anyhow!("{e}"))
-                            .and_then(|v| avro::value_to_json(&v, &mut self.out))
+                        // Read with the writer's schema first: it bounds what the datum
+                        // decodes to before `apache-avro` builds its values.
+                        let mut check = datum;
+                        let bounded = writer.datum_to_json(&mut check, &mut self.out);
+                        self.out.clear();
+                        bounded.and_then(|()| {
+                            apache_avro::reader::datum::GenericDatumReader::builder(&writer.schema)
+                                .reader_schema(&reader.schema)
+                                .build()
+                                .and_then(|r| r.read_value(&mut datum))
+                                .map_err(|e| anyhow!("{e}"))
+                                .and_then(|v| avro::value_to_json(&v, &mut self.out))
+                        })
                     }
                 };
                 match decoded {

@@ -122,35 +122,47 @@ impl Registry {
                 base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
             format!("Basic {token}")
         });
-        let sent = match body {
-            None => {
-                let mut req = self.agent.get(&url).header("Accept", CONTENT_TYPE);
-                if let Some(auth) = &auth {
-                    req = req.header("Authorization", auth);
+        // Every request here reads or registers idempotently: one answered with a server
+        // error (a registry under concurrent first registrations can give 500) is asked
+        // again, three times at most, 0.1, 0.2 and 0.4 s apart.
+        let mut attempt = 0;
+        let (status, bytes) = loop {
+            let sent = match &body {
+                None => {
+                    let mut req = self.agent.get(&url).header("Accept", CONTENT_TYPE);
+                    if let Some(auth) = &auth {
+                        req = req.header("Authorization", auth);
+                    }
+                    req.call()
                 }
-                req.call()
-            }
-            Some(body) => {
-                let mut req = self
-                    .agent
-                    .post(&url)
-                    .header("Accept", CONTENT_TYPE)
-                    .header("Content-Type", CONTENT_TYPE);
-                if let Some(auth) = &auth {
-                    req = req.header("Authorization", auth);
+                Some(body) => {
+                    let mut req = self
+                        .agent
+                        .post(&url)
+                        .header("Accept", CONTENT_TYPE)
+                        .header("Content-Type", CONTENT_TYPE);
+                    if let Some(auth) = &auth {
+                        req = req.header("Authorization", auth);
+                    }
+                    req.send(body.as_str())
                 }
-                req.send(body)
+            };
+            let mut response =
+                sent.with_context(|| format!("schema registry: {method} {url}: no answer"))?;
+            let status = response.status().as_u16();
+            let bytes = response
+                .body_mut()
+                .with_config()
+                .limit(16 << 20)
+                .read_to_vec()
+                .with_context(|| format!("schema registry: {method} {url}: reading the answer"))?;
+            if status >= 500 && attempt < 3 {
+                std::thread::sleep(Duration::from_millis(100 << attempt));
+                attempt += 1;
+                continue;
             }
+            break (status, bytes);
         };
-        let mut response =
-            sent.with_context(|| format!("schema registry: {method} {url}: no answer"))?;
-        let status = response.status().as_u16();
-        let bytes = response
-            .body_mut()
-            .with_config()
-            .limit(16 << 20)
-            .read_to_vec()
-            .with_context(|| format!("schema registry: {method} {url}: reading the answer"))?;
         if status >= 400 {
             // Confluent's errors: {"error_code": 40403, "message": "Schema not found"}.
             let error = serde_json::from_slice::<serde_json::Value>(&bytes).ok();
