@@ -92,8 +92,8 @@ pub struct Decoder {
     /// The schema the job reads with: `schema`, or each topic's latest at first sight.
     fixed_reader: Option<Arc<Compiled>>,
     readers: HashMap<String, Arc<Compiled>>,
-    /// Schemas by id, as the registry told them.
-    writers: HashMap<u32, Arc<Compiled>>,
+    /// Schemas by id, as the registry told them (`None`: a JSON or Protobuf schema).
+    writers: HashMap<u32, Option<Arc<Compiled>>>,
     /// Ids the registry does not know (bad records, not asked again).
     unknown: std::collections::HashSet<u32>,
     /// How to read each (topic, schema id) met so far: a few, looked up without
@@ -242,13 +242,14 @@ impl Decoder {
                 )))
             }
             Some(schema) => {
-                let compiled = if schema.kind == "AVRO" {
-                    Compiled::parse(&schema.text)
-                        .with_context(|| format!("schema {id} in the registry"))?
-                } else {
-                    Compiled::parse("\"null\"")?
+                let compiled = match schema.kind.as_str() {
+                    "AVRO" => Some(Arc::new(
+                        Compiled::parse(&schema.text)
+                            .with_context(|| format!("schema {id} in the registry"))?,
+                    )),
+                    _ => None,
                 };
-                self.writers.insert(id, Arc::new(compiled));
+                self.writers.insert(id, compiled);
                 Ok(None)
             }
         }
@@ -285,7 +286,7 @@ impl Decoder {
                         })?);
                     self.writers
                         .entry(latest.id)
-                        .or_insert_with(|| compiled.clone());
+                        .or_insert_with(|| Some(compiled.clone()));
                     self.readers.insert(topic.to_string(), compiled.clone());
                     compiled
                 }
@@ -294,7 +295,11 @@ impl Decoder {
         if let Some(bad) = self.check_id(id)? {
             return Ok(Err(bad));
         }
-        let writer = self.writers[&id].clone();
+        let Some(writer) = self.writers[&id].clone() else {
+            return Ok(Err(format!(
+                "written with schema {id}, which is not an Avro schema"
+            )));
+        };
         if writer.schema.canonical_form() == reader.schema.canonical_form() {
             return Ok(Ok(Plan::Direct(reader)));
         }
