@@ -1,5 +1,6 @@
 //! The checks of a server job's Kafka use against its tenant's grant.
 
+use crate::connectors::formats::OnBadRecord;
 use std::collections::BTreeMap;
 
 use super::{ApiError, ErrorKind};
@@ -149,6 +150,15 @@ pub(super) fn within_kafka_grant(
                 if grant.read.is_empty() {
                     return Err(forbidden(format!(
                         "{what}: the grant lets the tenant read no topic (its `read` is empty)"
+                    )));
+                }
+                if let OnBadRecord::DeadLetter(topic) = &config.format.on_bad_record
+                    && !grant.may_write(topic)
+                {
+                    return Err(forbidden(format!(
+                        "{what}: dead-letter topic {topic:?} may not be written (writable: \
+                         {:?})",
+                        grant.write
                     )));
                 }
                 config.allowed = Some(grant.read.clone());

@@ -159,17 +159,22 @@ pub struct SourceSpec {
     /// end (default false: read forever).
     pub bounded: Option<bool>,
     /// `kafka`: what the records' values are: `bytes` (default: operators get them as
-    /// they are), `json` (checked to be JSON) or `avro` (decoded into JSON for the
-    /// operators: with `schema_registry`, in Confluent's wire format; without, bare
-    /// datums of `schema`).
+    /// they are), `json` (checked to be JSON), `avro` or `protobuf` (decoded into JSON
+    /// for the operators: with `schema_registry`, in Confluent's wire format; without,
+    /// bare datums or messages of `schema`).
     pub format: Option<RecordFormatName>,
-    /// `kafka`, `json` or `avro`: the schema registry (Confluent's REST API) the values'
-    /// schema ids are looked up in.
+    /// `kafka`, `json`, `avro` or `protobuf`: the schema registry (Confluent's REST API)
+    /// the values' schema ids are looked up in.
     pub schema_registry: Option<SchemaRegistrySpec>,
-    /// `avro`: the Avro schema the job reads with (a `.avsc` file, relative to the job
-    /// file): values written with an older compatible schema are resolved to it. Default
-    /// with a registry: the latest schema of subject `TOPIC-value` when the source starts.
+    /// `avro` or `protobuf`: the schema the job reads with (a `.avsc` or `.proto` file,
+    /// relative to the job file): values written with an older compatible schema are
+    /// read with it. Default with a registry: the latest schema of subject `TOPIC-value`
+    /// when the source starts.
     pub schema: Option<PathBuf>,
+    /// `protobuf`: the message read (its full name, `package.Message`). Default: with a
+    /// registry the one each value's message indexes name, without one the schema's
+    /// first.
+    pub message: Option<String>,
     /// What the source does with a record its `format` cannot decode (not JSON, a wrong
     /// magic byte, a schema id the registry does not know, a malformed datum): `fail`
     /// (default: the job fails, naming the record) or `skip` (left out, counted in the
@@ -293,15 +298,21 @@ pub struct SinkSpec {
     /// Output file for `file` sinks, relative to the job file.
     pub path: Option<PathBuf>,
     /// `file` and `stdout`: `value` (default) or `key-value` (key, tab, value). `kafka`:
-    /// `bytes` (default: values as operators emit them), `json` (checked to be JSON) or
-    /// `avro` (encoded from the JSON operators emit, with `schema` or the registry's).
+    /// `bytes` (default: values as operators emit them), `json` (checked to be JSON),
+    /// `avro` or `protobuf` (encoded from the JSON operators emit, with `schema` or the
+    /// registry's).
     pub format: Option<SinkFormatName>,
-    /// `kafka`, `avro`: the schema registry (Confluent's REST API) the sink's schema is
-    /// registered in, under subject `TOPIC-value`; values are written in its wire format.
+    /// `kafka`, `avro` or `protobuf`: the schema registry (Confluent's REST API) the
+    /// sink's schema is registered in, under subject `TOPIC-value`; values are written in
+    /// its wire format.
     pub schema_registry: Option<SchemaRegistrySpec>,
-    /// `kafka`, `avro`: the Avro schema written (a `.avsc` file, relative to the job
-    /// file). Default with a registry: the latest of subject `TOPIC-value`.
+    /// `kafka`, `avro` or `protobuf`: the schema written (a `.avsc` or `.proto` file,
+    /// relative to the job file). Default with a registry: the latest of subject
+    /// `TOPIC-value`.
     pub schema: Option<PathBuf>,
+    /// `kafka`, `protobuf`: the message written (its full name, `package.Message`;
+    /// default: the schema's first).
+    pub message: Option<String>,
     /// Parallel subtasks (default 1, at most 1024; a file sink then writes one file per
     /// subtask).
     #[serde(default = "one")]

@@ -107,8 +107,10 @@ names! {
         Json = "json",
         /// Avro, decoded into JSON for the operators and encoded from it.
         Avro = "avro",
+        /// Protocol Buffers, decoded into JSON for the operators and encoded from it.
+        Protobuf = "protobuf",
     }
-    hint "protobuf" => "`format = \"protobuf\"` is not supported yet: use \"bytes\" and decode in the operator, or \"json\" or \"avro\"";
+    hint "proto" => "Protocol Buffers is `format = \"protobuf\"`";
 }
 
 names! {
@@ -125,16 +127,21 @@ names! {
         Json = "json",
         /// Avro, encoded from the JSON operators emit.
         Avro = "avro",
+        /// Protocol Buffers, encoded from the JSON operators emit.
+        Protobuf = "protobuf",
     }
 }
 
 /// What a source does with a record its `format` cannot decode (`on_bad_record`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OnBadRecordName {
     /// The source fails, naming the record and what is wrong with it.
     Fail,
     /// The record is left out and counted (`bad-records`).
     Skip,
+    /// The record is written to this topic as it was read, with headers saying where it
+    /// came from and why, and counted (`{ dead_letter = "TOPIC" }`).
+    DeadLetter(String),
 }
 
 impl<'de> Deserialize<'de> for OnBadRecordName {
@@ -142,13 +149,25 @@ impl<'de> Deserialize<'de> for OnBadRecordName {
         match toml::Value::deserialize(d)? {
             toml::Value::String(s) if s == "fail" => Ok(OnBadRecordName::Fail),
             toml::Value::String(s) if s == "skip" => Ok(OnBadRecordName::Skip),
-            toml::Value::Table(t) if t.contains_key("dead_letter") => Err(D::Error::custom(
-                "`on_bad_record = { dead_letter = … }`: a dead-letter output is not supported \
-                 yet; use \"fail\" (the job fails, naming the record) or \"skip\" (it is left \
-                 out and counted in the source's `bad-records`)",
-            )),
+            toml::Value::Table(t) if t.contains_key("dead_letter") => {
+                if let Some(other) = t.keys().find(|k| *k != "dead_letter") {
+                    return Err(D::Error::custom(format!(
+                        "`on_bad_record = {{ dead_letter = … }}` takes no `{other}`"
+                    )));
+                }
+                match &t["dead_letter"] {
+                    toml::Value::String(topic) if !topic.trim().is_empty() => {
+                        Ok(OnBadRecordName::DeadLetter(topic.trim().to_string()))
+                    }
+                    other => Err(D::Error::custom(format!(
+                        "`on_bad_record = {{ dead_letter = … }}` names a topic (a string), \
+                         not {other}"
+                    ))),
+                }
+            }
             other => Err(D::Error::custom(format!(
-                "`on_bad_record` must be \"fail\" or \"skip\", not {other}"
+                "`on_bad_record` must be \"fail\", \"skip\" or {{ dead_letter = \"TOPIC\" }}, \
+                 not {other}"
             ))),
         }
     }
@@ -160,7 +179,17 @@ impl JsonSchema for OnBadRecordName {
     }
 
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({ "type": "string", "enum": ["fail", "skip"] })
+        json_schema!({
+            "oneOf": [
+                { "type": "string", "enum": ["fail", "skip"] },
+                {
+                    "type": "object",
+                    "properties": { "dead_letter": { "type": "string", "minLength": 1 } },
+                    "required": ["dead_letter"],
+                    "additionalProperties": false
+                }
+            ]
+        })
     }
 }
 

@@ -12,6 +12,7 @@
 
 pub mod avro;
 mod json;
+pub mod protobuf;
 pub mod registry;
 
 use std::collections::HashMap;
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, anyhow, bail};
 
 pub use avro::Compiled;
+pub use protobuf::Proto;
 pub use registry::{Registry, RegistryConfig};
 
 /// How a record's value is encoded.
@@ -32,15 +34,31 @@ pub enum Format {
     /// Avro: with a registry in Confluent's wire format, without one bare datums of
     /// `schema`.
     Avro,
+    /// Protocol Buffers: with a registry in Confluent's wire format, without one bare
+    /// messages of `schema`'s `message`.
+    Protobuf,
+}
+
+impl Format {
+    /// The registry's name of the format's schemas (its `schemaType`).
+    pub fn registry_kind(self) -> &'static str {
+        match self {
+            Format::Protobuf => "PROTOBUF",
+            Format::Json => "JSON",
+            Format::Avro | Format::Bytes => "AVRO",
+        }
+    }
 }
 
 /// What a source does with a record it cannot decode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OnBadRecord {
     /// Fail, naming the record and what is wrong with it.
     Fail,
     /// Leave it out, counted in the source's `bad-records` counter.
     Skip,
+    /// Write it to this topic (of the source's cluster) as it was read, counted too.
+    DeadLetter(String),
 }
 
 /// A source's or sink's format, as validated from the job file.
@@ -48,8 +66,12 @@ pub enum OnBadRecord {
 pub struct FormatConfig {
     pub format: Format,
     pub registry: Option<RegistryConfig>,
-    /// The Avro schema the job reads with or writes (its text), from `schema`.
+    /// The Avro or `.proto` schema the job reads with or writes (its text), from
+    /// `schema`.
     pub schema: Option<String>,
+    /// Protobuf: the message read or written (full name); default: the one each value's
+    /// message indexes name (bare values and sinks: the schema's first).
+    pub message: Option<String>,
     pub on_bad_record: OnBadRecord,
 }
 
@@ -60,6 +82,7 @@ impl FormatConfig {
             format: Format::Bytes,
             registry: None,
             schema: None,
+            message: None,
             on_bad_record: OnBadRecord::Fail,
         }
     }
@@ -70,7 +93,36 @@ impl FormatConfig {
             Format::Bytes => "bytes",
             Format::Json => "json",
             Format::Avro => "avro",
+            Format::Protobuf => "protobuf",
         }
+    }
+}
+
+/// A schema of the registry or the job, compiled.
+#[derive(Clone)]
+enum Schema {
+    Avro(Arc<Compiled>),
+    Proto(Arc<Proto>),
+    /// A JSON schema, or a kind the job does not read (its name).
+    Other(String),
+}
+
+impl Schema {
+    /// The registry's name of the schema's kind.
+    fn kind(&self) -> &str {
+        match self {
+            Schema::Avro(_) => "AVRO",
+            Schema::Proto(_) => "PROTOBUF",
+            Schema::Other(kind) => kind,
+        }
+    }
+
+    fn compile(kind: &str, text: &str) -> Result<Schema> {
+        Ok(match kind {
+            "AVRO" => Schema::Avro(Arc::new(Compiled::parse(text)?)),
+            "PROTOBUF" => Schema::Proto(Arc::new(Proto::parse(text)?)),
+            other => Schema::Other(other.to_string()),
+        })
     }
 }
 
@@ -83,6 +135,8 @@ enum Plan {
         writer: Arc<Compiled>,
         reader: Arc<Compiled>,
     },
+    /// A Protobuf message, read with the job's schema.
+    Message(prost_reflect::MessageDescriptor),
 }
 
 /// Decodes a source's values into JSON.
@@ -90,15 +144,19 @@ pub struct Decoder {
     format: Format,
     registry: Option<Registry>,
     /// The schema the job reads with: `schema`, or each topic's latest at first sight.
-    fixed_reader: Option<Arc<Compiled>>,
-    readers: HashMap<String, Arc<Compiled>>,
-    /// Schemas by id, as the registry told them (`None`: a JSON or Protobuf schema).
-    writers: HashMap<u32, Option<Arc<Compiled>>>,
+    fixed_reader: Option<Schema>,
+    readers: HashMap<String, Schema>,
+    /// Protobuf: the message read, if the job names one.
+    message: Option<String>,
+    /// Schemas by id, as the registry told them.
+    writers: HashMap<u32, Schema>,
     /// Ids the registry does not know (bad records, not asked again).
     unknown: std::collections::HashSet<u32>,
-    /// How to read each (topic, schema id) met so far: a few, looked up without
-    /// allocating per record.
-    plans: Vec<(String, u32, Plan)>,
+    /// How to read each (topic, schema id, Protobuf message indexes) met so far: a few,
+    /// looked up without allocating per record.
+    plans: Vec<(String, u32, Vec<i32>, Plan)>,
+    /// The message indexes of the value being decoded.
+    indexes: Vec<i32>,
     out: Vec<u8>,
 }
 
@@ -118,16 +176,21 @@ impl Decoder {
         let fixed_reader = config
             .schema
             .as_deref()
-            .map(|text| Compiled::parse(text).map(Arc::new))
+            .map(|text| Schema::compile(config.format.registry_kind(), text))
             .transpose()?;
+        if let (Some(Schema::Proto(proto)), Some(name)) = (&fixed_reader, &config.message) {
+            proto.message(Some(name))?;
+        }
         Ok(Decoder {
             format: config.format,
             registry: config.registry.clone().map(Registry::new),
             fixed_reader,
             readers: HashMap::new(),
+            message: config.message.clone(),
             writers: HashMap::new(),
             unknown: Default::default(),
             plans: Vec::new(),
+            indexes: Vec::new(),
             out: Vec::new(),
         })
     }
@@ -160,7 +223,7 @@ impl Decoder {
                     Err(e) => Ok(Decoded::Bad(format!("not JSON: {e}"))),
                 }
             }
-            Format::Avro => {
+            Format::Avro | Format::Protobuf => {
                 let (id, mut datum) = match &self.registry {
                     None => (0, value),
                     Some(_) => match registry::split_framed(value) {
@@ -168,23 +231,39 @@ impl Decoder {
                         Err(e) => return Ok(Decoded::Bad(e)),
                     },
                 };
+                self.indexes.clear();
+                if self.format == Format::Protobuf && self.registry.is_some() {
+                    match protobuf::split_indexes(datum, &mut self.indexes) {
+                        Ok(rest) => datum = rest,
+                        Err(e) => return Ok(Decoded::Bad(e)),
+                    }
+                }
                 let found = self
                     .plans
                     .iter()
-                    .position(|(t, i, _)| *i == id && t == topic);
+                    .position(|(t, i, ix, _)| *i == id && *ix == self.indexes && t == topic);
                 let at = match found {
                     Some(at) => at,
                     None => match self.plan(topic, id)? {
                         Ok(plan) => {
-                            self.plans.push((topic.to_string(), id, plan));
+                            let indexes = self.indexes.clone();
+                            self.plans.push((topic.to_string(), id, indexes, plan));
                             self.plans.len() - 1
                         }
                         Err(bad) => return Ok(Decoded::Bad(bad)),
                     },
                 };
-                let plan = &self.plans[at].2;
+                let plan = &self.plans[at].3;
                 self.out.clear();
                 let decoded = match plan {
+                    Plan::Message(message) => {
+                        return Ok(
+                            match protobuf::message_to_json(message, datum, &mut self.out) {
+                                Ok(()) => Decoded::Value(&self.out),
+                                Err(why) => Decoded::Bad(why),
+                            },
+                        );
+                    }
                     Plan::Direct(reader) => reader.datum_to_json(&mut datum, &mut self.out),
                     Plan::Resolve { writer, reader } => {
                         // Read with the writer's schema first: it bounds what the datum
@@ -242,76 +321,123 @@ impl Decoder {
                 )))
             }
             Some(schema) => {
-                let compiled = match schema.kind.as_str() {
-                    "AVRO" => Some(Arc::new(
-                        Compiled::parse(&schema.text)
-                            .with_context(|| format!("schema {id} in the registry"))?,
-                    )),
-                    _ => None,
-                };
+                let compiled = Schema::compile(&schema.kind, &schema.text)
+                    .with_context(|| format!("schema {id} in the registry"))?;
                 self.writers.insert(id, compiled);
                 Ok(None)
             }
         }
     }
 
-    /// How to read values of `topic` written with schema `id`; `Err` inside: a bad
-    /// record.
+    /// The schema the job reads `topic` with: `schema`, or the subject `TOPIC-value`'s
+    /// latest, asked once.
+    fn reader(&mut self, topic: &str) -> Result<Schema> {
+        if let Some(reader) = self.fixed_reader.as_ref().or(self.readers.get(topic)) {
+            return Ok(reader.clone());
+        }
+        let registry = self
+            .registry
+            .as_ref()
+            .expect("validated: a format without `schema` has a registry");
+        let subject = format!("{topic}-value");
+        let latest = registry
+            .latest(&subject)
+            .with_context(|| format!("reading the schema of subject {subject:?}"))?
+            .ok_or_else(|| {
+                anyhow!(
+                    "the schema registry has no subject {subject:?}: register the topic's \
+                     schema, or name one with `schema`"
+                )
+            })?;
+        let want = self.format.registry_kind();
+        if latest.kind != want {
+            bail!(
+                "the latest schema of subject {subject:?} is {}, not {want}: name the job's \
+                 schema with `schema`",
+                latest.kind
+            );
+        }
+        let compiled = Schema::compile(&latest.kind, &latest.text)
+            .with_context(|| format!("the latest schema of subject {subject:?}"))?;
+        if let (Schema::Proto(proto), Some(name)) = (&compiled, &self.message) {
+            proto
+                .message(Some(name))
+                .with_context(|| format!("the latest schema of subject {subject:?}"))?;
+        }
+        self.writers
+            .entry(latest.id)
+            .or_insert_with(|| compiled.clone());
+        self.readers.insert(topic.to_string(), compiled.clone());
+        Ok(compiled)
+    }
+
+    /// How to read values of `topic` written with schema `id` (and, Protobuf, the
+    /// message indexes in `self.indexes`); `Err` inside: a bad record.
     fn plan(&mut self, topic: &str, id: u32) -> Result<Result<Plan, String>> {
-        let Some(registry) = &self.registry else {
-            let reader = self
-                .fixed_reader
-                .clone()
-                .expect("validated: avro without a registry has a schema");
-            return Ok(Ok(Plan::Direct(reader)));
-        };
-        let reader = match &self.fixed_reader {
-            Some(reader) => reader.clone(),
-            None => match self.readers.get(topic) {
-                Some(reader) => reader.clone(),
-                None => {
-                    let subject = format!("{topic}-value");
-                    let latest = registry
-                        .latest(&subject)
-                        .with_context(|| format!("reading the schema of subject {subject:?}"))?
-                        .ok_or_else(|| {
-                            anyhow!(
-                                "the schema registry has no subject {subject:?}: register the \
-                                 topic's schema, or name one with `schema`"
-                            )
-                        })?;
-                    let compiled =
-                        Arc::new(Compiled::parse(&latest.text).with_context(|| {
-                            format!("the latest schema of subject {subject:?}")
-                        })?);
-                    self.writers
-                        .entry(latest.id)
-                        .or_insert_with(|| Some(compiled.clone()));
-                    self.readers.insert(topic.to_string(), compiled.clone());
-                    compiled
-                }
-            },
-        };
-        if let Some(bad) = self.check_id(id)? {
+        let reader = self.reader(topic)?;
+        if self.registry.is_some()
+            && let Some(bad) = self.check_id(id)?
+        {
             return Ok(Err(bad));
         }
-        let Some(writer) = self.writers[&id].clone() else {
-            return Ok(Err(format!(
-                "written with schema {id}, which is not an Avro schema"
-            )));
-        };
-        if writer.schema.canonical_form() == reader.schema.canonical_form() {
-            return Ok(Ok(Plan::Direct(reader)));
+        match reader {
+            Schema::Avro(reader) if self.registry.is_none() => Ok(Ok(Plan::Direct(reader))),
+            Schema::Avro(reader) => {
+                let writer = match &self.writers[&id] {
+                    Schema::Avro(writer) => writer.clone(),
+                    other => {
+                        return Ok(Err(format!(
+                            "written with schema {id}, which is {}, not an Avro schema",
+                            other.kind()
+                        )));
+                    }
+                };
+                if writer.schema.canonical_form() == reader.schema.canonical_form() {
+                    return Ok(Ok(Plan::Direct(reader)));
+                }
+                if let Err(e) =
+                    apache_avro::schema_compatibility::SchemaCompatibility::can_read(
+                        &writer.schema,
+                        &reader.schema,
+                    )
+                {
+                    return Ok(Err(format!(
+                        "written with schema {id}, which the job's schema cannot read: {e}"
+                    )));
+                }
+                Ok(Ok(Plan::Resolve { writer, reader }))
+            }
+            Schema::Proto(reader) => {
+                if self.registry.is_none() || self.message.is_some() {
+                    let message = reader.message(self.message.as_deref())?;
+                    return Ok(Ok(Plan::Message(message)));
+                }
+                let writer = match &self.writers[&id] {
+                    Schema::Proto(writer) => writer,
+                    other => {
+                        return Ok(Err(format!(
+                            "written with schema {id}, which is {}, not a Protobuf schema",
+                            other.kind()
+                        )));
+                    }
+                };
+                let Some(written) = writer.by_indexes(&self.indexes) else {
+                    return Ok(Err(format!(
+                        "the message indexes {:?} name no message of schema {id}",
+                        self.indexes
+                    )));
+                };
+                match reader.message(Some(written.full_name())) {
+                    Ok(message) => Ok(Ok(Plan::Message(message))),
+                    Err(_) => Ok(Err(format!(
+                        "written as message {} (schema {id}), which the job's schema does not \
+                         have (name the message to read with `message`)",
+                        written.full_name()
+                    ))),
+                }
+            }
+            Schema::Other(_) => unreachable!("readers are Avro or Protobuf"),
         }
-        if let Err(e) = apache_avro::schema_compatibility::SchemaCompatibility::can_read(
-            &writer.schema,
-            &reader.schema,
-        ) {
-            return Ok(Err(format!(
-                "written with schema {id}, which the job's schema cannot read: {e}"
-            )));
-        }
-        Ok(Ok(Plan::Resolve { writer, reader }))
     }
 }
 
@@ -319,7 +445,9 @@ impl Decoder {
 pub struct Encoder {
     format: Format,
     schema: Option<Compiled>,
-    /// The registry's id of `schema`: values are framed with it.
+    /// Protobuf: the message written, and its message indexes.
+    message: Option<(prost_reflect::MessageDescriptor, Vec<i32>)>,
+    /// The registry's id of the schema: values are framed with it.
     id: Option<u32>,
     out: Vec<u8>,
 }
@@ -328,16 +456,28 @@ impl Encoder {
     /// The encoder of a sink writing `topic` (a file sink: its path). Registers the
     /// sink's schema under `TOPIC-value`, or takes the subject's latest.
     pub fn open(config: &FormatConfig, topic: &str) -> Result<Encoder> {
+        let mut encoder = Encoder {
+            format: config.format,
+            schema: None,
+            message: None,
+            id: None,
+            out: Vec::new(),
+        };
+        if !matches!(config.format, Format::Avro | Format::Protobuf) {
+            return Ok(encoder);
+        }
+        let kind = config.format.registry_kind();
         let registry = config.registry.clone().map(Registry::new);
         let subject = format!("{topic}-value");
-        let (schema, id) = match (config.format, &config.schema, &registry) {
-            (Format::Avro, Some(text), Some(registry)) => {
-                let id = registry.register(&subject, "AVRO", text).with_context(|| {
+        let text = match (&config.schema, &registry) {
+            (Some(text), Some(registry)) => {
+                let id = registry.register(&subject, kind, text).with_context(|| {
                     format!("registering the sink's schema under subject {subject:?}")
                 })?;
-                (Some(Compiled::parse(text)?), Some(id))
+                encoder.id = Some(id);
+                text.clone()
             }
-            (Format::Avro, None, Some(registry)) => {
+            (None, Some(registry)) => {
                 let latest = registry
                     .latest(&subject)
                     .with_context(|| format!("reading the schema of subject {subject:?}"))?
@@ -347,18 +487,31 @@ impl Encoder {
                              schema with `schema`, and it is registered"
                         )
                     })?;
-                (Some(Compiled::parse(&latest.text)?), Some(latest.id))
+                if latest.kind != kind {
+                    bail!(
+                        "the latest schema of subject {subject:?} is {}, not {kind}: name the \
+                         sink's schema with `schema`",
+                        latest.kind
+                    );
+                }
+                encoder.id = Some(latest.id);
+                latest.text
             }
-            (Format::Avro, Some(text), None) => (Some(Compiled::parse(text)?), None),
-            (Format::Avro, None, None) => bail!("an avro sink needs `schema` or `schema_registry`"),
-            _ => (None, None),
+            (Some(text), None) => text.clone(),
+            (None, None) => bail!(
+                "a {} sink needs `schema` or `schema_registry`",
+                config.name()
+            ),
         };
-        Ok(Encoder {
-            format: config.format,
-            schema,
-            id,
-            out: Vec::new(),
-        })
+        match config.format {
+            Format::Avro => encoder.schema = Some(Compiled::parse(&text)?),
+            _ => {
+                let message = Proto::parse(&text)?.message(config.message.as_deref())?;
+                let indexes = protobuf::indexes_of(&message);
+                encoder.message = Some((message, indexes));
+            }
+        }
+        Ok(encoder)
     }
 
     /// Whether values pass as they are.
@@ -391,6 +544,19 @@ impl Encoder {
                         format!("does not fit the sink's Avro schema: {e}")
                     }
                 })?;
+                Ok(&self.out)
+            }
+            Format::Protobuf => {
+                self.out.clear();
+                let (message, indexes) = self
+                    .message
+                    .as_ref()
+                    .expect("a protobuf encoder has its message");
+                if let Some(id) = self.id {
+                    registry::put_header(id, &mut self.out);
+                    protobuf::put_indexes(indexes, &mut self.out);
+                }
+                protobuf::json_to_message(message, value, &mut self.out)?;
                 Ok(&self.out)
             }
         }
@@ -445,6 +611,38 @@ mod tests {
                 .unwrap_err()
                 .starts_with("not JSON")
         );
+    }
+
+    #[test]
+    fn bare_protobuf_messages_of_the_jobs_schema_are_read_as_json() {
+        const PROTO: &str = "syntax = \"proto3\"; package p; message A { int32 x = 1; } \
+                             message B { string user = 1; int64 n = 2; }";
+        let named = FormatConfig {
+            message: Some("p.B".into()),
+            ..config(Format::Protobuf, Some(PROTO))
+        };
+        let mut encoder = Encoder::open(&named, "t").unwrap();
+        let message = encoder.encode(br#"{"user":"a","n":2}"#).unwrap().to_vec();
+        assert_eq!(message, [0x0a, 1, b'a', 0x10, 2]);
+        let mut decoder = Decoder::new(&named).unwrap();
+        assert_eq!(
+            decoded(&mut decoder, &message),
+            Ok(r#"{"user":"a","n":2}"#.into())
+        );
+        let bad = decoded(&mut decoder, &message[..2]).unwrap_err();
+        assert!(bad.contains("not a Protobuf message p.B"), "{bad}");
+        let e = encoder.encode(br#"{"user":"a","m":1}"#).unwrap_err();
+        assert!(e.contains("does not fit the sink's Protobuf message p.B"), "{e}");
+        // Without `message`, the schema's first.
+        let first = config(Format::Protobuf, Some(PROTO));
+        let mut decoder = Decoder::new(&first).unwrap();
+        assert_eq!(decoded(&mut decoder, &[0x08, 7]), Ok(r#"{"x":7}"#.into()));
+        let wrong = FormatConfig {
+            message: Some("p.C".into()),
+            ..first
+        };
+        let e = Decoder::new(&wrong).err().unwrap().to_string();
+        assert!(e.contains("no message \"p.C\""), "{e}");
     }
 
     #[test]

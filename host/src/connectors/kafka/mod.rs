@@ -33,6 +33,7 @@
 
 mod admin;
 mod client_errors;
+mod dead_letter;
 mod exchange;
 mod marker;
 mod producer;

@@ -19,6 +19,7 @@ use super::exchange::watermark_record;
 use super::stats::SourceStats;
 use crate::chain::CallError;
 use crate::connectors::event_time::{EventTime, json_timestamp, timestamp_of};
+use super::dead_letter::DeadLetters;
 use crate::connectors::formats::{Decoded, Decoder, FormatConfig, OnBadRecord};
 use crate::connectors::{Source, SourceStatus};
 use crate::metrics::OperatorMetrics;
@@ -250,8 +251,10 @@ pub struct KafkaSource {
     pub(super) exchange_reached: Option<i64>,
     /// Decodes the values by the source's `format`.
     decoder: Decoder,
-    /// Records left out by `on_bad_record = "skip"` since the source started, and as
-    /// many as were reported to the metrics.
+    /// Where records it cannot decode go, with `on_bad_record = { dead_letter = … }`.
+    dead_letters: Option<DeadLetters>,
+    /// Records left out by `on_bad_record` (skipped, or sent to the dead-letter topic)
+    /// since the source started, and as many as were reported to the metrics.
     skipped: u64,
     skipped_reported: u64,
 }
@@ -314,8 +317,17 @@ impl KafkaSource {
             })
             .transpose()?;
         let decoder = Decoder::new(&config.format)?;
+        let dead_letters = match &config.format.on_bad_record {
+            OnBadRecord::DeadLetter(topic) => Some(DeadLetters::new(
+                &config.bootstrap,
+                &config.properties,
+                topic,
+            )?),
+            OnBadRecord::Fail | OnBadRecord::Skip => None,
+        };
         Ok(KafkaSource {
             decoder,
+            dead_letters,
             skipped: 0,
             skipped_reported: 0,
             config,
@@ -765,7 +777,7 @@ impl Source for KafkaSource {
                 .decode(&key.0, message.payload().unwrap_or_default())
             {
                 Ok(Decoded::Value(value)) => value,
-                Ok(Decoded::Bad(why)) => match self.config.format.on_bad_record {
+                Ok(Decoded::Bad(why)) => match &self.config.format.on_bad_record {
                     OnBadRecord::Fail => bail!(
                         "Kafka record {}/{} at offset {}: {why} (`format = {:?}`; \
                          `on_bad_record = \"skip\"` leaves such records out, counted)",
@@ -774,17 +786,24 @@ impl Source for KafkaSource {
                         message.offset(),
                         self.config.format.name(),
                     ),
-                    OnBadRecord::Skip => {
+                    OnBadRecord::Skip | OnBadRecord::DeadLetter(_) => {
+                        let to = match &self.config.format.on_bad_record {
+                            OnBadRecord::DeadLetter(topic) => format!("to dead-letter topic {topic}"),
+                            _ => "out".to_string(),
+                        };
                         // The first bad records in the log, then every thousandth.
                         if self.skipped < 10 || self.skipped.is_multiple_of(1000) {
                             tracing::warn!(
-                                "Kafka source: skipping record {}/{} at offset {} \
-                                 ({} skipped so far): {why}",
+                                "Kafka source: record {}/{} at offset {} goes {to} \
+                                 ({} bad so far): {why}",
                                 key.0,
                                 key.1,
                                 message.offset(),
                                 self.skipped + 1
                             );
+                        }
+                        if let Some(dead_letters) = &mut self.dead_letters {
+                            dead_letters.send(&message, &why)?;
                         }
                         self.skipped += 1;
                         continue;
@@ -852,6 +871,11 @@ impl Source for KafkaSource {
                 partition: Some(message.partition() as u32),
                 output: 0,
             });
+        }
+        // A checkpoint taken after this poll is past its bad records: they are in the
+        // dead-letter topic first.
+        if let Some(dead_letters) = &mut self.dead_letters {
+            dead_letters.flush()?;
         }
         self.report(records, bytes, self.skipped - self.skipped_reported);
         self.skipped_reported = self.skipped;

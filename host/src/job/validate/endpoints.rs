@@ -66,6 +66,7 @@ pub(super) fn source_vertex(
         ("format", spec.format.is_some()),
         ("schema_registry", spec.schema_registry.is_some()),
         ("schema", spec.schema.is_some()),
+        ("message", spec.message.is_some()),
         ("on_bad_record", spec.on_bad_record.is_some()),
     ];
     if spec.kind != SourceKind::Kafka {
@@ -217,6 +218,7 @@ pub(super) fn kafka_sink(
         ("properties", sink.properties.is_some()),
         ("schema_registry", sink.schema_registry.is_some()),
         ("schema", sink.schema.is_some()),
+        ("message", sink.message.is_some()),
     ];
     if sink.kind != SinkKind::Kafka {
         if let Some((field, _)) = fields.iter().find(|(_, set)| *set) {
@@ -231,9 +233,10 @@ pub(super) fn kafka_sink(
         None | Some(SinkFormatName::Bytes) => Format::Bytes,
         Some(SinkFormatName::Json) => Format::Json,
         Some(SinkFormatName::Avro) => Format::Avro,
+        Some(SinkFormatName::Protobuf) => Format::Protobuf,
         Some(other @ (SinkFormatName::Value | SinkFormatName::KeyValue)) => bail!(
-            "a kafka sink's `format` is \"bytes\", \"json\" or \"avro\", not {:?} (records \
-             keep their key and value)",
+            "a kafka sink's `format` is \"bytes\", \"json\", \"avro\" or \"protobuf\", not \
+             {:?} (records keep their key and value)",
             other.name()
         ),
     };
@@ -241,6 +244,7 @@ pub(super) fn kafka_sink(
         format,
         sink.schema_registry.as_ref(),
         sink.schema.as_deref(),
+        sink.message.as_deref(),
         None,
         resolve,
     )?;
@@ -387,14 +391,34 @@ fn kafka_source(
         None | Some(RecordFormatName::Bytes) => Format::Bytes,
         Some(RecordFormatName::Json) => Format::Json,
         Some(RecordFormatName::Avro) => Format::Avro,
+        Some(RecordFormatName::Protobuf) => Format::Protobuf,
     };
     let format = format_config(
         format,
         spec.schema_registry.as_ref(),
         spec.schema.as_deref(),
-        spec.on_bad_record,
+        spec.message.as_deref(),
+        spec.on_bad_record.clone(),
         resolve,
     )?;
+    if let OnBadRecord::DeadLetter(topic) = &format.on_bad_record {
+        if topic.len() > 249 || !topic.chars().all(crate::cluster::plan::is_topic_char) {
+            bail!(
+                "`on_bad_record = {{ dead_letter = {topic:?} }}`: not a Kafka topic name \
+                 (letters, digits, '.', '_' and '-', at most 249)"
+            );
+        }
+        let read = match &topics {
+            Topics::Names(names) => names.contains(topic),
+            Topics::Pattern(pattern) => kafka::topic_pattern(pattern)?.is_match(topic),
+        };
+        if read {
+            bail!(
+                "`on_bad_record = {{ dead_letter = {topic:?} }}`: the source reads that topic \
+                 itself, and would read its bad records again"
+            );
+        }
+    }
     if format.format == Format::Bytes
         && let Some(Timestamp::Named(name)) = &spec.timestamp
     {
@@ -434,12 +458,13 @@ fn kafka_source(
     })
 }
 
-/// The `format`, `schema_registry`, `schema` and `on_bad_record` of a Kafka source or
-/// sink (a sink has no `on_bad_record`: what its operators emit must fit).
+/// The `format`, `schema_registry`, `schema`, `message` and `on_bad_record` of a Kafka
+/// source or sink (a sink has no `on_bad_record`: what its operators emit must fit).
 fn format_config(
     format: Format,
     registry: Option<&SchemaRegistrySpec>,
     schema: Option<&Path>,
+    message: Option<&str>,
     on_bad_record: Option<OnBadRecordName>,
     resolve: &dyn Fn(&Path) -> PathBuf,
 ) -> Result<FormatConfig> {
@@ -449,30 +474,55 @@ fn format_config(
     }
     .name();
     if format == Format::Bytes && registry.is_some() {
-        bail!("`schema_registry` needs `format = \"avro\"` or \"json\"");
+        bail!("`schema_registry` needs `format = \"avro\"`, \"protobuf\" or \"json\"");
     }
-    if format != Format::Avro && schema.is_some() {
-        bail!("`schema` (an Avro schema) needs `format = \"avro\"`, not {name:?}");
+    if !matches!(format, Format::Avro | Format::Protobuf) && schema.is_some() {
+        bail!(
+            "`schema` (an Avro or .proto schema) needs `format = \"avro\"` or \"protobuf\", \
+             not {name:?}"
+        );
+    }
+    if format != Format::Protobuf && message.is_some() {
+        bail!("`message` (a Protobuf message) needs `format = \"protobuf\"`, not {name:?}");
     }
     if format == Format::Bytes && on_bad_record.is_some() {
-        bail!("`on_bad_record` needs a `format` that can find a bad record (\"json\" or \"avro\")");
-    }
-    if format == Format::Avro && registry.is_none() && schema.is_none() {
         bail!(
-            "`format = \"avro\"` needs `schema_registry` (values in Confluent's wire format) or \
-             `schema` (the .avsc file of bare Avro values)"
+            "`on_bad_record` needs a `format` that can find a bad record (\"json\", \"avro\" \
+             or \"protobuf\")"
         );
+    }
+    if registry.is_none() && schema.is_none() {
+        match format {
+            Format::Avro => bail!(
+                "`format = \"avro\"` needs `schema_registry` (values in Confluent's wire \
+                 format) or `schema` (the .avsc file of bare Avro values)"
+            ),
+            Format::Protobuf => bail!(
+                "`format = \"protobuf\"` needs `schema_registry` (values in Confluent's wire \
+                 format) or `schema` (the .proto file of bare messages)"
+            ),
+            Format::Bytes | Format::Json => {}
+        }
     }
     let schema = schema
         .map(|path| {
             let path = resolve(path);
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| anyhow!("`schema`: reading {}: {e}", path.display()))?;
-            formats::Compiled::parse(&text)
-                .map_err(|e| anyhow!("`schema`: {}: {e:#}", path.display()))?;
+            let checked = match format {
+                Format::Protobuf => formats::Proto::parse(&text)
+                    .and_then(|proto| proto.message(message).map(drop)),
+                _ => formats::Compiled::parse(&text).map(drop),
+            };
+            checked.map_err(|e| anyhow!("`schema`: {}: {e:#}", path.display()))?;
             Ok::<_, anyhow::Error>(text)
         })
         .transpose()?;
+    if let Some(message) = message
+        && (message.is_empty() || message.split('.').any(|part| part.is_empty()))
+    {
+        bail!("`message` must be a message's full name (`package.Message`), not {message:?}");
+    }
     let registry = registry
         .map(|r| {
             let url = r.url.trim().to_string();
@@ -500,9 +550,11 @@ fn format_config(
         format,
         registry,
         schema,
+        message: message.map(str::to_string),
         on_bad_record: match on_bad_record {
             None | Some(OnBadRecordName::Fail) => OnBadRecord::Fail,
             Some(OnBadRecordName::Skip) => OnBadRecord::Skip,
+            Some(OnBadRecordName::DeadLetter(topic)) => OnBadRecord::DeadLetter(topic),
         },
     })
 }
