@@ -169,6 +169,13 @@ fn panic_in_process_names_the_call_and_quotes_the_panic() {
     assert!(!dir.join("out.txt").exists(), "partial output left behind");
 }
 
+/// A `.proto` file with `text`, written for a job to name; its path.
+fn proto_file(name: &str, text: &str) -> std::path::PathBuf {
+    let path = test_dir(&format!("proto-{name}")).join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 fn malformed(name: &str, toml: &str, expected: &[&str]) {
     let dir = test_dir(name);
     let job = write_job(&dir, toml);
@@ -326,9 +333,30 @@ fn kafka_job_file_mistakes_are_named() {
             "`format = \"avro\"` needs `schema_registry` (values in Confluent's wire format) or `schema`",
         ),
         (
-            "kafka-protobuf",
+            "kafka-protobuf-without-schema",
             format!("name = \"x\"\n{kafka}format = \"protobuf\"\n{op}{GOOD_SINK}"),
-            "`format = \"protobuf\"` is not supported yet",
+            "`format = \"protobuf\"` needs `schema_registry` (values in Confluent's wire format) or `schema` (the .proto file",
+        ),
+        (
+            "kafka-proto-schema-not-proto",
+            format!(
+                "name = \"x\"\n{kafka}format = \"protobuf\"\nschema = \"{}\"\n{op}{GOOD_SINK}",
+                proto_file("bad.proto", "message {").display()
+            ),
+            "not a .proto schema protox can compile",
+        ),
+        (
+            "kafka-proto-message-missing",
+            format!(
+                "name = \"x\"\n{kafka}format = \"protobuf\"\nschema = \"{}\"\nmessage = \"p.Nope\"\n{op}{GOOD_SINK}",
+                proto_file("p.proto", "syntax = \"proto3\"; package p; message A {}").display()
+            ),
+            "the .proto schema has no message \"p.Nope\" (it has [\"p.A\"])",
+        ),
+        (
+            "kafka-message-without-protobuf",
+            format!("name = \"x\"\n{kafka}format = \"json\"\nmessage = \"p.A\"\n{op}{GOOD_SINK}"),
+            "`message` (a Protobuf message) needs `format = \"protobuf\"`, not \"json\"",
         ),
         (
             "kafka-schema-file-missing",
@@ -352,11 +380,25 @@ fn kafka_job_file_mistakes_are_named() {
             "`schema_registry` needs both `username` and `password`",
         ),
         (
-            "kafka-dead-letter",
+            "kafka-dead-letter-read-by-the-source",
             format!(
-                "name = \"x\"\n{kafka}format = \"json\"\non_bad_record = {{ dead_letter = \"bad\" }}\n{op}{GOOD_SINK}"
+                "name = \"x\"\n{kafka}format = \"json\"\non_bad_record = {{ dead_letter = \"t\" }}\n{op}{GOOD_SINK}"
             ),
-            "a dead-letter output is not supported yet; use \"fail\"",
+            "`on_bad_record = { dead_letter = \"t\" }`: the source reads that topic itself",
+        ),
+        (
+            "kafka-dead-letter-bad-name",
+            format!(
+                "name = \"x\"\n{kafka}format = \"json\"\non_bad_record = {{ dead_letter = \"bad letters\" }}\n{op}{GOOD_SINK}"
+            ),
+            "not a Kafka topic name",
+        ),
+        (
+            "kafka-dead-letter-not-a-topic",
+            format!(
+                "name = \"x\"\n{kafka}format = \"json\"\non_bad_record = {{ dead_letter = 3 }}\n{op}{GOOD_SINK}"
+            ),
+            "`on_bad_record = { dead_letter = … }` names a topic (a string), not 3",
         ),
         (
             "kafka-bad-record-on-bytes",
@@ -375,7 +417,7 @@ fn kafka_job_file_mistakes_are_named() {
             format!(
                 "name = \"x\"\n{kafka}{op}[sink]\ntype = \"kafka\"\nbootstrap = \"b:9\"\ntopic = \"out\"\nformat = \"key-value\"\n"
             ),
-            "a kafka sink's `format` is \"bytes\", \"json\" or \"avro\", not \"key-value\"",
+            "a kafka sink's `format` is \"bytes\", \"json\", \"avro\" or \"protobuf\", not \"key-value\"",
         ),
         (
             "kafka-named-timestamp-on-bytes",

@@ -798,6 +798,15 @@ batch_size = 10
         ),
         (
             job(
+                &format!(
+                    "{good_source}\nformat = \"json\"\non_bad_record = {{ dead_letter = \"b.dead\" }}"
+                ),
+                &good_sink,
+            ),
+            "source 'source': dead-letter topic \"b.dead\" may not be written",
+        ),
+        (
+            job(
                 &format!("{good_source}\nbootstrap = \"127.0.0.1:1\""),
                 &good_sink,
             ),

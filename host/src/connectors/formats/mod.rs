@@ -395,12 +395,10 @@ impl Decoder {
                 if writer.schema.canonical_form() == reader.schema.canonical_form() {
                     return Ok(Ok(Plan::Direct(reader)));
                 }
-                if let Err(e) =
-                    apache_avro::schema_compatibility::SchemaCompatibility::can_read(
-                        &writer.schema,
-                        &reader.schema,
-                    )
-                {
+                if let Err(e) = apache_avro::schema_compatibility::SchemaCompatibility::can_read(
+                    &writer.schema,
+                    &reader.schema,
+                ) {
                     return Ok(Err(format!(
                         "written with schema {id}, which the job's schema cannot read: {e}"
                     )));
@@ -632,7 +630,10 @@ mod tests {
         let bad = decoded(&mut decoder, &message[..2]).unwrap_err();
         assert!(bad.contains("not a Protobuf message p.B"), "{bad}");
         let e = encoder.encode(br#"{"user":"a","m":1}"#).unwrap_err();
-        assert!(e.contains("does not fit the sink's Protobuf message p.B"), "{e}");
+        assert!(
+            e.contains("does not fit the sink's Protobuf message p.B"),
+            "{e}"
+        );
         // Without `message`, the schema's first.
         let first = config(Format::Protobuf, Some(PROTO));
         let mut decoder = Decoder::new(&first).unwrap();

@@ -87,10 +87,7 @@ impl Proto {
     /// The message the wire format's message indexes name.
     pub fn by_indexes(&self, indexes: &[i32]) -> Option<MessageDescriptor> {
         let (first, nested) = indexes.split_first()?;
-        let mut message = self
-            .file()
-            .messages()
-            .nth(usize::try_from(*first).ok()?)?;
+        let mut message = self.file().messages().nth(usize::try_from(*first).ok()?)?;
         for index in nested {
             let child = message
                 .child_messages()
@@ -123,7 +120,10 @@ pub fn message_to_json(
         .skip_default_fields(false);
     // Every field present can make a small message large (a repeated field of empty
     // messages with many fields): what it decodes to is bounded as Avro's is.
-    let mut bounded = Bounded { out, left: MAX_JSON_BYTES };
+    let mut bounded = Bounded {
+        out,
+        left: MAX_JSON_BYTES,
+    };
     let mut serializer = serde_json::Serializer::new(&mut bounded);
     message
         .serialize_with_options(&mut serializer, &options)
@@ -299,14 +299,21 @@ mod tests {
             r#"{"id":"o1","cents":9007199254740993,"tags":[],"ship":{"city":"Oslo"},"at":"2026-12-07T00:00:00Z"}"#
         );
         // An empty message: every field its default (a message field stays absent).
-        assert_eq!(json(&order, &[]).unwrap(), r#"{"id":"","cents":0,"tags":[]}"#);
+        assert_eq!(
+            json(&order, &[]).unwrap(),
+            r#"{"id":"","cents":0,"tags":[]}"#
+        );
     }
 
     #[test]
     fn bad_messages_and_values_are_errors_that_say_why() {
         let proto = Proto::parse(SHOP).unwrap();
         let order = proto.message(Some("shop.Order")).unwrap();
-        assert!(json(&order, &[0x0a, 0x05, b'a']).unwrap_err().contains("shop.Order"));
+        assert!(
+            json(&order, &[0x0a, 0x05, b'a'])
+                .unwrap_err()
+                .contains("shop.Order")
+        );
         let mut out = Vec::new();
         let e = json_to_message(&order, br#"{"idd":"x"}"#, &mut out).unwrap_err();
         assert!(e.contains("does not fit") && e.contains("idd"), "{e}");
@@ -318,10 +325,15 @@ mod tests {
                 .starts_with("not JSON")
         );
         let e = proto.message(Some("shop.Nope")).unwrap_err().to_string();
-        assert!(e.contains("shop.Order") && e.contains("shop.Address"), "{e}");
+        assert!(
+            e.contains("shop.Order") && e.contains("shop.Address"),
+            "{e}"
+        );
         let e = Proto::parse("message {").unwrap_err().to_string();
         assert!(e.contains("not a .proto schema"), "{e}");
-        let e = Proto::parse("syntax = \"proto3\";").unwrap_err().to_string();
+        let e = Proto::parse("syntax = \"proto3\";")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no message"), "{e}");
         let e = Proto::parse("syntax = \"proto3\"; import \"other.proto\"; message A {}")
             .unwrap_err()

@@ -30,7 +30,14 @@ pub const REASON_HEADER: &str = "sluice.dead-letter.reason";
 /// Properties of a source's that a producer takes too: how to reach and sign in to the
 /// cluster, not how to consume.
 const CONNECTION_PROPERTIES: [&str; 9] = [
-    "security.", "sasl.", "ssl.", "ssl_", "enable.ssl", "client.", "socket.", "broker.",
+    "security.",
+    "sasl.",
+    "ssl.",
+    "ssl_",
+    "enable.ssl",
+    "client.",
+    "socket.",
+    "broker.",
     "reconnect.",
 ];
 

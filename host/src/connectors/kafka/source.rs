@@ -15,11 +15,11 @@ use serde::{Deserialize, Serialize};
 use sluice_codec::BatchWriter;
 
 use super::client_errors::EVENTS_SERVED;
+use super::dead_letter::DeadLetters;
 use super::exchange::watermark_record;
 use super::stats::SourceStats;
 use crate::chain::CallError;
 use crate::connectors::event_time::{EventTime, json_timestamp, timestamp_of};
-use super::dead_letter::DeadLetters;
 use crate::connectors::formats::{Decoded, Decoder, FormatConfig, OnBadRecord};
 use crate::connectors::{Source, SourceStatus};
 use crate::metrics::OperatorMetrics;
@@ -788,7 +788,9 @@ impl Source for KafkaSource {
                     ),
                     OnBadRecord::Skip | OnBadRecord::DeadLetter(_) => {
                         let to = match &self.config.format.on_bad_record {
-                            OnBadRecord::DeadLetter(topic) => format!("to dead-letter topic {topic}"),
+                            OnBadRecord::DeadLetter(topic) => {
+                                format!("to dead-letter topic {topic}")
+                            }
                             _ => "out".to_string(),
                         };
                         // The first bad records in the log, then every thousandth.

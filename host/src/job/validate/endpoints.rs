@@ -510,8 +510,9 @@ fn format_config(
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| anyhow!("`schema`: reading {}: {e}", path.display()))?;
             let checked = match format {
-                Format::Protobuf => formats::Proto::parse(&text)
-                    .and_then(|proto| proto.message(message).map(drop)),
+                Format::Protobuf => {
+                    formats::Proto::parse(&text).and_then(|proto| proto.message(message).map(drop))
+                }
                 _ => formats::Compiled::parse(&text).map(drop),
             };
             checked.map_err(|e| anyhow!("`schema`: {}: {e:#}", path.display()))?;
