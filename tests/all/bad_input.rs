@@ -406,11 +406,32 @@ fn kafka_job_file_mistakes_are_named() {
             "`on_bad_record` needs a `format` that can find a bad record",
         ),
         (
-            "kafka-format-on-file-source",
+            "kafka-registry-on-file-source",
             format!(
-                "name = \"x\"\n[source]\ntype = \"file\"\npath = \"in.txt\"\nformat = \"json\"\n{op}{GOOD_SINK}"
+                "name = \"x\"\n[source]\ntype = \"file\"\npath = \"in.txt\"\nformat = \"json\"\nschema_registry = {{ url = \"http://r\" }}\n{op}{GOOD_SINK}"
             ),
-            "`format` does not apply to a file source",
+            "`schema_registry` does not apply to a file source",
+        ),
+        (
+            "protobuf-file-source",
+            format!(
+                "name = \"x\"\n[source]\ntype = \"file\"\npath = \"in.txt\"\nformat = \"protobuf\"\n{op}{GOOD_SINK}"
+            ),
+            "not \"protobuf\": Protobuf messages have no standard file layout",
+        ),
+        (
+            "avro-file-source-bad-record",
+            format!(
+                "name = \"x\"\n[source]\ntype = \"file\"\npath = \"in.avro\"\nformat = \"avro\"\non_bad_record = \"skip\"\n{op}{GOOD_SINK}"
+            ),
+            "`on_bad_record` does not apply to an Avro file",
+        ),
+        (
+            "dead-letter-file-source",
+            format!(
+                "name = \"x\"\n[source]\ntype = \"file\"\npath = \"in.txt\"\nformat = \"json\"\non_bad_record = {{ dead_letter = \"d\" }}\n{op}{GOOD_SINK}"
+            ),
+            "a file source takes \"fail\" or \"skip\"",
         ),
         (
             "kafka-sink-line-format",
@@ -429,7 +450,7 @@ fn kafka_job_file_mistakes_are_named() {
             format!(
                 "name = \"x\"\n[source]\ntype = \"file\"\npath = \"in.txt\"\ntimestamp = {{ field = \"ts\" }}\n{op}{GOOD_SINK}"
             ),
-            "`timestamp = { field = \"ts\" }` names a field of JSON values: a kafka source",
+            "`timestamp = { field = \"ts\" }` names a field of JSON values: a kafka or file source with `format = \"json\"`",
         ),
         (
             "file-sink-avro",

@@ -15,6 +15,7 @@ mod event_time;
 mod exactly_once;
 mod exit_status;
 mod failpoints;
+mod file_formats;
 mod graphs;
 mod guest_time;
 mod host_memory;

@@ -35,7 +35,7 @@ impl InputSize {
             return Some(InputSize::Records(n));
         }
         let bytes = sources.iter().map(|s| match s {
-            SourceInput::File(path) => std::fs::metadata(path).ok().map(|m| m.len()),
+            SourceInput::File { path, .. } => std::fs::metadata(path).ok().map(|m| m.len()),
             _ => None,
         });
         bytes.sum::<Option<u64>>().map(InputSize::Bytes)

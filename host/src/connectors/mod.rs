@@ -6,6 +6,7 @@
 //! chain that writes what it receives, pre-commits in `snapshot` and commits in
 //! `notify-complete` (two-phase commit).
 
+pub mod avro_file;
 mod event_time;
 pub mod file_sink;
 pub mod formats;

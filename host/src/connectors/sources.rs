@@ -9,6 +9,7 @@ use anyhow::{Context, Result, bail};
 use crossbeam_channel::{Receiver, TryRecvError, bounded};
 use sluice_codec::BatchWriter;
 
+use super::formats::{Decoded, Decoder, Format, FormatConfig, OnBadRecord};
 use super::{Source, SourceStatus};
 use crate::metrics::OperatorMetrics;
 
@@ -30,8 +31,19 @@ pub struct FileSource {
     reader: BufReader<File>,
     offset: u64,
     line: Vec<u8>,
+    /// `format = "json"`: each line is checked to be a JSON value.
+    json: Option<JsonLines>,
     /// Where it reports how far it read (counter `bytes-read`: its offset).
     metrics: Option<Arc<OperatorMetrics>>,
+}
+
+/// A file source's JSON lines: blank lines are left out, a line that is not JSON is a
+/// bad record.
+struct JsonLines {
+    decoder: Decoder,
+    on_bad_record: OnBadRecord,
+    /// Lines left out by `on_bad_record = "skip"`.
+    bad: u64,
 }
 
 impl FileSource {
@@ -44,8 +56,25 @@ impl FileSource {
             reader: BufReader::with_capacity(256 << 10, file),
             offset: 0,
             line: Vec::new(),
+            json: None,
             metrics: None,
         })
+    }
+
+    /// Reads the lines as `format` says: as they are (`bytes`) or as JSON lines.
+    pub fn with_format(mut self, format: &FormatConfig) -> Result<Self> {
+        match format.format {
+            Format::Bytes => {}
+            Format::Json => {
+                self.json = Some(JsonLines {
+                    decoder: Decoder::new(format)?,
+                    on_bad_record: format.on_bad_record.clone(),
+                    bad: 0,
+                });
+            }
+            other => bail!("a file source of lines reads no {other:?}"),
+        }
+        Ok(self)
     }
 }
 
@@ -60,12 +89,42 @@ impl FileSource {
             if n == 0 {
                 return Ok(SourceStatus::End);
             }
+            let at = self.offset;
             self.offset += n as u64;
             let mut line = &self.line[..];
             if let Some(rest) = line.strip_suffix(b"\n") {
                 line = rest.strip_suffix(b"\r").unwrap_or(rest);
             }
-            out.push(None, line, None);
+            let Some(json) = &mut self.json else {
+                out.push(None, line, None);
+                continue;
+            };
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let why = match json.decoder.decode("", line)? {
+                Decoded::Value(value) => {
+                    out.push(None, value, None);
+                    continue;
+                }
+                Decoded::Bad(why) => why,
+            };
+            if json.on_bad_record == OnBadRecord::Fail {
+                bail!(
+                    "{}: the line at byte {at}: {why} (`format = \"json\"`; `on_bad_record = \
+                     \"skip\"` leaves such lines out, counted)",
+                    self.path.display()
+                );
+            }
+            // The first bad lines, then every thousandth.
+            if json.bad < 10 || json.bad.is_multiple_of(1000) {
+                tracing::warn!(
+                    "file source {}: skipping the line at byte {at} ({} skipped so far): {why}",
+                    self.path.display(),
+                    json.bad + 1
+                );
+            }
+            json.bad += 1;
         }
         Ok(SourceStatus::More)
     }
@@ -85,6 +144,9 @@ impl Source for FileSource {
                 None => {
                     counters.insert("bytes-read".to_string(), self.offset);
                 }
+            }
+            if let Some(json) = &self.json {
+                counters.insert("bad-records".to_string(), json.bad);
             }
         }
         status

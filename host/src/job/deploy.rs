@@ -25,6 +25,8 @@ use crate::chain::{
 };
 use crate::checkpoint::assign_operator_state;
 use crate::checkpoint::{AsyncPool, CheckpointLink, LoadedCheckpoint, TaskId};
+use crate::connectors::avro_file::AvroFileSource;
+use crate::connectors::formats::Format;
 use crate::connectors::kafka::{self, Delivery, KafkaSink, KafkaSource};
 use crate::connectors::{
     FileSink, FileSource, Generated, GeneratorSource, Source, StdinSource, StdoutSink,
@@ -331,7 +333,10 @@ fn chain_ids(graph: &JobGraph, vertices: &[usize]) -> Vec<String> {
 
 fn make_source(source: &SourceVertex, subtask: u32) -> Result<Box<dyn Source>> {
     Ok(match &source.input {
-        SourceInput::File(path) => Box::new(FileSource::open(path)?),
+        SourceInput::File { path, format } => match format.format {
+            Format::Avro => Box::new(AvroFileSource::open(path, format.schema.as_deref())?),
+            _ => Box::new(FileSource::open(path)?.with_format(format)?),
+        },
         SourceInput::Generator {
             records,
             shape,

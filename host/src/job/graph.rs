@@ -1,6 +1,7 @@
 //! The validated job: vertices, edges with their partitioners, and the chains that become
 //! tasks.
 
+use crate::connectors::formats::FormatConfig;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -54,8 +55,12 @@ pub enum GeneratorShape {
 /// Where a source's records come from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SourceInput {
-    /// A text file (resolved path).
-    File(PathBuf),
+    /// A file (resolved path): lines, JSON lines or an Avro container file, as its
+    /// `format` says.
+    File {
+        path: PathBuf,
+        format: Box<FormatConfig>,
+    },
     /// Generated records.
     Generator {
         /// Records in total.
@@ -397,7 +402,7 @@ impl JobGraph {
                     batch * (line + limits::RECORD_OVERHEAD)
                 }
                 // The lines of a file or of stdin, and Kafka records, are data, not knobs.
-                SourceInput::File(_) | SourceInput::Stdin | SourceInput::Kafka(_) => 0,
+                SourceInput::File { .. } | SourceInput::Stdin | SourceInput::Kafka(_) => 0,
             })
             .max()
             .unwrap_or(0);

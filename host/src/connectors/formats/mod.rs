@@ -139,6 +139,64 @@ enum Plan {
     Message(prost_reflect::MessageDescriptor),
 }
 
+impl Plan {
+    /// Reads one Avro datum off the front of `datum` as JSON into `out`.
+    fn read_avro(&self, datum: &mut &[u8], out: &mut Vec<u8>) -> Result<()> {
+        match self {
+            Plan::Direct(reader) => reader.datum_to_json(datum, out),
+            Plan::Resolve { writer, reader } => {
+                // Read with the writer's schema first: it bounds what the datum decodes
+                // to before `apache-avro` builds its values.
+                let mut check = *datum;
+                let start = out.len();
+                let bounded = writer.datum_to_json(&mut check, out);
+                out.truncate(start);
+                bounded?;
+                let value = apache_avro::reader::datum::GenericDatumReader::builder(&writer.schema)
+                    .reader_schema(&reader.schema)
+                    .build()
+                    .and_then(|r| r.read_value(datum))
+                    .map_err(|e| anyhow!("{e}"))?;
+                avro::value_to_json(&value, out)
+            }
+            Plan::Message(_) => unreachable!("an Avro plan"),
+        }
+    }
+
+    /// How datums written with `writer` are read with `reader` (`Err`: they cannot be).
+    fn avro(writer: Arc<Compiled>, reader: Arc<Compiled>) -> Result<Plan, String> {
+        if writer.schema.canonical_form() == reader.schema.canonical_form() {
+            return Ok(Plan::Direct(reader));
+        }
+        apache_avro::schema_compatibility::SchemaCompatibility::can_read(
+            &writer.schema,
+            &reader.schema,
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(Plan::Resolve { writer, reader })
+    }
+}
+
+/// Reads the Avro datums of one writer's schema (an Avro file's) with the job's.
+pub struct AvroReading(Plan);
+
+impl AvroReading {
+    /// Datums written with `writer`, read with `reader` (default: `writer` itself); `Err`:
+    /// `reader` cannot read them, and why.
+    pub fn new(
+        writer: Arc<Compiled>,
+        reader: Option<Arc<Compiled>>,
+    ) -> Result<AvroReading, String> {
+        let reader = reader.unwrap_or_else(|| writer.clone());
+        Plan::avro(writer, reader).map(AvroReading)
+    }
+
+    /// Reads one datum off the front of `datum` as JSON into `out`.
+    pub fn read(&self, datum: &mut &[u8], out: &mut Vec<u8>) -> Result<()> {
+        self.0.read_avro(datum, out)
+    }
+}
+
 /// Decodes a source's values into JSON.
 pub struct Decoder {
     format: Format,
@@ -264,22 +322,7 @@ impl Decoder {
                             },
                         );
                     }
-                    Plan::Direct(reader) => reader.datum_to_json(&mut datum, &mut self.out),
-                    Plan::Resolve { writer, reader } => {
-                        // Read with the writer's schema first: it bounds what the datum
-                        // decodes to before `apache-avro` builds its values.
-                        let mut check = datum;
-                        let bounded = writer.datum_to_json(&mut check, &mut self.out);
-                        self.out.clear();
-                        bounded.and_then(|()| {
-                            apache_avro::reader::datum::GenericDatumReader::builder(&writer.schema)
-                                .reader_schema(&reader.schema)
-                                .build()
-                                .and_then(|r| r.read_value(&mut datum))
-                                .map_err(|e| anyhow!("{e}"))
-                                .and_then(|v| avro::value_to_json(&v, &mut self.out))
-                        })
-                    }
+                    avro => avro.read_avro(&mut datum, &mut self.out),
                 };
                 match decoded {
                     Err(e) => Ok(Decoded::Bad(format!(
@@ -392,18 +435,9 @@ impl Decoder {
                         )));
                     }
                 };
-                if writer.schema.canonical_form() == reader.schema.canonical_form() {
-                    return Ok(Ok(Plan::Direct(reader)));
-                }
-                if let Err(e) = apache_avro::schema_compatibility::SchemaCompatibility::can_read(
-                    &writer.schema,
-                    &reader.schema,
-                ) {
-                    return Ok(Err(format!(
-                        "written with schema {id}, which the job's schema cannot read: {e}"
-                    )));
-                }
-                Ok(Ok(Plan::Resolve { writer, reader }))
+                Ok(Plan::avro(writer, reader).map_err(|e| {
+                    format!("written with schema {id}, which the job's schema cannot read: {e}")
+                }))
             }
             Schema::Proto(reader) => {
                 if self.registry.is_none() || self.message.is_some() {

@@ -70,14 +70,31 @@ pub(super) fn source_vertex(
         ("on_bad_record", spec.on_bad_record.is_some()),
     ];
     if spec.kind != SourceKind::Kafka {
+        // A file's records may be in a format too.
+        let file_fields = ["format", "schema", "on_bad_record"];
         for (field, set) in kafka_fields {
-            not_for(field, set)?;
+            if !(spec.kind == SourceKind::File && file_fields.contains(&field)) {
+                not_for(field, set)?;
+            }
         }
-        if let Some(Timestamp::Named(name)) = &spec.timestamp {
+        let json_values = matches!(
+            spec.format,
+            Some(RecordFormatName::Json | RecordFormatName::Avro)
+        );
+        if let Some(Timestamp::Named(name)) = &spec.timestamp
+            && !json_values
+        {
             bail!(
                 "`timestamp = {{ field = {name:?} }}` names a field of JSON values: a kafka \
-                 source with `format = \"json\"` or \"avro\" (a field of text lines is \
-                 `{{ field = N, separator = \",\" }}`)"
+                 or file source with `format = \"json\"` or \"avro\" (a field of text lines \
+                 is `{{ field = N, separator = \",\" }}`)"
+            );
+        }
+        if json_values && let Some(Timestamp::Field(_)) = &spec.timestamp {
+            bail!(
+                "`timestamp = {{ field = N }}` splits a line of text; with `format = {:?}` name \
+                 the field (`timestamp = {{ field = \"ts\" }}`)",
+                spec.format.map_or("bytes", RecordFormatName::name)
             );
         }
         if spec.timestamp == Some(Timestamp::Record) {
@@ -100,7 +117,10 @@ pub(super) fn source_vertex(
                 not_for(field, set)?;
             }
             match (spec.kind, &spec.path) {
-                (SourceKind::File, Some(p)) => SourceInput::File(resolve(p)),
+                (SourceKind::File, Some(p)) => SourceInput::File {
+                    path: resolve(p),
+                    format: Box::new(file_format(spec, resolve)?),
+                },
                 (SourceKind::File, None) => bail!("a file source needs a `path`"),
                 (_, p) => {
                     not_for("path", p.is_some())?;
@@ -456,6 +476,48 @@ fn kafka_source(
         exchange_producers: None,
         format: Box::new(format),
     })
+}
+
+/// The `format`, `schema` and `on_bad_record` of a file source: lines as they are
+/// (`bytes`), JSON lines, or an Avro object container file (its schema in it; `schema`
+/// the job's to read it with).
+fn file_format(spec: &SourceSpec, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<FormatConfig> {
+    let format = match spec.format {
+        None | Some(RecordFormatName::Bytes) => Format::Bytes,
+        Some(RecordFormatName::Json) => Format::Json,
+        Some(RecordFormatName::Avro) => Format::Avro,
+        Some(RecordFormatName::Protobuf) => bail!(
+            "a file source reads `format = \"bytes\"` (lines), \"json\" (JSON lines) or \
+             \"avro\" (an Avro object container file), not \"protobuf\": Protobuf messages \
+             have no standard file layout (read them from Kafka)"
+        ),
+    };
+    match &spec.on_bad_record {
+        Some(OnBadRecordName::DeadLetter(_)) => bail!(
+            "`on_bad_record = {{ dead_letter = … }}` writes to a Kafka topic of a kafka \
+             source's cluster; a file source takes \"fail\" or \"skip\""
+        ),
+        Some(_) if format == Format::Avro => bail!(
+            "`on_bad_record` does not apply to an Avro file: a damaged block fails the job \
+             (the file cannot be read past it)"
+        ),
+        _ => {}
+    }
+    if format == Format::Avro && spec.schema.is_none() {
+        // The file's own schema reads it.
+        return Ok(FormatConfig {
+            format,
+            ..FormatConfig::bytes()
+        });
+    }
+    format_config(
+        format,
+        None,
+        spec.schema.as_deref(),
+        None,
+        spec.on_bad_record.clone(),
+        resolve,
+    )
 }
 
 /// The `format`, `schema_registry`, `schema`, `message` and `on_bad_record` of a Kafka

@@ -1,0 +1,135 @@
+//! File sources in a format: an Avro object container file (written here with
+//! `apache-avro`, not Sluice's code) read as JSON records, through a restart from a
+//! checkpoint taken mid-file, and JSON lines with a bad line skipped or failing the job.
+
+use apache_avro::types::Value;
+use sluice::job::JobOutcome;
+use sluice_tests::plugins::{FILTER, TEST_MISBEHAVE};
+use sluice_tests::{run_job, test_dir, write_job};
+
+const SCHEMA: &str = r#"{"type":"record","name":"Click","fields":[{"name":"user","type":"string"},{"name":"n","type":"long"}]}"#;
+
+/// `n` clicks in an Avro file compressed with deflate, in blocks of about 1 KiB.
+fn avro_file(path: &std::path::Path, n: i64) {
+    let schema = apache_avro::Schema::parse_str(SCHEMA).unwrap();
+    let mut writer = apache_avro::Writer::builder()
+        .schema(&schema)
+        .writer(Vec::new())
+        .codec(apache_avro::Codec::Deflate(Default::default()))
+        .block_size(1024)
+        .build()
+        .unwrap();
+    for i in 0..n {
+        writer
+            .append(Value::Record(vec![
+                ("user".into(), Value::String(format!("u{}", i % 7))),
+                ("n".into(), Value::Long(i)),
+            ]))
+            .unwrap();
+    }
+    std::fs::write(path, writer.into_inner().unwrap()).unwrap();
+}
+
+#[test]
+fn an_avro_file_is_read_as_json_exactly_once_through_a_restart() {
+    let dir = test_dir("avro-file");
+    avro_file(&dir.join("clicks.avro"), 200_000);
+    // The job's schema reads the file's: `n` kept, `user` dropped, `country` its default.
+    std::fs::write(
+        dir.join("job.avsc"),
+        r#"{"type":"record","name":"Click","fields":[{"name":"n","type":"long"},{"name":"country","type":"string","default":"nl"}]}"#,
+    )
+    .unwrap();
+    let job = write_job(
+        &dir,
+        &format!(
+            r#"
+name = "avro-file"
+[source]
+type = "file"
+path = "clicks.avro"
+format = "avro"
+schema = "job.avsc"
+[[operator]]
+name = "flaky"
+plugin = "{TEST_MISBEHAVE}"
+config = {{ behavior = "error-in-process", after = 120000, attempts = "0", after-checkpoint = true }}
+[sink]
+type = "file"
+path = "out.txt"
+[checkpoint]
+interval_ms = 10
+[restart]
+strategy = "fixed-delay"
+attempts = 2
+delay_ms = 50
+[runtime]
+batch_size = 100
+"#
+        ),
+    );
+    let report = run_job(&job).unwrap();
+    assert_eq!(report.outcome, JobOutcome::Finished);
+    assert_eq!(report.restarts, 1);
+    // The second attempt resumed inside the file.
+    let read = report.tasks[0].records_in;
+    assert!(
+        read > 0 && read < 200_000,
+        "the restart read {read} records"
+    );
+    let output = std::fs::read_to_string(dir.join("out.txt")).unwrap();
+    let want: String = (0..200_000)
+        .map(|i| format!("{{\"n\":{i},\"country\":\"nl\"}}\n"))
+        .collect();
+    assert!(output == want, "the output differs from the file's records");
+}
+
+#[test]
+fn json_lines_are_checked_and_a_bad_line_skipped_or_named() {
+    let dir = test_dir("json-lines");
+    std::fs::write(
+        dir.join("in.jsonl"),
+        "{\"user\":\"a\",\"ts\":1000}\n\n  \n{\"user\":\"b\",\"ts\":2000}\n{\"user\":\n{\"user\":\"c\",\"ts\":3000,\"tags\":[1, 2]}\n",
+    )
+    .unwrap();
+    let job = |on_bad: &str| {
+        format!(
+            r#"
+name = "json-lines"
+[source]
+type = "file"
+path = "in.jsonl"
+format = "json"
+on_bad_record = "{on_bad}"
+timestamp = {{ field = "ts" }}
+[[operator]]
+name = "pass"
+plugin = "{FILTER}"
+[sink]
+type = "file"
+path = "out.txt"
+"#
+        )
+    };
+    let path = write_job(&dir, &job("skip"));
+    let report = run_job(&path).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.join("out.txt")).unwrap(),
+        "{\"user\":\"a\",\"ts\":1000}\n{\"user\":\"b\",\"ts\":2000}\n{\"user\":\"c\",\"ts\":3000,\"tags\":[1, 2]}\n"
+    );
+    let source = report
+        .tasks
+        .iter()
+        .find_map(|t| t.source.as_ref())
+        .expect("a source report");
+    assert_eq!(source.counters.get("bad-records"), Some(&1), "{source:?}");
+
+    let failing = test_dir("json-lines-fail");
+    std::fs::copy(dir.join("in.jsonl"), failing.join("in.jsonl")).unwrap();
+    let path = write_job(&failing, &job("fail"));
+    let e = format!(
+        "{:#}",
+        run_job(&path).expect_err("a bad line fails the job")
+    );
+    assert!(e.contains("in.jsonl: the line at byte 50: not JSON"), "{e}");
+}
