@@ -457,7 +457,7 @@ fn kafka_job_file_mistakes_are_named() {
             format!(
                 "name = \"x\"\n{kafka}{op}[sink]\ntype = \"file\"\npath = \"o\"\nformat = \"avro\"\n"
             ),
-            "a `file` sink writes `format = \"value\"` or \"key-value\", not \"avro\"",
+            "a `file` sink writes `format = \"value\"`, \"key-value\" or \"json\" (JSON lines), not \"avro\"",
         ),
     ] {
         malformed(name, &toml, &[expected]);

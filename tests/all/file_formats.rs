@@ -108,6 +108,7 @@ plugin = "{FILTER}"
 [sink]
 type = "file"
 path = "out.txt"
+format = "json"
 "#
         )
     };
@@ -132,4 +133,21 @@ path = "out.txt"
         run_job(&path).expect_err("a bad line fails the job")
     );
     assert!(e.contains("in.jsonl: the line at byte 50: not JSON"), "{e}");
+
+    // A JSON lines sink takes JSON only, one value a line.
+    let lines = test_dir("json-lines-sink");
+    std::fs::write(lines.join("in.txt"), "{\"a\":1}\nplain text\n").unwrap();
+    let path = write_job(
+        &lines,
+        &format!(
+            "name = \"j\"\n[source]\ntype = \"file\"\npath = \"in.txt\"\n[[operator]]\n\
+             name = \"pass\"\nplugin = \"{FILTER}\"\n[sink]\ntype = \"file\"\n\
+             path = \"out.txt\"\nformat = \"json\"\n"
+        ),
+    );
+    let e = format!("{:#}", run_job(&path).expect_err("text is not JSON"));
+    assert!(
+        e.contains("out.txt: the value \"plain text\" is not JSON"),
+        "{e}"
+    );
 }

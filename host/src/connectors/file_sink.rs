@@ -470,7 +470,9 @@ impl Operator for FileSink {
         self.line.clear();
         for record in BatchReader::new(records) {
             let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
-            self.format.write(&record, &mut self.line);
+            self.format
+                .write(&record, &mut self.line)
+                .map_err(|why| CallError::Failed(format!("{}: {why}", self.output.display())))?;
         }
         crate::failpoint!("sink::write");
         let w = self

@@ -109,16 +109,41 @@ pub enum LineFormat {
     Value,
     /// The key, a tab, the value.
     KeyValue,
+    /// The value, checked to be JSON on one line (JSON lines).
+    Json,
 }
 
 impl LineFormat {
-    /// Appends `record` as one line to `out`.
-    pub fn write(self, record: &sluice_codec::RecordRef<'_>, out: &mut Vec<u8>) {
-        if self == LineFormat::KeyValue {
-            out.extend_from_slice(record.key.unwrap_or_default());
-            out.push(b'\t');
+    /// Appends `record` as one line to `out`; `Err`: why its value cannot be written.
+    pub fn write(
+        self,
+        record: &sluice_codec::RecordRef<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), String> {
+        match self {
+            LineFormat::Value => {}
+            LineFormat::KeyValue => {
+                out.extend_from_slice(record.key.unwrap_or_default());
+                out.push(b'\t');
+            }
+            LineFormat::Json => {
+                let why = match serde_json::from_slice::<serde::de::IgnoredAny>(record.value) {
+                    Err(e) => Some(format!("not JSON: {e}")),
+                    Ok(_) if record.value.contains(&b'\n') => {
+                        Some("JSON over several lines (a JSON lines file takes one a line)".into())
+                    }
+                    Ok(_) => None,
+                };
+                if let Some(why) = why {
+                    let value = record.value;
+                    let text = String::from_utf8_lossy(&value[..value.len().min(120)]);
+                    let more = if value.len() > 120 { "…" } else { "" };
+                    return Err(format!("the value {text:?}{more} is {why}"));
+                }
+            }
         }
         out.extend_from_slice(record.value);
         out.push(b'\n');
+        Ok(())
     }
 }

@@ -63,7 +63,9 @@ impl Operator for StdoutSink {
         self.line.clear();
         for record in BatchReader::new(records) {
             let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
-            self.format.write(&record, &mut self.line);
+            self.format
+                .write(&record, &mut self.line)
+                .map_err(|why| CallError::Failed(format!("standard output: {why}")))?;
         }
         self.write()?;
         Ok(CallOutput::default())

@@ -169,9 +169,11 @@ impl JobGraph {
                 (SinkKind::File | SinkKind::Stdout, Some(SinkFormatName::KeyValue)) => {
                     LineFormat::KeyValue
                 }
+                (SinkKind::File | SinkKind::Stdout, Some(SinkFormatName::Json)) => LineFormat::Json,
                 (SinkKind::File | SinkKind::Stdout, Some(other)) => bail!(
-                    "{job}: {what}: a `{}` sink writes `format = \"value\"` or \"key-value\", \
-                     not {:?} (the formats of records' values are a kafka sink's)",
+                    "{job}: {what}: a `{}` sink writes `format = \"value\"`, \"key-value\" or \
+                     \"json\" (JSON lines), not {:?} (Avro and Protobuf values are a kafka \
+                     sink's)",
                     sink_kind_name(sink.kind),
                     other.name()
                 ),

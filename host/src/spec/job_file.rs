@@ -297,7 +297,8 @@ pub struct SinkSpec {
     pub inputs: Option<Vec<InputEntry>>,
     /// Output file for `file` sinks, relative to the job file.
     pub path: Option<PathBuf>,
-    /// `file` and `stdout`: `value` (default) or `key-value` (key, tab, value). `kafka`:
+    /// `file` and `stdout`: `value` (default), `key-value` (key, tab, value) or `json`
+    /// (values checked to be JSON, one a line). `kafka`:
     /// `bytes` (default: values as operators emit them), `json` (checked to be JSON),
     /// `avro` or `protobuf` (encoded from the JSON operators emit, with `schema` or the
     /// registry's).

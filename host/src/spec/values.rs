@@ -114,8 +114,8 @@ names! {
 }
 
 names! {
-    /// How a sink writes a record (`format`): a file or stdout sink `value` or
-    /// `key-value`, a Kafka sink `bytes`, `json` or `avro`.
+    /// How a sink writes a record (`format`): a file or stdout sink `value`, `key-value`
+    /// or `json` (JSON lines), a Kafka sink `bytes`, `json`, `avro` or `protobuf`.
     pub enum SinkFormatName("format") {
         /// The value alone.
         Value = "value",
@@ -123,7 +123,7 @@ names! {
         KeyValue = "key-value",
         /// Values as they are.
         Bytes = "bytes",
-        /// JSON text, checked.
+        /// JSON text, checked (a file or stdout sink: one value a line).
         Json = "json",
         /// Avro, encoded from the JSON operators emit.
         Avro = "avro",
