@@ -1,9 +1,10 @@
 //! What record formats cost, end to end: the same records from a topic through an
 //! operator that passes them on (`filter` with no condition) to a topic, exactly once,
 //! checkpoints every second — as bytes (the values are JSON text, moved as they are),
-//! as `format = "json"` (checked on the way in and out) and as Avro in Confluent's wire
-//! format through a schema registry (decoded into JSON by the source, encoded back by
-//! the sink). Rounds alternate the three jobs; the ratios are medians of each round's.
+//! as `format = "json"` (checked on the way in and out), and as Avro and as Protobuf in
+//! Confluent's wire format through a schema registry (decoded into JSON by the source,
+//! encoded back by the sink). Rounds alternate the jobs; the ratios are medians of each
+//! round's.
 //!
 //! Uses the broker in `SLUICE_KAFKA` and the registry in `SLUICE_SCHEMA_REGISTRY`, or
 //! starts them (`scripts/kafka/broker.sh`, `scripts/registry/registry.sh`). `RECORDS`
@@ -29,6 +30,23 @@ const SCHEMA: &str = r#"{"type":"record","name":"Event","fields":[
     {"name":"amount","type":"double"},
     {"name":"country","type":["null","string"],"default":null},
     {"name":"line","type":"string"}]}"#;
+
+const PROTO: &str = "syntax = \"proto3\";\npackage bench;\nmessage Event {\n  string user = 1;\n  int64 n = 2;\n  double amount = 3;\n  optional string country = 4;\n  string line = 5;\n}\n";
+
+/// The Protobuf message of [`PROTO`], made independently of the host's codec.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Event {
+    #[prost(string, tag = "1")]
+    user: String,
+    #[prost(int64, tag = "2")]
+    n: i64,
+    #[prost(double, tag = "3")]
+    amount: f64,
+    #[prost(string, optional, tag = "4")]
+    country: Option<String>,
+    #[prost(string, tag = "5")]
+    line: String,
+}
 
 /// A job reading `input` and writing `output`, both with `format` (the source's and
 /// sink's further fields).
@@ -76,6 +94,7 @@ fn main() {
     let dir = test_dir("bench-formats");
     write_job(&dir, "name = \"unused\"");
     std::fs::write(dir.join("event.avsc"), SCHEMA).unwrap();
+    std::fs::write(dir.join("event.proto"), PROTO).unwrap();
 
     let text = sample_text(11, records);
     let events: Vec<serde_json::Value> = text
@@ -147,6 +166,39 @@ fn main() {
     let avro_bytes: usize = avro_values.iter().map(Vec::len).sum();
     produce_values(b, &avro_in, &avro_values);
 
+    let proto_in = unique_topic("bench-proto");
+    create_topic(b, &proto_in, 1);
+    let proto_id =
+        sluice::connectors::formats::Registry::new(sluice::connectors::formats::RegistryConfig {
+            url: registry.url.clone(),
+            basic_auth: None,
+        })
+        .register(&format!("{proto_in}-value"), "PROTOBUF", PROTO)
+        .expect("registering the .proto schema");
+    let proto_events: Vec<Event> = events
+        .iter()
+        .map(|e| Event {
+            user: e["user"].as_str().unwrap().into(),
+            n: e["n"].as_i64().unwrap(),
+            amount: e["amount"].as_f64().unwrap(),
+            country: e["country"].as_str().map(str::to_string),
+            line: e["line"].as_str().unwrap().into(),
+        })
+        .collect();
+    let proto_values: Vec<Vec<u8>> = proto_events
+        .iter()
+        .map(|e| {
+            // The header, then message indexes [0] (the file's first message).
+            let mut framed = vec![0];
+            framed.extend_from_slice(&proto_id.to_be_bytes());
+            framed.push(0);
+            framed.extend(prost::Message::encode_to_vec(e));
+            framed
+        })
+        .collect();
+    let proto_bytes: usize = proto_values.iter().map(Vec::len).sum();
+    produce_values(b, &proto_in, &proto_values);
+
     let registry_line = format!("schema_registry = {{ url = \"{}\" }}", registry.url);
     let cases = [
         ("bytes", json_in.clone(), String::new()),
@@ -156,6 +208,13 @@ fn main() {
             avro_in.clone(),
             format!(
                 "format = \"avro\"\non_bad_record = \"fail\"\n{registry_line}\nschema = \"event.avsc\"\n"
+            ),
+        ),
+        (
+            "proto",
+            proto_in.clone(),
+            format!(
+                "format = \"protobuf\"\non_bad_record = \"fail\"\n{registry_line}\nschema = \"event.proto\"\n"
             ),
         ),
     ];
@@ -191,6 +250,16 @@ fn main() {
             let input: Vec<&[u8]> = avro_values.iter().map(|v| &v[5..]).collect();
             assert_eq!(datums, input, "avro: the datums");
         }
+        if *name == "proto" {
+            let read: Vec<Event> = written
+                .iter()
+                .map(|v| {
+                    assert_eq!(v[5], 0, "proto: message indexes [0]");
+                    <Event as prost::Message>::decode(&v[6..]).unwrap()
+                })
+                .collect();
+            assert!(read == proto_events, "proto: the messages");
+        }
     }
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -202,9 +271,11 @@ fn main() {
         .collect();
     println!(
         "formats: {records} records topic -> pass -> topic, exactly once, checkpoints every \
-         second; JSON values {:.0} bytes each, Avro {:.0}; median of {runs} alternating rounds",
+         second; JSON values {:.0} bytes each, Avro {:.0}, Protobuf {:.0}; median of {runs} \
+         alternating rounds",
         bytes as f64 / records as f64,
-        avro_bytes as f64 / records as f64
+        avro_bytes as f64 / records as f64,
+        proto_bytes as f64 / records as f64
     );
     for (i, (name, _, _)) in cases.iter().enumerate() {
         let ratio = median(
