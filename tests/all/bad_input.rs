@@ -354,6 +354,23 @@ fn kafka_job_file_mistakes_are_named() {
             "the .proto schema has no message \"p.Nope\" (it has [\"p.A\"])",
         ),
         (
+            "kafka-key-avro-without-schema",
+            format!("name = \"x\"\n{kafka}key_format = \"avro\"\n{op}{GOOD_SINK}"),
+            "`key_format = \"avro\"` needs `schema_registry` (keys in Confluent's wire format) or `key_schema`",
+        ),
+        (
+            "kafka-key-schema-without-format",
+            format!("name = \"x\"\n{kafka}key_schema = \"k.avsc\"\n{op}{GOOD_SINK}"),
+            "`key_schema` needs `key_format = \"avro\"` or \"protobuf\"",
+        ),
+        (
+            "key-format-on-file-source",
+            format!(
+                "name = \"x\"\n[source]\ntype = \"file\"\npath = \"in.txt\"\nkey_format = \"json\"\n{op}{GOOD_SINK}"
+            ),
+            "`key_format` does not apply to a file source",
+        ),
+        (
             "kafka-message-without-protobuf",
             format!("name = \"x\"\n{kafka}format = \"json\"\nmessage = \"p.A\"\n{op}{GOOD_SINK}"),
             "`message` (a Protobuf message) needs `format = \"protobuf\"`, not \"json\"",

@@ -211,6 +211,8 @@ pub struct Read {
     pub headers: Vec<(String, String)>,
     /// The value's bytes (`value` is them as text).
     pub raw_value: Vec<u8>,
+    /// The key's bytes (`key` is them as text).
+    pub raw_key: Option<Vec<u8>>,
 }
 
 /// Reads every committed record of `topic` (`read_committed`), from the beginning of
@@ -281,6 +283,7 @@ pub fn read_committed_from(broker: &str, topic: &str, from: &BTreeMap<i32, i64>)
                     key: m.key().map(text),
                     value: text(m.payload().unwrap_or_default()),
                     raw_value: m.payload().unwrap_or_default().to_vec(),
+                    raw_key: m.key().map(<[u8]>::to_vec),
                     timestamp: m.timestamp().to_millis(),
                     partition: m.partition(),
                     headers: m
@@ -520,17 +523,25 @@ fn send_waiting<K: rdkafka::message::ToBytes + ?Sized, V: rdkafka::message::ToBy
 
 /// Produces records with these values (bytes, without key) into partition 0 of `topic`.
 pub fn produce_values(broker: &str, topic: &str, values: &[Vec<u8>]) {
+    let records: Vec<(Option<Vec<u8>>, Vec<u8>)> =
+        values.iter().map(|v| (None, v.clone())).collect();
+    produce_keyed_values(broker, topic, &records);
+}
+
+/// Produces records with these keys and values (bytes) into partition 0 of `topic`.
+pub fn produce_keyed_values(broker: &str, topic: &str, records: &[(Option<Vec<u8>>, Vec<u8>)]) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", broker)
         .create()
         .expect("a producer");
-    for value in values {
-        send_waiting(
-            &producer,
-            BaseRecord::<[u8], [u8]>::to(topic)
-                .payload(value)
-                .partition(0),
-        );
+    for (key, value) in records {
+        let mut record = BaseRecord::<[u8], [u8]>::to(topic)
+            .payload(value)
+            .partition(0);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        send_waiting(&producer, record);
     }
     producer
         .flush(Duration::from_secs(60))

@@ -175,6 +175,12 @@ pub struct SourceSpec {
     /// registry the one each value's message indexes name, without one the schema's
     /// first.
     pub message: Option<String>,
+    /// `kafka`: what the records' keys are, as `format` says of the values (default
+    /// `bytes`); with a registry their schemas are subject `TOPIC-key`'s.
+    pub key_format: Option<RecordFormatName>,
+    /// `kafka`, `key_format` `avro` or `protobuf`: the keys' schema (a `.avsc` or
+    /// `.proto` file; default with a registry: the latest of subject `TOPIC-key`).
+    pub key_schema: Option<PathBuf>,
     /// What the source does with a record its `format` cannot decode (not JSON, a wrong
     /// magic byte, a schema id the registry does not know, a malformed datum): `fail`
     /// (default: the job fails, naming the record) or `skip` (left out, counted in the
@@ -314,6 +320,12 @@ pub struct SinkSpec {
     /// `kafka`, `protobuf`: the message written (its full name, `package.Message`;
     /// default: the schema's first).
     pub message: Option<String>,
+    /// `kafka`: what the keys written are, as `format` says of the values (default
+    /// `bytes`); with a registry their schema is registered under `TOPIC-key`.
+    pub key_format: Option<RecordFormatName>,
+    /// `kafka`, `key_format` `avro` or `protobuf`: the keys' schema (a `.avsc` or
+    /// `.proto` file; default with a registry: the latest of subject `TOPIC-key`).
+    pub key_schema: Option<PathBuf>,
     /// Parallel subtasks (default 1, at most 1024; a file sink then writes one file per
     /// subtask).
     #[serde(default = "one")]

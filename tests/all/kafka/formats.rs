@@ -9,7 +9,8 @@
 use apache_avro::Schema;
 use apache_avro::types::Value;
 use sluice_tests::kafka::{
-    broker, create_topic, produce_values, read_committed_values, schema_registry, unique_topic,
+    broker, create_topic, produce_keyed_values, produce_values, read_committed,
+    read_committed_values, schema_registry, unique_topic,
 };
 use sluice_tests::plugins::FILTER;
 use sluice_tests::{run_job, test_dir, write_job};
@@ -79,12 +80,12 @@ fn framed(id: u32, schema: &Schema, fields: Vec<(&str, Value)>) -> Vec<u8> {
 }
 
 /// Avro in (through the registry) → an operator passing everything → `sink` (a Kafka
-/// sink's fields), with `on_bad_record` as given.
+/// sink's fields), with the source's further fields as given.
 fn job(
     dir: &std::path::Path,
     input: &str,
     registry: &str,
-    on_bad: &str,
+    source: &str,
     sink: &str,
 ) -> std::path::PathBuf {
     let broker = broker().unwrap();
@@ -101,7 +102,7 @@ topics = "{input}"
 bounded = true
 format = "avro"
 schema_registry = {{ url = "{registry}" }}
-on_bad_record = "{on_bad}"
+{source}
 [[operator]]
 name = "pass"
 plugin = "{FILTER}"
@@ -180,7 +181,7 @@ fn avro_is_read_through_the_registry_old_schemas_resolved_and_bad_records_skippe
         &dir,
         &input,
         &registry,
-        "skip",
+        "on_bad_record = \"skip\"",
         &format!("topic = \"{output}\"\nformat = \"json\""),
     );
     let report = run_job(&path).unwrap();
@@ -212,7 +213,7 @@ fn avro_is_read_through_the_registry_old_schemas_resolved_and_bad_records_skippe
         &dir,
         &input,
         &registry,
-        "fail",
+        "on_bad_record = \"fail\"",
         &format!("topic = \"{}\"\nformat = \"json\"", unique_topic("unused")),
     );
     let e = format!("{:#}", run_job(&path).expect_err("the job should fail"));
@@ -250,7 +251,7 @@ fn json_is_written_as_avro_in_the_registrys_wire_format() {
         &dir,
         &input,
         &registry,
-        "fail",
+        "on_bad_record = \"fail\"",
         &format!(
             "topic = \"{output}\"\nformat = \"avro\"\nschema = \"out.avsc\"\nschema_registry = {{ url = \"{registry}\" }}"
         ),
@@ -491,6 +492,95 @@ interval_ms = 200
         let refund = <Refund as prost::Message>::decode(&value[7..]).unwrap();
         assert_eq!(refund.id, format!("r{i}"));
     }
+}
+
+/// Keys in a format of their own (`key_format`): Avro keys through the registry (subject
+/// `TOPIC-key`) read as JSON beside Avro values, a key the registry does not know a bad
+/// record; written back as Avro keys with the sink's `key_schema`, registered under the
+/// output's `TOPIC-key`, and the values as JSON.
+#[test]
+fn keys_have_a_format_of_their_own() {
+    let (Some(broker), Some(registry)) = (broker(), schema_registry()) else {
+        return;
+    };
+    const KEY: &str =
+        r#"{"type":"record","name":"UserKey","fields":[{"name":"id","type":"long"}]}"#;
+    let input = unique_topic("avro-keyed");
+    let output = unique_topic("avro-keys-out");
+    create_topic(&broker, &input, 1);
+    create_topic(&broker, &output, 1);
+    let key_id = register(&registry, &format!("{input}-key"), KEY);
+    let value_id = register(&registry, &format!("{input}-value"), V1);
+    let key_schema = Schema::parse_str(KEY).unwrap();
+    let s1 = Schema::parse_str(V1).unwrap();
+    let record = |key_id: u32, id: i64, user: &str| {
+        (
+            Some(framed(key_id, &key_schema, vec![("id", Value::Long(id))])),
+            framed(
+                value_id,
+                &s1,
+                vec![("user", user.into()), ("n", Value::Int(1))],
+            ),
+        )
+    };
+    produce_keyed_values(
+        &broker,
+        &input,
+        &[
+            record(key_id, 7, "ann"),
+            record(987_653, 8, "bad key"),
+            // A record without a key keeps none.
+            (None, record(key_id, 9, "no key").1),
+            record(key_id, -3, "cy"),
+        ],
+    );
+    let dir = test_dir("kafka-avro-keys");
+    std::fs::write(dir.join("key.avsc"), KEY).unwrap();
+    let path = job(
+        &dir,
+        &input,
+        &registry,
+        "on_bad_record = \"skip\"\nkey_format = \"avro\"",
+        &format!(
+            "topic = \"{output}\"\nformat = \"json\"\nkey_format = \"avro\"\nkey_schema = \"key.avsc\"\n\
+             schema_registry = {{ url = \"{registry}\" }}"
+        ),
+    );
+    let report = run_job(&path).unwrap();
+    let source = report
+        .tasks
+        .iter()
+        .find_map(|t| t.source.as_ref())
+        .expect("a source report");
+    assert_eq!(source.counters.get("bad-records"), Some(&1), "{source:?}");
+    let written = read_committed(&broker, &output);
+    let values: Vec<&str> = written.iter().map(|r| r.value.as_str()).collect();
+    assert_eq!(
+        values,
+        [
+            r#"{"user":"ann","n":1}"#,
+            r#"{"user":"no key","n":1}"#,
+            r#"{"user":"cy","n":1}"#
+        ]
+    );
+    // The keys: Avro again, framed with the id the output's key subject has.
+    let keys: Vec<Option<Value>> = written
+        .iter()
+        .map(|r| {
+            r.raw_key.as_ref().map(|key| {
+                assert_eq!(key[0], 0, "the magic byte");
+                let id = u32::from_be_bytes(key[1..5].try_into().unwrap());
+                let schema = schema_of(&registry, id);
+                apache_avro::reader::datum::GenericDatumReader::builder(&schema)
+                    .build()
+                    .unwrap()
+                    .read_value(&mut &key[5..])
+                    .unwrap()
+            })
+        })
+        .collect();
+    let key = |id| Some(Value::Record(vec![("id".into(), Value::Long(id))]));
+    assert_eq!(keys, [key(7), None, key(-3)]);
 }
 
 /// `timestamp = { field = "at" }` takes event time from a field of the decoded values:

@@ -61,10 +61,32 @@ pub enum OnBadRecord {
     DeadLetter(String),
 }
 
+/// Which part of a record a format is of: its schemas are the registry's subject
+/// `TOPIC-value` or `TOPIC-key`, as Confluent's serializers name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Value,
+    Key,
+}
+
+impl Part {
+    /// The subject of `topic`'s schemas of this part.
+    pub fn subject(self, topic: &str) -> String {
+        match self {
+            Part::Value => format!("{topic}-value"),
+            Part::Key => format!("{topic}-key"),
+        }
+    }
+}
+
 /// A source's or sink's format, as validated from the job file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FormatConfig {
     pub format: Format,
+    /// What it is the format of (the values, or with `key_format` the keys).
+    pub part: Part,
+    /// The keys' format (`key_format`), if they are not bytes.
+    pub key: Option<Box<FormatConfig>>,
     pub registry: Option<RegistryConfig>,
     /// The Avro or `.proto` schema the job reads with or writes (its text), from
     /// `schema`.
@@ -80,6 +102,8 @@ impl FormatConfig {
     pub fn bytes() -> FormatConfig {
         FormatConfig {
             format: Format::Bytes,
+            part: Part::Value,
+            key: None,
             registry: None,
             schema: None,
             message: None,
@@ -200,6 +224,7 @@ impl AvroReading {
 /// Decodes a source's values into JSON.
 pub struct Decoder {
     format: Format,
+    part: Part,
     registry: Option<Registry>,
     /// The schema the job reads with: `schema`, or each topic's latest at first sight.
     fixed_reader: Option<Schema>,
@@ -241,6 +266,7 @@ impl Decoder {
         }
         Ok(Decoder {
             format: config.format,
+            part: config.part,
             registry: config.registry.clone().map(Registry::new),
             fixed_reader,
             readers: HashMap::new(),
@@ -382,7 +408,7 @@ impl Decoder {
             .registry
             .as_ref()
             .expect("validated: a format without `schema` has a registry");
-        let subject = format!("{topic}-value");
+        let subject = self.part.subject(topic);
         let latest = registry
             .latest(&subject)
             .with_context(|| format!("reading the schema of subject {subject:?}"))?
@@ -500,7 +526,7 @@ impl Encoder {
         }
         let kind = config.format.registry_kind();
         let registry = config.registry.clone().map(Registry::new);
-        let subject = format!("{topic}-value");
+        let subject = config.part.subject(topic);
         let text = match (&config.schema, &registry) {
             (Some(text), Some(registry)) => {
                 let id = registry.register(&subject, kind, text).with_context(|| {

@@ -173,8 +173,10 @@ pub struct KafkaSink {
     written_watermark: i64,
     idle: bool,
     written_idle: bool,
-    /// Encodes values by the sink's `format` (made at open: it may ask the registry).
+    /// Encodes values by the sink's `format`, and keys by its `key_format` (made at
+    /// open: they may ask the registry).
     encoder: Option<Encoder>,
+    key_encoder: Option<Encoder>,
     /// Set when the sink's task is cancelled: a wait for room in the producer's queue
     /// (which lasts until records time out, `message.timeout.ms`, when the brokers do
     /// not answer) ends at once.
@@ -230,6 +232,7 @@ impl KafkaSink {
             idle: false,
             written_idle: false,
             encoder: None,
+            key_encoder: None,
             cancel: Arc::default(),
         }
     }
@@ -568,6 +571,15 @@ impl Operator for KafkaSink {
             })?;
             self.encoder = Some(encoder);
         }
+        if let Some(key) = &self.config.format.key {
+            let encoder = Encoder::open(key, &self.config.topic).map_err(|e| {
+                self.err(
+                    &format!("opening its `key_format = {:?}`", key.name()),
+                    format!("{e:#}"),
+                )
+            })?;
+            self.key_encoder = Some(encoder);
+        }
         self.writer = Some(Arc::new(Writer::new(
             self.config.clone(),
             self.identity.operator.clone(),
@@ -681,18 +693,18 @@ impl Operator for KafkaSink {
 
     fn process(&mut self, records: &[u8]) -> Result<CallOutput, CallError> {
         let encoded;
-        let records = match &mut self.encoder {
-            Some(encoder) => {
-                encoded = encode_batch(encoder, records).map_err(|e| {
+        let records = if self.encoder.is_some() || self.key_encoder.is_some() {
+            encoded = encode_batch(self.encoder.as_mut(), self.key_encoder.as_mut(), records)
+                .map_err(|e| {
                     writer::error(
                         &self.config,
                         &format!("writing a record as {:?}", self.config.format.name()),
                         e,
                     )
                 })?;
-                &encoded[..]
-            }
-            None => records,
+            &encoded[..]
+        } else {
+            records
         };
         if let Some(partitions) = self.partitions {
             // Checked as records arrive, not when their checkpoint's transaction is
@@ -924,18 +936,36 @@ impl Operator for KafkaSink {
 
 /// The batch `records` with each value encoded by `encoder`; the error names the record
 /// that does not fit (its value's start) and why.
-fn encode_batch(encoder: &mut Encoder, records: &[u8]) -> Result<Vec<u8>, String> {
+fn encode_batch(
+    mut encoder: Option<&mut Encoder>,
+    mut key_encoder: Option<&mut Encoder>,
+    records: &[u8],
+) -> Result<Vec<u8>, String> {
+    let shown = |what: &str, bytes: &[u8], why: String| {
+        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(120)]);
+        let more = if bytes.len() > 120 { "…" } else { "" };
+        format!("the {what} {text:?}{more}: {why}")
+    };
     let mut out = BatchWriter::with_capacity(records.len());
     for record in sluice_codec::BatchReader::new(records) {
         let record = record.map_err(|e| e.to_string())?;
-        let value = encoder.encode(record.value).map_err(|why| {
-            let text = String::from_utf8_lossy(&record.value[..record.value.len().min(120)]);
-            format!(
-                "the value {text:?}{}: {why}",
-                if record.value.len() > 120 { "…" } else { "" }
-            )
-        })?;
-        out.push_record(sluice_codec::RecordRef { value, ..record });
+        let value = match encoder.as_deref_mut() {
+            Some(encoder) => encoder
+                .encode(record.value)
+                .map_err(|why| shown("value", record.value, why))?,
+            None => record.value,
+        };
+        let key = match (key_encoder.as_deref_mut(), record.key) {
+            (Some(encoder), Some(key)) => {
+                Some(encoder.encode(key).map_err(|why| shown("key", key, why))?)
+            }
+            (_, key) => key,
+        };
+        out.push_record(sluice_codec::RecordRef {
+            key,
+            value,
+            ..record
+        });
     }
     Ok(out.into_bytes())
 }

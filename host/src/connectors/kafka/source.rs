@@ -201,6 +201,41 @@ pub fn merge_positions(parts: &[Vec<u8>]) -> Result<Vec<u8>> {
     })?)
 }
 
+/// A record the source's `format` (or `key_format`) cannot decode, for reason `why`:
+/// fails the source, or leaves it out (counted in `skipped`), sending it to the
+/// dead-letter topic if there is one.
+fn bad_record(
+    config: &KafkaSourceConfig,
+    dead_letters: &mut Option<DeadLetters>,
+    skipped: &mut u64,
+    message: &rdkafka::message::BorrowedMessage<'_>,
+    why: &str,
+) -> Result<()> {
+    let (topic, partition, offset) = (message.topic(), message.partition(), message.offset());
+    let to = match &config.format.on_bad_record {
+        OnBadRecord::Fail => bail!(
+            "Kafka record {topic}/{partition} at offset {offset}: {why} (`format = {:?}`; \
+             `on_bad_record = \"skip\"` leaves such records out, counted)",
+            config.format.name(),
+        ),
+        OnBadRecord::DeadLetter(topic) => format!("to dead-letter topic {topic}"),
+        OnBadRecord::Skip => "out".to_string(),
+    };
+    // The first bad records in the log, then every thousandth.
+    if *skipped < 10 || skipped.is_multiple_of(1000) {
+        tracing::warn!(
+            "Kafka source: record {topic}/{partition} at offset {offset} goes {to} ({} bad so \
+             far): {why}",
+            *skipped + 1
+        );
+    }
+    if let Some(dead_letters) = dead_letters {
+        dead_letters.send(message, why)?;
+    }
+    *skipped += 1;
+    Ok(())
+}
+
 /// The partitions a subtask owns (topic, partition), and the topics the metadata
 /// reported with an error.
 type OwnedPartitions = (Vec<(String, i32)>, BTreeSet<String>);
@@ -249,8 +284,9 @@ pub struct KafkaSource {
     /// An exchange topic's reader: the largest watermark its producers' records allowed,
     /// taken record by record as an input gate takes its channels' events (checkpointed).
     pub(super) exchange_reached: Option<i64>,
-    /// Decodes the values by the source's `format`.
+    /// Decodes the values by the source's `format`, and the keys by its `key_format`.
     decoder: Decoder,
+    key_decoder: Option<Decoder>,
     /// Where records it cannot decode go, with `on_bad_record = { dead_letter = … }`.
     dead_letters: Option<DeadLetters>,
     /// Records left out by `on_bad_record` (skipped, or sent to the dead-letter topic)
@@ -317,6 +353,7 @@ impl KafkaSource {
             })
             .transpose()?;
         let decoder = Decoder::new(&config.format)?;
+        let key_decoder = config.format.key.as_deref().map(Decoder::new).transpose()?;
         let dead_letters = match &config.format.on_bad_record {
             OnBadRecord::DeadLetter(topic) => Some(DeadLetters::new(
                 &config.bootstrap,
@@ -327,6 +364,7 @@ impl KafkaSource {
         };
         Ok(KafkaSource {
             decoder,
+            key_decoder,
             dead_letters,
             skipped: 0,
             skipped_reported: 0,
@@ -772,53 +810,48 @@ impl Source for KafkaSource {
                 self.take_producer_watermark(producers, producer, watermark, idle);
                 continue;
             }
+            let decoding = |e: anyhow::Error| {
+                e.context(format!(
+                    "decoding Kafka record {}/{} at offset {}",
+                    key.0,
+                    key.1,
+                    message.offset()
+                ))
+            };
+            let record_key = match (&mut self.key_decoder, message.key()) {
+                (Some(decoder), Some(bytes)) => match decoder.decode(&key.0, bytes) {
+                    Ok(Decoded::Value(decoded)) => Some(decoded),
+                    Ok(Decoded::Bad(why)) => {
+                        let why = format!("the key: {why}");
+                        bad_record(
+                            &self.config,
+                            &mut self.dead_letters,
+                            &mut self.skipped,
+                            &message,
+                            &why,
+                        )?;
+                        continue;
+                    }
+                    Err(e) => return Err(decoding(e)),
+                },
+                (_, key) => key,
+            };
             let value = match self
                 .decoder
                 .decode(&key.0, message.payload().unwrap_or_default())
             {
                 Ok(Decoded::Value(value)) => value,
-                Ok(Decoded::Bad(why)) => match &self.config.format.on_bad_record {
-                    OnBadRecord::Fail => bail!(
-                        "Kafka record {}/{} at offset {}: {why} (`format = {:?}`; \
-                         `on_bad_record = \"skip\"` leaves such records out, counted)",
-                        key.0,
-                        key.1,
-                        message.offset(),
-                        self.config.format.name(),
-                    ),
-                    OnBadRecord::Skip | OnBadRecord::DeadLetter(_) => {
-                        let to = match &self.config.format.on_bad_record {
-                            OnBadRecord::DeadLetter(topic) => {
-                                format!("to dead-letter topic {topic}")
-                            }
-                            _ => "out".to_string(),
-                        };
-                        // The first bad records in the log, then every thousandth.
-                        if self.skipped < 10 || self.skipped.is_multiple_of(1000) {
-                            tracing::warn!(
-                                "Kafka source: record {}/{} at offset {} goes {to} \
-                                 ({} bad so far): {why}",
-                                key.0,
-                                key.1,
-                                message.offset(),
-                                self.skipped + 1
-                            );
-                        }
-                        if let Some(dead_letters) = &mut self.dead_letters {
-                            dead_letters.send(&message, &why)?;
-                        }
-                        self.skipped += 1;
-                        continue;
-                    }
-                },
-                Err(e) => {
-                    return Err(e.context(format!(
-                        "decoding Kafka record {}/{} at offset {}",
-                        key.0,
-                        key.1,
-                        message.offset()
-                    )));
+                Ok(Decoded::Bad(why)) => {
+                    bad_record(
+                        &self.config,
+                        &mut self.dead_letters,
+                        &mut self.skipped,
+                        &message,
+                        &why,
+                    )?;
+                    continue;
                 }
+                Err(e) => return Err(decoding(e)),
             };
             let from_value =
                 self.event_time
@@ -863,7 +896,7 @@ impl Source for KafkaSource {
                 )
             });
             out.push_record(sluice_codec::RecordRef {
-                key: message.key(),
+                key: record_key,
                 value,
                 timestamp,
                 headers: headers

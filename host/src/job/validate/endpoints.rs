@@ -67,6 +67,8 @@ pub(super) fn source_vertex(
         ("schema_registry", spec.schema_registry.is_some()),
         ("schema", spec.schema.is_some()),
         ("message", spec.message.is_some()),
+        ("key_format", spec.key_format.is_some()),
+        ("key_schema", spec.key_schema.is_some()),
         ("on_bad_record", spec.on_bad_record.is_some()),
     ];
     if spec.kind != SourceKind::Kafka {
@@ -239,6 +241,8 @@ pub(super) fn kafka_sink(
         ("schema_registry", sink.schema_registry.is_some()),
         ("schema", sink.schema.is_some()),
         ("message", sink.message.is_some()),
+        ("key_format", sink.key_format.is_some()),
+        ("key_schema", sink.key_schema.is_some()),
     ];
     if sink.kind != SinkKind::Kafka {
         if let Some((field, _)) = fields.iter().find(|(_, set)| *set) {
@@ -260,11 +264,18 @@ pub(super) fn kafka_sink(
             other.name()
         ),
     };
-    let format = format_config(
+    let mut format = format_config(
         format,
         sink.schema_registry.as_ref(),
         sink.schema.as_deref(),
         sink.message.as_deref(),
+        None,
+        resolve,
+    )?;
+    format.key = key_format(
+        sink.key_format,
+        sink.schema_registry.as_ref(),
+        sink.key_schema.as_deref(),
         None,
         resolve,
     )?;
@@ -413,11 +424,18 @@ fn kafka_source(
         Some(RecordFormatName::Avro) => Format::Avro,
         Some(RecordFormatName::Protobuf) => Format::Protobuf,
     };
-    let format = format_config(
+    let mut format = format_config(
         format,
         spec.schema_registry.as_ref(),
         spec.schema.as_deref(),
         spec.message.as_deref(),
+        spec.on_bad_record.clone(),
+        resolve,
+    )?;
+    format.key = key_format(
+        spec.key_format,
+        spec.schema_registry.as_ref(),
+        spec.key_schema.as_deref(),
         spec.on_bad_record.clone(),
         resolve,
     )?;
@@ -520,6 +538,48 @@ fn file_format(spec: &SourceSpec, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<
     )
 }
 
+/// The keys' format of a Kafka source or sink (`key_format`, `key_schema`, with the
+/// values' registry and `on_bad_record`); `None`: bytes.
+fn key_format(
+    format: Option<RecordFormatName>,
+    registry: Option<&SchemaRegistrySpec>,
+    schema: Option<&Path>,
+    on_bad_record: Option<OnBadRecordName>,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<Option<Box<FormatConfig>>> {
+    let format = match format {
+        None | Some(RecordFormatName::Bytes) => {
+            if schema.is_some() {
+                bail!("`key_schema` needs `key_format = \"avro\"` or \"protobuf\"");
+            }
+            return Ok(None);
+        }
+        Some(RecordFormatName::Json) => Format::Json,
+        Some(RecordFormatName::Avro) => Format::Avro,
+        Some(RecordFormatName::Protobuf) => Format::Protobuf,
+    };
+    if registry.is_none() && schema.is_none() && format != Format::Json {
+        bail!(
+            "`key_format = {:?}` needs `schema_registry` (keys in Confluent's wire format) or \
+             `key_schema` (the schema of bare keys)",
+            FormatConfig {
+                format,
+                ..FormatConfig::bytes()
+            }
+            .name()
+        );
+    }
+    // JSON keys are plain JSON, checked, whatever the values are (a registry frames
+    // Avro and Protobuf keys; JSON keys are mostly written without one).
+    let registry = registry.filter(|_| format != Format::Json);
+    let config = format_config(format, registry, schema, None, on_bad_record, resolve)
+        .map_err(|e| anyhow!("the keys (`key_format`, `key_schema`): {e:#}"))?;
+    Ok(Some(Box::new(FormatConfig {
+        part: formats::Part::Key,
+        ..config
+    })))
+}
+
 /// The `format`, `schema_registry`, `schema`, `message` and `on_bad_record` of a Kafka
 /// source or sink (a sink has no `on_bad_record`: what its operators emit must fit).
 fn format_config(
@@ -611,6 +671,8 @@ fn format_config(
         .transpose()?;
     Ok(FormatConfig {
         format,
+        part: formats::Part::Value,
+        key: None,
         registry,
         schema,
         message: message.map(str::to_string),

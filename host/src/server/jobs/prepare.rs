@@ -138,6 +138,7 @@ fn refuse_schema_registries(file: &JobFile) -> Result<(), ApiError> {
                 "source",
                 s.schema_registry.is_some(),
                 s.schema.is_some(),
+                s.key_schema.is_some(),
             )
         })
         .chain(file.sink.iter().map(|s| {
@@ -146,13 +147,15 @@ fn refuse_schema_registries(file: &JobFile) -> Result<(), ApiError> {
                 "sink",
                 s.schema_registry.is_some(),
                 s.schema.is_some(),
+                s.key_schema.is_some(),
             )
         }));
-    for (name, what, registry, schema) in endpoints {
-        let field = match (registry, schema) {
-            (true, _) => "schema_registry",
-            (false, true) => "schema",
-            (false, false) => continue,
+    for (name, what, registry, schema, key_schema) in endpoints {
+        let field = match (registry, schema, key_schema) {
+            (true, _, _) => "schema_registry",
+            (false, true, _) => "schema",
+            (false, false, true) => "key_schema",
+            (false, false, false) => continue,
         };
         return Err(ApiError::new(
             ErrorKind::Forbidden,
