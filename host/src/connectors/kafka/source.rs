@@ -765,6 +765,10 @@ impl Source for KafkaSource {
             return Ok(SourceStatus::End);
         }
         let (mut records, mut bytes) = (0, 0);
+        // The partition of the last record (records come in runs of one partition: its
+        // name is not copied per record), and the partitions records were taken from.
+        let mut key = (String::new(), -1);
+        let mut touched: Vec<(String, i32)> = Vec::new();
         for _ in 0..max {
             let Some(message) = self.consumer.poll(Duration::ZERO) else {
                 break;
@@ -789,7 +793,9 @@ impl Source for KafkaSource {
                     continue;
                 }
             };
-            let key = (message.topic().to_string(), message.partition());
+            if key.1 != message.partition() || key.0 != message.topic() {
+                key = (message.topic().to_string(), message.partition());
+            }
             if self
                 .stops
                 .get(&key)
@@ -882,10 +888,16 @@ impl Source for KafkaSource {
                 },
             };
             if let Some(ts) = timestamp {
-                let max = self.max_timestamps.entry(key.clone()).or_insert(ts);
-                *max = (*max).max(ts);
+                match self.max_timestamps.get_mut(&key) {
+                    Some(max) => *max = (*max).max(ts),
+                    None => {
+                        self.max_timestamps.insert(key.clone(), ts);
+                    }
+                }
             }
-            self.last_record.insert(key, Instant::now());
+            if touched.last() != Some(&key) {
+                touched.push(key.clone());
+            }
             records += 1;
             bytes += message.payload_len() + message.key().map_or(0, <[u8]>::len);
             let headers = message.headers().map(|h| {
@@ -906,6 +918,14 @@ impl Source for KafkaSource {
                 partition: Some(message.partition() as u32),
                 output: 0,
             });
+        }
+        // When each partition last gave a record (for idleness): now, to the precision of
+        // one poll.
+        if !touched.is_empty() {
+            let now = Instant::now();
+            for partition in touched {
+                self.last_record.insert(partition, now);
+            }
         }
         // A checkpoint taken after this poll is past its bad records: they are in the
         // dead-letter topic first.
