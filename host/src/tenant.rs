@@ -228,6 +228,8 @@ pub struct KafkaGrant {
     /// Partitions of the control and exchange topics its cluster jobs may make, all its
     /// stored jobs together.
     pub cluster_partitions: u64,
+    /// The schema registry its jobs may name, with the credentials they use.
+    pub schema_registry: Option<crate::connectors::formats::RegistryConfig>,
 }
 
 /// Partitions of cluster topics a tenant's stored jobs may make, unless its grant says.
@@ -372,6 +374,12 @@ fn kafka_grant_from(
         cluster_partitions: spec
             .cluster_partitions
             .unwrap_or(DEFAULT_CLUSTER_PARTITIONS),
+        schema_registry: spec
+            .schema_registry
+            .as_ref()
+            .map(|r| crate::job::validate::registry_config(r, resolve))
+            .transpose()
+            .with_context(|| format!("kafka: `schema_registry` of tenant '{tenant}'"))?,
     })
 }
 

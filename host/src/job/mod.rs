@@ -20,7 +20,7 @@ mod run;
 mod runner;
 mod start;
 mod supervisor;
-mod validate;
+pub(crate) mod validate;
 
 pub use crate::spec::{
     ClusterSpec, JobFile, OperatorSpec, SinkKind, SinkSpec, SourceKind, SourceSpec,

@@ -23,6 +23,7 @@ use crate::spec::{CheckpointSpec, JobFile, RuntimeSpec, SinkKind};
 use crate::task::TaskSettings;
 
 mod endpoints;
+pub(crate) use endpoints::registry_config;
 #[cfg(test)]
 mod tests;
 

@@ -1,6 +1,6 @@
 //! The checks of a server job's Kafka use against its tenant's grant.
 
-use crate::connectors::formats::OnBadRecord;
+use crate::connectors::formats::{FormatConfig, OnBadRecord};
 use std::collections::BTreeMap;
 
 use super::{ApiError, ErrorKind};
@@ -90,6 +90,38 @@ fn job_property_refused(key: &str, value: &str) -> Option<String> {
 /// reads only granted topics, group and transactional ids begin with the grant's
 /// `id_prefix` (put in front where they do not), and the grant's client properties go
 /// over the job's own, which may only tune.
+/// A job's schema registry (of its values or keys) must be the grant's; it is reached
+/// with the grant's credentials.
+fn within_registry_grant(
+    what: &str,
+    format: &mut FormatConfig,
+    grant: &crate::tenant::KafkaGrant,
+    forbidden: &dyn Fn(String) -> ApiError,
+) -> Result<(), ApiError> {
+    let registries = [
+        format.registry.as_mut(),
+        format.key.as_mut().and_then(|key| key.registry.as_mut()),
+    ];
+    for registry in registries.into_iter().flatten() {
+        match &grant.schema_registry {
+            Some(granted) if granted.url == registry.url => *registry = granted.clone(),
+            Some(granted) => {
+                return Err(forbidden(format!(
+                    "{what}: schema registry {:?} is not the granted {:?}",
+                    registry.url, granted.url
+                )));
+            }
+            None => {
+                return Err(forbidden(format!(
+                    "{what}: schema registry {:?}: the grant names no schema registry",
+                    registry.url
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn within_kafka_grant(
     graph: &mut JobGraph,
     grant: &crate::tenant::KafkaGrant,
@@ -152,6 +184,7 @@ pub(super) fn within_kafka_grant(
                         "{what}: the grant lets the tenant read no topic (its `read` is empty)"
                     )));
                 }
+                within_registry_grant(&what, &mut config.format, grant, &forbidden)?;
                 if let OnBadRecord::DeadLetter(topic) = &config.format.on_bad_record
                     && !grant.may_write(topic)
                 {
@@ -170,6 +203,7 @@ pub(super) fn within_kafka_grant(
                 };
                 let what = format!("sink '{}'", sink.name);
                 check_common(&what, &config.bootstrap, &mut config.properties)?;
+                within_registry_grant(&what, &mut config.format, grant, &forbidden)?;
                 if !grant.may_write(&config.topic) {
                     return Err(forbidden(format!(
                         "{what}: topic {:?} may not be written (writable: {:?})",
@@ -192,4 +226,50 @@ pub(super) fn within_kafka_grant(
         check_common("[cluster]", &bootstrap, properties)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connectors::formats::{Format, Part, RegistryConfig};
+
+    fn registry(url: &str, auth: Option<(&str, &str)>) -> RegistryConfig {
+        RegistryConfig {
+            url: url.into(),
+            basic_auth: auth.map(|(u, p)| (u.into(), p.into())),
+        }
+    }
+
+    #[test]
+    fn a_jobs_registry_is_the_grants_and_takes_its_credentials() {
+        let grant = crate::tenant::KafkaGrant {
+            bootstrap: vec!["b:9092".into()],
+            read: vec![],
+            write: vec![],
+            id_prefix: "a.".into(),
+            properties: BTreeMap::new(),
+            checkpoints: None,
+            cluster_partitions: 1,
+            schema_registry: Some(registry("https://r", Some(("user", "secret")))),
+        };
+        let forbidden = |why: String| ApiError::new(ErrorKind::Forbidden, why);
+        let with = |url: &str| FormatConfig {
+            format: Format::Avro,
+            registry: Some(registry(url, None)),
+            key: Some(Box::new(FormatConfig {
+                format: Format::Avro,
+                part: Part::Key,
+                registry: Some(registry(url, None)),
+                ..FormatConfig::bytes()
+            })),
+            ..FormatConfig::bytes()
+        };
+        let mut format = with("https://r");
+        within_registry_grant("source 's'", &mut format, &grant, &forbidden).unwrap();
+        assert_eq!(format.registry, grant.schema_registry);
+        assert_eq!(format.key.unwrap().registry, grant.schema_registry);
+        let mut other = with("https://elsewhere");
+        let e = within_registry_grant("source 's'", &mut other, &grant, &forbidden).unwrap_err();
+        assert!(format!("{e:?}").contains("is not the granted"), "{e:?}");
+    }
 }

@@ -122,6 +122,10 @@ pub struct KafkaSpec {
     /// librdkafka properties of every Kafka client of its jobs, over the job's own.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// The schema registry its jobs may name (`url`), with the credentials they use
+    /// (`username` and `password`, which may be `"${env:NAME}"` or `"${file:PATH}"`):
+    /// a job names the address only.
+    pub schema_registry: Option<crate::spec::job_file::SchemaRegistrySpec>,
 }
 
 /// A host directory granted to a tenant's operators.

@@ -6,8 +6,11 @@
 //! Values are made and checked with `apache-avro`, `prost` and plain HTTP, not Sluice's
 //! own code.
 
+use std::time::Duration;
+
 use apache_avro::Schema;
 use apache_avro::types::Value;
+use sluice::server::model::JobState;
 use sluice_tests::kafka::{
     broker, create_topic, produce_keyed_values, produce_values, read_committed,
     read_committed_values, schema_registry, unique_topic,
@@ -15,7 +18,7 @@ use sluice_tests::kafka::{
 use sluice_tests::plugins::FILTER;
 use sluice_tests::{run_job, test_dir, write_job};
 
-use crate::server::{ServerProcess, error_of, host_config};
+use crate::server::{ServerProcess, error_of, host_config, wait_for};
 
 const V1: &str = r#"{"type":"record","name":"Click","fields":[{"name":"user","type":"string"},{"name":"n","type":"int"}]}"#;
 const V2: &str = r#"{"type":"record","name":"Click","fields":[{"name":"user","type":"string"},{"name":"n","type":"int"},{"name":"country","type":"string","default":"nl"}]}"#;
@@ -650,48 +653,110 @@ interval_ms = 200
     assert_eq!(got, want);
 }
 
-/// A server job may not name a schema registry (the server would make requests to any
-/// address a tenant wrote) or a schema file (it would read its own disk).
+/// A server job reaches only the schema registry of its tenant's Kafka grant, with the
+/// grant's credentials, and names no schema file (the server would read its own disk):
+/// anything else is refused with the reason; within the grant, Avro is read through it.
 #[test]
-fn a_server_job_may_not_name_a_schema_registry() {
-    let dir = test_dir("formats-server");
-    let server = ServerProcess::start(&host_config(&dir, ""));
-    let a = server.client(Some("token-a"));
-    let job = write_job(
-        &dir,
-        &format!(
+fn a_server_job_reaches_only_its_grants_schema_registry() {
+    let (Some(broker), Some(registry)) = (broker(), schema_registry()) else {
+        return;
+    };
+    let input = unique_topic("a.in-avro");
+    let output = unique_topic("a.out-json");
+    create_topic(&broker, &input, 1);
+    create_topic(&broker, &output, 1);
+    let id = register(&registry, &format!("{input}-value"), V1);
+    let s1 = Schema::parse_str(V1).unwrap();
+    let values: Vec<Vec<u8>> = (0..5)
+        .map(|i| framed(id, &s1, vec![("user", "u".into()), ("n", Value::Int(i))]))
+        .collect();
+    produce_values(&broker, &input, &values);
+    let grant = |registry_line: &str| {
+        format!(
+            "[tenant.a.kafka]\nbootstrap = \"{broker}\"\nread = [\"a\\\\.in-.*\"]\n\
+             write = [\"a\\\\.out-.*\"]\n{registry_line}\n"
+        )
+    };
+    let job_text = |registry_fields: &str| {
+        format!(
             r#"
 name = "registry-on-a-server"
 [source]
 type = "kafka"
 name = "clicks"
-bootstrap = "127.0.0.1:9"
-topics = "t"
+topics = "{input}"
+bounded = true
 format = "avro"
-schema_registry = {{ url = "http://169.254.169.254/latest" }}
+schema_registry = {{ {registry_fields} }}
 [[operator]]
 name = "pass"
 plugin = "{FILTER}"
 [sink]
-type = "file"
-path = "out.txt"
+type = "kafka"
+topic = "{output}"
+format = "json"
+[checkpoint]
+interval_ms = 100
 "#
+        )
+    };
+    let granted = format!("url = \"{registry}\"");
+
+    // A grant without a registry: none may be named.
+    let dir = test_dir("formats-server-no-registry");
+    let server = ServerProcess::start(&host_config(&dir, &grant("")));
+    let a = server.client(Some("token-a"));
+    let job = write_job(&dir, &job_text(&granted));
+    let e = error_of(a.submit(&job));
+    assert!(
+        e.contains("403") && e.contains("the grant names no schema registry"),
+        "{e}"
+    );
+    drop(server);
+
+    let dir = test_dir("formats-server-registry");
+    let server = ServerProcess::start(&host_config(
+        &dir,
+        &grant(&format!("schema_registry = {{ {granted} }}")),
+    ));
+    let a = server.client(Some("token-a"));
+    for (fields, reason) in [
+        (
+            "url = \"http://169.254.169.254/latest\"".to_string(),
+            "schema registry \"http://169.254.169.254/latest\" is not the granted",
         ),
-    );
-    let e = error_of(a.submit(&job));
-    assert!(
-        e.contains("403") && e.contains("source clicks: `schema_registry` is not available"),
-        "{e}"
-    );
+        (
+            format!("{granted}, username = \"u\", password = \"${{file:/etc/passwd}}\""),
+            "may not carry a username or password in a server job",
+        ),
+    ] {
+        let job = write_job(&dir, &job_text(&fields));
+        let e = error_of(a.submit(&job));
+        assert!(e.contains("403") && e.contains(reason), "{e}");
+    }
     // Nor a schema file, which the server would read from its own disk.
-    let text = std::fs::read_to_string(&job).unwrap().replace(
-        "schema_registry = { url = \"http://169.254.169.254/latest\" }",
-        "schema = \"/etc/passwd\"",
-    );
-    std::fs::write(&job, text).unwrap();
+    let text =
+        job_text(&granted).replace("bounded = true", "bounded = true\nschema = \"/etc/passwd\"");
+    let job = write_job(&dir, &text);
     let e = error_of(a.submit(&job));
     assert!(
-        e.contains("403") && e.contains("source clicks: `schema` is not available"),
+        e.contains("403") && e.contains("source clicks: a schema file"),
         "{e}"
     );
+    // Within the grant: read through the registry, written as JSON.
+    let job = write_job(&dir, &job_text(&granted));
+    let id = a.submit(&job).unwrap().id;
+    wait_for("the job to finish", Duration::from_secs(120), || {
+        let s = a.status(&id).unwrap();
+        assert_ne!(s.job.state, JobState::Failed, "{s:?}");
+        s.job.state == JobState::Finished
+    });
+    let written: Vec<String> = read_committed_values(&broker, &output)
+        .into_iter()
+        .map(|v| String::from_utf8(v).unwrap())
+        .collect();
+    let want: Vec<String> = (0..5)
+        .map(|i| format!(r#"{{"user":"u","n":{i}}}"#))
+        .collect();
+    assert_eq!(written, want);
 }

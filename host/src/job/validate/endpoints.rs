@@ -646,29 +646,7 @@ fn format_config(
     {
         bail!("`message` must be a message's full name (`package.Message`), not {message:?}");
     }
-    let registry = registry
-        .map(|r| {
-            let url = r.url.trim().to_string();
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                bail!("`schema_registry.url` must be an http:// or https:// address, not {url:?}");
-            }
-            let mut auth = BTreeMap::new();
-            if let Some(user) = &r.username {
-                auth.insert("username".to_string(), user.clone());
-            }
-            if let Some(password) = &r.password {
-                auth.insert("password".to_string(), password.clone());
-            }
-            let auth = secrets::resolved(&auth, resolve)
-                .map_err(|e| anyhow!("`schema_registry`: {e:#}"))?;
-            let basic_auth = match (auth.get("username"), auth.get("password")) {
-                (Some(user), Some(password)) => Some((user.clone(), password.clone())),
-                (None, None) => None,
-                _ => bail!("`schema_registry` needs both `username` and `password`, or neither"),
-            };
-            Ok(RegistryConfig { url, basic_auth })
-        })
-        .transpose()?;
+    let registry = registry.map(|r| registry_config(r, resolve)).transpose()?;
     Ok(FormatConfig {
         format,
         part: formats::Part::Value,
@@ -682,6 +660,33 @@ fn format_config(
             Some(OnBadRecordName::DeadLetter(topic)) => OnBadRecord::DeadLetter(topic),
         },
     })
+}
+
+/// A `schema_registry` table of a job file (or of a tenant's Kafka grant), its
+/// credentials resolved.
+pub(crate) fn registry_config(
+    spec: &SchemaRegistrySpec,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<RegistryConfig> {
+    let url = spec.url.trim().trim_end_matches('/').to_string();
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        bail!("`schema_registry.url` must be an http:// or https:// address, not {url:?}");
+    }
+    let mut auth = BTreeMap::new();
+    if let Some(user) = &spec.username {
+        auth.insert("username".to_string(), user.clone());
+    }
+    if let Some(password) = &spec.password {
+        auth.insert("password".to_string(), password.clone());
+    }
+    let auth =
+        secrets::resolved(&auth, resolve).map_err(|e| anyhow!("`schema_registry`: {e:#}"))?;
+    let basic_auth = match (auth.get("username"), auth.get("password")) {
+        (Some(user), Some(password)) => Some((user.clone(), password.clone())),
+        (None, None) => None,
+        _ => bail!("`schema_registry` needs both `username` and `password`, or neither"),
+    };
+    Ok(RegistryConfig { url, basic_auth })
 }
 
 /// A duration as the generator's signed event-time arithmetic takes it (past `i64::MAX`

@@ -124,11 +124,16 @@ fn refuse_secret_references(file: &JobFile) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// A server job may not name a schema registry or a schema file yet: the server would
-/// make HTTP requests to any address a tenant wrote, inside its own network, and no grant
-/// of the host file says which registries a tenant may reach; a schema file would be read
-/// from the server's own disk (a job brings only its job file and plugins).
+/// A server job may name only the schema registry of its tenant's Kafka grant (checked
+/// with the grant: the server would otherwise make HTTP requests to any address a tenant
+/// wrote, inside its own network), without credentials (the grant's are used: a job's
+/// `${env:…}` would read the server's environment), and no schema file (it would be read
+/// from the server's own disk: a job brings only its job file and plugins).
 fn refuse_schema_registries(file: &JobFile) -> Result<(), ApiError> {
+    let credentials = |r: &Option<crate::spec::job_file::SchemaRegistrySpec>| {
+        r.as_ref()
+            .is_some_and(|r| r.username.is_some() || r.password.is_some())
+    };
     let endpoints = file
         .source
         .iter()
@@ -136,7 +141,7 @@ fn refuse_schema_registries(file: &JobFile) -> Result<(), ApiError> {
             (
                 &s.name,
                 "source",
-                s.schema_registry.is_some(),
+                credentials(&s.schema_registry),
                 s.schema.is_some(),
                 s.key_schema.is_some(),
             )
@@ -145,26 +150,30 @@ fn refuse_schema_registries(file: &JobFile) -> Result<(), ApiError> {
             (
                 &s.name,
                 "sink",
-                s.schema_registry.is_some(),
+                credentials(&s.schema_registry),
                 s.schema.is_some(),
                 s.key_schema.is_some(),
             )
         }));
-    for (name, what, registry, schema, key_schema) in endpoints {
-        let field = match (registry, schema, key_schema) {
-            (true, _, _) => "schema_registry",
-            (false, true, _) => "schema",
-            (false, false, true) => "key_schema",
+    for (name, what, credentials, schema, key_schema) in endpoints {
+        let name = name.as_deref().unwrap_or("(unnamed)");
+        let why = match (credentials, schema, key_schema) {
+            (true, _, _) => {
+                "`schema_registry` may not carry a username or password in a server \
+                             job: the registry's credentials are those of the tenant's Kafka \
+                             grant (its `schema_registry`)"
+            }
+            (false, true, _) | (false, false, true) => {
+                "a schema file (`schema`, `key_schema`) is \
+                 not available to server jobs (the server would read a file of its own disk; a \
+                 job brings only its job file and plugins): leave it out, and the registry's \
+                 latest schema of the topic is read with"
+            }
             (false, false, false) => continue,
         };
         return Err(ApiError::new(
             ErrorKind::Forbidden,
-            format!(
-                "job.toml: {what} {}: `{field}` is not available to server jobs yet (the \
-                 server would reach any address, or read any file of its own, a job names); \
-                 run the job with `sluice run`, or read its values as bytes",
-                name.as_deref().unwrap_or("(unnamed)")
-            ),
+            format!("job.toml: {what} {name}: {why}"),
         ));
     }
     Ok(())
