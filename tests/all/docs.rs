@@ -113,6 +113,18 @@ fn linked_pages() -> Vec<Page> {
     pages
 }
 
+/// Writes the secrets `text` reads from files beside it (`"${file:NAME}"`, relative)
+/// into `dir`: a reader has them.
+fn write_file_secrets(dir: &Path, text: &str) {
+    for reference in text.split("${file:").skip(1) {
+        if let Some(name) = reference.split('}').next()
+            && Path::new(name).is_relative()
+        {
+            std::fs::write(dir.join(name), "secret\n").unwrap();
+        }
+    }
+}
+
 /// Fails with every problem found, one per line.
 fn report(problems: &[String]) {
     assert!(
@@ -618,15 +630,7 @@ fn job_files_in_the_docs_validate() {
                 }
             };
             let dir = test_dir("docs-job");
-            // A secret the job reads from a file beside it (`"${file:NAME}"`): a reader
-            // has one.
-            for reference in job.split("${file:").skip(1) {
-                if let Some(name) = reference.split('}').next()
-                    && Path::new(name).is_relative()
-                {
-                    std::fs::write(dir.join(name), "secret\n").unwrap();
-                }
-            }
+            write_file_secrets(&dir, &job);
             let path = write_job(&dir, &job);
             let (code, _, stderr) = outcome(&sluice(&["validate", path.to_str().unwrap()]));
             if code != Some(0) {
@@ -674,6 +678,7 @@ fn host_configurations_in_the_docs_validate() {
                 }
             };
             let host_path = dir.join("host.toml");
+            write_file_secrets(&dir, &host);
             std::fs::write(&host_path, host).expect("writing the host configuration");
             let job = write_job(
                 &dir,
