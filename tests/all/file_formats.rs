@@ -21,7 +21,7 @@ fn avro_file(path: &std::path::Path, n: i64) {
         .unwrap();
     for i in 0..n {
         writer
-            .append(Value::Record(vec![
+            .append_value(Value::Record(vec![
                 ("user".into(), Value::String(format!("u{}", i % 7))),
                 ("n".into(), Value::Long(i)),
             ]))

@@ -345,7 +345,7 @@ mod tests {
             .unwrap();
         for i in 0..n {
             writer
-                .append(Value::Record(vec![
+                .append_value(Value::Record(vec![
                     ("user".into(), Value::String(format!("u{i}"))),
                     ("n".into(), Value::Long(i)),
                 ]))

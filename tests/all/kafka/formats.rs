@@ -44,7 +44,7 @@ fn register_kind(registry: &str, subject: &str, kind: &str, schema: &str) -> u32
                 return answer["id"].as_u64().expect("an id") as u32;
             }
             Err(ureq::Error::StatusCode(500..)) if attempt < 5 => {
-                std::thread::sleep(std::time::Duration::from_millis(100 << attempt));
+                std::thread::sleep(Duration::from_millis(100 << attempt));
             }
             Err(e) => panic!("registering a schema: {e}"),
         }
@@ -415,7 +415,7 @@ strategy = "none"
         .expect("a source report");
     assert_eq!(source.counters.get("bad-records"), Some(&3), "{source:?}");
     // The bad records, as they were read, with where they came from and why.
-    let letters = sluice_tests::kafka::read_committed(&broker, &dead);
+    let letters = read_committed(&broker, &dead);
     assert_eq!(letters.len(), 3, "{letters:?}");
     for (i, (letter, value)) in letters.iter().zip(&bad).enumerate() {
         assert_eq!(&letter.raw_value, value);
@@ -641,7 +641,7 @@ interval_ms = 200
         ),
     );
     run_job(&path).unwrap();
-    let written = sluice_tests::kafka::read_committed(&broker, &output);
+    let written = read_committed(&broker, &output);
     let got: Vec<(Option<i64>, String)> = written
         .into_iter()
         .map(|r| (r.timestamp, r.value))
