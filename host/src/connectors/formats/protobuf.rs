@@ -369,6 +369,32 @@ mod tests {
     }
 
     #[test]
+    fn deeply_nested_messages_are_an_error_not_a_stack_overflow() {
+        let proto =
+            Proto::parse("syntax = \"proto3\"; message N { N n = 1; int32 x = 2; }").unwrap();
+        let n = proto.message(None).unwrap();
+        // 2,000 levels of `n { n { … } }` (prost stops at 100), built from the inside out.
+        let mut bytes = vec![0x10, 0x01];
+        for _ in 0..2_000 {
+            let mut outer = vec![0x0a];
+            let mut len = bytes.len();
+            while len >= 0x80 {
+                outer.push((len as u8) | 0x80);
+                len >>= 7;
+            }
+            outer.push(len as u8);
+            outer.extend_from_slice(&bytes);
+            bytes = outer;
+        }
+        assert!(json(&n, &bytes).is_err());
+        // A few levels are a message like any other.
+        assert_eq!(
+            json(&n, &[0x0a, 0x02, 0x10, 0x05]).unwrap(),
+            r#"{"n":{"x":5},"x":0}"#
+        );
+    }
+
+    #[test]
     fn what_a_message_decodes_to_is_bounded() {
         let proto = Proto::parse(
             "syntax = \"proto3\"; message M { repeated W w = 1; } \

@@ -136,7 +136,7 @@ fn cases() -> Vec<(String, &'static str)> {
             job(&format!(
                 "{GEN}{OP}[sink]\ntype = \"file\"\npath = \"o\"\nformat = \"csv\"\n"
             )),
-            "/jobs/job.toml: in `sink.format`: TOML parse error at line 11, column 10\n   |\n11 | format = \"csv\"\n   |          ^^^^^\n`format` must be \"value\", \"key-value\", \"bytes\", \"json\" or \"avro\", not \"csv\"\n",
+            "/jobs/job.toml: in `sink.format`: TOML parse error at line 11, column 10\n   |\n11 | format = \"csv\"\n   |          ^^^^^\n`format` must be \"value\", \"key-value\", \"bytes\", \"json\", \"avro\" or \"protobuf\", not \"csv\"\n",
         ),
         (
             job(&format!(
