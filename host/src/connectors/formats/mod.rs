@@ -409,23 +409,11 @@ impl Decoder {
             .as_ref()
             .expect("validated: a format without `schema` has a registry");
         let subject = self.part.subject(topic);
-        let latest = registry
-            .latest(&subject)
-            .with_context(|| format!("reading the schema of subject {subject:?}"))?
-            .ok_or_else(|| {
-                anyhow!(
-                    "the schema registry has no subject {subject:?}: register the topic's \
-                     schema, or name one with `schema`"
-                )
-            })?;
-        let want = self.format.registry_kind();
-        if latest.kind != want {
-            bail!(
-                "the latest schema of subject {subject:?} is {}, not {want}: name the job's \
-                 schema with `schema`",
-                latest.kind
-            );
-        }
+        let latest = registry.latest_of(
+            &subject,
+            self.format.registry_kind(),
+            "register the topic's schema, or name one with `schema`",
+        )?;
         let compiled = Schema::compile(&latest.kind, &latest.text)
             .with_context(|| format!("the latest schema of subject {subject:?}"))?;
         if let (Schema::Proto(proto), Some(name)) = (&compiled, &self.message) {
@@ -536,22 +524,11 @@ impl Encoder {
                 text.clone()
             }
             (None, Some(registry)) => {
-                let latest = registry
-                    .latest(&subject)
-                    .with_context(|| format!("reading the schema of subject {subject:?}"))?
-                    .ok_or_else(|| {
-                        anyhow!(
-                            "the schema registry has no subject {subject:?}: name the sink's \
-                             schema with `schema`, and it is registered"
-                        )
-                    })?;
-                if latest.kind != kind {
-                    bail!(
-                        "the latest schema of subject {subject:?} is {}, not {kind}: name the \
-                         sink's schema with `schema`",
-                        latest.kind
-                    );
-                }
+                let latest = registry.latest_of(
+                    &subject,
+                    kind,
+                    "name the sink's schema with `schema`, and it is registered",
+                )?;
                 encoder.id = Some(latest.id);
                 latest.text
             }

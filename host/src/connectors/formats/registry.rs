@@ -97,6 +97,23 @@ impl Registry {
         answer.map(|a| registered(a, None)).transpose()
     }
 
+    /// The latest schema of `subject`, which must be of `kind` (`AVRO`, `PROTOBUF`);
+    /// `missing` is the advice when the registry has no such subject.
+    pub fn latest_of(&self, subject: &str, kind: &str, missing: &str) -> Result<Registered> {
+        let latest = self
+            .latest(subject)
+            .with_context(|| format!("reading the schema of subject {subject:?}"))?
+            .ok_or_else(|| anyhow!("the schema registry has no subject {subject:?}: {missing}"))?;
+        if latest.kind != kind {
+            bail!(
+                "the latest schema of subject {subject:?} is {}, not {kind}: name the schema \
+                 with `schema`",
+                latest.kind
+            );
+        }
+        Ok(latest)
+    }
+
     /// Registers `text` (a schema of `kind`) under `subject`, or finds it there; its id.
     pub fn register(&self, subject: &str, kind: &str, text: &str) -> Result<u32> {
         let path = format!("/subjects/{}/versions", escape(subject));

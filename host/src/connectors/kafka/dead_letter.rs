@@ -1,7 +1,8 @@
-//! A Kafka source's dead-letter topic (`on_bad_record = { dead_letter = "TOPIC" }`): a
-//! record its `format` cannot decode is written there as it was read — key, value,
-//! timestamp and headers — with headers saying where it came from and why, as Kafka
-//! Connect's `errors.deadletterqueue` does.
+//! What a Kafka source does with a record its `format` (or `key_format`) cannot decode
+//! (`on_bad_record`): fail, naming it; leave it out, counted; or write it to a dead-letter
+//! topic (`{ dead_letter = "TOPIC" }`) as it was read — key, value, timestamp and headers
+//! — with headers saying where it came from and why, as Kafka Connect's
+//! `errors.deadletterqueue` does.
 //!
 //! At least once: what a poll sent is flushed before the poll returns, so a checkpoint
 //! whose position is past a bad record finds it in the topic; after a restore the records
@@ -11,15 +12,17 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Result, anyhow, bail};
 use rdkafka::ClientConfig;
 use rdkafka::Message as _;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header, Headers as _, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer as _};
 
+use super::KafkaSourceConfig;
 use super::producer::{DeliveryReport, Producer};
 use super::sink::PRODUCE_TIMEOUT;
+use crate::connectors::formats::OnBadRecord;
 
 /// The headers a dead letter gets (Kafka Connect calls them `__connect.errors.*`).
 pub const TOPIC_HEADER: &str = "sluice.dead-letter.topic";
@@ -41,8 +44,84 @@ const CONNECTION_PROPERTIES: [&str; 9] = [
     "reconnect.",
 ];
 
+/// What becomes of the records a source cannot decode.
+pub(super) struct BadRecords {
+    on_bad_record: OnBadRecord,
+    /// The source's `format`, for the message of a failure.
+    format: &'static str,
+    dead_letters: Option<DeadLetters>,
+    /// Records left out since the source started, and as many as were reported.
+    count: u64,
+    reported: u64,
+}
+
+impl BadRecords {
+    pub(super) fn new(config: &KafkaSourceConfig) -> Result<BadRecords> {
+        let on_bad_record = config.format.on_bad_record.clone();
+        let dead_letters = match &on_bad_record {
+            OnBadRecord::DeadLetter(topic) => Some(DeadLetters::new(
+                &config.bootstrap,
+                &config.properties,
+                topic,
+            )?),
+            OnBadRecord::Fail | OnBadRecord::Skip => None,
+        };
+        Ok(BadRecords {
+            on_bad_record,
+            format: config.format.name(),
+            dead_letters,
+            count: 0,
+            reported: 0,
+        })
+    }
+
+    /// Takes `message`, which cannot be decoded for reason `why`: an error (the source
+    /// fails), or it is left out, counted, and sent to the dead-letter topic if any.
+    pub(super) fn take(&mut self, message: &BorrowedMessage<'_>, why: &str) -> Result<()> {
+        let (topic, partition, offset) = (message.topic(), message.partition(), message.offset());
+        let to = match &self.on_bad_record {
+            OnBadRecord::Fail => bail!(
+                "Kafka record {topic}/{partition} at offset {offset}: {why} (`format = {:?}`; \
+                 `on_bad_record = \"skip\"` leaves such records out, counted)",
+                self.format,
+            ),
+            OnBadRecord::DeadLetter(topic) => format!("to dead-letter topic {topic}"),
+            OnBadRecord::Skip => "out".to_string(),
+        };
+        // The first bad records in the log, then every thousandth.
+        if self.count < 10 || self.count.is_multiple_of(1000) {
+            tracing::warn!(
+                "Kafka source: record {topic}/{partition} at offset {offset} goes {to} ({} bad \
+                 so far): {why}",
+                self.count + 1
+            );
+        }
+        if let Some(dead_letters) = &mut self.dead_letters {
+            dead_letters.send(message, why)?;
+        }
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Waits until the dead letters sent are in their topic: before a poll returns, so
+    /// that a checkpoint taken after it is past them.
+    pub(super) fn flush(&mut self) -> Result<()> {
+        match &mut self.dead_letters {
+            Some(dead_letters) => dead_letters.flush(),
+            None => Ok(()),
+        }
+    }
+
+    /// Records left out since this was last asked.
+    pub(super) fn unreported(&mut self) -> u64 {
+        let new = self.count - self.reported;
+        self.reported = self.count;
+        new
+    }
+}
+
 /// Where a source writes the records it cannot decode.
-pub(super) struct DeadLetters {
+struct DeadLetters {
     topic: String,
     producer: Producer,
     /// The source's properties the producer took (to tell a SASL error's mechanism).
@@ -53,7 +132,7 @@ pub(super) struct DeadLetters {
 
 impl DeadLetters {
     /// A producer to `topic` on the cluster at `bootstrap`, signed in as the source is.
-    pub(super) fn new(
+    fn new(
         bootstrap: &str,
         properties: &BTreeMap<String, String>,
         topic: &str,
@@ -83,7 +162,7 @@ impl DeadLetters {
     }
 
     /// Sends `message` (read, and not decoded, for reason `why`).
-    pub(super) fn send(&mut self, message: &BorrowedMessage<'_>, why: &str) -> Result<()> {
+    fn send(&mut self, message: &BorrowedMessage<'_>, why: &str) -> Result<()> {
         let mut headers = OwnedHeaders::new();
         if let Some(original) = message.headers() {
             for h in original.iter() {
@@ -131,7 +210,7 @@ impl DeadLetters {
     }
 
     /// Waits until everything sent is in the topic.
-    pub(super) fn flush(&mut self) -> Result<()> {
+    fn flush(&mut self) -> Result<()> {
         if self.unflushed == 0 {
             return Ok(());
         }

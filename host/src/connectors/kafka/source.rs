@@ -15,12 +15,12 @@ use serde::{Deserialize, Serialize};
 use sluice_codec::BatchWriter;
 
 use super::client_errors::EVENTS_SERVED;
-use super::dead_letter::DeadLetters;
+use super::dead_letter::BadRecords;
 use super::exchange::watermark_record;
 use super::stats::SourceStats;
 use crate::chain::CallError;
 use crate::connectors::event_time::{EventTime, json_timestamp, timestamp_of};
-use crate::connectors::formats::{Decoded, Decoder, FormatConfig, OnBadRecord};
+use crate::connectors::formats::{Decoded, Decoder, FormatConfig};
 use crate::connectors::{Source, SourceStatus};
 use crate::metrics::OperatorMetrics;
 
@@ -201,41 +201,6 @@ pub fn merge_positions(parts: &[Vec<u8>]) -> Result<Vec<u8>> {
     })?)
 }
 
-/// A record the source's `format` (or `key_format`) cannot decode, for reason `why`:
-/// fails the source, or leaves it out (counted in `skipped`), sending it to the
-/// dead-letter topic if there is one.
-fn bad_record(
-    config: &KafkaSourceConfig,
-    dead_letters: &mut Option<DeadLetters>,
-    skipped: &mut u64,
-    message: &rdkafka::message::BorrowedMessage<'_>,
-    why: &str,
-) -> Result<()> {
-    let (topic, partition, offset) = (message.topic(), message.partition(), message.offset());
-    let to = match &config.format.on_bad_record {
-        OnBadRecord::Fail => bail!(
-            "Kafka record {topic}/{partition} at offset {offset}: {why} (`format = {:?}`; \
-             `on_bad_record = \"skip\"` leaves such records out, counted)",
-            config.format.name(),
-        ),
-        OnBadRecord::DeadLetter(topic) => format!("to dead-letter topic {topic}"),
-        OnBadRecord::Skip => "out".to_string(),
-    };
-    // The first bad records in the log, then every thousandth.
-    if *skipped < 10 || skipped.is_multiple_of(1000) {
-        tracing::warn!(
-            "Kafka source: record {topic}/{partition} at offset {offset} goes {to} ({} bad so \
-             far): {why}",
-            *skipped + 1
-        );
-    }
-    if let Some(dead_letters) = dead_letters {
-        dead_letters.send(message, why)?;
-    }
-    *skipped += 1;
-    Ok(())
-}
-
 /// The partitions a subtask owns (topic, partition), and the topics the metadata
 /// reported with an error.
 type OwnedPartitions = (Vec<(String, i32)>, BTreeSet<String>);
@@ -287,12 +252,8 @@ pub struct KafkaSource {
     /// Decodes the values by the source's `format`, and the keys by its `key_format`.
     decoder: Decoder,
     key_decoder: Option<Decoder>,
-    /// Where records it cannot decode go, with `on_bad_record = { dead_letter = … }`.
-    dead_letters: Option<DeadLetters>,
-    /// Records left out by `on_bad_record` (skipped, or sent to the dead-letter topic)
-    /// since the source started, and as many as were reported to the metrics.
-    skipped: u64,
-    skipped_reported: u64,
+    /// What becomes of records it cannot decode (`on_bad_record`).
+    bad: BadRecords,
 }
 
 impl KafkaSource {
@@ -354,20 +315,11 @@ impl KafkaSource {
             .transpose()?;
         let decoder = Decoder::new(&config.format)?;
         let key_decoder = config.format.key.as_deref().map(Decoder::new).transpose()?;
-        let dead_letters = match &config.format.on_bad_record {
-            OnBadRecord::DeadLetter(topic) => Some(DeadLetters::new(
-                &config.bootstrap,
-                &config.properties,
-                topic,
-            )?),
-            OnBadRecord::Fail | OnBadRecord::Skip => None,
-        };
+        let bad = BadRecords::new(&config)?;
         Ok(KafkaSource {
             decoder,
             key_decoder,
-            dead_letters,
-            skipped: 0,
-            skipped_reported: 0,
+            bad,
             config,
             event_time: None,
             metrics: None,
@@ -828,14 +780,7 @@ impl Source for KafkaSource {
                 (Some(decoder), Some(bytes)) => match decoder.decode(&key.0, bytes) {
                     Ok(Decoded::Value(decoded)) => Some(decoded),
                     Ok(Decoded::Bad(why)) => {
-                        let why = format!("the key: {why}");
-                        bad_record(
-                            &self.config,
-                            &mut self.dead_letters,
-                            &mut self.skipped,
-                            &message,
-                            &why,
-                        )?;
+                        self.bad.take(&message, &format!("the key: {why}"))?;
                         continue;
                     }
                     Err(e) => return Err(decoding(e)),
@@ -848,13 +793,7 @@ impl Source for KafkaSource {
             {
                 Ok(Decoded::Value(value)) => value,
                 Ok(Decoded::Bad(why)) => {
-                    bad_record(
-                        &self.config,
-                        &mut self.dead_letters,
-                        &mut self.skipped,
-                        &message,
-                        &why,
-                    )?;
+                    self.bad.take(&message, &why)?;
                     continue;
                 }
                 Err(e) => return Err(decoding(e)),
@@ -929,11 +868,9 @@ impl Source for KafkaSource {
         }
         // A checkpoint taken after this poll is past its bad records: they are in the
         // dead-letter topic first.
-        if let Some(dead_letters) = &mut self.dead_letters {
-            dead_letters.flush()?;
-        }
-        self.report(records, bytes, self.skipped - self.skipped_reported);
-        self.skipped_reported = self.skipped;
+        self.bad.flush()?;
+        let bad = self.bad.unreported();
+        self.report(records, bytes, bad);
         self.take_statistics();
         if out.is_empty() {
             if self.config.bounded {
