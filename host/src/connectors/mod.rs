@@ -127,18 +127,16 @@ impl LineFormat {
                 out.push(b'\t');
             }
             LineFormat::Json => {
-                let why = match serde_json::from_slice::<serde::de::IgnoredAny>(record.value) {
-                    Err(e) => Some(format!("not JSON: {e}")),
-                    Ok(_) if record.value.contains(&b'\n') => {
+                let why = match formats::check_json(record.value) {
+                    Err(why) => Some(why),
+                    Ok(()) if record.value.contains(&b'\n') => {
                         Some("JSON over several lines (a JSON lines file takes one a line)".into())
                     }
-                    Ok(_) => None,
+                    Ok(()) => None,
                 };
                 if let Some(why) = why {
-                    let value = record.value;
-                    let text = String::from_utf8_lossy(&value[..value.len().min(120)]);
-                    let more = if value.len() > 120 { "…" } else { "" };
-                    return Err(format!("the value {text:?}{more} is {why}"));
+                    let value = formats::quoted(record.value);
+                    return Err(format!("the value {value} is {why}"));
                 }
             }
         }

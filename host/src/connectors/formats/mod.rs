@@ -61,6 +61,20 @@ pub enum OnBadRecord {
     DeadLetter(String),
 }
 
+/// `Err(why)` unless `value` is JSON text.
+pub fn check_json(value: &[u8]) -> Result<(), String> {
+    serde_json::from_slice::<serde::de::IgnoredAny>(value)
+        .map(drop)
+        .map_err(|e| format!("not JSON: {e}"))
+}
+
+/// `value` as text for an error message: quoted, its first 120 bytes.
+pub fn quoted(value: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&value[..value.len().min(120)]);
+    let more = if value.len() > 120 { "…" } else { "" };
+    format!("{text:?}{more}")
+}
+
 /// Which part of a record a format is of: its schemas are the registry's subject
 /// `TOPIC-value` or `TOPIC-key`, as Confluent's serializers name them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,9 +316,9 @@ impl Decoder {
                         Err(e) => return Ok(Decoded::Bad(e)),
                     },
                 };
-                match serde_json::from_slice::<serde::de::IgnoredAny>(text) {
-                    Ok(_) => Ok(Decoded::Value(text)),
-                    Err(e) => Ok(Decoded::Bad(format!("not JSON: {e}"))),
+                match check_json(text) {
+                    Ok(()) => Ok(Decoded::Value(text)),
+                    Err(why) => Ok(Decoded::Bad(why)),
                 }
             }
             Format::Avro | Format::Protobuf => {
@@ -558,10 +572,7 @@ impl Encoder {
     pub fn encode<'a>(&'a mut self, value: &'a [u8]) -> Result<&'a [u8], String> {
         match self.format {
             Format::Bytes => Ok(value),
-            Format::Json => match serde_json::from_slice::<serde::de::IgnoredAny>(value) {
-                Ok(_) => Ok(value),
-                Err(e) => Err(format!("not JSON: {e}")),
-            },
+            Format::Json => check_json(value).map(|()| value),
             Format::Avro => {
                 self.out.clear();
                 if let Some(id) = self.id {

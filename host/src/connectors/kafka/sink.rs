@@ -942,9 +942,10 @@ fn encode_batch(
     records: &[u8],
 ) -> Result<Vec<u8>, String> {
     let shown = |what: &str, bytes: &[u8], why: String| {
-        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(120)]);
-        let more = if bytes.len() > 120 { "…" } else { "" };
-        format!("the {what} {text:?}{more}: {why}")
+        format!(
+            "the {what} {}: {why}",
+            crate::connectors::formats::quoted(bytes)
+        )
     };
     let mut out = BatchWriter::with_capacity(records.len());
     for record in sluice_codec::BatchReader::new(records) {
