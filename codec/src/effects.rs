@@ -12,7 +12,14 @@
 //!          | 5 domain:u8 timestamp:i64 key         register a timer
 //!          | 6 domain:u8 timestamp:i64 key         delete a timer
 //!          | 7 name delta:u64                      add to a counter
-//! where key, user_key, value and name are each len:u32 followed by the bytes.
+//!          | 8 state:u32 user_key count:u32         put `count` entries of one user key
+//!              key_ends:u32*count keys
+//!              value_ends:u32*count values
+//! where key, user_key, value, name, keys and values are each len:u32 followed by the
+//! bytes. In effect 8 (WIT 0.3.0) `keys` and `values` hold `count` keys and values one
+//! after another, and `key_ends`/`value_ends` where each ends in them (it starts where
+//! the one before ended): a batch's puts that an interpreter packs with native
+//! functions. [`EffectReader`] gives them as `count` [`Effect::Put`]s, in order.
 //! ```
 
 use crate::{Cursor, DecodeError, TimeDomain, put_sized};
@@ -175,6 +182,44 @@ impl EffectWriter {
 pub struct EffectReader<'a> {
     cursor: Cursor<'a>,
     failed: bool,
+    /// The puts of an effect 8 not given yet.
+    many: Option<PutMany<'a>>,
+}
+
+/// The puts of an effect 8, checked, given one at a time.
+#[derive(Debug, Clone)]
+struct PutMany<'a> {
+    state: u32,
+    user_key: &'a [u8],
+    key_ends: &'a [u8],
+    keys: &'a [u8],
+    value_ends: &'a [u8],
+    values: &'a [u8],
+    next: usize,
+    count: usize,
+    key_start: usize,
+    value_start: usize,
+}
+
+impl<'a> PutMany<'a> {
+    fn next(&mut self) -> Option<Effect<'a>> {
+        if self.next == self.count {
+            return None;
+        }
+        let at = |ends: &[u8], i: usize| {
+            u32::from_le_bytes(ends[4 * i..4 * i + 4].try_into().expect("4 bytes")) as usize
+        };
+        let (key_end, value_end) = (at(self.key_ends, self.next), at(self.value_ends, self.next));
+        let effect = Effect::Put {
+            state: self.state,
+            key: &self.keys[self.key_start..key_end],
+            user_key: self.user_key,
+            value: &self.values[self.value_start..value_end],
+        };
+        (self.key_start, self.value_start) = (key_end, value_end);
+        self.next += 1;
+        Some(effect)
+    }
 }
 
 impl<'a> EffectReader<'a> {
@@ -183,13 +228,58 @@ impl<'a> EffectReader<'a> {
         EffectReader {
             cursor: Cursor::new(buf, "effects"),
             failed: false,
+            many: None,
         }
     }
 
-    fn read(&mut self) -> Result<Effect<'a>, DecodeError> {
+    /// Reads effect 8 after its tag and gives its first put.
+    fn read_many(&mut self) -> Result<Option<Effect<'a>>, DecodeError> {
+        let c = &mut self.cursor;
+        let state = c.u32()?;
+        let user_key = c.sized()?;
+        let count = c.u32()? as usize;
+        let column = |c: &mut Cursor<'a>| -> Result<(&'a [u8], &'a [u8]), DecodeError> {
+            let at = c.pos;
+            let ends = c.bytes(
+                count
+                    .checked_mul(4)
+                    .ok_or_else(|| c.error("too many puts"))?,
+            )?;
+            let data = c.sized()?;
+            let mut start = 0;
+            for end in ends.chunks_exact(4) {
+                let end = u32::from_le_bytes(end.try_into().expect("4 bytes")) as usize;
+                if end < start || end > data.len() {
+                    c.pos = at;
+                    return Err(c.error("puts whose ends are out of order or beyond their bytes"));
+                }
+                start = end;
+            }
+            Ok((ends, data))
+        };
+        let (key_ends, keys) = column(c)?;
+        let (value_ends, values) = column(c)?;
+        let mut many = PutMany {
+            state,
+            user_key,
+            key_ends,
+            keys,
+            value_ends,
+            values,
+            next: 0,
+            count,
+            key_start: 0,
+            value_start: 0,
+        };
+        let first = many.next();
+        self.many = Some(many);
+        Ok(first)
+    }
+
+    fn read(&mut self) -> Result<Option<Effect<'a>>, DecodeError> {
         let c = &mut self.cursor;
         let tag = c.u8()?;
-        Ok(match tag {
+        Ok(Some(match tag {
             1 => Effect::Put {
                 state: c.u32()?,
                 key: c.sized()?,
@@ -233,11 +323,17 @@ impl<'a> EffectReader<'a> {
                 name: c.sized()?,
                 delta: c.u64()?,
             },
+            8 => match self.read_many()? {
+                Some(put) => put,
+                // No puts: the next effect.
+                None if self.cursor.is_empty() => return Ok(None),
+                None => return self.read(),
+            },
             _ => {
                 c.pos -= 1;
                 return Err(c.error("unknown effect tag"));
             }
-        })
+        }))
     }
 }
 
@@ -245,12 +341,16 @@ impl<'a> Iterator for EffectReader<'a> {
     type Item = Result<Effect<'a>, DecodeError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(put) = self.many.as_mut().and_then(PutMany::next) {
+            return Some(Ok(put));
+        }
+        self.many = None;
         if self.failed || self.cursor.is_empty() {
             return None;
         }
         let item = self.read();
         self.failed = item.is_err();
-        Some(item)
+        item.transpose()
     }
 }
 
@@ -321,5 +421,89 @@ mod tests {
         }
         let err = EffectReader::new(&[9]).next().unwrap().unwrap_err();
         assert_eq!(err.reason, "unknown effect tag");
+    }
+}
+
+#[cfg(test)]
+mod put_many_tests {
+    use super::*;
+
+    /// Effect 8 of `puts` (key, value) for state 3 and user key `uk`.
+    fn put_many(puts: &[(&[u8], &[u8])]) -> Vec<u8> {
+        let mut b = vec![8];
+        b.extend_from_slice(&3u32.to_le_bytes());
+        put_sized(&mut b, b"uk");
+        b.extend_from_slice(&(puts.len() as u32).to_le_bytes());
+        for column in [0, 1] {
+            let parts: Vec<&[u8]> = puts
+                .iter()
+                .map(|p| if column == 0 { p.0 } else { p.1 })
+                .collect();
+            let mut end = 0u32;
+            for part in &parts {
+                end += part.len() as u32;
+                b.extend_from_slice(&end.to_le_bytes());
+            }
+            put_sized(&mut b, &parts.concat());
+        }
+        b
+    }
+
+    #[test]
+    fn puts_of_a_batch_read_as_single_puts_in_order() {
+        let mut w = EffectWriter::new();
+        w.push(Effect::Counter {
+            name: b"c",
+            delta: 1,
+        });
+        let mut bytes = w.take();
+        bytes.extend(put_many(&[(b"a", b"1"), (b"", b""), (b"ccc", b"33")]));
+        bytes.extend(put_many(&[]));
+        let mut w = EffectWriter::new();
+        w.push(Effect::Clear {
+            state: 3,
+            key: b"a",
+        });
+        bytes.extend(w.take());
+        let got: Vec<Effect<'_>> = EffectReader::new(&bytes).collect::<Result<_, _>>().unwrap();
+        let put = |key: &'static [u8], value: &'static [u8]| Effect::Put {
+            state: 3,
+            key,
+            user_key: b"uk",
+            value,
+        };
+        assert_eq!(
+            got,
+            [
+                Effect::Counter {
+                    name: b"c",
+                    delta: 1
+                },
+                put(b"a", b"1"),
+                put(b"", b""),
+                put(b"ccc", b"33"),
+                Effect::Clear {
+                    state: 3,
+                    key: b"a"
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn puts_whose_ends_are_wrong_are_refused_before_any_is_given() {
+        let good = put_many(&[(b"a", b"1"), (b"b", b"2")]);
+        // The second key's end (offset: tag, state, user key, count, first end).
+        let at = 1 + 4 + 6 + 4 + 4;
+        for end in [0u32, 3] {
+            let mut bad = good.clone();
+            bad[at..at + 4].copy_from_slice(&end.to_le_bytes());
+            let got: Vec<_> = EffectReader::new(&bad).collect();
+            assert_eq!(got.len(), 1, "{end}: {got:?}");
+            assert!(got[0].is_err(), "{end}: {got:?}");
+        }
+        let mut cut = good.clone();
+        cut.truncate(good.len() - 1);
+        assert!(EffectReader::new(&cut).any(|e| e.is_err()));
     }
 }

@@ -24,8 +24,9 @@ Python and a Rust operator with the same state names and types restore each othe
 checkpoints.
 """
 
-from . import postcard
+from . import plain, postcard
 from ._core import (
+    Batch,
     Config,
     Context,
     Failed,
@@ -58,6 +59,7 @@ def export(cls):
 
 
 __all__ = [
+    "Batch",
     "Config",
     "Context",
     "EVENT_TIME",
@@ -75,5 +77,6 @@ __all__ = [
     "Timer",
     "ValueState",
     "export",
+    "plain",
     "postcard",
 ]

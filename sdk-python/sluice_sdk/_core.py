@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json as _json
 import traceback
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Type
+from itertools import compress, repeat
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Type
 
 from . import codec
 from .codec import EVENT_TIME, PROCESSING_TIME, EffectWriter, Record
@@ -92,10 +93,12 @@ CACHE_ENTRIES = 100_000
 
 
 class _Cache:
-    """What the host's keyed state holds, as far as this instance has read or written it:
-    nothing else changes the host's state of its keys while it lives (a restore makes a
-    new instance), so a value read once is answered here afterwards, which saves a host
-    call per record. States with a time-to-live are not cached (the host expires them)."""
+    """What the host's keyed state holds, as far as this instance has read it one key at
+    a time: nothing else changes the host's state of its keys while it lives (a restore
+    makes a new instance), so a value read once is answered here afterwards, which saves
+    a host call per record; what a call writes brings what is cached up to date. States
+    with a time-to-live are not cached (the host expires them), nor what `get_many`
+    reads (one host call for a whole batch already)."""
 
     def __init__(self) -> None:
         # (state, key) -> user key -> value bytes, or _ABSENT when known absent.
@@ -125,8 +128,24 @@ class _Cache:
             dropped = self.maps.pop(state_key, None)
             if dropped:
                 self.entries -= len(dropped)
+        maps = self.maps
+        if not maps:
+            return
         for (state, key, user_key), value in call.writes.items():
-            self.put(state, key, user_key, value)
+            values = maps.get((state, key))
+            if values is not None:
+                if user_key not in values:
+                    self.entries += 1
+                values[user_key] = _raw(value)
+
+
+def _raw(written: Any) -> Any:
+    """What the overlay holds of an entry as bytes (or `_ABSENT`): `put_many` leaves its
+    values there unencoded, as `(codec, value)`, encoded only if they are read so."""
+    if type(written) is tuple:
+        codec_, value = written
+        return codec_.encode(value)
+    return written
 
 
 # Why `close` may not emit (the host refuses it too).
@@ -142,8 +161,15 @@ class _Call:
     def __init__(self, host: Any, watermark: int, cache: Optional[_Cache] = None):
         self.host = host
         self.cache = cache if cache is not None else _Cache()
-        self.records = bytearray()
-        self.count = 0
+        # What the call emitted, in columns (`wit/operator.wit`'s `columns`): values,
+        # keys and timestamps one per record; partitions once any record has one;
+        # (record number, headers) and (record number, side output) where set.
+        self.values: List[bytes] = []
+        self.keys: List[Optional[bytes]] = []
+        self.timestamps: List[Optional[int]] = []
+        self.partitions: Optional[List[Optional[int]]] = None
+        self.headers: List[Tuple[int, List[Tuple[bytes, bytes]]]] = []
+        self.outputs: List[Tuple[int, int]] = []
         self.effects = EffectWriter()
         self.watermark = watermark
         # (state, key, user key) -> value bytes or _ABSENT, written in this call.
@@ -159,6 +185,140 @@ class _Call:
         self.ahead: set = set()
         self.deleted: set = set()
         self.reregistered: set = set()
+
+    @property
+    def count(self) -> int:
+        """How many records the call emitted."""
+        return len(self.values)
+
+    def emit(
+        self,
+        value: bytes,
+        key: Optional[bytes],
+        timestamp: Optional[int],
+        headers: Any = (),
+        partition: Optional[int] = None,
+        output: int = 0,
+    ) -> None:
+        n = len(self.values)
+        self.values.append(value)
+        self.keys.append(key)
+        self.timestamps.append(timestamp)
+        partitions = self.partitions
+        if partitions is not None:
+            partitions.append(partition)
+        elif partition is not None:
+            self.partitions = [None] * n + [partition]
+        if headers:
+            self.headers.append((n, list(headers)))
+        if output:
+            self.outputs.append((n, output))
+
+    def emit_batch(self, batch: "Batch") -> None:
+        n = len(self.values)
+        self.values += batch.values
+        self.keys += batch.keys
+        self.timestamps += batch.timestamps
+        if batch.partitions:
+            if self.partitions is None:
+                self.partitions = [None] * n
+            self.partitions += batch.partitions
+        elif self.partitions is not None:
+            self.partitions += [None] * len(batch.values)
+        self.headers += [(n + i, list(h)) for i, h in batch.headers]
+
+    def records(self) -> List[Record]:
+        """What the call emitted, as records (for harnesses)."""
+        headers, outputs = dict(self.headers), dict(self.outputs)
+        partitions = self.partitions or [None] * len(self.values)
+        return [
+            Record(v, k, ts, tuple(headers.get(i, ())), p, outputs.get(i, 0))
+            for i, (v, k, ts, p) in enumerate(
+                zip(self.values, self.keys, self.timestamps, partitions)
+            )
+        ]
+
+
+class Batch:
+    """Records in columns, as `Operator.process_batch` gets them: `values`, `keys` and
+    `timestamps` are lists as long as the batch (record `i` is the `i`th of each; keys
+    and timestamps may be `None`); `partitions` is as long too, or empty when no record
+    came from a partitioned source; `headers` lists `(record number, headers)` of the
+    records that have any. Filter or map it with list comprehensions, and emit what
+    comes of it with `Context.emit_batch`."""
+
+    __slots__ = ("values", "keys", "timestamps", "partitions", "headers")
+
+    def __init__(
+        self,
+        values: List[bytes],
+        keys: Optional[List[Optional[bytes]]] = None,
+        timestamps: Optional[List[Optional[int]]] = None,
+        partitions: Optional[List[Optional[int]]] = None,
+        headers: Optional[List[Tuple[int, Any]]] = None,
+    ):
+        n = len(values)
+        self.values = values
+        self.keys = [None] * n if keys is None else keys
+        self.timestamps = [None] * n if timestamps is None else timestamps
+        self.partitions = partitions or []
+        self.headers = headers or []
+        if len(self.keys) != n or len(self.timestamps) != n or len(self.partitions) not in (0, n):
+            raise ValueError(
+                f"a batch of {n} values with {len(self.keys)} keys, "
+                f"{len(self.timestamps)} timestamps and {len(self.partitions)} partitions"
+            )
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records())
+
+    def records(self) -> List[Record]:
+        """The batch as `Record`s (with their headers and partitions)."""
+        headers = dict(self.headers)
+        partitions = self.partitions or [None] * len(self.values)
+        return [
+            Record(v, k, ts, tuple(headers.get(i, ())), p)
+            for i, (v, k, ts, p) in enumerate(
+                zip(self.values, self.keys, self.timestamps, partitions)
+            )
+        ]
+
+    def filter(self, keep: Iterable[Any]) -> "Batch":
+        """The records whose `keep` is true (one per record), as they are."""
+        keep = list(keep)
+        if len(keep) != len(self.values):
+            raise ValueError(f"filter: {len(keep)} decisions for a batch of {len(self.values)}")
+        kept = list(compress(range(len(keep)), keep))
+        if len(kept) == len(keep):
+            return self
+        renumber = {old: new for new, old in enumerate(kept)} if self.headers else {}
+        return Batch(
+            list(compress(self.values, keep)),
+            list(compress(self.keys, keep)),
+            list(compress(self.timestamps, keep)),
+            list(compress(self.partitions, keep)),
+            [(renumber[i], h) for i, h in self.headers if i in renumber],
+        )
+
+    def with_values(self, values: List[bytes]) -> "Batch":
+        """The same records (keys, timestamps, partitions, headers) with new values."""
+        if len(values) != len(self.values):
+            raise ValueError(f"with_values: {len(values)} values for a batch of {len(self.values)}")
+        return Batch(values, self.keys, self.timestamps, self.partitions, self.headers)
+
+    def _slice(self, start: int, end: int) -> "Batch":
+        if start == 0 and end >= len(self.values):
+            return self
+        return Batch(
+            self.values[start:end],
+            self.keys[start:end],
+            self.timestamps[start:end],
+            self.partitions[start:end],
+            [(i - start, h) for i, h in self.headers if start <= i < end],
+        )
 
 
 class SideOutput:
@@ -190,6 +350,46 @@ class ValueState(_State):
 
     def put(self, ctx: "Context", key: bytes, value: Any) -> None:
         ctx._put(self.id, key, b"", self.codec.encode(value))
+
+    def get_many(self, ctx: "Context", keys: List[bytes]) -> List[Any]:
+        """The value of each of `keys` (`None` where there is none), read from the host
+        in one call and decoded at once where the codec can (`sluice_sdk.plain`)."""
+        call = ctx._call
+        keys = [bytes(k) for k in keys]
+        data, ends, absent = call.host.state_get_many(self.id, keys, b"")
+        try:
+            values = self.codec.decode_packed(data, ends, absent)
+        except ValueError as e:
+            raise Failed(f"state `{self.name}`: cannot decode a value: {e}") from None
+        writes = call.writes
+        if writes:
+            # What this call wrote, over what the host had.
+            state = self.id
+            for i, key in enumerate(keys):
+                written = writes.get((state, key, b""))
+                if written is not None:
+                    if written is _ABSENT:
+                        values[i] = None
+                    elif type(written) is tuple:
+                        values[i] = written[1]
+                    else:
+                        values[i] = self._decode(written)
+        return values
+
+    def put_many(self, ctx: "Context", keys: Iterable[bytes], values: Iterable[Any]) -> None:
+        """Sets the value of each of `keys` to the value at the same place of `values`,
+        encoded at once where the codec can (`sluice_sdk.plain`)."""
+        keys = [bytes(k) for k in keys]
+        values = list(values)
+        if len(keys) != len(values):
+            raise ValueError(f"put_many: {len(keys)} keys and {len(values)} values")
+        call = ctx._call
+        data, ends = self.codec.encode_packed(values)
+        call.effects.put_many(self.id, keys, data, ends)
+        state, codec_ = self.id, self.codec
+        call.writes.update(
+            zip(zip(repeat(state), keys, repeat(b"")), zip(repeat(codec_), values))
+        )
 
     def update(self, ctx: "Context", key: bytes, f: Callable[[Any], Any]) -> Any:
         """Replaces the value with `f(current)` (`None` clears it); returns the new one."""
@@ -338,7 +538,7 @@ class _Shared:
         if written is _ABSENT:
             return None
         if written is not None:
-            return written
+            return _raw(written)
         value = call.host.state_get(state, key, user_key)
         call.cache.put(state, key, user_key, _ABSENT if value is None else value)
         return value
@@ -373,41 +573,59 @@ class Context(_Shared):
         """Emits a record. Its timestamp is, unless given: the record's being processed,
         an event-time timer's time, or none."""
         ts = self._timestamp if timestamp is _ABSENT else timestamp
-        key = None if key is None else bytes(key)
         record = self._record
         if record is not None and (record.headers or record.partition is not None):
             # Headers and the source partition go on with what a record leads to.
-            codec.encode_record(
-                self._call.records,
-                Record(bytes(value), key, ts, record.headers, record.partition),
+            self._call.emit(
+                bytes(value),
+                None if key is None else bytes(key),
+                ts,
+                record.headers,
+                record.partition,
             )
         else:
-            codec.encode_simple(self._call.records, bytes(value), key, ts)
-        self._call.count += 1
+            call = self._call
+            call.values.append(bytes(value))
+            call.keys.append(None if key is None else bytes(key))
+            call.timestamps.append(ts)
+            if call.partitions is not None:
+                call.partitions.append(None)
+
+    def emit_batch(
+        self,
+        batch: Any,
+        keys: Optional[List[Optional[bytes]]] = None,
+        timestamps: Optional[List[Optional[int]]] = None,
+    ) -> None:
+        """Emits a `Batch` as it is (keys, timestamps, partitions and headers with it),
+        or a list of values with, optionally, a key and a timestamp for each (lists as
+        long; none when not given)."""
+        if not isinstance(batch, Batch):
+            batch = Batch([bytes(v) for v in batch], keys, timestamps)
+        self._call.emit_batch(batch)
 
     def emit_to(self, output: SideOutput, key: Optional[bytes], value: bytes) -> None:
         """Emits a record to a side output declared in `open`."""
         current = self._record
-        headers = current.headers if current is not None else ()
-        partition = current.partition if current is not None else None
-        self._emit(
-            Record(
-                bytes(value),
-                None if key is None else bytes(key),
-                self._timestamp,
-                headers,
-                partition,
-                output.number,
-            )
+        self._call.emit(
+            bytes(value),
+            None if key is None else bytes(key),
+            self._timestamp,
+            current.headers if current is not None else (),
+            current.partition if current is not None else None,
+            output.number,
         )
 
     def emit_record(self, record: Record) -> None:
         """Emits `record` as it is (headers and partition included)."""
-        self._emit(record)
-
-    def _emit(self, record: Record) -> None:
-        codec.encode_record(self._call.records, record)
-        self._call.count += 1
+        self._call.emit(
+            bytes(record.value),
+            None if record.key is None else bytes(record.key),
+            record.timestamp,
+            record.headers,
+            record.partition,
+            record.output,
+        )
 
     def input_index(self) -> int:
         """The input (of `OpenContext.inputs`) the record being processed came from."""
@@ -479,6 +697,25 @@ class Operator:
 
     def process(self, record: Record, ctx: Context) -> None:
         pass
+
+    def process_batch(self, batch: Batch, ctx: Context) -> None:
+        """The records of a batch that arrived together (between two watermarks): calls
+        `process` for each record unless overridden. Override it to work on the whole
+        batch in list comprehensions (`batch.values`, `batch.keys`, ...), reading and
+        writing keyed state for all its keys at once (`get_many`, `put_many`) and
+        emitting with `ctx.emit_batch`; `ctx.emit` here gives a record no timestamp
+        unless it is given one."""
+        process = self.process
+        if not batch.headers and not batch.partitions:
+            for value, key, ts in zip(batch.values, batch.keys, batch.timestamps):
+                record = Record(value, key, ts)
+                ctx._timestamp, ctx._record = ts, record
+                process(record, ctx)
+        else:
+            for record in batch.records():
+                ctx._timestamp, ctx._record = record.timestamp, record
+                process(record, ctx)
+        ctx._timestamp = ctx._record = None
 
     def process_watermark(self, watermark: int, ctx: Context) -> None:
         pass
@@ -560,12 +797,13 @@ class Instance:
         return self._run("open", host, run)
 
     def process(
-        self, host: Any, input: int, records: bytes, watermarks: List[Tuple[int, int]]
+        self, host: Any, input: int, batch: Batch, watermarks: List[Tuple[int, int]]
     ) -> Tuple[_Call, List[Tuple[int, int]], Optional[int]]:
-        """Each record against the watermark before it; each watermark handled
-        (`process_watermark`) before the records after it, and passed on where the output
-        reached it; stops before a watermark that makes due an event-time timer this call
-        registered (the host fires it there and calls again with the rest)."""
+        """The records between two watermarks to `process_batch` at a time; each
+        watermark handled (`process_watermark`) before the records after it, and passed
+        on where the output reached it; stops before a watermark that makes due an
+        event-time timer this call registered (the host fires it there and calls again
+        with the rest)."""
         operator = self._operator("process")
         passed: List[Tuple[int, int]] = []
         stopped: List[Optional[int]] = [None]
@@ -573,19 +811,19 @@ class Instance:
         def run(call: _Call) -> None:
             ctx = Context(call, self.outputs)
             ctx._input = input
-            handled = 0
-            n = 0
-            for record in _records(records):
-                handled = _watermarks_before(operator, ctx, watermarks, handled, n, passed)
+            count = len(batch)
+            start = handled = 0
+            while True:
+                handled = _watermarks_before(operator, ctx, watermarks, handled, start, passed)
                 if handled < 0:
                     stopped[0] = -handled - 1
                     return
-                ctx._timestamp, ctx._record = record.timestamp, record
-                operator.process(record, ctx)
-                n += 1
-            handled = _watermarks_before(operator, ctx, watermarks, handled, n, passed)
-            if handled < 0:
-                stopped[0] = -handled - 1
+                if start >= count:
+                    return
+                end = min(watermarks[handled][0], count) if handled < len(watermarks) else count
+                operator.process_batch(batch._slice(start, end), ctx)
+                ctx._timestamp = ctx._record = None
+                start = end
 
         call = self._run("process", host, run)
         return call, passed, stopped[0]
@@ -663,13 +901,6 @@ class Instance:
             except BaseException:  # noqa: BLE001 - dispose cannot fail
                 pass
         self.operator = None
-
-
-def _records(data: bytes) -> Iterator[Record]:
-    try:
-        yield from codec.decode_records(data)
-    except codec.CodecError as e:
-        raise Failed(f"process: {e}") from None
 
 
 def _watermarks_before(

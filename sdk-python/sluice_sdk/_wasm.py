@@ -8,14 +8,17 @@ lives in this module, not in the object.
 
 from __future__ import annotations
 
-from typing import Optional
+from array import array
+from itertools import accumulate
+from typing import Any, List, Optional, Tuple
 
 import sluice_sdk
 from sluice_wit import exports
 from sluice_wit.imports import runtime, types
 from componentize_py_types import Err
 
-from ._core import CallError, Instance
+from ._core import Batch, CallError, Instance
+from .codec import CodecError, decode_records, pack, unpack
 
 _LEVELS = {
     "trace": types.Level.TRACE,
@@ -33,6 +36,11 @@ class _Host:
     processing_time = staticmethod(runtime.processing_time)
     current_watermark = staticmethod(runtime.current_watermark)
     state_get = staticmethod(runtime.state_get)
+
+    @staticmethod
+    def state_get_many(state: int, keys: List[bytes], user_key: bytes) -> Tuple[bytes, bytes, bytes]:
+        return _state_get_many(state, keys, user_key)
+
     state_entries = staticmethod(runtime.state_entries)
 
     @staticmethod
@@ -71,12 +79,89 @@ def _err(e: CallError) -> Err:
     return Err(types.Error_InvalidConfig(e.message) if e.invalid else types.Error_Failed(e.message))
 
 
+_NO_PARTITION = 0xFFFFFFFF
+
+
+def _unpack(packed: types.Packed) -> List[Any]:
+    return unpack(packed.data, packed.ends, packed.absent)
+
+
+def _pack(strings: List[Optional[bytes]]) -> types.Packed:
+    return types.Packed(*pack(strings))
+
+
+def _records(call) -> types.Records:
+    """What a call emitted, in columns."""
+    timestamps = call.timestamps
+    n = len(timestamps)
+    untimed, times = b"", b""
+    if timestamps.count(None) != n:
+        if None in timestamps:
+            untimed = bytes([ts is None for ts in timestamps])
+            timestamps = [0 if ts is None else ts for ts in timestamps]
+        times = array("q", timestamps).tobytes()
+    partitions = b""
+    if call.partitions is not None:
+        partitions = array(
+            "I", [_NO_PARTITION if p is None else p for p in call.partitions]
+        ).tobytes()
+    return types.Records_Columns(
+        types.Columns(
+            n,
+            _pack(call.values),
+            _pack(call.keys),
+            times,
+            untimed,
+            partitions,
+            call.headers,
+            call.outputs,
+        )
+    )
+
+
+def _state_get_many(state: int, keys: List[bytes], user_key: bytes) -> Tuple[bytes, bytes, bytes]:
+    got = runtime.state_get_many(state, _pack(keys), user_key)
+    return got.data, got.ends, got.absent
+
+
 def _output(call) -> types.Output:
-    return types.Output(bytes(call.records), bytes(call.effects.out))
+    return types.Output(_records(call), bytes(call.effects.out))
+
+
+def _batch(records: types.Records) -> Batch:
+    """The records of a `process` call: in columns, as `open` asked; flat ones decoded."""
+    if isinstance(records, types.Records_Columns):
+        c = records.value
+        n = c.count
+        values = _unpack(c.values)
+        keys = _unpack(c.keys)
+        timestamps: List[Any] = [None] * n
+        if c.timestamps:
+            timestamps = memoryview(c.timestamps).cast("q").tolist()
+            if c.untimed:
+                timestamps = [None if no else ts for ts, no in zip(timestamps, c.untimed)]
+        partitions: List[Any] = []
+        if c.partitions:
+            partitions = [
+                None if p == _NO_PARTITION else p
+                for p in memoryview(c.partitions).cast("I").tolist()
+            ]
+        return Batch(values, keys, timestamps, partitions, c.headers)
+    try:
+        decoded = list(decode_records(records.value))
+    except CodecError as e:
+        raise Err(types.Error_Failed(f"process: {e}")) from None
+    return Batch(
+        [r.value for r in decoded],
+        [r.key for r in decoded],
+        [r.timestamp for r in decoded],
+        [r.partition for r in decoded] if any(r.partition is not None for r in decoded) else [],
+        [(i, list(r.headers)) for i, r in enumerate(decoded) if r.headers],
+    )
 
 
 class StreamOperator(exports.StreamOperator):
-    def open(self, ctx: types.OpenContext) -> types.Output:
+    def open(self, ctx: types.OpenContext) -> types.Opened:
         info = {
             "job": ctx.job,
             "operator_name": ctx.operator_name,
@@ -90,18 +175,18 @@ class StreamOperator(exports.StreamOperator):
             "inputs": [(i.name, i.broadcast) for i in ctx.inputs],
         }
         try:
-            return _output(_instance().open(_HOST, info))
+            return types.Opened(_output(_instance().open(_HOST, info)), types.Layout.COLUMNS)
         except CallError as e:
             raise _err(e) from None
 
-    def process(self, input: int, records: bytes, watermarks) -> types.Processed:
+    def process(self, input: int, records: types.Records, watermarks) -> types.Processed:
         given = [(w.before, w.watermark) for w in watermarks]
         try:
-            call, passed, stopped = _instance().process(_HOST, input, records, given)
+            call, passed, stopped = _instance().process(_HOST, input, _batch(records), given)
         except CallError as e:
             raise _err(e) from None
         return types.Processed(
-            bytes(call.records),
+            _records(call),
             bytes(call.effects.out),
             [types.BatchWatermark(before, w) for before, w in passed],
             stopped,

@@ -11,6 +11,9 @@ import struct
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 
+from . import codec as _codec
+
+
 class PostcardError(ValueError):
     """Bytes that are not the postcard encoding of the expected type."""
 
@@ -64,19 +67,35 @@ class Codec:
             raise PostcardError(f"{len(data) - pos} bytes left after the value")
         return value
 
+    def encode_packed(self, values: List[Any]) -> Tuple[bytes, bytes]:
+        """Values packed (`data`, `ends`) as `wit/operator.wit`'s `packed` holds them."""
+        data, ends, _ = _codec.pack([self.encode(v) for v in values])
+        return data, ends
+
+    def decode_packed(self, data: bytes, ends: bytes, absent: bytes) -> List[Any]:
+        """The values of a `packed`, `None` where absent."""
+        decode = self.decode
+        return [None if raw is None else decode(raw) for raw in _codec.unpack(data, ends, absent)]
+
 
 class _Unsigned(Codec):
     def __init__(self, bits: int):
         self.bits = bits
 
     def encode(self, value: int) -> bytes:
-        if 0 <= value < 0x80:  # one byte: most counts
+        # One or two bytes: most counts.
+        if 0 <= value < 0x80:
             return bytes((value,))
+        if 0x80 <= value < 0x4000:
+            return bytes((value & 0x7F | 0x80, value >> 7))
         return super().encode(value)
 
     def decode(self, data: bytes) -> int:
-        if len(data) == 1 and data[0] < 0x80:
+        n = len(data)
+        if n == 1 and data[0] < 0x80:
             return data[0]
+        if n == 2 and data[0] & 0x80 and 0 < data[1] < 0x80:
+            return data[0] & 0x7F | data[1] << 7
         return super().decode(data)
 
     def write(self, out: bytearray, value: int) -> None:

@@ -396,3 +396,62 @@ def test_a_call_returning_more_than_the_output_limit_fails_as_on_the_host():
     with pytest.raises(HarnessError) as e:
         h.snapshot()
     assert "the limit is 1000" in e.value.message
+
+
+def test_the_batch_api_gives_what_the_per_record_one_does():
+    import count
+    import count_batch
+    import filter_batch
+
+    keys = [b"k%d" % (i * 7 % 5) for i in range(40)]
+    one, batched = Harness(count.Count, keyed=True), Harness(count_batch.CountBatch, keyed=True)
+    for h in (one, batched):
+        # Batches split by watermarks, and a later batch reading what the earlier wrote.
+        h.process_batch([Record(b"", k, i) for i, k in enumerate(keys[:25])], [(10, 5), (20, 9)])
+        h.process_batch([Record(b"", k, i) for i, k in enumerate(keys[25:])])
+    assert batched.take_output() == one.take_output()
+    assert batched.state_value("count", b"k0") == (8).to_bytes(8, "little")
+
+    h = Harness(filter_batch.FilterBatch, config={"contains": "7"})
+    records = [
+        Record(b"a7", b"k", 1, ((b"h", b"1"),), 0),
+        Record(b"b", None, None, ((b"h", b"2"),), 1),
+        Record(b"77", None, 3, ((b"h", b"3"),), 2),
+    ]
+    h.process_batch(records)
+    # Kept as they are: keys, timestamps, headers (renumbered) and partitions.
+    assert h.take_output() == [records[0], records[2]]
+
+
+class Batched(Operator):
+    """Per batch: reads `v` of the batch's keys, writes `value + 1` for each, reads again."""
+
+    @classmethod
+    def open(cls, ctx):
+        op = cls()
+        op.v = ctx.value_state("v", postcard.U64)
+        return op
+
+    def process_batch(self, batch, ctx):
+        before = self.v.get_many(ctx, batch.keys)
+        self.v.put_many(ctx, batch.keys, [int(v) for v in batch.values])
+        after = self.v.get_many(ctx, batch.keys)
+        ctx.emit_batch([repr((b, a)).encode() for b, a in zip(before, after)], batch.keys)
+
+
+def test_get_many_sees_the_calls_own_writes_and_what_earlier_calls_wrote():
+    h = Harness(Batched, keyed=True)
+    h.process_batch([Record(b"1", b"a"), Record(b"2", b"b")])
+    h.process_batch([Record(b"3", b"a"), Record(b"4", b"c")])
+    assert h.take_values() == [b"(None, 1)", b"(None, 2)", b"(1, 3)", b"(None, 4)"]
+    assert postcard.U64.decode(h.state_value("v", b"b")) == 2
+
+
+def test_a_batch_emitted_with_lists_of_other_lengths_is_refused():
+    class Bad(Operator):
+        def process_batch(self, batch, ctx):
+            ctx.emit_batch(batch.values, batch.keys[:1])
+
+    h = Harness(Bad)
+    with pytest.raises(HarnessError, match="a batch of 2 values with 1 keys"):
+        h.process_batch([Record(b"1", b"a"), Record(b"2", b"b")])

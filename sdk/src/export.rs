@@ -34,8 +34,8 @@ macro_rules! export {
             use ::std::vec::Vec;
             use $crate::__rt::Slot;
             use $crate::__rt::wasm::{
-                self as glue, WitBatchWatermark, WitError, WitOpenContext, WitOutput, WitProcessed,
-                WitSnapshotOutput,
+                self as glue, WitBatchWatermark, WitError, WitOpenContext, WitOpened, WitOutput,
+                WitProcessed, WitRecords, WitSnapshotOutput,
             };
 
             struct SluiceExports;
@@ -46,13 +46,13 @@ macro_rules! export {
             }
 
             impl glue::Guest for SluiceExports {
-                fn open(ctx: WitOpenContext) -> Result<WitOutput, WitError> {
+                fn open(ctx: WitOpenContext) -> Result<WitOpened, WitError> {
                     SLUICE_OPERATOR.with_borrow_mut(|slot| glue::open(slot, ctx))
                 }
 
                 fn process(
                     input: u32,
-                    records: Vec<u8>,
+                    records: WitRecords,
                     watermarks: Vec<WitBatchWatermark>,
                 ) -> Result<WitProcessed, WitError> {
                     SLUICE_OPERATOR

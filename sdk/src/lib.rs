@@ -106,6 +106,7 @@ mod error;
 mod export;
 mod host;
 mod operator;
+pub mod plain;
 mod record;
 pub mod state;
 pub mod testing;

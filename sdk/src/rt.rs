@@ -282,7 +282,8 @@ pub mod wasm {
     pub use crate::bindings::exports::sluice::operator::stream_operator::Guest;
     pub use wit::{
         BatchWatermark as WitBatchWatermark, Error as WitError, OpenContext as WitOpenContext,
-        Output as WitOutput, Processed as WitProcessed, SnapshotOutput as WitSnapshotOutput,
+        Opened as WitOpened, Output as WitOutput, Processed as WitProcessed, Records as WitRecords,
+        SnapshotOutput as WitSnapshotOutput,
     };
 
     fn to_wit_error(err: Error) -> wit::Error {
@@ -295,31 +296,40 @@ pub mod wasm {
     fn to_wit(result: Result<CallOutput>) -> Result<wit::Output, wit::Error> {
         result
             .map(|output| wit::Output {
-                records: output.records,
+                records: wit::Records::Flat(output.records),
                 effects: output.effects,
             })
             .map_err(to_wit_error)
     }
 
-    /// `open`.
+    /// `open`: records come flat (read in place; columns would allocate per record).
     pub fn open<T: Operator>(
         slot: &mut Slot<T>,
         ctx: wit::OpenContext,
-    ) -> Result<wit::Output, wit::Error> {
-        to_wit(super::open(slot, &WasmHost, &OpenInfo::from(ctx)))
+    ) -> Result<wit::Opened, wit::Error> {
+        to_wit(super::open(slot, &WasmHost, &OpenInfo::from(ctx))).map(|output| wit::Opened {
+            output,
+            layout: wit::Layout::Flat,
+        })
     }
 
     /// `process`.
     pub fn process<T: Operator>(
         slot: &mut Slot<T>,
         input: u32,
-        records: &[u8],
+        records: &wit::Records,
         watermarks: &[wit::BatchWatermark],
     ) -> Result<wit::Processed, wit::Error> {
+        let wit::Records::Flat(records) = records else {
+            return Err(wit::Error::Failed(
+                "process: the host gave records in columns, though `open` asked for them flat"
+                    .into(),
+            ));
+        };
         let given: Vec<(u32, i64)> = watermarks.iter().map(|w| (w.before, w.watermark)).collect();
         super::process(slot, &WasmHost, input, records, &given)
             .map(|p| wit::Processed {
-                records: p.output.records,
+                records: wit::Records::Flat(p.output.records),
                 effects: p.output.effects,
                 watermarks: p
                     .watermarks

@@ -101,7 +101,9 @@ fn component_of_another_wit_version() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("supports sluice:operator@0.2.0 and sluice:operator@0.1.0"),
+        stderr.contains(
+            "supports sluice:operator@0.3.0, sluice:operator@0.2.0 and sluice:operator@0.1.0"
+        ),
         "{stderr}"
     );
 }

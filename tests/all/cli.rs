@@ -105,7 +105,7 @@ type = "stdout"
         "{stdout}"
     );
     assert!(
-        stdout.contains("sluice:operator/stream-operator@0.2.0"),
+        stdout.contains("sluice:operator/stream-operator@0.3.0"),
         "{stdout}"
     );
 }
@@ -410,7 +410,7 @@ fn inspect_shows_the_interface_and_the_second_load_uses_the_cache() {
     let (code, stdout, stderr) = outcome(&sluice_with_cache(&["inspect", COUNT], &cache));
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
-        stdout.contains("exports:   sluice:operator/stream-operator@0.2.0"),
+        stdout.contains("exports:   sluice:operator/stream-operator@0.3.0"),
         "{stdout}"
     );
     assert!(
@@ -418,13 +418,16 @@ fn inspect_shows_the_interface_and_the_second_load_uses_the_cache() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("types:     timestamp, output, processed, snapshot-output, batch-watermark, error, open-context"),
+        stdout.contains(
+            "types:     timestamp, records, output, opened, processed, snapshot-output, \
+             batch-watermark, error, open-context"
+        ),
         "{stdout}"
     );
     // Declared with the SDK's `config_keys!`.
     assert!(stdout.contains("config:    format, emit\n"), "{stdout}");
     assert!(
-        stdout.contains("imports:") && stdout.contains("sluice:operator/runtime@0.2.0"),
+        stdout.contains("imports:") && stdout.contains("sluice:operator/runtime@0.3.0"),
         "{stdout}"
     );
     assert!(stdout.contains("compiled:  Compiled"), "{stdout}");
@@ -727,7 +730,7 @@ dir = "checkpoints"
 
     let v = json(&["inspect", COUNT, "--json"], 0);
     assert_eq!(
-        v["exports"], "sluice:operator/stream-operator@0.2.0",
+        v["exports"], "sluice:operator/stream-operator@0.3.0",
         "{v:#}"
     );
     assert_eq!(

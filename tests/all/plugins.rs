@@ -20,7 +20,7 @@ fn assert_operator(path: &str) {
     let plugin = load(path).unwrap();
     assert_eq!(
         plugin.info.interface,
-        "sluice:operator/stream-operator@0.2.0"
+        "sluice:operator/stream-operator@0.3.0"
     );
     for call in ["open", "process", "snapshot", "notify-complete", "dispose"] {
         assert!(
@@ -90,7 +90,9 @@ fn test_wrong_version() {
     let err = format!("{:#}", load(TEST_WRONG_VERSION).unwrap_err());
     assert!(err.contains("built for sluice:operator@0.9.0"), "{err}");
     assert!(
-        err.contains("supports sluice:operator@0.2.0 and sluice:operator@0.1.0"),
+        err.contains(
+            "supports sluice:operator@0.3.0, sluice:operator@0.2.0 and sluice:operator@0.1.0"
+        ),
         "{err}"
     );
 }

@@ -89,6 +89,14 @@ pub fn compat_plugin(name: &str) -> String {
     format!("{COMPAT_DIR}/{name}.wasm")
 }
 
+/// Where the plugins built for WIT 0.2.0 are kept (`tests/fixtures/wit-0.2.0/`).
+pub const COMPAT_V2_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/wit-0.2.0");
+
+/// The path of plugin `name` as built for WIT 0.2.0.
+pub fn compat_v2_plugin(name: &str) -> String {
+    format!("{COMPAT_V2_DIR}/{name}.wasm")
+}
+
 /// Scratch space for tests, below the system temp directory.
 pub fn scratch_root() -> PathBuf {
     std::env::temp_dir().join("sluice-tests")

@@ -52,6 +52,7 @@ impl Variant {
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         sandbox::add_wasi_to_linker(&mut linker)?;
+        bindings::v3::Operator::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         bindings::v2::Operator::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         bindings::v1::Operator::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         super::host::link_borrowed(&mut linker)?;

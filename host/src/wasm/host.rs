@@ -1,8 +1,9 @@
-//! The operator's imports (`runtime`), for both WIT versions: 0.2.0's implementation is
-//! the host's; 0.1.0's calls it.
+//! The operator's imports (`runtime`), for every WIT version: 0.3.0's implementation is
+//! the host's; 0.2.0's and 0.1.0's call it.
 //!
 //! The imports that take strings or byte lists (`log`, `declare-state`, `declare-output`,
-//! `state-get`, `state-entries`) are linked a second time by hand ([`link_borrowed`]),
+//! `state-get`, `state-get-many`, `state-entries`) are linked a second time by hand
+//! ([`link_borrowed`]),
 //! over `bindgen!`'s: those read the guest's string or list where it lies in the guest's
 //! memory and check its size before copying any of it, where `bindgen!`'s would copy the
 //! whole of it into host memory first (up to the guest's memory limit per call).
@@ -13,9 +14,10 @@ use anyhow::Result;
 use wasmtime::StoreContextMut;
 use wasmtime::component::{ComponentType, Lift, Linker, WasmList, WasmStr};
 
-use super::bindings::v2::sluice::operator::runtime::Host;
-use super::bindings::v2::sluice::operator::types::{Level, StateKind};
-use super::bindings::{v1, v2};
+use super::bindings::v3::sluice::operator::runtime::Host;
+use super::bindings::v3::sluice::operator::types::{Level, Packed, StateKind};
+use super::bindings::{v1, v2, v3};
+use super::columns::{PackedWriter, unpack};
 use super::store::StoreState;
 use crate::state::{StateDescriptor, StateKind as Kind};
 use crate::timers::now_millis;
@@ -27,6 +29,7 @@ const MAX_STATE_NAME_BYTES: usize = 1024;
 /// Most side outputs one operator may declare.
 pub const MAX_OUTPUTS: usize = 64;
 
+impl v3::sluice::operator::types::Host for StoreState {}
 impl v2::sluice::operator::types::Host for StoreState {}
 impl v1::sluice::operator::types::Host for StoreState {}
 
@@ -83,6 +86,15 @@ impl Host for StoreState {
         user_key: Vec<u8>,
     ) -> wasmtime::Result<Option<Vec<u8>>> {
         self.state_get_in_place(state, &key, &user_key)
+    }
+
+    fn state_get_many(
+        &mut self,
+        state: u32,
+        keys: Packed,
+        user_key: Vec<u8>,
+    ) -> wasmtime::Result<Packed> {
+        self.state_get_many_in_place(state, &keys.data, &keys.ends, &keys.absent, &user_key)
     }
 
     fn state_entries(&mut self, state: u32, key: Vec<u8>) -> wasmtime::Result<Vec<u8>> {
@@ -163,6 +175,43 @@ impl StoreState {
             .map_err(|e| wasmtime::format_err!("state-get: {e}"))
     }
 
+    /// `state-get-many`, of keys packed as `packed` holds them, read where they lie:
+    /// fails once the answer would come to more than a call may return.
+    fn state_get_many_in_place(
+        &self,
+        state: u32,
+        data: &[u8],
+        ends: &[u8],
+        absent: &[u8],
+        user_key: &[u8],
+    ) -> wasmtime::Result<Packed> {
+        let backend = self.keyed_backend("state-get-many")?;
+        let keys = unpack("state-get-many: keys", data, ends, absent, ends.len() / 4)
+            .map_err(|e| wasmtime::format_err!("{e}"))?;
+        let max = self.limits.max_output_bytes;
+        let now = now_millis();
+        let mut values = PackedWriter::with_capacity(keys.len(), 0);
+        let mut size = 5 * keys.len();
+        for (i, key) in keys.into_iter().enumerate() {
+            let Some(key) = key else {
+                wasmtime::bail!("state-get-many: key {i} is absent (a key is bytes, maybe empty)");
+            };
+            let value = backend
+                .get(state, key, user_key, now)
+                .map_err(|e| wasmtime::format_err!("state-get-many: {e}"))?;
+            size += value.as_ref().map_or(0, Vec::len);
+            if size > max {
+                wasmtime::bail!(
+                    "state-get-many: the values of the first {} keys come to more than a call \
+                     may return ({max} bytes, `max_output_mb`); ask for fewer keys at a time",
+                    i + 1
+                );
+            }
+            values.push(value.as_deref());
+        }
+        Ok(values.finish())
+    }
+
     fn keyed_backend(&self, call: &str) -> wasmtime::Result<&crate::state::KeyedState> {
         self.operator.keyed.as_ref().ok_or_else(|| {
             wasmtime::format_err!(
@@ -177,6 +226,50 @@ impl StoreState {
                 "{call}: the operator's input is not keyed, so it has no keyed state"
             )
         })
+    }
+}
+
+impl v2::sluice::operator::runtime::Host for StoreState {
+    fn processing_time(&mut self) -> wasmtime::Result<i64> {
+        Host::processing_time(self)
+    }
+
+    fn current_watermark(&mut self) -> wasmtime::Result<i64> {
+        Host::current_watermark(self)
+    }
+
+    fn declare_state(
+        &mut self,
+        name: String,
+        kind: v2::sluice::operator::types::StateKind,
+        ttl_ms: Option<u64>,
+    ) -> wasmtime::Result<Result<u32, String>> {
+        Host::declare_state(self, name, kind.into(), ttl_ms)
+    }
+
+    fn state_get(
+        &mut self,
+        state: u32,
+        key: Vec<u8>,
+        user_key: Vec<u8>,
+    ) -> wasmtime::Result<Option<Vec<u8>>> {
+        Host::state_get(self, state, key, user_key)
+    }
+
+    fn state_entries(&mut self, state: u32, key: Vec<u8>) -> wasmtime::Result<Vec<u8>> {
+        Host::state_entries(self, state, key)
+    }
+
+    fn declare_output(&mut self, name: String) -> wasmtime::Result<Result<u32, String>> {
+        Host::declare_output(self, name)
+    }
+
+    fn log(
+        &mut self,
+        level: v2::sluice::operator::types::Level,
+        message: String,
+    ) -> wasmtime::Result<()> {
+        Host::log(self, level.into(), message)
     }
 }
 
@@ -221,16 +314,24 @@ impl v1::sluice::operator::runtime::Host for StoreState {
 }
 
 /// Links the imports that take strings or byte lists once more, over `bindgen!`'s, for
-/// both WIT versions (see the module docs).
+/// every WIT version (see the module docs).
 pub(crate) fn link_borrowed(linker: &mut Linker<StoreState>) -> Result<()> {
     linker.allow_shadowing(true);
-    let linked = link_runtime::<Level, StateKind>(linker, "sluice:operator/runtime@0.2.0")
-        .and_then(|()| {
-            link_runtime::<v1::sluice::operator::types::Level, v1::sluice::operator::types::StateKind>(
-                linker,
-                "sluice:operator/runtime@0.1.0",
-            )
-        });
+    let linked =
+        link_runtime::<Level, StateKind>(linker, "sluice:operator/runtime@0.3.0")
+            .and_then(|()| link_state_get_many(linker, "sluice:operator/runtime@0.3.0"))
+            .and_then(|()| {
+                link_runtime::<
+                    v2::sluice::operator::types::Level,
+                    v2::sluice::operator::types::StateKind,
+                >(linker, "sluice:operator/runtime@0.2.0")
+            })
+            .and_then(|()| {
+                link_runtime::<
+                    v1::sluice::operator::types::Level,
+                    v1::sluice::operator::types::StateKind,
+                >(linker, "sluice:operator/runtime@0.1.0")
+            });
     linker.allow_shadowing(false);
     linked
 }
@@ -333,6 +434,35 @@ where
     Ok(())
 }
 
+/// A `packed` the guest passes, read where it lies.
+#[derive(ComponentType, Lift)]
+#[component(record)]
+struct PackedInGuest {
+    data: WasmList<u8>,
+    ends: WasmList<u8>,
+    absent: WasmList<u8>,
+}
+
+/// Links `state-get-many` (0.3.0 on), reading the keys where they lie.
+fn link_state_get_many(linker: &mut Linker<StoreState>, interface: &str) -> Result<()> {
+    linker.instance(interface)?.func_wrap(
+        "state-get-many",
+        |store: StoreContextMut<'_, StoreState>,
+         (state, keys, user_key): (u32, PackedInGuest, WasmList<u8>)| {
+            let (data, ends, absent) = (
+                keys.data.as_le_slice(&store),
+                keys.ends.as_le_slice(&store),
+                keys.absent.as_le_slice(&store),
+            );
+            let user_key = user_key.as_le_slice(&store);
+            Ok((store
+                .data()
+                .state_get_many_in_place(state, data, ends, absent, user_key)?,))
+        },
+    )?;
+    Ok(())
+}
+
 impl From<v1::sluice::operator::types::Level> for Level {
     fn from(level: v1::sluice::operator::types::Level) -> Level {
         use v1::sluice::operator::types::Level as V1;
@@ -353,6 +483,30 @@ impl From<v1::sluice::operator::types::StateKind> for StateKind {
             V1::Value => StateKind::Value,
             V1::List => StateKind::List,
             V1::Map => StateKind::Map,
+        }
+    }
+}
+
+impl From<v2::sluice::operator::types::Level> for Level {
+    fn from(level: v2::sluice::operator::types::Level) -> Level {
+        use v2::sluice::operator::types::Level as V2;
+        match level {
+            V2::Trace => Level::Trace,
+            V2::Debug => Level::Debug,
+            V2::Info => Level::Info,
+            V2::Warn => Level::Warn,
+            V2::Error => Level::Error,
+        }
+    }
+}
+
+impl From<v2::sluice::operator::types::StateKind> for StateKind {
+    fn from(kind: v2::sluice::operator::types::StateKind) -> StateKind {
+        use v2::sluice::operator::types::StateKind as V2;
+        match kind {
+            V2::Value => StateKind::Value,
+            V2::List => StateKind::List,
+            V2::Map => StateKind::Map,
         }
     }
 }

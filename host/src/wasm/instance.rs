@@ -2,7 +2,8 @@
 
 use wasmtime::Store;
 
-use super::bindings::{v1, v2};
+use super::bindings::{v1, v2, v3};
+use super::columns;
 use super::limits::MemoryLimitExceeded;
 use super::sandbox::{self, Interrupted};
 use super::stdio::panic_message;
@@ -16,6 +17,8 @@ use crate::network::BatchWatermark;
 
 /// A component's exports, of the WIT version it was built for.
 pub(crate) enum Bindings {
+    /// `sluice:operator@0.3.0`, taking records in the layout it chose in `open`.
+    V3(v3::Operator, v3::sluice::operator::types::Layout),
     /// `sluice:operator@0.2.0`.
     V2(v2::Operator),
     /// `sluice:operator@0.1.0`: records without the 0.2.0 extensions, watermarks only
@@ -23,10 +26,22 @@ pub(crate) enum Bindings {
     V1(v1::Operator),
 }
 
-/// An error the operator returned, of either version.
+/// An error the operator returned, of any version, or what it returned that breaks the
+/// contract.
 enum GuestError {
     InvalidConfig(String),
     Failed(String),
+    Contract(String),
+}
+
+impl From<v3::sluice::operator::types::Error> for GuestError {
+    fn from(e: v3::sluice::operator::types::Error) -> Self {
+        use v3::sluice::operator::types::Error as E;
+        match e {
+            E::InvalidConfig(m) => GuestError::InvalidConfig(m),
+            E::Failed(m) => GuestError::Failed(m),
+        }
+    }
 }
 
 impl From<v2::sluice::operator::types::Error> for GuestError {
@@ -49,21 +64,35 @@ impl From<v1::sluice::operator::types::Error> for GuestError {
     }
 }
 
-impl From<v2::sluice::operator::types::Output> for CallOutput {
-    fn from(o: v2::sluice::operator::types::Output) -> Self {
-        CallOutput {
-            records: o.records,
-            effects: o.effects,
-        }
+/// An `output` record of any version, as a [`CallOutput`] (records in the flat encoding).
+trait IntoCallOutput {
+    fn into_call_output(self) -> Result<CallOutput, GuestError>;
+}
+
+impl IntoCallOutput for v3::sluice::operator::types::Output {
+    fn into_call_output(self) -> Result<CallOutput, GuestError> {
+        Ok(CallOutput {
+            records: columns::to_flat(self.records).map_err(GuestError::Contract)?,
+            effects: self.effects,
+        })
     }
 }
 
-impl From<v1::sluice::operator::types::Output> for CallOutput {
-    fn from(o: v1::sluice::operator::types::Output) -> Self {
-        CallOutput {
-            records: o.records,
-            effects: o.effects,
-        }
+impl IntoCallOutput for v2::sluice::operator::types::Output {
+    fn into_call_output(self) -> Result<CallOutput, GuestError> {
+        Ok(CallOutput {
+            records: self.records,
+            effects: self.effects,
+        })
+    }
+}
+
+impl IntoCallOutput for v1::sluice::operator::types::Output {
+    fn into_call_output(self) -> Result<CallOutput, GuestError> {
+        Ok(CallOutput {
+            records: self.records,
+            effects: self.effects,
+        })
     }
 }
 
@@ -71,23 +100,62 @@ impl From<v1::sluice::operator::types::Output> for CallOutput {
 /// with `output`, the call returns an `output` record, taken as a [`CallOutput`].
 macro_rules! either {
     ($self:ident, $call:ident ( $($arg:expr),* )) => {
-        either!($self, $call($($arg),*), |o| o)
+        either!($self, $call($($arg),*), |o| Ok(o))
     };
     ($self:ident, $call:ident ( $($arg:expr),* ) output) => {
-        either!($self, $call($($arg),*), |o| CallOutput::from(o))
+        either!($self, $call($($arg),*), |o| o.into_call_output())
     };
     ($self:ident, $call:ident ( $($arg:expr),* ), |$o:ident| $map:expr) => {
         $self.call(|b, s| match b {
+            Bindings::V3(b, _) => b
+                .sluice_operator_stream_operator()
+                .$call(s $(, $arg)*)
+                .map(|r| r.map_err(GuestError::from).and_then(|$o| $map)),
             Bindings::V2(b) => b
                 .sluice_operator_stream_operator()
                 .$call(s $(, $arg)*)
-                .map(|r| r.map(|$o| $map).map_err(GuestError::from)),
+                .map(|r| r.map_err(GuestError::from).and_then(|$o| $map)),
             Bindings::V1(b) => b
                 .sluice_operator_stream_operator()
                 .$call(s $(, $arg)*)
-                .map(|r| r.map(|$o| $map).map_err(GuestError::from)),
+                .map(|r| r.map_err(GuestError::from).and_then(|$o| $map)),
         })
     };
+}
+
+/// The `open-context` of WIT version module `$v` (0.2.0 on) for `$info`.
+macro_rules! open_context {
+    ($v:ident, $info:expr) => {{
+        use $v::sluice::operator::types::{InputInfo, OpenContext};
+        let info = $info;
+        OpenContext {
+            job: info.job.clone(),
+            operator_name: info.operator.clone(),
+            config: info.config.clone(),
+            subtask_index: info.subtask,
+            parallelism: info.parallelism,
+            max_parallelism: info.max_parallelism,
+            keyed: info.keyed,
+            restored_state: info.restored_state.clone(),
+            attempt: info.attempt,
+            inputs: info
+                .inputs
+                .iter()
+                .map(|i| InputInfo {
+                    name: i.name.clone(),
+                    broadcast: i.broadcast,
+                })
+                .collect(),
+        }
+    }};
+}
+
+/// What `process` returned, of any version, with its records in the flat encoding.
+struct Processed2 {
+    records: Vec<u8>,
+    effects: Vec<u8>,
+    watermarks: Vec<BatchWatermark>,
+    stopped_at: Option<u32>,
 }
 
 /// An operator component instance. Implements [`Operator`] by calling the component's
@@ -144,6 +212,7 @@ impl WasmOperator {
                 Err(match e {
                     GuestError::InvalidConfig(m) => CallError::InvalidConfig(guest_text(&m, max)),
                     GuestError::Failed(m) => CallError::Failed(guest_text(&m, max)),
+                    GuestError::Contract(m) => CallError::Contract(m),
                 })
             }
             Err(trap) => {
@@ -241,57 +310,64 @@ impl Operator for WasmOperator {
 
     fn open(&mut self, info: &OpenInfo) -> Result<CallOutput, CallError> {
         self.store.data_mut().operator.opening = true;
-        let result = match &self.bindings {
-            Bindings::V2(_) => {
-                use v2::sluice::operator::types::{InputInfo, OpenContext};
-                let ctx = OpenContext {
-                    job: info.job.clone(),
-                    operator_name: info.operator.clone(),
-                    config: info.config.clone(),
-                    subtask_index: info.subtask,
-                    parallelism: info.parallelism,
-                    max_parallelism: info.max_parallelism,
-                    keyed: info.keyed,
-                    restored_state: info.restored_state.clone(),
-                    attempt: info.attempt,
-                    inputs: info
-                        .inputs
-                        .iter()
-                        .map(|i| InputInfo {
-                            name: i.name.clone(),
-                            broadcast: i.broadcast,
-                        })
-                        .collect(),
-                };
-                self.call(|b, s| match b {
-                    Bindings::V2(b) => b
-                        .sluice_operator_stream_operator()
-                        .call_open(s, &ctx)
-                        .map(|r| r.map(CallOutput::from).map_err(GuestError::from)),
-                    Bindings::V1(_) => unreachable!("matched above"),
-                })
-            }
-            Bindings::V1(_) => {
-                let ctx = v1::sluice::operator::types::OpenContext {
-                    job: info.job.clone(),
-                    operator_name: info.operator.clone(),
-                    config: info.config.clone(),
-                    subtask_index: info.subtask,
-                    parallelism: info.parallelism,
-                    max_parallelism: info.max_parallelism,
-                    keyed: info.keyed,
-                    restored_state: info.restored_state.clone(),
-                    attempt: info.attempt,
-                };
-                self.call(|b, s| match b {
-                    Bindings::V1(b) => b
-                        .sluice_operator_stream_operator()
-                        .call_open(s, &ctx)
-                        .map(|r| r.map(CallOutput::from).map_err(GuestError::from)),
-                    Bindings::V2(_) => unreachable!("matched above"),
-                })
-            }
-        };
+        let result =
+            match &self.bindings {
+                Bindings::V3(..) => {
+                    let ctx = open_context!(v3, info);
+                    let opened = self.call(|b, s| match b {
+                        Bindings::V3(b, _) => b
+                            .sluice_operator_stream_operator()
+                            .call_open(s, &ctx)
+                            .map(|r| {
+                                r.map_err(GuestError::from)
+                                    .and_then(|o| Ok((o.layout, o.output.into_call_output()?)))
+                            }),
+                        _ => unreachable!("matched above"),
+                    });
+                    opened.map(|(layout, output)| {
+                        if let Bindings::V3(_, chosen) = &mut self.bindings {
+                            *chosen = layout;
+                        }
+                        output
+                    })
+                }
+                Bindings::V2(_) => {
+                    let ctx = open_context!(v2, info);
+                    self.call(|b, s| match b {
+                        Bindings::V2(b) => b
+                            .sluice_operator_stream_operator()
+                            .call_open(s, &ctx)
+                            .map(|r| {
+                                r.map_err(GuestError::from)
+                                    .and_then(|o| o.into_call_output())
+                            }),
+                        _ => unreachable!("matched above"),
+                    })
+                }
+                Bindings::V1(_) => {
+                    let ctx = v1::sluice::operator::types::OpenContext {
+                        job: info.job.clone(),
+                        operator_name: info.operator.clone(),
+                        config: info.config.clone(),
+                        subtask_index: info.subtask,
+                        parallelism: info.parallelism,
+                        max_parallelism: info.max_parallelism,
+                        keyed: info.keyed,
+                        restored_state: info.restored_state.clone(),
+                        attempt: info.attempt,
+                    };
+                    self.call(|b, s| match b {
+                        Bindings::V1(b) => b
+                            .sluice_operator_stream_operator()
+                            .call_open(s, &ctx)
+                            .map(|r| {
+                                r.map_err(GuestError::from)
+                                    .and_then(|o| o.into_call_output())
+                            }),
+                        _ => unreachable!("matched above"),
+                    })
+                }
+            };
         let operator = &mut self.store.data_mut().operator;
         operator.opening = false;
         // Keyed state on unkeyed input fails every attempt alike: not worth a restart.
@@ -310,7 +386,7 @@ impl Operator for WasmOperator {
     }
 
     fn takes_batch_watermarks(&self) -> bool {
-        matches!(self.bindings, Bindings::V2(_))
+        !matches!(self.bindings, Bindings::V1(_))
     }
 
     fn process_batch(
@@ -334,8 +410,11 @@ impl Operator for WasmOperator {
                 Bindings::V1(b) => b
                     .sluice_operator_stream_operator()
                     .call_process(s, records)
-                    .map(|r| r.map(CallOutput::from).map_err(GuestError::from)),
-                Bindings::V2(_) => unreachable!("matched above"),
+                    .map(|r| {
+                        r.map_err(GuestError::from)
+                            .and_then(|o| o.into_call_output())
+                    }),
+                _ => unreachable!("matched above"),
             });
             let output = self.output(output)?;
             // A 0.1.0 operator's records know only the 0.1.0 flags.
@@ -353,22 +432,82 @@ impl Operator for WasmOperator {
                 ..ProcessOutput::default()
             });
         }
-        use v2::sluice::operator::types::BatchWatermark as Wit;
-        let given: Vec<Wit> = watermarks
-            .iter()
-            .map(|w| Wit {
-                before: w.before,
-                watermark: w.watermark,
-            })
-            .collect();
-        let result = self.call(|b, s| match b {
-            Bindings::V2(b) => b
-                .sluice_operator_stream_operator()
-                .call_process(s, input, records, &given)
-                .map(|r| r.map_err(GuestError::from)),
-            Bindings::V1(_) => unreachable!("matched above"),
-        });
-        let processed = result?;
+        let processed = match &self.bindings {
+            Bindings::V3(_, layout) => {
+                use v3::sluice::operator::types::{
+                    BatchWatermark as Wit, Layout, Processed, Records,
+                };
+                let given: Vec<Wit> = watermarks
+                    .iter()
+                    .map(|w| Wit {
+                        before: w.before,
+                        watermark: w.watermark,
+                    })
+                    .collect();
+                let records = match layout {
+                    Layout::Flat => Records::Flat(records.to_vec()),
+                    Layout::Columns => Records::Columns(
+                        columns::to_columns(records)
+                            .map_err(|e| CallError::Contract(format!("given {e}")))?,
+                    ),
+                };
+                self.call(|b, s| match b {
+                    Bindings::V3(b, _) => b
+                        .sluice_operator_stream_operator()
+                        .call_process(s, input, &records, &given)
+                        .map(|r| {
+                            r.map_err(GuestError::from).and_then(|p: Processed| {
+                                Ok(Processed2 {
+                                    records: columns::to_flat(p.records)
+                                        .map_err(GuestError::Contract)?,
+                                    effects: p.effects,
+                                    watermarks: p
+                                        .watermarks
+                                        .into_iter()
+                                        .map(|w| BatchWatermark {
+                                            before: w.before,
+                                            watermark: w.watermark,
+                                        })
+                                        .collect(),
+                                    stopped_at: p.stopped_at,
+                                })
+                            })
+                        }),
+                    _ => unreachable!("matched above"),
+                })?
+            }
+            _ => {
+                use v2::sluice::operator::types::BatchWatermark as Wit;
+                let given: Vec<Wit> = watermarks
+                    .iter()
+                    .map(|w| Wit {
+                        before: w.before,
+                        watermark: w.watermark,
+                    })
+                    .collect();
+                self.call(|b, s| match b {
+                    Bindings::V2(b) => b
+                        .sluice_operator_stream_operator()
+                        .call_process(s, input, records, &given)
+                        .map(|r| {
+                            r.map_err(GuestError::from).map(|p| Processed2 {
+                                records: p.records,
+                                effects: p.effects,
+                                watermarks: p
+                                    .watermarks
+                                    .into_iter()
+                                    .map(|w| BatchWatermark {
+                                        before: w.before,
+                                        watermark: w.watermark,
+                                    })
+                                    .collect(),
+                                stopped_at: p.stopped_at,
+                            })
+                        }),
+                    _ => unreachable!("matched above"),
+                })?
+            }
+        };
         // Positions are at most one per record and one after the last.
         if processed.watermarks.len() > processed.records.len() + 1 {
             return Err(CallError::Contract(format!(
@@ -383,14 +522,7 @@ impl Operator for WasmOperator {
         }))?;
         Ok(ProcessOutput {
             output,
-            watermarks: processed
-                .watermarks
-                .into_iter()
-                .map(|w| BatchWatermark {
-                    before: w.before,
-                    watermark: w.watermark,
-                })
-                .collect(),
+            watermarks: processed.watermarks,
             stopped_at: processed.stopped_at,
         })
     }
@@ -407,13 +539,23 @@ impl Operator for WasmOperator {
 
     fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, CallError> {
         let (state, effects) = match &self.bindings {
+            Bindings::V3(..) => {
+                let out = self.call(|b, s| match b {
+                    Bindings::V3(b, _) => b
+                        .sluice_operator_stream_operator()
+                        .call_snapshot(s, checkpoint_id)
+                        .map(|r| r.map_err(GuestError::from)),
+                    _ => unreachable!("matched above"),
+                })?;
+                (out.state, out.effects)
+            }
             Bindings::V2(_) => {
                 let out = self.call(|b, s| match b {
                     Bindings::V2(b) => b
                         .sluice_operator_stream_operator()
                         .call_snapshot(s, checkpoint_id)
                         .map(|r| r.map_err(GuestError::from)),
-                    Bindings::V1(_) => unreachable!("matched above"),
+                    _ => unreachable!("matched above"),
                 })?;
                 (out.state, out.effects)
             }
@@ -423,7 +565,7 @@ impl Operator for WasmOperator {
                         .sluice_operator_stream_operator()
                         .call_snapshot(s, checkpoint_id)
                         .map(|r| r.map_err(GuestError::from)),
-                    Bindings::V2(_) => unreachable!("matched above"),
+                    _ => unreachable!("matched above"),
                 })?;
                 (state, Vec::new())
             }
@@ -470,6 +612,7 @@ impl Operator for WasmOperator {
             return Ok(());
         }
         self.call(|b, s| match b {
+            Bindings::V3(b, _) => b.sluice_operator_stream_operator().call_dispose(s).map(Ok),
             Bindings::V2(b) => b.sluice_operator_stream_operator().call_dispose(s).map(Ok),
             Bindings::V1(b) => b.sluice_operator_stream_operator().call_dispose(s).map(Ok),
         })

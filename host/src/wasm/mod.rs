@@ -3,6 +3,7 @@
 
 pub mod bindings;
 mod cache;
+mod columns;
 mod cpu;
 mod engine;
 mod host;

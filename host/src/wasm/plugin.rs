@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
-use super::bindings::{EXPORT_INTERFACE, WIT_VERSION, WIT_VERSIONS, v1, v2};
+use super::bindings::{EXPORT_INTERFACE, WIT_VERSION, WIT_VERSIONS, v1, v2, v3};
 use super::cache::{CacheOutcome, content_digest};
 use super::cpu::CpuShares;
 use super::engine::WasmEngine;
@@ -43,6 +43,7 @@ pub struct Plugin {
 /// A component ready to instantiate, of its WIT version.
 #[derive(Clone)]
 enum Pre {
+    V3(v3::OperatorPre<StoreState>),
     V2(v2::OperatorPre<StoreState>),
     V1(v1::OperatorPre<StoreState>),
 }
@@ -166,8 +167,10 @@ impl Plugin {
             })?;
         let pre = if info.interface.ends_with("@0.1.0") {
             v1::OperatorPre::new(pre).map(Pre::V1)
-        } else {
+        } else if info.interface.ends_with("@0.2.0") {
             v2::OperatorPre::new(pre).map(Pre::V2)
+        } else {
+            v3::OperatorPre::new(pre).map(Pre::V3)
         }
         .map_err(anyhow::Error::from)
         .with_context(|| format!("{} does not match the operator world", path.display()))?;
@@ -206,6 +209,9 @@ impl Plugin {
         self.cpu.begin(&tenant);
         sandbox::arm(&mut store);
         let bindings = match &self.pre {
+            Pre::V3(pre) => pre
+                .instantiate(&mut store)
+                .map(|b| Bindings::V3(b, v3::sluice::operator::types::Layout::Flat)),
             Pre::V2(pre) => pre.instantiate(&mut store).map(Bindings::V2),
             Pre::V1(pre) => pre.instantiate(&mut store).map(Bindings::V1),
         };
@@ -229,9 +235,7 @@ fn check_interface(engine: &wasmtime::Engine, component: &Component) -> Result<P
         .map(|(name, _)| name.to_string())
         .collect();
     let wanted = format!("{EXPORT_INTERFACE}@{WIT_VERSION}");
-    let supported = WIT_VERSIONS
-        .map(|v| format!("sluice:operator@{v}"))
-        .join(" and ");
+    let supported = supported_versions_sentence();
     let Some((name, item)) = exports
         .iter()
         .find(|(name, _)| name.starts_with(EXPORT_INTERFACE))
@@ -278,6 +282,16 @@ pub fn supported_version() -> String {
     WIT_VERSIONS
         .map(|v| format!("sluice:operator@{v}"))
         .join(", ")
+}
+
+/// The same, as a sentence says them ("…, … and …").
+fn supported_versions_sentence() -> String {
+    let names = WIT_VERSIONS.map(|v| format!("sluice:operator@{v}"));
+    match names.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]
