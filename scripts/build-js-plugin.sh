@@ -38,5 +38,5 @@ NODE_PATH="$work/node_modules" "$tools/node_modules/.bin/esbuild" "$work/app.js"
   --format=esm --platform=neutral --external:'sluice:operator/*' --log-level=warning \
   --outfile="$work/bundle.js"
 mkdir -p "$(dirname "$out")"
-"$tools/node_modules/.bin/componentize-js" "$work/bundle.js" --wit "$root/wit/0.2.0/operator.wit" \
+"$tools/node_modules/.bin/componentize-js" "$work/bundle.js" --wit "$root/wit/operator.wit" \
   --world-name operator --disable http fetch-event -o "$out"

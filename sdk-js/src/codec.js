@@ -265,7 +265,55 @@ export function encodeEntries(entries) {
   return w.finish();
 }
 
-export const PUT = 1, DELETE = 2, CLEAR = 3, APPEND = 4, REGISTER_TIMER = 5, DELETE_TIMER = 6, COUNTER = 7;
+export const PUT = 1, DELETE = 2, CLEAR = 3, APPEND = 4, REGISTER_TIMER = 5, DELETE_TIMER = 6, COUNTER = 7, PUT_MANY = 8;
+
+const EMPTY_BYTES = new Uint8Array(0);
+
+/** Byte strings (null: absent) as wit/operator.wit's `packed` holds them: `{data, ends,
+ * absent}` — the strings one after another, a little-endian u32 end each, and a byte
+ * per string (1: absent) or nothing when all are there. */
+export function pack(strings) {
+  const n = strings.length;
+  const ends = new Uint32Array(n);
+  let total = 0;
+  let absent = EMPTY_BYTES;
+  for (let i = 0; i < n; i++) {
+    const s = strings[i];
+    if (s === null || s === undefined) {
+      if (absent === EMPTY_BYTES) absent = new Uint8Array(n);
+      absent[i] = 1;
+    } else total += s.length;
+    ends[i] = total;
+  }
+  const data = new Uint8Array(total);
+  let at = 0;
+  for (let i = 0; i < n; i++) {
+    const s = strings[i];
+    if (s !== null && s !== undefined) {
+      data.set(s, at);
+      at += s.length;
+    }
+  }
+  return { data, ends: new Uint8Array(ends.buffer), absent };
+}
+
+/** The strings of a `packed` (views into `data`), null where absent. */
+export function unpack(data, ends, absent) {
+  if (ends.length % 4 || (absent.length && absent.length * 4 !== ends.length)) {
+    throw new CodecError(`packed: ${ends.length} bytes of ends and ${absent.length} of absent`);
+  }
+  const view = new DataView(ends.buffer, ends.byteOffset, ends.byteLength);
+  const n = ends.length / 4;
+  const out = new Array(n);
+  let start = 0;
+  for (let i = 0; i < n; i++) {
+    const end = view.getUint32(4 * i, true);
+    if (end < start || end > data.length) throw new CodecError(`packed: string ${i} ends at byte ${end}, out of order or beyond the data`);
+    out[i] = absent.length && absent[i] ? null : data.subarray(start, end);
+    start = end;
+  }
+  return out;
+}
 
 /** Decodes effects into arrays `[kind, ...fields]` (for harnesses and tests). */
 export function decodeEffects(data) {
@@ -299,6 +347,18 @@ export function decodeEffects(data) {
       const delta = view.getBigUint64(pos, true);
       pos += 8;
       out.push([kind, name, delta]);
+    } else if (kind === PUT_MANY) {
+      // As the host reads it: one put per key, in order.
+      const state = u32();
+      const userKey = blob();
+      const count = u32();
+      const keyEnds = data.subarray(pos, pos + 4 * count);
+      pos += 4 * count;
+      const keys = unpack(blob(), keyEnds, EMPTY_BYTES);
+      const valueEnds = data.subarray(pos, pos + 4 * count);
+      pos += 4 * count;
+      const values = unpack(blob(), valueEnds, EMPTY_BYTES);
+      for (let i = 0; i < count; i++) out.push([PUT, state, keys[i], userKey, values[i]]);
     } else throw new CodecError(`effects: unknown effect ${kind}`);
   }
   return out;

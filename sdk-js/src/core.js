@@ -11,11 +11,13 @@ import {
   bytesId,
   decodeEntries,
   decodeTimers,
-  forEachRecord,
   idBytes,
+  pack,
   timeToI64,
-  writeRecord,
+  unpack,
+  Record,
   PUT,
+  PUT_MANY,
   DELETE,
   CLEAR,
   APPEND,
@@ -82,6 +84,18 @@ class Effects {
     this.w.i64(timeToI64(time));
     this.w.blob(key);
   }
+  /** Effect 8: a value-state put of each key (empty user key), the values packed. */
+  putMany(state, keys, data, ends) {
+    const k = pack(keys);
+    this.w.u8(PUT_MANY);
+    this.w.u32(state);
+    this.w.u32(0);
+    this.w.u32(keys.length);
+    this.w.raw(k.ends);
+    this.w.blob(k.data);
+    this.w.raw(ends);
+    this.w.blob(data);
+  }
   counter(name, delta) {
     const d = BigInt(delta);
     if (d < 0n || d >= 2n ** 64n) throw new Failed(`counter \`${name}\`: a delta of ${delta} (counters only grow, by less than 2^64)`);
@@ -95,17 +109,131 @@ class Effects {
 class Call {
   constructor(host, watermark) {
     this.host = host;
-    this.records = new Writer(1024);
-    this.count = 0;
+    // What the call emitted, in columns (wit/operator.wit's `columns`): a value, key and
+    // timestamp per record; partitions once a record has one; [record number, headers]
+    // and [record number, side output] where set.
+    this.values = [];
+    this.keys = [];
+    this.timestamps = [];
+    this.partitions = null;
+    this.headers = [];
+    this.outputs = [];
     this.effects = new Effects();
     this.watermark = watermark;
     this.writes = new Map(); // wkey -> [state, key, userKey, value | ABSENT]
+    // `putMany`s not in `writes` yet (newer than all of it): [state, keys, data, ends].
+    this.pending = [];
     this.cleared = new Set(); // skey
     this.appended = new Map(); // skey -> [values]
     this.newEventTimer = null;
     this.ahead = new Set();
     this.deleted = new Set();
     this.reregistered = new Set();
+  }
+  get count() {
+    return this.values.length;
+  }
+  /** `writes`, with the `putMany`s of the call in it: a batch's puts cost no string key
+   * each unless the call reads or writes state after them. */
+  settled() {
+    for (const [state, keys, data, ends] of this.pending) {
+      const raws = unpack(data, ends, EMPTY);
+      for (let i = 0; i < keys.length; i++) this.writes.set(wkey(state, keys[i], EMPTY), [state, keys[i], EMPTY, raws[i]]);
+    }
+    this.pending = [];
+    return this.writes;
+  }
+  emit(value, key, timestamp, headers = null, partition = null, output = 0) {
+    const n = this.values.length;
+    this.values.push(value);
+    this.keys.push(key);
+    this.timestamps.push(timestamp);
+    if (this.partitions !== null) this.partitions.push(partition);
+    else if (partition !== null && partition !== undefined) {
+      this.partitions = new Array(n).fill(null);
+      this.partitions.push(partition);
+    }
+    if (headers && headers.length) this.headers.push([n, headers]);
+    if (output) this.outputs.push([n, output]);
+  }
+  emitBatch(batch) {
+    const n = this.values.length;
+    for (let i = 0; i < batch.values.length; i++) {
+      this.values.push(batch.values[i]);
+      this.keys.push(batch.keys[i]);
+      this.timestamps.push(batch.timestamps[i]);
+    }
+    if (batch.partitions.length) {
+      if (this.partitions === null) this.partitions = new Array(n).fill(null);
+      for (const p of batch.partitions) this.partitions.push(p);
+    } else if (this.partitions !== null) {
+      for (let i = 0; i < batch.values.length; i++) this.partitions.push(null);
+    }
+    for (const [i, h] of batch.headers) this.headers.push([n + i, h]);
+  }
+  /** What the call emitted, as records (for harnesses). */
+  records() {
+    const headers = new Map(this.headers);
+    const outputs = new Map(this.outputs);
+    return this.values.map(
+      (v, i) => new Record(v, this.keys[i], this.timestamps[i], headers.get(i) ?? null, this.partitions?.[i] ?? null, outputs.get(i) ?? 0),
+    );
+  }
+}
+
+/** Records in columns, as `Operator.processBatch` gets them: `values`, `keys` and
+ * `timestamps` are arrays as long as the batch (keys and timestamps may be null);
+ * `partitions` is as long too, or empty when no record came from a partitioned source;
+ * `headers` lists `[record number, headers]` of the records that have any. */
+export class Batch {
+  constructor(values, keys = null, timestamps = null, partitions = null, headers = null) {
+    const n = values.length;
+    this.values = values;
+    this.keys = keys ?? new Array(n).fill(null);
+    this.timestamps = timestamps ?? new Array(n).fill(null);
+    this.partitions = partitions ?? [];
+    this.headers = headers ?? [];
+    if (this.keys.length !== n || this.timestamps.length !== n || (this.partitions.length !== 0 && this.partitions.length !== n)) {
+      throw new Failed(`a batch of ${n} values with ${this.keys.length} keys, ${this.timestamps.length} timestamps and ${this.partitions.length} partitions`);
+    }
+  }
+  get length() {
+    return this.values.length;
+  }
+  /** The batch as `Record`s (with their headers and partitions). */
+  records() {
+    const headers = new Map(this.headers);
+    return this.values.map((v, i) => new Record(v, this.keys[i], this.timestamps[i], headers.get(i) ?? null, this.partitions.length ? this.partitions[i] : null));
+  }
+  /** The records whose `keep[i]` is true, as they are. */
+  filter(keep) {
+    if (keep.length !== this.values.length) throw new Failed(`filter: ${keep.length} decisions for a batch of ${this.values.length}`);
+    const pick = (xs) => xs.filter((_, i) => keep[i]);
+    const renumber = new Map();
+    let j = 0;
+    for (let i = 0; i < keep.length; i++) if (keep[i]) renumber.set(i, j++);
+    return new Batch(
+      pick(this.values),
+      pick(this.keys),
+      pick(this.timestamps),
+      this.partitions.length ? pick(this.partitions) : [],
+      this.headers.filter(([i]) => renumber.has(i)).map(([i, h]) => [renumber.get(i), h]),
+    );
+  }
+  /** The same records (keys, timestamps, partitions, headers) with new values. */
+  withValues(values) {
+    if (values.length !== this.values.length) throw new Failed(`withValues: ${values.length} values for a batch of ${this.values.length}`);
+    return new Batch(values.map(asBytes), this.keys, this.timestamps, this.partitions, this.headers);
+  }
+  _slice(start, end) {
+    if (start === 0 && end >= this.values.length) return this;
+    return new Batch(
+      this.values.slice(start, end),
+      this.keys.slice(start, end),
+      this.timestamps.slice(start, end),
+      this.partitions.slice(start, end),
+      this.headers.filter(([i]) => i >= start && i < end).map(([i, h]) => [i - start, h]),
+    );
   }
 }
 
@@ -131,6 +259,39 @@ export class ValueState extends State {
   }
   put(ctx, key, value) {
     ctx._put(this.id, asBytes(key), EMPTY, this.codec.encode(value));
+  }
+  /** The value of each of `keys` (null where there is none), read from the host in one
+   * call and decoded at once where the codec can (`plain`). */
+  getMany(ctx, keys) {
+    keys = keys.map(asBytes);
+    const call = ctx._call;
+    const { data, ends, absent } = call.host.stateGetMany(this.id, keys, EMPTY);
+    let values;
+    try {
+      values = this.codec.decodePacked ? this.codec.decodePacked(data, ends, absent) : unpack(data, ends, absent).map((raw) => (raw === null ? null : this.codec.decode(raw)));
+    } catch (e) {
+      throw new Failed(`state \`${this.name}\`: cannot decode a value: ${e.message}`);
+    }
+    const writes = call.settled();
+    if (writes.size) {
+      // What this call wrote, over what the host had.
+      for (let i = 0; i < keys.length; i++) {
+        const written = writes.get(wkey(this.id, keys[i], EMPTY));
+        if (written) values[i] = written[3] === ABSENT ? null : this._decode(written[3]);
+      }
+    }
+    return values;
+  }
+  /** Sets the value of each of `keys` to the value at the same place of `values`,
+   * encoded at once where the codec can (`plain`). */
+  putMany(ctx, keys, values) {
+    keys = [...keys].map(asBytes);
+    values = [...values];
+    if (keys.length !== values.length) throw new Failed(`putMany: ${keys.length} keys and ${values.length} values`);
+    const call = ctx._call;
+    const packed = this.codec.encodePacked ? this.codec.encodePacked(values) : pack(values.map((v) => this.codec.encode(v)));
+    call.effects.putMany(this.id, keys, packed.data, packed.ends);
+    call.pending.push([this.id, keys, packed.data, packed.ends]);
   }
   /** Replaces the value with `f(current)` (null clears it); returns the new value. */
   update(ctx, key, f) {
@@ -194,7 +355,7 @@ export class MapState extends State {
       for (const [uk, v] of decodeEntries(call.host.stateEntries(this.id, key))) merged.set(bytesId(uk), v);
     }
     const kid = bytesId(key);
-    for (const [state, k, uk, v] of call.writes.values()) {
+    for (const [state, k, uk, v] of call.settled().values()) {
       if (state !== this.id || bytesId(k) !== kid) continue;
       if (v === ABSENT) merged.delete(bytesId(uk));
       else merged.set(bytesId(uk), v);
@@ -206,7 +367,7 @@ export class MapState extends State {
     const call = ctx._call;
     call.cleared.add(skey(this.id, key));
     const kid = bytesId(key);
-    for (const [w, [state, k]] of [...call.writes.entries()]) {
+    for (const [w, [state, k]] of [...call.settled().entries()]) {
       if (state === this.id && bytesId(k) === kid) call.writes.delete(w);
     }
     call.effects.clear(this.id, key);
@@ -262,17 +423,17 @@ class Shared {
   }
   _get(state, key, userKey) {
     const call = this._call;
-    const written = call.writes.get(wkey(state, key, userKey));
+    const written = call.settled().get(wkey(state, key, userKey));
     if (written) return written[3] === ABSENT ? null : written[3];
     if (call.cleared.has(skey(state, key))) return null;
     return call.host.stateGet(state, key, userKey) ?? null;
   }
   _put(state, key, userKey, value) {
-    this._call.writes.set(wkey(state, key, userKey), [state, key, userKey, value]);
+    this._call.settled().set(wkey(state, key, userKey), [state, key, userKey, value]);
     this._call.effects.put(state, key, userKey, value);
   }
   _delete(state, key, userKey) {
-    this._call.writes.set(wkey(state, key, userKey), [state, key, userKey, ABSENT]);
+    this._call.settled().set(wkey(state, key, userKey), [state, key, userKey, ABSENT]);
     this._call.effects.delete(state, key, userKey);
   }
 }
@@ -292,24 +453,27 @@ export class Context extends Shared {
     const ts = timestamp === undefined ? this._timestamp : timestamp;
     const r = this._record;
     // Headers and the source partition go on with what a record leads to.
-    writeRecord(this._call.records, asBytes(value), key === null || key === undefined ? null : asBytes(key), ts, r?.headers ?? null, r?.partition ?? null);
-    this._call.count++;
+    this._call.emit(asBytes(value), key === null || key === undefined ? null : asBytes(key), ts, r?.headers ?? null, r?.partition ?? null);
   }
   /** Emits `value` written as JSON text (what a sink with `format = "json"` or
    *  `"avro"` takes); the timestamp as for `emit`. */
   emitJson(key, value, timestamp = undefined) {
     this.emit(key, JSON.stringify(value), timestamp);
   }
+  /** Emits a `Batch` as it is, or an array of values with, optionally, a key and a
+   * timestamp for each (arrays as long; none when not given). */
+  emitBatch(batch, keys = null, timestamps = null) {
+    if (!(batch instanceof Batch)) batch = new Batch([...batch].map(asBytes), keys?.map((k) => (k === null || k === undefined ? null : asBytes(k))) ?? null, timestamps);
+    this._call.emitBatch(batch);
+  }
   /** Emits a record to a side output declared in `open`. */
   emitTo(output, key, value) {
     const r = this._record;
-    writeRecord(this._call.records, asBytes(value), key === null || key === undefined ? null : asBytes(key), this._timestamp, r?.headers ?? null, r?.partition ?? null, output.number);
-    this._call.count++;
+    this._call.emit(asBytes(value), key === null || key === undefined ? null : asBytes(key), this._timestamp, r?.headers ?? null, r?.partition ?? null, output.number);
   }
   /** Emits `record` as it is (headers and partition included). */
   emitRecord(r) {
-    writeRecord(this._call.records, r.value, r.key, r.timestamp, r.headers, r.partition, 0);
-    this._call.count++;
+    this._call.emit(r.value, r.key, r.timestamp, r.headers, r.partition, 0);
   }
   /** The input (of `ctx.inputs` in `open`) the record being processed came from. */
   inputIndex() {
@@ -386,6 +550,23 @@ export class Operator {
     return new this();
   }
   process(_record, _ctx) {}
+  /** The records of a batch that arrived together (between two watermarks): calls
+   * `process` for each unless overridden. Override it to work on the whole batch
+   * (`batch.values`, `batch.keys`, ...), reading and writing keyed state for all its
+   * keys at once (`getMany`, `putMany`) and emitting with `ctx.emitBatch`; `ctx.emit`
+   * here gives a record no timestamp unless it is given one. */
+  processBatch(batch, ctx) {
+    const plain = !batch.headers.length && !batch.partitions.length;
+    const records = plain ? null : batch.records();
+    for (let i = 0; i < batch.values.length; i++) {
+      const record = plain ? new Record(batch.values[i], batch.keys[i], batch.timestamps[i]) : records[i];
+      ctx._timestamp = record.timestamp;
+      ctx._record = record;
+      this.process(record, ctx);
+    }
+    ctx._timestamp = null;
+    ctx._record = null;
+  }
   processWatermark(_watermark, _ctx) {}
   onTimer(_timer, _ctx) {}
   snapshot(_checkpointId) {
@@ -433,8 +614,9 @@ export class Instance {
       this.operator = op;
     });
   }
-  /** Returns `[call, passed watermarks, stoppedAt]`; see the WIT's `processed`. */
-  process(host, input, records, watermarks) {
+  /** The records between two watermarks to `processBatch` at a time; returns `[call,
+   * passed watermarks, stoppedAt]` (see the WIT's `processed`). */
+  process(host, input, batch, watermarks) {
     const op = this._op('process');
     const passed = [];
     let stopped = null;
@@ -442,7 +624,6 @@ export class Instance {
       const ctx = new Context(call);
       ctx._input = input;
       let handled = 0;
-      let n = 0;
       const before = (n) => {
         while (handled < watermarks.length && watermarks[handled][0] <= n) {
           const wm = watermarks[handled][1];
@@ -452,6 +633,7 @@ export class Instance {
           }
           call.watermark = wm;
           ctx._timestamp = null;
+          ctx._record = null;
           op.processWatermark(wm, ctx);
           const at = call.count;
           if (passed.length && passed[passed.length - 1][0] === at) passed[passed.length - 1] = [at, wm];
@@ -460,18 +642,15 @@ export class Instance {
         }
         return true;
       };
-      const STOP = {};
-      try {
-        forEachRecord(records, (record) => {
-          if (!before(n)) throw STOP;
-          ctx._timestamp = record.timestamp;
-          ctx._record = record;
-          op.process(record, ctx);
-          n++;
-        });
-        before(n);
-      } catch (e) {
-        if (e !== STOP) throw e;
+      const count = batch.length;
+      let start = 0;
+      for (;;) {
+        if (!before(start) || start >= count) return;
+        const end = handled < watermarks.length ? Math.min(watermarks[handled][0], count) : count;
+        op.processBatch(batch._slice(start, end), ctx);
+        ctx._timestamp = null;
+        ctx._record = null;
+        start = end;
       }
     });
     return [call, passed, stopped];

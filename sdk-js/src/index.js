@@ -5,8 +5,9 @@
 // minimum and maximum); state values use postcard, as the Rust and Python SDKs do.
 
 export * as postcard from './postcard.js';
+export * as plain from './plain.js';
 export { Record, EVENT_TIME, PROCESSING_TIME } from './codec.js';
-export { Operator, Context, OpenContext, Config, InvalidConfig, Failed, SluiceError, ValueState, ListState, MapState } from './core.js';
+export { Operator, Batch, Context, OpenContext, Config, InvalidConfig, Failed, SluiceError, ValueState, ListState, MapState } from './core.js';
 
 /** The operator class `exportOperator` registered. */
 export let EXPORTED = null;

@@ -11,8 +11,8 @@ import {
   decodeEffects,
   encodeEntries,
   encodeTimers,
-  forEachRecord,
   idBytes,
+  pack,
   writeRecord,
   PUT,
   DELETE,
@@ -22,7 +22,7 @@ import {
   DELETE_TIMER,
   COUNTER,
 } from './codec.js';
-import { CallError, Instance } from './core.js';
+import { Batch, CallError, Instance } from './core.js';
 
 export class HarnessError extends Error {
   constructor(e) {
@@ -92,6 +92,9 @@ export class Harness {
         const key = vkey(s, k, uk);
         return live(s, store.written.get(key) ?? 0) ? (store.values.get(key)?.[3] ?? null) : null;
       },
+      stateGetMany(s, keys, uk) {
+        return pack(keys.map((k) => this.stateGet(s, k, uk)));
+      },
       stateEntries(s, k) {
         const list = store.lists.get(`${s}|${bytesId(k)}`);
         if (list) return encodeEntries(list.filter(([t]) => live(s, t)).map(([, v]) => [new Uint8Array(0), v]));
@@ -138,9 +141,12 @@ export class Harness {
   _apply(call) {
     const s = this.store;
     const effects = call.effects.w.finish();
-    const records = call.records.finish();
-    // As the host: a call that returns more than the limit fails, and nothing of it counts.
-    const size = effects.length + records.length;
+    const records = call.records();
+    // As the host: a call that returns more than the limit fails, and nothing of it counts
+    // (the host measures records in the flat encoding).
+    const flat = new Writer();
+    for (const r of records) writeRecord(flat, r.value, r.key, r.timestamp, r.headers, r.partition, r.output);
+    const size = effects.length + flat.length;
     if (size > this.maxOutputBytes) {
       throw new HarnessError(new CallError(false, `returned ${size} bytes of records and effects from one call; the limit is ${this.maxOutputBytes}`));
     }
@@ -163,11 +169,11 @@ export class Harness {
       else if (kind === DELETE_TIMER) s.timers.delete(timerId(e[1], e[2], e[3]));
       else if (kind === COUNTER) s.counters.set(e[1], (s.counters.get(e[1]) ?? 0n) + e[2]);
     }
-    forEachRecord(records, (r) => {
+    for (const r of records) {
       const copy = new Record(r.value.slice(), r.key?.slice() ?? null, r.timestamp, r.headers, r.partition, r.output);
       if (r.output) this.side.push(copy);
       else this.output.push(copy);
-    });
+    }
   }
 
   _call(f) {
@@ -211,9 +217,15 @@ export class Harness {
         cut = due(cut + 1);
       }
       const [end, wmEnd] = cut === null ? [records.length, watermarks.length] : [Math.min(watermarks[cut][0], records.length), cut];
-      const w = new Writer();
-      for (const r of records.slice(first, end)) writeRecord(w, r.value, r.key, r.timestamp, r.headers, r.partition, 0);
-      const batch = w.finish();
+      const part = records.slice(first, end);
+      for (const r of part) if (r.output) throw new RangeError('records given to an operator go to no side output');
+      const batch = new Batch(
+        part.map((r) => enc(r.value)),
+        part.map((r) => (r.key === null || r.key === undefined ? null : enc(r.key))),
+        part.map((r) => r.timestamp ?? null),
+        part.some((r) => r.partition !== null && r.partition !== undefined) ? part.map((r) => r.partition ?? null) : [],
+        part.flatMap((r, i) => (r.headers && r.headers.length ? [[i, r.headers]] : [])),
+      );
       const given = watermarks.slice(k, wmEnd).map(([before, wm]) => [Math.max(before - first, 0), wm]);
       const [, , stopped] = this._call(() => this.instance.process(this.host, input, batch, given));
       const [handled, handledWms] = stopped === null ? [end - first, given.length] : [given[stopped][0], stopped];

@@ -2,10 +2,10 @@
 // registered; bundled into a component by scripts/build-js-plugin.sh. The instance lives
 // in this module for the whole subtask.
 
-import * as runtime from 'sluice:operator/runtime@0.2.0';
+import * as runtime from 'sluice:operator/runtime@0.3.0';
 import { EXPORTED } from './index.js';
-import { CallError, Instance } from './core.js';
-import { timeFromI64, timeToI64 } from './codec.js';
+import { Batch, CallError, Instance } from './core.js';
+import { forEachRecord, pack, timeFromI64, timeToI64, unpack } from './codec.js';
 
 const payload = (e) => e?.payload ?? e?.message ?? String(e);
 // An s64 of the bindings as a time: componentize-js gives some s64s as their unsigned
@@ -23,6 +23,7 @@ const host = {
     }
   },
   stateGet: (state, key, userKey) => runtime.stateGet(state, key, userKey) ?? null,
+  stateGetMany: (state, keys, userKey) => runtime.stateGetMany(state, pack(keys), userKey),
   stateEntries: (state, key) => runtime.stateEntries(state, key),
   declareOutput(name) {
     try {
@@ -55,12 +56,90 @@ function guard(f) {
   }
 }
 
-const output = (call) => ({ records: call.records.finish(), effects: call.effects.w.finish() });
+const NO_PARTITION = 0xffffffff;
+const NONE = new Uint8Array(0);
+const LITTLE = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+
+/** `bytes` (8 per number, little-endian) as a typed array of `Kind` (aligned copy). */
+function fixed(Kind, bytes, size) {
+  const copy = bytes.slice();
+  if (!LITTLE) for (let i = 0; i < copy.length; i += size) copy.subarray(i, i + size).reverse();
+  return new Kind(copy.buffer, 0, copy.length / size);
+}
+
+function littleBytes(array, size) {
+  const bytes = new Uint8Array(array.buffer, array.byteOffset, array.byteLength);
+  if (!LITTLE) for (let i = 0; i < bytes.length; i += size) bytes.subarray(i, i + size).reverse();
+  return bytes;
+}
+
+/** The records of a `process` call: in columns, as `open` asked; flat ones decoded. */
+function batchOf(records) {
+  if (records.tag === 'flat') {
+    const decoded = [];
+    forEachRecord(records.val, (r) => decoded.push(r));
+    return new Batch(
+      decoded.map((r) => r.value),
+      decoded.map((r) => r.key),
+      decoded.map((r) => r.timestamp),
+      decoded.some((r) => r.partition !== null) ? decoded.map((r) => r.partition) : [],
+      decoded.flatMap((r, i) => (r.headers ? [[i, r.headers]] : [])),
+    );
+  }
+  const c = records.val;
+  const n = c.count;
+  const values = unpack(c.values.data, c.values.ends, c.values.absent);
+  const keys = unpack(c.keys.data, c.keys.ends, c.keys.absent);
+  let timestamps = new Array(n).fill(null);
+  if (c.timestamps.length) {
+    const ts = fixed(BigInt64Array, c.timestamps, 8);
+    timestamps = Array.from(ts, (t, i) => (c.untimed.length && c.untimed[i] ? null : timeFromI64(t)));
+  }
+  let partitions = [];
+  if (c.partitions.length) partitions = Array.from(fixed(Uint32Array, c.partitions, 4), (p) => (p === NO_PARTITION ? null : p));
+  return new Batch(values, keys, timestamps, partitions, c.headers);
+}
+
+/** What a call emitted, in columns. */
+function recordsOf(call) {
+  const n = call.values.length;
+  let times = NONE;
+  let untimed = NONE;
+  if (call.timestamps.some((t) => t !== null && t !== undefined)) {
+    const ts = new BigInt64Array(n);
+    for (let i = 0; i < n; i++) {
+      const t = call.timestamps[i];
+      if (t === null || t === undefined) {
+        if (untimed === NONE) untimed = new Uint8Array(n);
+        untimed[i] = 1;
+      } else ts[i] = timeToI64(t);
+    }
+    times = littleBytes(ts, 8);
+  }
+  let partitions = NONE;
+  if (call.partitions !== null) partitions = littleBytes(Uint32Array.from(call.partitions, (p) => p ?? NO_PARTITION), 4);
+  return {
+    tag: 'columns',
+    val: {
+      count: n,
+      values: pack(call.values),
+      keys: pack(call.keys),
+      timestamps: times,
+      untimed,
+      partitions,
+      headers: call.headers,
+      outputs: call.outputs,
+    },
+  };
+}
+
+const output = (call) => ({ records: recordsOf(call), effects: call.effects.w.finish() });
 
 export const streamOperator = {
   open(ctx) {
-    return guard(() =>
-      output(
+    return guard(() => ({
+      layout: 'columns',
+      output: output(
         current().open(host, {
           job: ctx.job,
           operatorName: ctx.operatorName,
@@ -74,14 +153,14 @@ export const streamOperator = {
           inputs: ctx.inputs.map((i) => ({ name: i.name, broadcast: i.broadcast })),
         }),
       ),
-    );
+    }));
   },
   process(input, records, watermarks) {
     return guard(() => {
       const given = watermarks.map((w) => [w.before, time(w.watermark)]);
-      const [call, passed, stopped] = current().process(host, input, records, given);
+      const [call, passed, stopped] = current().process(host, input, batchOf(records), given);
       return {
-        records: call.records.finish(),
+        records: recordsOf(call),
         effects: call.effects.w.finish(),
         watermarks: passed.map(([before, wm]) => ({ before, watermark: timeToI64(wm) })),
         stoppedAt: stopped ?? undefined,

@@ -253,3 +253,55 @@ test('a call returning more than the output limit fails as on the host', () => {
   assert.deepEqual(h.takeValues(), []);
   assert.throws(() => h.snapshot(), (e) => e instanceof HarnessError && /the limit is 1000/.test(e.message));
 });
+
+test('the batch API gives what the per-record one does', async () => {
+  const { Count } = await import('../../plugins-js/count.js');
+  const { CountBatch } = await import('../../plugins-js/count_batch.js');
+  const { FilterBatch } = await import('../../plugins-js/filter_batch.js');
+  const enc = (s) => new TextEncoder().encode(s);
+  const keys = Array.from({ length: 40 }, (_, i) => enc(`k${(i * 7) % 5}`));
+  const one = new Harness(Count, { keyed: true });
+  const batched = new Harness(CountBatch, { keyed: true });
+  for (const h of [one, batched]) {
+    // Batches split by watermarks, and a later batch reading what the earlier wrote.
+    h.processBatch(keys.slice(0, 25).map((k, i) => new Record(enc(''), k, i)), [[10, 5], [20, 9]]);
+    h.processBatch(keys.slice(25).map((k, i) => new Record(enc(''), k, i)));
+  }
+  const values = (h) => h.takeOutput().map((r) => [new TextDecoder().decode(r.key), new TextDecoder().decode(r.value), r.timestamp]);
+  assert.deepEqual(values(batched), values(one));
+  const k0 = new DataView(batched.stateValue('count', enc('k0')).buffer);
+  assert.equal(k0.getBigInt64(0, true), 8n);
+
+  const h = new Harness(FilterBatch, { config: { contains: '7' } });
+  const records = [
+    new Record(enc('a7'), enc('k'), 1, [[enc('h'), enc('1')]], 0),
+    new Record(enc('b'), null, null, [[enc('h'), enc('2')]], 1),
+    new Record(enc('77'), null, 3, [[enc('h'), enc('3')]], 2),
+  ];
+  h.processBatch(records);
+  // Kept as they are: keys, timestamps, headers (renumbered) and partitions.
+  const out = h.takeOutput();
+  assert.deepEqual(out.map((r) => [r.value, r.key, r.timestamp, r.headers, r.partition]), [records[0], records[2]].map((r) => [r.value, r.key, r.timestamp, r.headers, r.partition]));
+});
+
+test('getMany sees the call\'s own writes and what earlier calls wrote', async () => {
+  const { plain } = await import('../src/index.js');
+  class Batched extends Operator {
+    static open(ctx) {
+      const op = new Batched();
+      op.v = ctx.valueState('v', plain.I64);
+      return op;
+    }
+    processBatch(batch, ctx) {
+      const before = this.v.getMany(ctx, batch.keys);
+      this.v.putMany(ctx, batch.keys, batch.values.map((v) => Number(new TextDecoder().decode(v))));
+      const after = this.v.getMany(ctx, batch.keys);
+      ctx.emitBatch(before.map((b, i) => `${b}->${after[i]}`), batch.keys);
+    }
+  }
+  const enc = (s) => new TextEncoder().encode(s);
+  const h = new Harness(Batched, { keyed: true });
+  h.processBatch([new Record(enc('1'), enc('a')), new Record(enc('2'), enc('b'))]);
+  h.processBatch([new Record(enc('3'), enc('a')), new Record(enc('4'), enc('c'))]);
+  assert.deepEqual(h.takeOutput().map((r) => new TextDecoder().decode(r.value)), ['null->1', 'null->2', '1->3', 'null->4']);
+});

@@ -111,17 +111,24 @@ fn swap_count_plugin(name: &str, first: &str, second: &str) {
 }
 
 #[test]
-fn a_python_batch_count_and_filter_give_the_per_record_results_through_a_restore() {
+fn batch_counts_and_filters_give_the_per_record_results_through_a_restore() {
+    for language in Language::ALL {
+        batch_count_and_filter(language);
+    }
+}
+
+fn batch_count_and_filter(language: Language) {
     let (Some(count), Some(filter)) = (
-        Language::Python.plugin("count_batch"),
-        Language::Python.plugin("filter_batch"),
+        language.plugin("count_batch"),
+        language.plugin("filter_batch"),
     ) else {
         return;
     };
+    let name = language.name();
     // Running counts, as the Rust `count` gives them, killed after a checkpoint and
     // resumed: records cross in columns (`sluice:operator@0.3.0`), state is read and
     // written a batch at a time.
-    swap_count_plugin("python-batch-count", &count, &count);
+    swap_count_plugin(&format!("{name}-batch-count"), &count, &count);
     // The words with a "t" of an upper-cased text, kept by the batch filter: what the
     // per-record Rust filter keeps.
     let text = sample_text(13, 300);
@@ -146,7 +153,7 @@ path = "out.txt"
         )
     };
     let output = |plugin: &str| {
-        let dir = test_dir("python-batch-filter");
+        let dir = test_dir(&format!("{name}-batch-filter"));
         std::fs::write(dir.join("input.txt"), &text).unwrap();
         run_job(&write_job(&dir, &job(plugin))).unwrap();
         std::fs::read_to_string(dir.join("out.txt")).unwrap()

@@ -1,8 +1,8 @@
 //! The same operators written in Rust, Python and JavaScript, per record through the
 //! same chain code, as ratios to Rust in one run: `count` (keyed state, one value per
 //! key, a running count emitted per record) with each SDK's per-record API and, for
-//! Python, its batch API (`count_batch`); and `filter` on values, per record and (Python)
-//! per batch (`filter_batch`). The Python and JavaScript plugins are built first with
+//! Python and JavaScript, their batch APIs (`count_batch`); and `filter` on values, per
+//! record and per batch (`filter_batch`). The Python and JavaScript plugins are built first with
 //! `scripts/build-{python,js}-plugin.sh` unless `SLUICE_PYTHON_PLUGINS` and
 //! `SLUICE_JS_PLUGINS` name folders of them. `SLUICE_PYTHON_BASELINE` may name a folder
 //! of Python plugins built otherwise (an earlier SDK) to measure in the same run;
@@ -118,40 +118,48 @@ path = "out.txt"
     )
 }
 
-/// Median time of the job, started over each time.
-fn job_time(runs: usize, toml: &str) -> Duration {
-    let dir = test_dir("languages-job");
-    let job = write_job(&dir, toml);
-    let mut times: Vec<Duration> = (0..=runs)
-        .map(|_| {
-            let _ = std::fs::remove_file(dir.join("out.txt"));
-            let start = Instant::now();
-            run_job(&job).expect("the job runs");
-            start.elapsed()
-        })
-        .skip(1) // the first compiles the plugins (cached after)
-        .collect();
-    times.sort();
-    times[times.len() / 2]
+/// The time of one run of the job at `job`, started over.
+fn job_once(dir: &Path, job: &Path) -> Duration {
+    let _ = std::fs::remove_file(dir.join("out.txt"));
+    let start = Instant::now();
+    run_job(job).expect("the job runs");
+    start.elapsed()
 }
 
-/// Each count's marginal cost per word in a whole job.
+/// Each count's marginal cost per word in a whole job: the job with and without it, run
+/// alternately (after one warm-up run of each, which compiles the plugins).
 fn whole_jobs(runs: usize, counts: &[(&str, String, u64)]) {
     println!(
-        "count in a whole job (generator → tokenize → count → file, minus the job without count), median of {runs}"
+        "count in a whole job (generator → tokenize → count → file, minus the job without count), median of {runs} pairs"
     );
     let mut rust = None;
     for (label, path, lines) in counts {
-        let without = job_time(runs, &word_job(*lines, None));
-        let with = job_time(runs, &word_job(*lines, Some(path)));
-        let per =
-            with.saturating_sub(without).as_secs_f64() * 1e9 / (lines * WORDS_PER_LINE) as f64;
+        let (dir_with, dir_without) = (test_dir("languages-with"), test_dir("languages-without"));
+        let with_job = write_job(&dir_with, &word_job(*lines, Some(path)));
+        let without_job = write_job(&dir_without, &word_job(*lines, None));
+        job_once(&dir_with, &with_job);
+        job_once(&dir_without, &without_job);
+        let pairs: Vec<(f64, f64)> = (0..runs)
+            .map(|_| {
+                let without = job_once(&dir_without, &without_job).as_secs_f64();
+                let with = job_once(&dir_with, &with_job).as_secs_f64();
+                (with, without)
+            })
+            .collect();
+        let per = median(
+            pairs
+                .iter()
+                .map(|(with, without)| {
+                    (with - without).max(0.0) * 1e9 / (lines * WORDS_PER_LINE) as f64
+                })
+                .collect(),
+        );
         let rust = *rust.get_or_insert(per);
         println!(
             "  {label:<18} {per:>9.0} ns/word   / rust {:.0}   ({lines} lines: {:.2} s with, {:.2} s without)",
             per / rust,
-            with.as_secs_f64(),
-            without.as_secs_f64()
+            median(pairs.iter().map(|p| p.0).collect()),
+            median(pairs.iter().map(|p| p.1).collect()),
         );
     }
 }
@@ -166,12 +174,15 @@ fn main() {
         case("python", python("count"), &[]),
         case("python batch", python("count_batch"), &[]),
         case("javascript", js("count"), &[]),
+        case("javascript batch", js("count_batch"), &[]),
     ];
     let contains = [("contains", "7")];
     let mut filters = vec![
         case("rust", FILTER.into(), &contains),
         case("python", python("filter"), &contains),
         case("python batch", python("filter_batch"), &contains),
+        case("javascript", js("filter"), &contains),
+        case("javascript batch", js("filter_batch"), &contains),
     ];
     if let Some(dir) = &baseline {
         let at = |name: &str| {
@@ -199,6 +210,7 @@ fn main() {
             let lines = match c.label.as_str() {
                 "rust" => 1_000_000,
                 "javascript" => 5_000,
+                "javascript batch" => 10_000,
                 _ => 25_000,
             };
             (c.label.as_str(), c.path.clone(), lines)
@@ -211,51 +223,53 @@ fn main() {
 fn per_call(batches: &[(Vec<u8>, usize)], runs: usize, counts: &[Case], filters: &[Case]) {
     // Only processing is timed: loading and instantiating a component (tens of
     // milliseconds for an interpreter's) is not a cost per record.
-    let time = |c: &Case, name: &str, keyed: bool| -> Duration {
-        let mut times: Vec<Duration> = (0..runs)
-            .map(|_| {
-                let state = if keyed {
-                    keyed_state()
-                } else {
-                    OperatorState::new(None)
-                };
-                let mut chain = chain(wasm_operator(&c.path, name, state), name, &c.config, keyed);
-                let start = Instant::now();
-                for (bytes, n) in batches {
-                    chain.process(0, bytes.clone(), *n, Vec::new()).unwrap();
-                }
-                start.elapsed()
-            })
-            .collect();
-        times.sort();
-        times[times.len() / 2]
+    let once = |c: &Case, name: &str, keyed: bool| -> Duration {
+        let state = if keyed {
+            keyed_state()
+        } else {
+            OperatorState::new(None)
+        };
+        let mut chain = chain(wasm_operator(&c.path, name, state), name, &c.config, keyed);
+        let start = Instant::now();
+        for (bytes, n) in batches {
+            chain.process(0, bytes.clone(), *n, Vec::new()).unwrap();
+        }
+        start.elapsed()
     };
     let per = |d: Duration| d.as_secs_f64() * 1e9 / RECORDS as f64;
     for (operator, cases, keyed) in [("count", counts, true), ("filter", filters, false)] {
         // Instantiating (and a first compile, cached after) is part of none: warm up.
         for c in cases {
-            time(c, operator, keyed);
+            once(c, operator, keyed);
         }
+        // Rounds of every case one after another, so that the machine's changes of
+        // speed fall on all of them alike; each case's median, and the median of its
+        // ratios to Rust's time in the same round.
+        let rounds: Vec<Vec<f64>> = (0..runs)
+            .map(|_| {
+                cases
+                    .iter()
+                    .map(|c| per(once(c, operator, keyed)))
+                    .collect()
+            })
+            .collect();
         println!(
-            "{operator}, {RECORDS} records{}, batch {BATCH}, median of {runs}",
+            "{operator}, {RECORDS} records{}, batch {BATCH}, median of {runs} rounds",
             if keyed {
                 format!(" over {KEYS} keys")
             } else {
                 String::new()
             }
         );
-        let rust = per(time(&cases[0], operator, keyed));
-        for c in cases {
-            let t = if c.label == "rust" {
-                rust
-            } else {
-                per(time(c, operator, keyed))
-            };
-            println!(
-                "  {:<18} {t:>9.0} ns/record   / rust {:.1}",
-                c.label,
-                t / rust
-            );
+        for (i, c) in cases.iter().enumerate() {
+            let t = median(rounds.iter().map(|r| r[i]).collect());
+            let ratio = median(rounds.iter().map(|r| r[i] / r[0]).collect());
+            println!("  {:<18} {t:>9.0} ns/record   / rust {ratio:.1}", c.label);
         }
     }
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
 }
