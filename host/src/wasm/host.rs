@@ -510,3 +510,98 @@ impl From<v2::sluice::operator::types::StateKind> for StateKind {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+
+    use sluice_codec::{Effect, EffectWriter};
+
+    use super::*;
+    use crate::chain::{OperatorIdentity, OperatorState};
+    use crate::state::KeyedState;
+    use crate::wasm::{CpuShares, SandboxLimits};
+
+    /// A store whose keyed state `s` holds `values` (key → value), answering at most
+    /// `max_output_bytes` per call.
+    fn store(values: &[(&[u8], &[u8])], max_output_bytes: usize) -> (StoreState, u32) {
+        let identity = OperatorIdentity {
+            tenant: "t".into(),
+            job: "j".into(),
+            operator: "o".into(),
+            subtask: 0,
+            parallelism: 1,
+        };
+        let limits = SandboxLimits {
+            max_output_bytes,
+            ..SandboxLimits::default()
+        };
+        let state = OperatorState::new(Some(KeyedState::heap(128, 0..128)));
+        let cancel = Arc::new(AtomicBool::new(false));
+        let mut store =
+            StoreState::new(identity, limits, state, cancel, Arc::new(CpuShares::new(1))).unwrap();
+        store.operator.opening = true;
+        let id = Host::declare_state(&mut store, "s".into(), StateKind::Value, None)
+            .unwrap()
+            .unwrap();
+        store.operator.opening = false;
+        let mut effects = EffectWriter::new();
+        for (key, value) in values {
+            effects.push(Effect::Put {
+                state: id,
+                key,
+                user_key: b"",
+                value,
+            });
+        }
+        let now = now_millis();
+        let writes = store.operator.apply_effects(&effects.take(), now).unwrap();
+        store.operator.settle(now, writes).unwrap();
+        (store, id)
+    }
+
+    fn packed(keys: &[&[u8]]) -> Packed {
+        let mut w = PackedWriter::with_capacity(keys.len(), 0);
+        for key in keys {
+            w.push(Some(key));
+        }
+        w.finish()
+    }
+
+    #[test]
+    fn state_get_many_answers_each_key_in_order_packed() {
+        let (mut store, id) = store(&[(b"a", b"1"), (b"c", b"333")], 1 << 20);
+        let got = Host::state_get_many(&mut store, id, packed(&[b"c", b"b", b"a", b"c"]), vec![])
+            .unwrap();
+        let got = unpack("got", &got.data, &got.ends, &got.absent, 4).unwrap();
+        assert_eq!(
+            got,
+            [Some(&b"333"[..]), None, Some(&b"1"[..]), Some(&b"333"[..])]
+        );
+    }
+
+    #[test]
+    fn state_get_many_refuses_more_than_a_call_may_return_and_bad_keys() {
+        // A guest asking for one large value many times: the answer would be far larger
+        // than its request; refused once past the bound, before it is built.
+        let big = vec![7u8; 1000];
+        let (mut store, id) = store(&[(b"k", &big)], 10_000);
+        let keys: Vec<&[u8]> = vec![b"k"; 100];
+        let err = Host::state_get_many(&mut store, id, packed(&keys), vec![]).unwrap_err();
+        assert!(
+            format!("{err}").contains("come to more than a call may return"),
+            "{err}"
+        );
+        assert!(Host::state_get_many(&mut store, id, packed(&keys[..9]), vec![]).is_ok());
+        // Ends that point past the keys' bytes, and an absent key.
+        let mut bad = packed(&[b"k"]);
+        bad.ends = 5u32.to_le_bytes().to_vec();
+        let err = Host::state_get_many(&mut store, id, bad, vec![]).unwrap_err();
+        assert!(format!("{err}").contains("ends at byte 5"), "{err}");
+        let mut absent = packed(&[b"k"]);
+        absent.absent = vec![1];
+        let err = Host::state_get_many(&mut store, id, absent, vec![]).unwrap_err();
+        assert!(format!("{err}").contains("key 0 is absent"), "{err}");
+    }
+}
