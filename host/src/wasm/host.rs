@@ -229,89 +229,62 @@ impl StoreState {
     }
 }
 
-impl v2::sluice::operator::runtime::Host for StoreState {
-    fn processing_time(&mut self) -> wasmtime::Result<i64> {
-        Host::processing_time(self)
-    }
+/// The runtime imports of an older WIT version `$v`, answered by the current ones (its
+/// `level` and `state-kind` convert into 0.3.0's); `$($extra)*` are the imports it has
+/// beyond 0.1.0's.
+macro_rules! older_runtime {
+    ($v:ident $(, $extra:item)*) => {
+        impl $v::sluice::operator::runtime::Host for StoreState {
+            fn processing_time(&mut self) -> wasmtime::Result<i64> {
+                Host::processing_time(self)
+            }
 
-    fn current_watermark(&mut self) -> wasmtime::Result<i64> {
-        Host::current_watermark(self)
-    }
+            fn current_watermark(&mut self) -> wasmtime::Result<i64> {
+                Host::current_watermark(self)
+            }
 
-    fn declare_state(
-        &mut self,
-        name: String,
-        kind: v2::sluice::operator::types::StateKind,
-        ttl_ms: Option<u64>,
-    ) -> wasmtime::Result<Result<u32, String>> {
-        Host::declare_state(self, name, kind.into(), ttl_ms)
-    }
+            fn declare_state(
+                &mut self,
+                name: String,
+                kind: $v::sluice::operator::types::StateKind,
+                ttl_ms: Option<u64>,
+            ) -> wasmtime::Result<Result<u32, String>> {
+                Host::declare_state(self, name, kind.into(), ttl_ms)
+            }
 
-    fn state_get(
-        &mut self,
-        state: u32,
-        key: Vec<u8>,
-        user_key: Vec<u8>,
-    ) -> wasmtime::Result<Option<Vec<u8>>> {
-        Host::state_get(self, state, key, user_key)
-    }
+            fn state_get(
+                &mut self,
+                state: u32,
+                key: Vec<u8>,
+                user_key: Vec<u8>,
+            ) -> wasmtime::Result<Option<Vec<u8>>> {
+                Host::state_get(self, state, key, user_key)
+            }
 
-    fn state_entries(&mut self, state: u32, key: Vec<u8>) -> wasmtime::Result<Vec<u8>> {
-        Host::state_entries(self, state, key)
-    }
+            fn state_entries(&mut self, state: u32, key: Vec<u8>) -> wasmtime::Result<Vec<u8>> {
+                Host::state_entries(self, state, key)
+            }
 
+            fn log(
+                &mut self,
+                level: $v::sluice::operator::types::Level,
+                message: String,
+            ) -> wasmtime::Result<()> {
+                Host::log(self, level.into(), message)
+            }
+
+            $($extra)*
+        }
+    };
+}
+
+older_runtime!(
+    v2,
     fn declare_output(&mut self, name: String) -> wasmtime::Result<Result<u32, String>> {
         Host::declare_output(self, name)
     }
-
-    fn log(
-        &mut self,
-        level: v2::sluice::operator::types::Level,
-        message: String,
-    ) -> wasmtime::Result<()> {
-        Host::log(self, level.into(), message)
-    }
-}
-
-impl v1::sluice::operator::runtime::Host for StoreState {
-    fn processing_time(&mut self) -> wasmtime::Result<i64> {
-        Host::processing_time(self)
-    }
-
-    fn current_watermark(&mut self) -> wasmtime::Result<i64> {
-        Host::current_watermark(self)
-    }
-
-    fn declare_state(
-        &mut self,
-        name: String,
-        kind: v1::sluice::operator::types::StateKind,
-        ttl_ms: Option<u64>,
-    ) -> wasmtime::Result<Result<u32, String>> {
-        Host::declare_state(self, name, kind.into(), ttl_ms)
-    }
-
-    fn state_get(
-        &mut self,
-        state: u32,
-        key: Vec<u8>,
-        user_key: Vec<u8>,
-    ) -> wasmtime::Result<Option<Vec<u8>>> {
-        Host::state_get(self, state, key, user_key)
-    }
-
-    fn state_entries(&mut self, state: u32, key: Vec<u8>) -> wasmtime::Result<Vec<u8>> {
-        Host::state_entries(self, state, key)
-    }
-
-    fn log(
-        &mut self,
-        level: v1::sluice::operator::types::Level,
-        message: String,
-    ) -> wasmtime::Result<()> {
-        Host::log(self, level.into(), message)
-    }
-}
+);
+older_runtime!(v1);
 
 /// Links the imports that take strings or byte lists once more, over `bindgen!`'s, for
 /// every WIT version (see the module docs).
@@ -463,53 +436,37 @@ fn link_state_get_many(linker: &mut Linker<StoreState>, interface: &str) -> Resu
     Ok(())
 }
 
-impl From<v1::sluice::operator::types::Level> for Level {
-    fn from(level: v1::sluice::operator::types::Level) -> Level {
-        use v1::sluice::operator::types::Level as V1;
-        match level {
-            V1::Trace => Level::Trace,
-            V1::Debug => Level::Debug,
-            V1::Info => Level::Info,
-            V1::Warn => Level::Warn,
-            V1::Error => Level::Error,
+/// `level` and `state-kind` of an older WIT version `$v`, as 0.3.0's.
+macro_rules! older_types {
+    ($v:ident) => {
+        impl From<$v::sluice::operator::types::Level> for Level {
+            fn from(level: $v::sluice::operator::types::Level) -> Level {
+                use $v::sluice::operator::types::Level as Old;
+                match level {
+                    Old::Trace => Level::Trace,
+                    Old::Debug => Level::Debug,
+                    Old::Info => Level::Info,
+                    Old::Warn => Level::Warn,
+                    Old::Error => Level::Error,
+                }
+            }
         }
-    }
+
+        impl From<$v::sluice::operator::types::StateKind> for StateKind {
+            fn from(kind: $v::sluice::operator::types::StateKind) -> StateKind {
+                use $v::sluice::operator::types::StateKind as Old;
+                match kind {
+                    Old::Value => StateKind::Value,
+                    Old::List => StateKind::List,
+                    Old::Map => StateKind::Map,
+                }
+            }
+        }
+    };
 }
 
-impl From<v1::sluice::operator::types::StateKind> for StateKind {
-    fn from(kind: v1::sluice::operator::types::StateKind) -> StateKind {
-        use v1::sluice::operator::types::StateKind as V1;
-        match kind {
-            V1::Value => StateKind::Value,
-            V1::List => StateKind::List,
-            V1::Map => StateKind::Map,
-        }
-    }
-}
-
-impl From<v2::sluice::operator::types::Level> for Level {
-    fn from(level: v2::sluice::operator::types::Level) -> Level {
-        use v2::sluice::operator::types::Level as V2;
-        match level {
-            V2::Trace => Level::Trace,
-            V2::Debug => Level::Debug,
-            V2::Info => Level::Info,
-            V2::Warn => Level::Warn,
-            V2::Error => Level::Error,
-        }
-    }
-}
-
-impl From<v2::sluice::operator::types::StateKind> for StateKind {
-    fn from(kind: v2::sluice::operator::types::StateKind) -> StateKind {
-        use v2::sluice::operator::types::StateKind as V2;
-        match kind {
-            V2::Value => StateKind::Value,
-            V2::List => StateKind::List,
-            V2::Map => StateKind::Map,
-        }
-    }
-}
+older_types!(v2);
+older_types!(v1);
 
 #[cfg(test)]
 mod tests {

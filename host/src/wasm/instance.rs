@@ -150,6 +150,32 @@ macro_rules! open_context {
     }};
 }
 
+/// A batch's watermarks as WIT type `$wit` (`batch-watermark` of 0.2.0 on) has them.
+macro_rules! to_wit_watermarks {
+    ($wit:ident, $watermarks:expr) => {
+        $watermarks
+            .iter()
+            .map(|w| $wit {
+                before: w.before,
+                watermark: w.watermark,
+            })
+            .collect()
+    };
+}
+
+/// The `batch-watermark`s an operator returned, of any version from 0.2.0 on.
+macro_rules! from_wit_watermarks {
+    ($watermarks:expr) => {
+        $watermarks
+            .into_iter()
+            .map(|w| BatchWatermark {
+                before: w.before,
+                watermark: w.watermark,
+            })
+            .collect()
+    };
+}
+
 /// What `process` returned, of any version, with its records in the flat encoding.
 struct Processed2 {
     records: Vec<u8>,
@@ -437,13 +463,7 @@ impl Operator for WasmOperator {
                 use v3::sluice::operator::types::{
                     BatchWatermark as Wit, Layout, Processed, Records,
                 };
-                let given: Vec<Wit> = watermarks
-                    .iter()
-                    .map(|w| Wit {
-                        before: w.before,
-                        watermark: w.watermark,
-                    })
-                    .collect();
+                let given: Vec<Wit> = to_wit_watermarks!(Wit, watermarks);
                 let records = match layout {
                     Layout::Flat => Records::Flat(records.to_vec()),
                     Layout::Columns => Records::Columns(
@@ -461,14 +481,7 @@ impl Operator for WasmOperator {
                                     records: columns::to_flat(p.records)
                                         .map_err(GuestError::Contract)?,
                                     effects: p.effects,
-                                    watermarks: p
-                                        .watermarks
-                                        .into_iter()
-                                        .map(|w| BatchWatermark {
-                                            before: w.before,
-                                            watermark: w.watermark,
-                                        })
-                                        .collect(),
+                                    watermarks: from_wit_watermarks!(p.watermarks),
                                     stopped_at: p.stopped_at,
                                 })
                             })
@@ -478,13 +491,7 @@ impl Operator for WasmOperator {
             }
             _ => {
                 use v2::sluice::operator::types::BatchWatermark as Wit;
-                let given: Vec<Wit> = watermarks
-                    .iter()
-                    .map(|w| Wit {
-                        before: w.before,
-                        watermark: w.watermark,
-                    })
-                    .collect();
+                let given: Vec<Wit> = to_wit_watermarks!(Wit, watermarks);
                 self.call(|b, s| match b {
                     Bindings::V2(b) => b
                         .sluice_operator_stream_operator()
@@ -493,14 +500,7 @@ impl Operator for WasmOperator {
                             r.map_err(GuestError::from).map(|p| Processed2 {
                                 records: p.records,
                                 effects: p.effects,
-                                watermarks: p
-                                    .watermarks
-                                    .into_iter()
-                                    .map(|w| BatchWatermark {
-                                        before: w.before,
-                                        watermark: w.watermark,
-                                    })
-                                    .collect(),
+                                watermarks: from_wit_watermarks!(p.watermarks),
                                 stopped_at: p.stopped_at,
                             })
                         }),
