@@ -305,3 +305,35 @@ test('getMany sees the call\'s own writes and what earlier calls wrote', async (
   h.processBatch([new Record(enc('3'), enc('a')), new Record(enc('4'), enc('c'))]);
   assert.deepEqual(h.takeOutput().map((r) => new TextDecoder().decode(r.value)), ['null->1', 'null->2', '1->3', 'null->4']);
 });
+
+test('state values match the golden vectors every SDK reads', async () => {
+  const { readFileSync } = await import('node:fs');
+  const plain = await import('../src/plain.js');
+  const path = new URL('../../tests/fixtures/state-values.json', import.meta.url);
+  const { values } = JSON.parse(readFileSync(path, 'utf8'));
+  const int = (v) => {
+    const n = BigInt(v);
+    return n <= BigInt(Number.MAX_SAFE_INTEGER) && n >= BigInt(Number.MIN_SAFE_INTEGER) ? Number(n) : n;
+  };
+  const codecs = {
+    u64: [postcard.U64, int],
+    i64: [postcard.I64, int],
+    f64: [postcard.F64, (v) => v],
+    str: [postcard.STR, (v) => v],
+    bytes: [postcard.BYTES, (v) => Uint8Array.from(v)],
+    'option<u64>': [new postcard.Option(postcard.U64), (v) => (v === null ? null : int(v))],
+    'seq<u8>': [new postcard.Seq(postcard.U8), (v) => v],
+    'tuple<i64,u64>': [new postcard.Tuple(postcard.I64, postcard.U64), (v) => v.map(int)],
+    'plain-i64': [plain.I64, int],
+    'plain-u64': [plain.U64, int],
+    'plain-f64': [plain.F64, (v) => v],
+  };
+  assert.deepEqual(new Set(values.map((v) => v.type)), new Set(Object.keys(codecs)));
+  const hex = (b) => Buffer.from(b).toString('hex');
+  for (const v of values) {
+    const [codec, convert] = codecs[v.type];
+    const value = convert(v.value);
+    assert.equal(hex(codec.encode(value)), v.hex, JSON.stringify(v));
+    assert.deepEqual(codec.decode(Uint8Array.from(Buffer.from(v.hex, 'hex'))), value, JSON.stringify(v));
+  }
+});

@@ -455,3 +455,33 @@ def test_a_batch_emitted_with_lists_of_other_lengths_is_refused():
     h = Harness(Bad)
     with pytest.raises(HarnessError, match="a batch of 2 values with 1 keys"):
         h.process_batch([Record(b"1", b"a"), Record(b"2", b"b")])
+
+
+def test_state_values_match_the_golden_vectors_every_sdk_reads():
+    import json
+    import os
+
+    from sluice_sdk import plain
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "fixtures", "state-values.json")
+    with open(path, encoding="utf-8") as f:
+        vectors = json.load(f)["values"]
+    codecs = {
+        "u64": (postcard.U64, int),
+        "i64": (postcard.I64, int),
+        "f64": (postcard.F64, float),
+        "str": (postcard.STR, str),
+        "bytes": (postcard.BYTES, bytes),
+        "option<u64>": (postcard.Option(postcard.U64), lambda v: None if v is None else int(v)),
+        "seq<u8>": (postcard.Seq(postcard.U8), list),
+        "tuple<i64,u64>": (postcard.Tuple(postcard.I64, postcard.U64), lambda v: tuple(map(int, v))),
+        "plain-i64": (plain.I64, int),
+        "plain-u64": (plain.U64, int),
+        "plain-f64": (plain.F64, float),
+    }
+    assert {v["type"] for v in vectors} == set(codecs)
+    for v in vectors:
+        codec_, convert = codecs[v["type"]]
+        value, encoded = convert(v["value"]), bytes.fromhex(v["hex"])
+        assert codec_.encode(value) == encoded, v
+        assert codec_.decode(encoded) == value, v
