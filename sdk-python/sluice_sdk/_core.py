@@ -393,11 +393,14 @@ class ValueState(_State):
 
     def update(self, ctx: "Context", key: bytes, f: Callable[[Any], Any]) -> Any:
         """Replaces the value with `f(current)` (`None` clears it); returns the new one."""
-        new = f(self.get(ctx, key))
+        if type(key) is not bytes:
+            key = bytes(key)
+        raw = ctx._get(self.id, key, b"")
+        new = f(None if raw is None else self._decode(raw))
         if new is None:
-            self.clear(ctx, key)
+            ctx._delete(self.id, key, b"")
         else:
-            self.put(ctx, key, new)
+            ctx._put(self.id, key, b"", self.codec.encode(new))
         return new
 
     def clear(self, ctx: "Context", key: bytes) -> None:
@@ -528,13 +531,16 @@ class _Shared:
 
     # State access through the call's overlay.
     def _get(self, state: int, key: bytes, user_key: bytes) -> Optional[bytes]:
-        key = bytes(key)
+        if type(key) is not bytes:
+            key = bytes(key)
         call = self._call
         written = call.writes.get((state, key, user_key))
         if written is None:
-            if (state, key) in call.cleared:
+            if call.cleared and (state, key) in call.cleared:
                 return None
-            written = call.cache.get(state, key, user_key)
+            known = call.cache.maps.get((state, key))
+            if known is not None:
+                written = known.get(user_key)
         if written is _ABSENT:
             return None
         if written is not None:
@@ -544,8 +550,11 @@ class _Shared:
         return value
 
     def _put(self, state: int, key: bytes, user_key: bytes, value: bytes) -> None:
-        self._call.writes[(state, bytes(key), user_key)] = value
-        self._call.effects.put(state, key, user_key, value)
+        if type(key) is not bytes:
+            key = bytes(key)
+        call = self._call
+        call.writes[(state, key, user_key)] = value
+        call.effects.put(state, key, user_key, value)
 
     def _delete(self, state: int, key: bytes, user_key: bytes) -> None:
         key = bytes(key)
@@ -585,8 +594,8 @@ class Context(_Shared):
             )
         else:
             call = self._call
-            call.values.append(bytes(value))
-            call.keys.append(None if key is None else bytes(key))
+            call.values.append(value if type(value) is bytes else bytes(value))
+            call.keys.append(key if key is None or type(key) is bytes else bytes(key))
             call.timestamps.append(ts)
             if call.partitions is not None:
                 call.partitions.append(None)
