@@ -17,6 +17,10 @@ pub(crate) struct PackedWriter {
 }
 
 impl PackedWriter {
+    pub(crate) fn new() -> Self {
+        Self::with_capacity(0, 0)
+    }
+
     pub(crate) fn with_capacity(strings: usize, bytes: usize) -> Self {
         PackedWriter {
             packed: Packed {
@@ -93,9 +97,10 @@ pub(crate) fn unpack<'a>(
 
 /// A flat batch as columns.
 pub(crate) fn to_columns(batch: &[u8]) -> Result<Columns, DecodeError> {
-    let count = BatchReader::count(batch)?;
-    let mut values = PackedWriter::with_capacity(count, batch.len());
-    let mut keys = PackedWriter::with_capacity(count, 0);
+    // One pass: the count is known at the end.
+    let mut count = 0;
+    let mut values = PackedWriter::with_capacity(0, batch.len());
+    let mut keys = PackedWriter::new();
     let mut timestamps = Vec::new();
     let mut untimed = Vec::new();
     let mut partitions = Vec::new();
@@ -103,6 +108,7 @@ pub(crate) fn to_columns(batch: &[u8]) -> Result<Columns, DecodeError> {
     let mut outputs = Vec::new();
     for (i, record) in BatchReader::new(batch).enumerate() {
         let record = record?;
+        count = i + 1;
         values.push(Some(record.value));
         keys.push(record.key);
         match record.timestamp {

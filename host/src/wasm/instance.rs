@@ -2,6 +2,7 @@
 
 use wasmtime::Store;
 
+use super::bindings::process_v3::{self, RecordsRef};
 use super::bindings::{v1, v2, v3};
 use super::columns;
 use super::limits::MemoryLimitExceeded;
@@ -18,7 +19,11 @@ use crate::network::BatchWatermark;
 /// A component's exports, of the WIT version it was built for.
 pub(crate) enum Bindings {
     /// `sluice:operator@0.3.0`, taking records in the layout it chose in `open`.
-    V3(v3::Operator, v3::sluice::operator::types::Layout),
+    V3(
+        v3::Operator,
+        v3::sluice::operator::types::Layout,
+        process_v3::Process,
+    ),
     /// `sluice:operator@0.2.0`.
     V2(v2::Operator),
     /// `sluice:operator@0.1.0`: records without the 0.2.0 extensions, watermarks only
@@ -107,7 +112,7 @@ macro_rules! either {
     };
     ($self:ident, $call:ident ( $($arg:expr),* ), |$o:ident| $map:expr) => {
         $self.call(|b, s| match b {
-            Bindings::V3(b, _) => b
+            Bindings::V3(b, ..) => b
                 .sluice_operator_stream_operator()
                 .$call(s $(, $arg)*)
                 .map(|r| r.map_err(GuestError::from).and_then(|$o| $map)),
@@ -341,7 +346,7 @@ impl Operator for WasmOperator {
                 Bindings::V3(..) => {
                     let ctx = open_context!(v3, info);
                     let opened = self.call(|b, s| match b {
-                        Bindings::V3(b, _) => b
+                        Bindings::V3(b, ..) => b
                             .sluice_operator_stream_operator()
                             .call_open(s, &ctx)
                             .map(|r| {
@@ -351,7 +356,7 @@ impl Operator for WasmOperator {
                         _ => unreachable!("matched above"),
                     });
                     opened.map(|(layout, output)| {
-                        if let Bindings::V3(_, chosen) = &mut self.bindings {
+                        if let Bindings::V3(_, chosen, _) = &mut self.bindings {
                             *chosen = layout;
                         }
                         output
@@ -459,23 +464,23 @@ impl Operator for WasmOperator {
             });
         }
         let processed = match &self.bindings {
-            Bindings::V3(_, layout) => {
-                use v3::sluice::operator::types::{
-                    BatchWatermark as Wit, Layout, Processed, Records,
-                };
+            Bindings::V3(_, layout, _) => {
+                use v3::sluice::operator::types::{BatchWatermark as Wit, Layout, Processed};
                 let given: Vec<Wit> = to_wit_watermarks!(Wit, watermarks);
-                let records = match layout {
-                    Layout::Flat => Records::Flat(records.to_vec()),
-                    Layout::Columns => Records::Columns(
+                let in_columns = match layout {
+                    Layout::Flat => None,
+                    Layout::Columns => Some(
                         columns::to_columns(records)
                             .map_err(|e| CallError::Contract(format!("given {e}")))?,
                     ),
                 };
+                let records = match &in_columns {
+                    None => RecordsRef::Flat(records),
+                    Some(c) => RecordsRef::Columns(c),
+                };
                 self.call(|b, s| match b {
-                    Bindings::V3(b, _) => b
-                        .sluice_operator_stream_operator()
-                        .call_process(s, input, &records, &given)
-                        .map(|r| {
+                    Bindings::V3(_, _, process) => {
+                        process.call(s, input, records, &given).map(|r| {
                             r.map_err(GuestError::from).and_then(|p: Processed| {
                                 Ok(Processed2 {
                                     records: columns::to_flat(p.records)
@@ -485,7 +490,8 @@ impl Operator for WasmOperator {
                                     stopped_at: p.stopped_at,
                                 })
                             })
-                        }),
+                        })
+                    }
                     _ => unreachable!("matched above"),
                 })?
             }
@@ -541,7 +547,7 @@ impl Operator for WasmOperator {
         let (state, effects) = match &self.bindings {
             Bindings::V3(..) => {
                 let out = self.call(|b, s| match b {
-                    Bindings::V3(b, _) => b
+                    Bindings::V3(b, ..) => b
                         .sluice_operator_stream_operator()
                         .call_snapshot(s, checkpoint_id)
                         .map(|r| r.map_err(GuestError::from)),
@@ -612,7 +618,7 @@ impl Operator for WasmOperator {
             return Ok(());
         }
         self.call(|b, s| match b {
-            Bindings::V3(b, _) => b.sluice_operator_stream_operator().call_dispose(s).map(Ok),
+            Bindings::V3(b, ..) => b.sluice_operator_stream_operator().call_dispose(s).map(Ok),
             Bindings::V2(b) => b.sluice_operator_stream_operator().call_dispose(s).map(Ok),
             Bindings::V1(b) => b.sluice_operator_stream_operator().call_dispose(s).map(Ok),
         })

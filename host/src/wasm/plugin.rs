@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
+use super::bindings::process_v3::ProcessIndex;
 use super::bindings::{EXPORT_INTERFACE, WIT_VERSION, WIT_VERSIONS, v1, v2, v3};
 use super::cache::{CacheOutcome, content_digest};
 use super::cpu::CpuShares;
@@ -43,7 +44,7 @@ pub struct Plugin {
 /// A component ready to instantiate, of its WIT version.
 #[derive(Clone)]
 enum Pre {
-    V3(v3::OperatorPre<StoreState>),
+    V3(v3::OperatorPre<StoreState>, ProcessIndex),
     V2(v2::OperatorPre<StoreState>),
     V1(v1::OperatorPre<StoreState>),
 }
@@ -166,13 +167,20 @@ impl Plugin {
                 )
             })?;
         let pre = if info.interface.ends_with("@0.1.0") {
-            v1::OperatorPre::new(pre).map(Pre::V1)
+            v1::OperatorPre::new(pre)
+                .map(Pre::V1)
+                .map_err(anyhow::Error::from)
         } else if info.interface.ends_with("@0.2.0") {
-            v2::OperatorPre::new(pre).map(Pre::V2)
+            v2::OperatorPre::new(pre)
+                .map(Pre::V2)
+                .map_err(anyhow::Error::from)
         } else {
-            v3::OperatorPre::new(pre).map(Pre::V3)
+            ProcessIndex::new(&component).and_then(|process| {
+                v3::OperatorPre::new(pre)
+                    .map(|pre| Pre::V3(pre, process))
+                    .map_err(anyhow::Error::from)
+            })
         }
-        .map_err(anyhow::Error::from)
         .with_context(|| format!("{} does not match the operator world", path.display()))?;
         Ok(Plugin {
             path: path.to_path_buf(),
@@ -209,15 +217,30 @@ impl Plugin {
         self.cpu.begin(&tenant);
         sandbox::arm(&mut store);
         let bindings = match &self.pre {
-            Pre::V3(pre) => pre
+            Pre::V3(pre, process) => pre
+                .instance_pre()
                 .instantiate(&mut store)
-                .map(|b| Bindings::V3(b, v3::sluice::operator::types::Layout::Flat)),
-            Pre::V2(pre) => pre.instantiate(&mut store).map(Bindings::V2),
-            Pre::V1(pre) => pre.instantiate(&mut store).map(Bindings::V1),
+                .map_err(anyhow::Error::from)
+                .and_then(|instance| {
+                    let operator = v3::Operator::new(&mut store, &instance)?;
+                    let process = process.load(&mut store, &instance)?;
+                    Ok(Bindings::V3(
+                        operator,
+                        v3::sluice::operator::types::Layout::Flat,
+                        process,
+                    ))
+                }),
+            Pre::V2(pre) => pre
+                .instantiate(&mut store)
+                .map(Bindings::V2)
+                .map_err(anyhow::Error::from),
+            Pre::V1(pre) => pre
+                .instantiate(&mut store)
+                .map(Bindings::V1)
+                .map_err(anyhow::Error::from),
         };
         self.cpu.end(&tenant);
         let bindings = bindings
-            .map_err(anyhow::Error::from)
             .with_context(|| format!("{identity}: instantiating {} failed", self.path.display()))?;
         Ok(WasmOperator::new(store, bindings, identity))
     }
