@@ -215,6 +215,22 @@ pub struct Read {
     pub raw_key: Option<Vec<u8>>,
 }
 
+/// A consumer's error that passes: the connection to the broker lost, or a request
+/// that took too long, which librdkafka retries on its own.
+fn is_transient(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    matches!(
+        e,
+        KafkaError::MessageConsumption(
+            Code::AllBrokersDown
+                | Code::BrokerTransportFailure
+                | Code::RequestTimedOut
+                | Code::OperationTimedOut
+        )
+    )
+}
+
 /// Reads every committed record of `topic` (`read_committed`), from the beginning of
 /// each partition up to its end when called: what a downstream consumer would see.
 pub fn read_committed(broker: &str, topic: &str) -> Vec<Read> {
@@ -296,6 +312,9 @@ pub fn read_committed_from(broker: &str, topic: &str, from: &BTreeMap<i32, i64>)
                         .unwrap_or_default(),
                 });
             }
+            // The broker out of reach for a moment (a loaded machine): librdkafka
+            // reconnects and goes on from its position.
+            Some(Err(e)) if is_transient(&e) => {}
             Some(Err(e)) => panic!("reading {topic}: {e}"),
             None => since_check = 0,
         }
