@@ -472,11 +472,30 @@ fn kafka_job_file_mistakes_are_named() {
             "`timestamp = { field = \"ts\" }` names a field of JSON values: a kafka or file source with `format = \"json\"`",
         ),
         (
-            "file-sink-avro",
+            "file-sink-avro-without-schema",
             format!(
                 "name = \"x\"\n{kafka}{op}[sink]\ntype = \"file\"\npath = \"o\"\nformat = \"avro\"\n"
             ),
-            "a `file` sink writes `format = \"value\"`, \"key-value\" or \"json\" (JSON lines), not \"avro\"",
+            "`format = \"avro\"` needs `schema`: the .avsc file of the records the sink writes",
+        ),
+        (
+            "file-sink-avro-bad-schema",
+            format!(
+                "name = \"x\"\n{kafka}{op}[sink]\ntype = \"file\"\npath = \"o\"\nformat = \"avro\"\nschema = \"nope.avsc\"\n"
+            ),
+            "`schema`: reading",
+        ),
+        (
+            "file-sink-protobuf",
+            format!(
+                "name = \"x\"\n{kafka}{op}[sink]\ntype = \"file\"\npath = \"o\"\nformat = \"protobuf\"\n"
+            ),
+            "a `file` sink writes `format = \"value\"`, \"key-value\", \"json\" (JSON lines) or \"avro\" (an Avro object container file), not \"protobuf\"",
+        ),
+        (
+            "stdout-sink-avro",
+            format!("name = \"x\"\n{kafka}{op}[sink]\ntype = \"stdout\"\nformat = \"avro\"\n"),
+            "a `stdout` sink writes `format = \"value\"`, \"key-value\" or \"json\" (JSON lines), not \"avro\"",
         ),
     ] {
         malformed(name, &toml, &[expected]);

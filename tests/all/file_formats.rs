@@ -151,3 +151,83 @@ format = "json"
         "{e}"
     );
 }
+
+/// The clicks of an Avro file written back as one by a file sink with `format = "avro"`,
+/// through a failure after a checkpoint (the sink's parts are committed per checkpoint):
+/// `apache-avro` reads every record of the output exactly once, in order, and a value
+/// that does not fit the sink's schema fails the job naming the file and the value.
+#[test]
+fn a_file_sink_writes_an_avro_file_exactly_once_through_a_restart() {
+    let dir = test_dir("avro-file-sink");
+    avro_file(&dir.join("clicks.avro"), 100_000);
+    // The sink's schema: what the source's JSON holds, fields in another order.
+    let out_schema = r#"{"type":"record","name":"Out","fields":[{"name":"n","type":"long"},{"name":"user","type":"string"}]}"#;
+    std::fs::write(dir.join("out.avsc"), out_schema).unwrap();
+    let job = |name: &str, after: u32, schema: &str| {
+        write_job(
+            &dir,
+            &format!(
+                r#"
+name = "{name}"
+[source]
+type = "file"
+path = "clicks.avro"
+format = "avro"
+[[operator]]
+name = "flaky"
+plugin = "{TEST_MISBEHAVE}"
+config = {{ behavior = "error-in-process", after = {after}, attempts = "0", after-checkpoint = true }}
+[sink]
+type = "file"
+path = "{name}.avro"
+format = "avro"
+schema = "{schema}"
+[checkpoint]
+interval_ms = 10
+[restart]
+strategy = "fixed-delay"
+attempts = 2
+delay_ms = 50
+[runtime]
+batch_size = 100
+"#
+            ),
+        )
+    };
+    let report = run_job(&job("out", 60_000, "out.avsc")).unwrap();
+    assert_eq!(report.outcome, JobOutcome::Finished);
+    assert_eq!(report.restarts, 1);
+    let file = std::fs::File::open(dir.join("out.avro")).unwrap();
+    let reader = apache_avro::Reader::new(std::io::BufReader::new(file)).unwrap();
+    assert_eq!(
+        reader.writer_schema(),
+        &apache_avro::Schema::parse_str(out_schema).unwrap()
+    );
+    let mut n = 0i64;
+    for value in reader {
+        let expected = Value::Record(vec![
+            ("n".into(), Value::Long(n)),
+            ("user".into(), Value::String(format!("u{}", n % 7))),
+        ]);
+        assert_eq!(value.unwrap(), expected, "record {n}");
+        n += 1;
+    }
+    assert_eq!(n, 100_000);
+
+    // A schema the values do not fit: the job fails, naming the file and the value.
+    std::fs::write(
+        dir.join("strict.avsc"),
+        r#"{"type":"record","name":"Out","fields":[{"name":"n","type":"string"}]}"#,
+    )
+    .unwrap();
+    let why = format!(
+        "{:#}",
+        run_job(&job("strict", 1_000_000, "strict.avsc")).unwrap_err()
+    );
+    assert!(
+        why.contains("strict.avro")
+            && why.contains("does not fit the sink's Avro schema")
+            && why.contains("n is the number 0, not a string"),
+        "{why}"
+    );
+}

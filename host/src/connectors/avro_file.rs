@@ -1,5 +1,6 @@
-//! A file source of an Avro object container file (`type = "file"`, `format = "avro"`):
-//! each datum is a record whose value is its JSON, as a Kafka source's Avro values are.
+//! Avro object container files: a file source reads one (`type = "file"`, `format =
+//! "avro"`), each datum a record whose value is its JSON, as a Kafka source's Avro values
+//! are; a file sink writes one ([`AvroBlocks`]) from the JSON values operators emit.
 //!
 //! The file carries its writer's schema; the job's `schema`, if given, reads the datums
 //! (Avro's resolution: defaults filled, fields dropped, promotions). Blocks are read one
@@ -123,6 +124,101 @@ fn read_header(input: &mut Input) -> Result<Header> {
         codec,
         sync,
     })
+}
+
+/// The datums in a block a file sink writes before it starts another: large enough for
+/// the per-block bytes (a count, a size, the sync marker) not to matter, small enough
+/// that a reader holds one easily.
+const BLOCK_BYTES: usize = 1 << 20;
+
+/// What a file sink writes with `format = "avro"`: the container's header once, at the
+/// start of the file, then blocks (codec `null`) of the values it is given, each JSON
+/// encoded with the sink's schema.
+///
+/// The sync marker is derived from the output's name and the schema, so every process
+/// that ever writes to the file, before or after a restore, ends its blocks with the same
+/// marker. Blocks end only where [`AvroBlocks::finish_block`] is called, which the sink
+/// does before it seals a checkpoint's part: a committed file is always whole blocks.
+pub struct AvroBlocks {
+    schema: Arc<Compiled>,
+    schema_text: String,
+    sync: [u8; 16],
+    block: Vec<u8>,
+    count: u64,
+}
+
+impl AvroBlocks {
+    /// A writer of `schema` (the .avsc text) for the file at `output`.
+    pub fn new(schema_text: &str, output: &Path) -> Result<AvroBlocks> {
+        use sha2::{Digest, Sha256};
+        let schema = Arc::new(Compiled::parse(schema_text)?);
+        let mut hash = Sha256::new();
+        hash.update(b"sluice avro sync marker\0");
+        hash.update(output.file_name().unwrap_or_default().as_encoded_bytes());
+        hash.update(b"\0");
+        hash.update(schema_text.as_bytes());
+        let sync = hash.finalize()[..16].try_into().expect("16 bytes");
+        Ok(AvroBlocks {
+            schema,
+            schema_text: schema_text.to_string(),
+            sync,
+            block: Vec::new(),
+            count: 0,
+        })
+    }
+
+    /// Appends the container's header to `out`.
+    pub fn header(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(MAGIC);
+        put_long(out, 2); // (metadata entries)
+        for (key, value) in [
+            (&b"avro.schema"[..], self.schema_text.as_bytes()),
+            (b"avro.codec", b"null"),
+        ] {
+            put_long(out, key.len() as i64);
+            out.extend_from_slice(key);
+            put_long(out, value.len() as i64);
+            out.extend_from_slice(value);
+        }
+        put_long(out, 0);
+        out.extend_from_slice(&self.sync);
+    }
+
+    /// Adds `value` (JSON text) to the block; `Err`: why it does not fit the schema.
+    /// True when the block is full and should be finished.
+    pub fn push(&mut self, value: &[u8]) -> Result<bool> {
+        let before = self.block.len();
+        if let Err(e) = self.schema.json_to_datum(value, &mut self.block) {
+            self.block.truncate(before);
+            return Err(e);
+        }
+        self.count += 1;
+        Ok(self.block.len() >= BLOCK_BYTES)
+    }
+
+    /// Appends the block of the values pushed since the last one to `out` (nothing when
+    /// there are none).
+    pub fn finish_block(&mut self, out: &mut Vec<u8>) {
+        if self.count == 0 {
+            return;
+        }
+        put_long(out, self.count as i64);
+        put_long(out, self.block.len() as i64);
+        out.extend_from_slice(&self.block);
+        out.extend_from_slice(&self.sync);
+        self.block.clear();
+        self.count = 0;
+    }
+}
+
+/// An Avro `long`: zigzag, then a varint.
+fn put_long(out: &mut Vec<u8>, n: i64) {
+    let mut z = ((n << 1) ^ (n >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
 }
 
 /// Reads an Avro object container file's datums as JSON records.

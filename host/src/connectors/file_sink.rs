@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use sluice_codec::BatchReader;
 
 use super::LineFormat;
+use super::avro_file::AvroBlocks;
 use crate::chain::{CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState};
 
 /// The file sink's checkpointed state.
@@ -55,6 +56,8 @@ pub struct FileSink {
     in_progress_len: u64,
     sink: SinkState,
     line: Vec<u8>,
+    /// `format = "avro"`: the values go into an Avro object container file, not lines.
+    avro: Option<AvroBlocks>,
 }
 
 impl FileSink {
@@ -82,7 +85,18 @@ impl FileSink {
             in_progress_len: 0,
             sink: SinkState::default(),
             line: Vec::new(),
+            avro: None,
         }
+    }
+
+    /// Writes an Avro object container file of `schema` (the .avsc text) instead of lines:
+    /// each record's value, JSON, encoded with it (keys are not written).
+    pub fn with_avro(mut self, schema: &str) -> Result<Self> {
+        self.avro = Some(
+            AvroBlocks::new(schema, &self.output)
+                .with_context(|| format!("the Avro schema of {}", self.output.display()))?,
+        );
+        Ok(self)
     }
 
     /// The file this subtask writes.
@@ -103,6 +117,38 @@ impl FileSink {
         let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
         self.in_progress = Some(BufWriter::with_capacity(256 << 10, file));
         self.in_progress_len = 0;
+        if let Some(avro) = &self.avro
+            && self.sink.base_len == 0
+            && self.sink.pending.is_empty()
+        {
+            // Nothing is before this file in the output: it starts the container.
+            self.line.clear();
+            avro.header(&mut self.line);
+            self.write_line()?;
+        }
+        Ok(())
+    }
+
+    /// Appends `self.line` to the in-progress file.
+    fn write_line(&mut self) -> std::io::Result<()> {
+        let w = self
+            .in_progress
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("sink used before open"))?;
+        w.write_all(&self.line)?;
+        self.in_progress_len += self.line.len() as u64;
+        self.line.clear();
+        Ok(())
+    }
+
+    /// Ends the Avro block being written, so that what is sealed or committed next is
+    /// whole blocks.
+    fn finish_avro_block(&mut self) -> std::io::Result<()> {
+        if let Some(avro) = &mut self.avro {
+            self.line.clear();
+            avro.finish_block(&mut self.line);
+            self.write_line()?;
+        }
         Ok(())
     }
 
@@ -267,6 +313,7 @@ impl FileSink {
 
     /// Pre-commit: seals the in-progress file under `checkpoint_id`.
     fn seal(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.finish_avro_block()?;
         self.sync_in_progress()?;
         self.in_progress = None;
         fs::rename(self.in_progress_path(), self.sealed_path(checkpoint_id))?;
@@ -280,12 +327,37 @@ impl FileSink {
     /// End of input: commits everything, including the in-progress file.
     fn commit_all(&mut self) -> Result<()> {
         self.commit_up_to(u64::MAX)?;
+        self.finish_avro_block()?;
         self.sync_in_progress()?;
         self.in_progress = None;
         let len = self.in_progress_len;
         self.append_file(&self.in_progress_path(), len)?;
         self.in_progress_len = 0;
         Ok(())
+    }
+
+    /// `process` of an Avro sink: each value into the block, a full block written out.
+    fn process_avro(&mut self, records: &[u8]) -> Result<CallOutput, CallError> {
+        let write_err = |e: std::io::Error, output: &Path| {
+            CallError::Failed(format!("writing {}: {e}", output.display()))
+        };
+        for record in BatchReader::new(records) {
+            let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
+            let avro = self.avro.as_mut().expect("an Avro sink");
+            let full = avro.push(record.value).map_err(|e| {
+                CallError::Failed(format!(
+                    "{}: the value {} does not fit the sink's Avro schema: {e:#}",
+                    self.output.display(),
+                    super::formats::quoted(record.value)
+                ))
+            })?;
+            if full {
+                self.finish_avro_block()
+                    .map_err(|e| write_err(e, &self.output))?;
+            }
+        }
+        crate::failpoint!("sink::write");
+        Ok(CallOutput::default())
     }
 
     fn err(&self, context: &str, e: anyhow::Error) -> CallError {
@@ -467,6 +539,9 @@ impl Operator for FileSink {
     }
 
     fn process(&mut self, records: &[u8]) -> Result<CallOutput, CallError> {
+        if self.avro.is_some() {
+            return self.process_avro(records);
+        }
         self.line.clear();
         for record in BatchReader::new(records) {
             let record = record.map_err(|e| CallError::Contract(e.to_string()))?;

@@ -678,13 +678,19 @@ impl ChainBuilder {
                 Vertex::Sink(sink) => {
                     open_info.restored_state = restore.and_then(|r| r.state);
                     let mut sink: Box<dyn Operator> = match sink.kind {
-                        SinkKind::File => Box::new(FileSink::new(
-                            identity,
-                            sink.path.as_deref().expect("file sinks have a path"),
-                            sink.format,
-                            graph.checkpoint.is_some(),
-                            self.allow_rewind,
-                        )),
+                        SinkKind::File => {
+                            let file = FileSink::new(
+                                identity,
+                                sink.path.as_deref().expect("file sinks have a path"),
+                                sink.format,
+                                graph.checkpoint.is_some(),
+                                self.allow_rewind,
+                            );
+                            Box::new(match &sink.avro_schema {
+                                Some(schema) => file.with_avro(schema)?,
+                                None => file,
+                            })
+                        }
                         SinkKind::Stdout => Box::new(StdoutSink::new(identity, sink.format)),
                         SinkKind::Kafka => Box::new(
                             KafkaSink::adopting(

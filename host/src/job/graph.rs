@@ -127,6 +127,9 @@ pub struct SinkVertex {
     pub path: Option<PathBuf>,
     /// Line format.
     pub format: LineFormat,
+    /// File sinks with `format = "avro"`: the schema (.avsc text) of the Avro object
+    /// container file they write instead of lines.
+    pub avro_schema: Option<String>,
     /// Parallelism.
     pub parallelism: u32,
     /// Kafka sinks: where and how.

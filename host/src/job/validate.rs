@@ -171,11 +171,19 @@ impl JobGraph {
                     LineFormat::KeyValue
                 }
                 (SinkKind::File | SinkKind::Stdout, Some(SinkFormatName::Json)) => LineFormat::Json,
-                (SinkKind::File | SinkKind::Stdout, Some(other)) => bail!(
-                    "{job}: {what}: a `{}` sink writes `format = \"value\"`, \"key-value\" or \
-                     \"json\" (JSON lines), not {:?} (Avro and Protobuf values are a kafka \
-                     sink's)",
-                    sink_kind_name(sink.kind),
+                // (An Avro file is written by `avro_schema` below.)
+                (SinkKind::File, Some(SinkFormatName::Avro)) => LineFormat::Value,
+                (SinkKind::File, Some(other)) => bail!(
+                    "{job}: {what}: a `file` sink writes `format = \"value\"`, \"key-value\", \
+                     \"json\" (JSON lines) or \"avro\" (an Avro object container file), not \
+                     {:?} (Protobuf messages have no standard file layout: a kafka sink writes \
+                     them)",
+                    other.name()
+                ),
+                (SinkKind::Stdout, Some(other)) => bail!(
+                    "{job}: {what}: a `stdout` sink writes `format = \"value\"`, \"key-value\" \
+                     or \"json\" (JSON lines), not {:?} (Avro and Protobuf values are a file's \
+                     or a kafka sink's)",
                     other.name()
                 ),
                 (SinkKind::Kafka, Some(_)) => LineFormat::Value,
@@ -200,6 +208,8 @@ impl JobGraph {
                     .and_then(|c| c.timeout_ms)
                     .map_or(limits::CHECKPOINT_TIMEOUT_MS.default, |m| m.0),
             });
+            let avro_schema = endpoints::file_sink_avro_schema(sink, &resolve)
+                .map_err(|e| anyhow!("{job}: {what}: {e:#}"))?;
             let kafka = kafka_sink(sink, &file.name, &id, checkpoints, &resolve)
                 .map_err(|e| anyhow!("{job}: {what}: {e}"))?;
             let inputs = match &sink.inputs {
@@ -221,6 +231,7 @@ impl JobGraph {
                 kind: sink.kind,
                 path: sink_path,
                 format,
+                avro_schema,
                 parallelism: sink.parallelism,
                 kafka,
             }));

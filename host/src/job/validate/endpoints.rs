@@ -220,6 +220,28 @@ pub(super) struct Checkpoints<'a> {
 
 /// The `kafka` fields of the `[sink]` table (`None` for other sinks, which may not set
 /// them); `checkpoints`: the job's checkpoints, if it checkpoints.
+/// A file sink's `schema` with `format = "avro"` (required then): the .avsc text of the
+/// Avro object container file it writes. `None` for every other sink.
+pub(super) fn file_sink_avro_schema(
+    sink: &SinkSpec,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<Option<String>> {
+    if sink.kind != SinkKind::File || sink.format != Some(SinkFormatName::Avro) {
+        return Ok(None);
+    }
+    let path = sink.schema.as_deref().ok_or_else(|| {
+        anyhow!(
+            "`format = \"avro\"` needs `schema`: the .avsc file of the records the sink \
+             writes (operators emit each as JSON)"
+        )
+    })?;
+    let path = resolve(path);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| anyhow!("`schema`: reading {}: {e}", path.display()))?;
+    formats::Compiled::parse(&text).map_err(|e| anyhow!("`schema`: {}: {e:#}", path.display()))?;
+    Ok(Some(text))
+}
+
 pub(super) fn kafka_sink(
     sink: &SinkSpec,
     job: &str,
@@ -245,7 +267,12 @@ pub(super) fn kafka_sink(
         ("key_schema", sink.key_schema.is_some()),
     ];
     if sink.kind != SinkKind::Kafka {
-        if let Some((field, _)) = fields.iter().find(|(_, set)| *set) {
+        // (An Avro file sink's `schema` is read by `file_sink_avro_schema`.)
+        let avro_file = sink.kind == SinkKind::File && sink.format == Some(SinkFormatName::Avro);
+        if let Some((field, _)) = fields
+            .iter()
+            .find(|(field, set)| *set && !(avro_file && *field == "schema"))
+        {
             bail!(
                 "`{field}` does not apply to a {} sink",
                 sink_kind_name(sink.kind)
