@@ -4,7 +4,8 @@
 //! the smallest watermark over its producers as its event time.
 
 use anyhow::{Result, anyhow};
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
+use sluice_codec::{BatchReader, BatchWriter, RecordRef};
 
 use super::source::KafkaSource;
 
@@ -18,6 +19,18 @@ pub const EXCHANGE_WATERMARK: &str = "sluice-watermark";
 /// records, as Flink's `WatermarkStatus.IDLE`), so readers leave it out of the smallest
 /// watermark until its next watermark record without it.
 pub const EXCHANGE_IDLE: &str = "sluice-idle";
+
+/// The header that marks a record of an exchange topic as a batch of data records: its
+/// value is their flat encoding (`sluice_codec::BatchWriter`: each record's key, value,
+/// timestamp and headers), all of the partition the message is in. One Kafka record per
+/// batch, not per data record: librdkafka's work per record (queueing it, its
+/// acknowledgement, freeing it) was most of an exchange's cost. Watermark records stay
+/// records of their own, after the batches they follow.
+pub const EXCHANGE_BATCH: &str = "sluice-batch";
+
+/// The most bytes of records a sink puts in one [`EXCHANGE_BATCH`] record (a single
+/// larger record goes alone), well under Kafka's default limit of a record (1 MB).
+pub const EXCHANGE_BATCH_BYTES: usize = 256 << 10;
 
 /// How a sink writes an exchange topic: each record to the partition of its key's key
 /// group (one partition per key group), and its watermark to every partition (see
@@ -61,7 +74,38 @@ pub(super) fn watermark_record(message: &impl Message) -> Result<Option<(u32, i6
     Ok(Some((producer, i64::from_be_bytes(watermark), idle)))
 }
 
+/// Whether `message` is a batch of an exchange topic's data records ([`EXCHANGE_BATCH`]).
+pub(super) fn is_exchange_batch(message: &BorrowedMessage<'_>) -> bool {
+    use rdkafka::message::Headers as _;
+    message
+        .headers()
+        .is_some_and(|h| h.iter().any(|h| h.key == EXCHANGE_BATCH))
+}
+
 impl KafkaSource {
+    /// An exchange topic's reader takes the data records of a batch ([`EXCHANGE_BATCH`])
+    /// read from partition `key`: each as it was written, of that partition. Returns how
+    /// many records and bytes.
+    pub(super) fn take_exchange_batch(
+        &self,
+        message: &BorrowedMessage<'_>,
+        key: &(String, i32),
+        out: &mut BatchWriter,
+    ) -> Result<(u64, usize)> {
+        let (mut records, mut bytes) = (0, 0);
+        for record in BatchReader::new(message.payload().unwrap_or_default()) {
+            // (The reader's event time is its producers' watermarks, not its records'.)
+            let record = record?;
+            records += 1;
+            bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
+            out.push_record(RecordRef {
+                partition: Some(key.1 as u32),
+                ..record
+            });
+        }
+        Ok((records, bytes))
+    }
+
     /// An exchange topic's reader: the largest watermark reached, or the smallest over
     /// its producers not idle now, once every one has written one (while all are idle,
     /// event time stands where it is).

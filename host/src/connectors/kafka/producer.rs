@@ -62,7 +62,11 @@ pub(super) fn producer_client(
         .set("bootstrap.servers", &config.bootstrap)
         // Java clients' partitioner, so keys land where Kafka Streams or Flink put them.
         .set("partitioner", "murmur2_random")
-        .set("enable.idempotence", "true");
+        .set("enable.idempotence", "true")
+        // The sink looks at failed deliveries only (`DeliveryReport`): without a report
+        // per delivered record, librdkafka neither queues nor serves one (about a
+        // quarter of an exchange's CPU, on the cluster word count).
+        .set("delivery.report.only.error", "true");
     if transactional_id.is_some() {
         client.set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS);
         // Records become visible when their transaction commits, which flushes what

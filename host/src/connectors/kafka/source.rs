@@ -16,7 +16,7 @@ use sluice_codec::BatchWriter;
 
 use super::client_errors::EVENTS_SERVED;
 use super::dead_letter::BadRecords;
-use super::exchange::watermark_record;
+use super::exchange::{is_exchange_batch, watermark_record};
 use super::stats::SourceStats;
 use crate::chain::CallError;
 use crate::connectors::event_time::{EventTime, json_timestamp, timestamp_of};
@@ -722,6 +722,10 @@ impl Source for KafkaSource {
         let mut key = (String::new(), -1);
         let mut touched: Vec<(String, i32)> = Vec::new();
         for _ in 0..max {
+            // (An exchange topic's record may be a batch of many.)
+            if records >= max as u64 {
+                break;
+            }
             let Some(message) = self.consumer.poll(Duration::ZERO) else {
                 break;
             };
@@ -766,6 +770,24 @@ impl Source for KafkaSource {
                     .with_context(|| format!("exchange topic {}/{}", key.0, key.1))?
             {
                 self.take_producer_watermark(producers, producer, watermark, idle);
+                continue;
+            }
+            if self.config.exchange_producers.is_some() && is_exchange_batch(&message) {
+                let (n, b) = self
+                    .take_exchange_batch(&message, &key, out)
+                    .with_context(|| {
+                        format!(
+                            "exchange topic {}/{}: the batch at offset {}",
+                            key.0,
+                            key.1,
+                            message.offset()
+                        )
+                    })?;
+                if touched.last() != Some(&key) {
+                    touched.push(key.clone());
+                }
+                records += n;
+                bytes += b;
                 continue;
             }
             let decoding = |e: anyhow::Error| {

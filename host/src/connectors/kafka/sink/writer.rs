@@ -14,10 +14,21 @@ use rdkafka::producer::Producer as _;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
+use sluice_codec::BatchWriter;
+
+use super::super::exchange::{EXCHANGE_BATCH, EXCHANGE_BATCH_BYTES, EXCHANGE_WATERMARK};
 use super::super::marker::marker_metadata;
 use super::super::producer::Producer;
 use super::{KafkaSinkConfig, PRODUCE_TIMEOUT};
 use crate::chain::{CallError, TrapKind};
+
+/// Whether `record` is an exchange topic's watermark record.
+fn is_watermark(record: &sluice_codec::RecordRef<'_>) -> bool {
+    record.headers.is_some_and(|h| {
+        h.iter()
+            .any(|(name, _)| name == EXCHANGE_WATERMARK.as_bytes())
+    })
+}
 
 /// Why a record was not handed to the producer.
 pub(super) enum NotSent {
@@ -191,16 +202,82 @@ impl Writer {
         checkpoint: u64,
         records: &[u8],
     ) -> Result<(usize, usize), CallError> {
+        let sending = |e| self.not_sent(&format!("checkpoint {checkpoint}: sending a record"), e);
         let (mut count, mut bytes) = (0, 0);
+        // An exchange topic's data records go in batches, one per partition (see
+        // `EXCHANGE_BATCH`); a watermark record after what its partition was given.
+        let mut batches: Vec<BatchWriter> = match &self.config.exchange {
+            Some(exchange) => (0..exchange.partitions)
+                .map(|_| BatchWriter::new())
+                .collect(),
+            None => Vec::new(),
+        };
         for record in sluice_codec::BatchReader::new(records) {
             let record = record.map_err(|e| self.err("reading pending records", e))?;
+            let batch = match record.partition {
+                Some(p) if !is_watermark(&record) => batches.get_mut(p as usize),
+                _ => None,
+            };
+            let Some(batch) = batch else {
+                if let Some(p) = record.partition
+                    && let Some(batch) = batches.get_mut(p as usize)
+                {
+                    self.send_exchange_batch(producer, p, batch)
+                        .map_err(sending)?;
+                }
+                if !is_watermark(&record) {
+                    count += 1;
+                    bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
+                }
+                self.send(producer, &record).map_err(sending)?;
+                continue;
+            };
             count += 1;
             bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
-            self.send(producer, &record).map_err(|e| {
-                self.not_sent(&format!("checkpoint {checkpoint}: sending a record"), e)
-            })?;
+            batch.push_record(sluice_codec::RecordRef {
+                partition: None,
+                ..record
+            });
+            if batch.byte_len() >= EXCHANGE_BATCH_BYTES {
+                let p = record.partition.expect("batched by partition");
+                self.send_exchange_batch(producer, p, batch)
+                    .map_err(sending)?;
+            }
+        }
+        for (p, batch) in batches.iter_mut().enumerate() {
+            self.send_exchange_batch(producer, p as u32, batch)
+                .map_err(sending)?;
         }
         Ok((count, bytes))
+    }
+
+    /// Sends what `batch` holds to exchange partition `partition` as one record, and
+    /// empties it.
+    fn send_exchange_batch(
+        &self,
+        producer: &Producer,
+        partition: u32,
+        batch: &mut BatchWriter,
+    ) -> Result<(), NotSent> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let headers = sluice_codec::encode_headers([(EXCHANGE_BATCH.as_bytes(), &b"1"[..])]);
+        let value = std::mem::take(batch).into_bytes();
+        self.send(
+            producer,
+            &sluice_codec::RecordRef {
+                key: None,
+                value: &value,
+                timestamp: None,
+                headers: Some(
+                    sluice_codec::Headers::decode(&headers)
+                        .map_err(|e| NotSent::Refused(e.to_string()))?,
+                ),
+                partition: Some(partition),
+                output: 0,
+            },
+        )
     }
 
     /// Marks checkpoint `checkpoint` (of run `run`) in the marker group `group` within
