@@ -214,34 +214,32 @@ impl Writer {
         };
         for record in sluice_codec::BatchReader::new(records) {
             let record = record.map_err(|e| self.err("reading pending records", e))?;
-            let batch = match record.partition {
-                Some(p) if !is_watermark(&record) => batches.get_mut(p as usize),
-                _ => None,
-            };
-            let Some(batch) = batch else {
-                if let Some(p) = record.partition
-                    && let Some(batch) = batches.get_mut(p as usize)
-                {
-                    self.send_exchange_batch(producer, p, batch)
-                        .map_err(sending)?;
+            let watermark = !batches.is_empty() && is_watermark(&record);
+            if !watermark {
+                count += 1;
+                bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
+            }
+            let partition = record.partition.filter(|p| (*p as usize) < batches.len());
+            match partition {
+                Some(p) if !watermark => {
+                    let batch = &mut batches[p as usize];
+                    batch.push_record(sluice_codec::RecordRef {
+                        partition: None,
+                        ..record
+                    });
+                    if batch.byte_len() >= EXCHANGE_BATCH_BYTES {
+                        self.send_exchange_batch(producer, p, batch)
+                            .map_err(sending)?;
+                    }
                 }
-                if !is_watermark(&record) {
-                    count += 1;
-                    bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
+                _ => {
+                    // A watermark record follows what its partition was given.
+                    if let Some(p) = partition {
+                        self.send_exchange_batch(producer, p, &mut batches[p as usize])
+                            .map_err(sending)?;
+                    }
+                    self.send(producer, &record).map_err(sending)?;
                 }
-                self.send(producer, &record).map_err(sending)?;
-                continue;
-            };
-            count += 1;
-            bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
-            batch.push_record(sluice_codec::RecordRef {
-                partition: None,
-                ..record
-            });
-            if batch.byte_len() >= EXCHANGE_BATCH_BYTES {
-                let p = record.partition.expect("batched by partition");
-                self.send_exchange_batch(producer, p, batch)
-                    .map_err(sending)?;
             }
         }
         for (p, batch) in batches.iter_mut().enumerate() {
