@@ -304,7 +304,8 @@ pub struct SinkSpec {
     /// Output file for `file` sinks, relative to the job file.
     pub path: Option<PathBuf>,
     /// `file` and `stdout`: `value` (default), `key-value` (key, tab, value) or `json`
-    /// (values checked to be JSON, one a line). `kafka`:
+    /// (values checked to be JSON, one a line); `file` also `avro` (an Avro object
+    /// container file of `schema`, encoded from the JSON operators emit). `kafka`:
     /// `bytes` (default: values as operators emit them), `json` (checked to be JSON),
     /// `avro` or `protobuf` (encoded from the JSON operators emit, with `schema` or the
     /// registry's).
@@ -315,7 +316,7 @@ pub struct SinkSpec {
     pub schema_registry: Option<SchemaRegistrySpec>,
     /// `kafka`, `avro` or `protobuf`: the schema written (a `.avsc` or `.proto` file,
     /// relative to the job file). Default with a registry: the latest of subject
-    /// `TOPIC-value`.
+    /// `TOPIC-value`. `file`, `avro`: the `.avsc` file of the container file (required).
     pub schema: Option<PathBuf>,
     /// `kafka`, `protobuf`: the message written (its full name, `package.Message`;
     /// default: the schema's first).
