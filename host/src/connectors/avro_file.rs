@@ -19,7 +19,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, anyhow, bail};
 use sluice_codec::BatchWriter;
 
-use super::formats::avro::MAX_JSON_BYTES;
+use super::formats::avro::{MAX_JSON_BYTES, put_long};
 use super::formats::{AvroReading, Compiled};
 use super::{Source, SourceStatus};
 use crate::metrics::OperatorMetrics;
@@ -170,17 +170,17 @@ impl AvroBlocks {
     /// Appends the container's header to `out`.
     pub fn header(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(MAGIC);
-        put_long(out, 2); // (metadata entries)
+        put_long(2, out); // (metadata entries)
         for (key, value) in [
             (&b"avro.schema"[..], self.schema_text.as_bytes()),
             (b"avro.codec", b"null"),
         ] {
-            put_long(out, key.len() as i64);
+            put_long(key.len() as i64, out);
             out.extend_from_slice(key);
-            put_long(out, value.len() as i64);
+            put_long(value.len() as i64, out);
             out.extend_from_slice(value);
         }
-        put_long(out, 0);
+        put_long(0, out);
         out.extend_from_slice(&self.sync);
     }
 
@@ -202,23 +202,13 @@ impl AvroBlocks {
         if self.count == 0 {
             return;
         }
-        put_long(out, self.count as i64);
-        put_long(out, self.block.len() as i64);
+        put_long(self.count as i64, out);
+        put_long(self.block.len() as i64, out);
         out.extend_from_slice(&self.block);
         out.extend_from_slice(&self.sync);
         self.block.clear();
         self.count = 0;
     }
-}
-
-/// An Avro `long`: zigzag, then a varint.
-fn put_long(out: &mut Vec<u8>, n: i64) {
-    let mut z = ((n << 1) ^ (n >> 63)) as u64;
-    while z >= 0x80 {
-        out.push((z as u8) | 0x80);
-        z >>= 7;
-    }
-    out.push(z as u8);
 }
 
 /// Reads an Avro object container file's datums as JSON records.

@@ -338,9 +338,6 @@ impl FileSink {
 
     /// `process` of an Avro sink: each value into the block, a full block written out.
     fn process_avro(&mut self, records: &[u8]) -> Result<CallOutput, CallError> {
-        let write_err = |e: std::io::Error, output: &Path| {
-            CallError::Failed(format!("writing {}: {e}", output.display()))
-        };
         for record in BatchReader::new(records) {
             let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
             let avro = self.avro.as_mut().expect("an Avro sink");
@@ -352,12 +349,15 @@ impl FileSink {
                 ))
             })?;
             if full {
-                self.finish_avro_block()
-                    .map_err(|e| write_err(e, &self.output))?;
+                self.finish_avro_block().map_err(|e| self.write_failed(e))?;
             }
         }
         crate::failpoint!("sink::write");
         Ok(CallOutput::default())
+    }
+
+    fn write_failed(&self, e: std::io::Error) -> CallError {
+        CallError::Failed(format!("writing {}: {e}", self.output.display()))
     }
 
     fn err(&self, context: &str, e: anyhow::Error) -> CallError {
@@ -550,13 +550,7 @@ impl Operator for FileSink {
                 .map_err(|why| CallError::Failed(format!("{}: {why}", self.output.display())))?;
         }
         crate::failpoint!("sink::write");
-        let w = self
-            .in_progress
-            .as_mut()
-            .ok_or_else(|| CallError::Failed("sink used before open".into()))?;
-        w.write_all(&self.line)
-            .map_err(|e| CallError::Failed(format!("writing {}: {e}", self.output.display())))?;
-        self.in_progress_len += self.line.len() as u64;
+        self.write_line().map_err(|e| self.write_failed(e))?;
         Ok(CallOutput::default())
     }
 

@@ -579,7 +579,8 @@ fn length(input: &mut &[u8]) -> Result<usize> {
     usize::try_from(n).map_err(|_| anyhow!("a negative length: {n}"))
 }
 
-fn put_long(v: i64, out: &mut Vec<u8>) {
+/// Appends an Avro `long`: zigzag, then a varint.
+pub(crate) fn put_long(v: i64, out: &mut Vec<u8>) {
     let mut z = ((v << 1) ^ (v >> 63)) as u64;
     while z >= 0x80 {
         out.push((z as u8) | 0x80);

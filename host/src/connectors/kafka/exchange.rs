@@ -82,30 +82,29 @@ pub(super) fn is_exchange_batch(message: &BorrowedMessage<'_>) -> bool {
         .is_some_and(|h| h.iter().any(|h| h.key == EXCHANGE_BATCH))
 }
 
-impl KafkaSource {
-    /// An exchange topic's reader takes the data records of a batch ([`EXCHANGE_BATCH`])
-    /// read from partition `key`: each as it was written, of that partition. Returns how
-    /// many records and bytes.
-    pub(super) fn take_exchange_batch(
-        &self,
-        message: &BorrowedMessage<'_>,
-        key: &(String, i32),
-        out: &mut BatchWriter,
-    ) -> Result<(u64, usize)> {
-        let (mut records, mut bytes) = (0, 0);
-        for record in BatchReader::new(message.payload().unwrap_or_default()) {
-            // (The reader's event time is its producers' watermarks, not its records'.)
-            let record = record?;
-            records += 1;
-            bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
-            out.push_record(RecordRef {
-                partition: Some(key.1 as u32),
-                ..record
-            });
-        }
-        Ok((records, bytes))
+/// The data records of an exchange topic's batch ([`EXCHANGE_BATCH`]) read from
+/// `partition`, into `out`: each as it was written, of that partition (a reader's event
+/// time is its producers' watermarks, not its records'). Returns how many records and
+/// bytes.
+pub(super) fn take_batch(
+    message: &BorrowedMessage<'_>,
+    partition: i32,
+    out: &mut BatchWriter,
+) -> Result<(u64, usize)> {
+    let (mut records, mut bytes) = (0, 0);
+    for record in BatchReader::new(message.payload().unwrap_or_default()) {
+        let record = record?;
+        records += 1;
+        bytes += record.value.len() + record.key.map_or(0, <[u8]>::len);
+        out.push_record(RecordRef {
+            partition: Some(partition as u32),
+            ..record
+        });
     }
+    Ok((records, bytes))
+}
 
+impl KafkaSource {
     /// An exchange topic's reader: the largest watermark reached, or the smallest over
     /// its producers not idle now, once every one has written one (while all are idle,
     /// event time stands where it is).

@@ -16,7 +16,7 @@ use sluice_codec::BatchWriter;
 
 use super::client_errors::EVENTS_SERVED;
 use super::dead_letter::BadRecords;
-use super::exchange::{is_exchange_batch, watermark_record};
+use super::exchange::{self, is_exchange_batch, watermark_record};
 use super::stats::SourceStats;
 use crate::chain::CallError;
 use crate::connectors::event_time::{EventTime, json_timestamp, timestamp_of};
@@ -773,16 +773,14 @@ impl Source for KafkaSource {
                 continue;
             }
             if self.config.exchange_producers.is_some() && is_exchange_batch(&message) {
-                let (n, b) = self
-                    .take_exchange_batch(&message, &key, out)
-                    .with_context(|| {
-                        format!(
-                            "exchange topic {}/{}: the batch at offset {}",
-                            key.0,
-                            key.1,
-                            message.offset()
-                        )
-                    })?;
+                let (n, b) = exchange::take_batch(&message, key.1, out).with_context(|| {
+                    format!(
+                        "exchange topic {}/{}: the batch at offset {}",
+                        key.0,
+                        key.1,
+                        message.offset()
+                    )
+                })?;
                 if touched.last() != Some(&key) {
                     touched.push(key.clone());
                 }

@@ -218,8 +218,6 @@ pub(super) struct Checkpoints<'a> {
     pub(super) timeout_ms: u64,
 }
 
-/// The `kafka` fields of the `[sink]` table (`None` for other sinks, which may not set
-/// them); `checkpoints`: the job's checkpoints, if it checkpoints.
 /// A file sink's `schema` with `format = "avro"` (required then): the .avsc text of the
 /// Avro object container file it writes. `None` for every other sink.
 pub(super) fn file_sink_avro_schema(
@@ -229,19 +227,17 @@ pub(super) fn file_sink_avro_schema(
     if sink.kind != SinkKind::File || sink.format != Some(SinkFormatName::Avro) {
         return Ok(None);
     }
-    let path = sink.schema.as_deref().ok_or_else(|| {
-        anyhow!(
+    let Some(schema) = sink.schema.as_deref() else {
+        bail!(
             "`format = \"avro\"` needs `schema`: the .avsc file of the records the sink \
              writes (operators emit each as JSON)"
-        )
-    })?;
-    let path = resolve(path);
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| anyhow!("`schema`: reading {}: {e}", path.display()))?;
-    formats::Compiled::parse(&text).map_err(|e| anyhow!("`schema`: {}: {e:#}", path.display()))?;
-    Ok(Some(text))
+        );
+    };
+    Ok(format_config(Format::Avro, None, Some(schema), None, None, resolve)?.schema)
 }
 
+/// The `kafka` fields of the `[sink]` table (`None` for other sinks, which may not set
+/// them); `checkpoints`: the job's checkpoints, if it checkpoints.
 pub(super) fn kafka_sink(
     sink: &SinkSpec,
     job: &str,
