@@ -20,7 +20,7 @@ use rdkafka::message::{BorrowedMessage, Header, Headers as _, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer as _};
 
 use super::KafkaSourceConfig;
-use super::producer::{DeliveryReport, Producer};
+use super::producer::{self, DeliveryReport, Producer};
 use super::sink::PRODUCE_TIMEOUT;
 use crate::connectors::formats::OnBadRecord;
 
@@ -214,7 +214,7 @@ impl DeadLetters {
         if self.unflushed == 0 {
             return Ok(());
         }
-        let flushed = self.producer.flush(PRODUCE_TIMEOUT);
+        let flushed = producer::flush(&self.producer, PRODUCE_TIMEOUT);
         if let Some(failed) = self.producer.context().failed.lock().take() {
             return Err(self.failed(&failed));
         }
@@ -224,7 +224,7 @@ impl DeadLetters {
     }
 
     fn failed(&self, why: &str) -> anyhow::Error {
-        let note = super::producer::reports(&self.producer).note(&self.properties);
+        let note = producer::reports(&self.producer).note(&self.properties);
         anyhow!(
             "writing a bad record to dead-letter topic {:?}: {why}{note}",
             self.topic

@@ -20,7 +20,7 @@ use crate::connectors::formats::{Encoder, Format, FormatConfig};
 use super::admin::broker_setting;
 use super::exchange::{EXCHANGE_IDLE, EXCHANGE_WATERMARK, ExchangeOutput};
 use super::marker::{describe_marker, new_run_id, parse_marker_metadata, read_marker};
-use super::producer::{DeliveryReport, Producer, producer_client, reports, take_fenced};
+use super::producer::{self, DeliveryReport, Producer, producer_client, reports, take_fenced};
 use crate::chain::{
     CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState, TrapKind,
 };
@@ -814,8 +814,7 @@ impl Operator for KafkaSink {
     fn snapshot(&mut self, checkpoint_id: u64) -> Result<Vec<u8>, CallError> {
         match self.config.delivery {
             Delivery::AtLeastOnce => {
-                self.producer()?
-                    .flush(PRODUCE_TIMEOUT)
+                producer::flush(self.producer()?, PRODUCE_TIMEOUT)
                     .map_err(|e| self.err("flushing before the checkpoint", e))?;
                 self.check_deliveries()?;
                 Ok(Vec::new())
@@ -899,8 +898,7 @@ impl Operator for KafkaSink {
     fn finish(&mut self) -> Result<CallOutput, CallError> {
         // Exactly once, the tail goes out with the final checkpoint.
         if self.config.delivery == Delivery::AtLeastOnce {
-            self.producer()?
-                .flush(PRODUCE_TIMEOUT)
+            producer::flush(self.producer()?, PRODUCE_TIMEOUT)
                 .map_err(|e| self.err("flushing the last records", e))?;
             self.check_deliveries()?;
         }

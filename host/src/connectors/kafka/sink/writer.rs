@@ -18,7 +18,7 @@ use sluice_codec::BatchWriter;
 
 use super::super::exchange::{EXCHANGE_BATCH, EXCHANGE_BATCH_BYTES, EXCHANGE_WATERMARK};
 use super::super::marker::marker_metadata;
-use super::super::producer::Producer;
+use super::super::producer::{self, Producer};
 use super::{KafkaSinkConfig, PRODUCE_TIMEOUT};
 use crate::chain::{CallError, TrapKind};
 
@@ -305,7 +305,7 @@ impl Writer {
         crate::failpoint!("kafka-sink::before-commit");
         step(
             "committing the transaction",
-            producer.commit_transaction(PRODUCE_TIMEOUT),
+            producer::commit_transaction(producer, PRODUCE_TIMEOUT),
         )?;
         crate::failpoint!("kafka-sink::after-commit");
         Ok(())
@@ -318,7 +318,7 @@ impl Writer {
     pub(super) fn abort(&self, producer: &Producer, checkpoint: u64) {
         // (librdkafka aborts only once the records sent are reported on, which a
         // `BaseProducer` must poll for: `flush` does.)
-        let _ = producer.flush(PRODUCE_TIMEOUT);
+        let _ = producer::flush(producer, PRODUCE_TIMEOUT);
         match producer.abort_transaction(PRODUCE_TIMEOUT) {
             Ok(()) => {
                 tracing::info!(
