@@ -540,6 +540,12 @@ impl Plan {
             chains: Vec::new(),
             checkpoint: g.checkpoint.clone().map(|mut c| {
                 c.dir = checkpoint_dir.to_path_buf();
+                // Each stage checkpoints half an interval after the stage it reads, on
+                // every host alike: what a unit commits reaches the next stage's units
+                // before their next checkpoint (when the commit takes less than half an
+                // interval), so a hop holds a record back about half an interval. With
+                // every unit in step it was a whole one.
+                c.phase = Some(c.interval / 2 * (place.stage % 2) as u32);
                 c
             }),
             restart: RestartStrategy::None,

@@ -39,7 +39,14 @@ pub struct CheckpointSettings {
     pub mode: CheckpointingMode,
     /// Where checkpoints are stored.
     pub dir: PathBuf,
+    /// Periodic checkpoints fall this long after a multiple of the interval, counted in
+    /// wall-clock time from the Unix epoch, rather than an interval after the previous
+    /// one: jobs on several hosts with the same interval then checkpoint in step, at
+    /// offsets of their choosing (the units of a job over several hosts, each stage half
+    /// an interval after the one it reads).
+    pub phase: Option<Duration>,
 }
+
 /// A completed checkpoint, for reports.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CompletedCheckpoint {
@@ -124,7 +131,10 @@ const FINAL_RETRY: Duration = Duration::from_millis(50);
 /// When the next checkpoint is due; `None` when none should be triggered (periodic
 /// checkpoints off, too many in flight, or no source task left). When every source's
 /// input has ended (`inputs_ended`), the final checkpoint is due at once, whatever the
-/// interval.
+/// interval. With a `phase`, `started` is a moment on it (see [`on_phase`]), and periodic
+/// checkpoints fall on it and whole intervals after it: the first such moment more than
+/// half an interval after the last trigger (so a trigger that ran late does not skip the
+/// next) and after the minimum pause.
 pub fn next_trigger(
     settings: &CheckpointSettings,
     last_trigger: Option<Instant>,
@@ -145,9 +155,35 @@ pub fn next_trigger(
     if settings.interval.is_zero() {
         return None;
     }
-    let after_interval = last_trigger.unwrap_or(started) + settings.interval;
-    let after_pause = last_completion.map_or(after_interval, |c| c + settings.min_pause);
-    Some(after_interval.max(after_pause))
+    let after_pause = last_completion.map(|c| c + settings.min_pause);
+    let Some(_) = settings.phase else {
+        let after_interval = last_trigger.unwrap_or(started) + settings.interval;
+        return Some(after_pause.map_or(after_interval, |p| after_interval.max(p)));
+    };
+    let interval = settings.interval;
+    let earliest = last_trigger.map_or(started + interval, |t| t + interval / 2);
+    let earliest = after_pause.map_or(earliest, |p| earliest.max(p));
+    // The first moment `started` + k intervals at or after `earliest`.
+    let since = earliest.saturating_duration_since(started).as_nanos();
+    let step = interval.as_nanos();
+    let intervals = since.div_ceil(step);
+    Some(started + interval * u32::try_from(intervals).unwrap_or(u32::MAX))
+}
+
+/// The latest moment at or before `now` on `settings`' phase: `now_ms`, the wall-clock
+/// time of `now` in milliseconds since the Unix epoch, less its distance past the last
+/// moment that is `phase` past a multiple of the interval. `now` when there is no phase
+/// (or no interval).
+pub fn on_phase(settings: &CheckpointSettings, now: Instant, now_ms: i64) -> Instant {
+    let interval = settings.interval.as_millis() as i64;
+    match settings.phase {
+        Some(phase) if interval > 0 => {
+            let past = (now_ms - phase.as_millis() as i64).rem_euclid(interval);
+            now.checked_sub(Duration::from_millis(past as u64))
+                .unwrap_or(now)
+        }
+        _ => now,
+    }
 }
 
 /// A checkpoint in flight.
@@ -277,6 +313,7 @@ pub struct Coordinator {
     rx: Receiver<CoordinatorMessage>,
     next_id: u64,
     pending: BTreeMap<u64, PendingCheckpoint>,
+    /// When it started, or (with a phase) the moment on the phase before that.
     started: Instant,
     last_trigger: Option<Instant>,
     last_completion: Option<Instant>,
@@ -300,10 +337,10 @@ impl Coordinator {
         stats.lock().committed_before = setup.committed_before;
         Coordinator {
             next_id: setup.first_id,
+            started: on_phase(&setup.settings, Instant::now(), now_millis()),
             setup,
             rx,
             pending: BTreeMap::new(),
-            started: Instant::now(),
             last_trigger: None,
             last_completion: None,
             finished: BTreeSet::new(),

@@ -444,6 +444,7 @@ fn checkpoint_settings(
         retain: limits::RETAIN.resolve(c.retain)?,
         mode,
         dir,
+        phase: None,
     })
 }
 

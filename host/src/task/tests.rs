@@ -628,6 +628,7 @@ fn stuck_job(log: &Log, timeout: Duration) -> Stuck {
             retain: 2,
             mode: CheckpointingMode::ExactlyOnce,
             dir: storage.dir().to_path_buf(),
+            phase: None,
         },
         storage,
         protect: None,

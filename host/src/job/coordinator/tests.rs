@@ -9,6 +9,7 @@ fn settings(interval_ms: u64, pause_ms: u64, max: usize) -> CheckpointSettings {
         retain: 1,
         mode: CheckpointingMode::ExactlyOnce,
         dir: PathBuf::new(),
+        phase: None,
     }
 }
 
@@ -55,6 +56,58 @@ fn next_trigger_respects_interval_pause_concurrency_and_sources() {
         Some(t0 + FINAL_RETRY)
     );
     assert_eq!(next_trigger(&s, Some(t0), None, 1, true, true, t0), None);
+}
+
+#[test]
+fn checkpoints_on_a_phase_fall_on_it_whatever_their_lateness_and_pause() {
+    let ms = Duration::from_millis;
+    let s = CheckpointSettings {
+        phase: Some(ms(30)),
+        ..settings(100, 0, 1)
+    };
+    let now = Instant::now() + ms(1_000);
+    // 1,000,055 ms is 25 ms past 1,000,030, the last moment 30 ms past a multiple of 100.
+    let t0 = on_phase(&s, now, 1_000_055);
+    assert_eq!(t0, now - ms(25));
+    assert_eq!(on_phase(&s, now, 1_000_030), now);
+    assert_eq!(
+        on_phase(&settings(100, 0, 1), now, 1_000_055),
+        now,
+        "no phase"
+    );
+    // The first slot after the start, then every interval, a late trigger or not.
+    assert_eq!(
+        next_trigger(&s, None, None, 0, true, false, t0),
+        Some(t0 + ms(100))
+    );
+    assert_eq!(
+        next_trigger(&s, Some(t0 + ms(100)), None, 0, true, false, t0),
+        Some(t0 + ms(200))
+    );
+    assert_eq!(
+        next_trigger(&s, Some(t0 + ms(107)), None, 0, true, false, t0),
+        Some(t0 + ms(200)),
+        "a trigger 7 ms late does not move the next"
+    );
+    // A pause that reaches past a slot moves the trigger to the slot after it.
+    let p = CheckpointSettings {
+        min_pause: ms(50),
+        ..s.clone()
+    };
+    assert_eq!(
+        next_trigger(
+            &p,
+            Some(t0 + ms(100)),
+            Some(t0 + ms(190)),
+            0,
+            true,
+            false,
+            t0
+        ),
+        Some(t0 + ms(300))
+    );
+    // The final checkpoint does not wait for the phase.
+    assert_eq!(next_trigger(&s, None, None, 0, true, true, t0), Some(t0));
 }
 
 fn ack(id: u64, subtask: u32) -> Acknowledgement {
