@@ -497,6 +497,20 @@ fn kafka_job_file_mistakes_are_named() {
             format!("name = \"x\"\n{kafka}{op}[sink]\ntype = \"stdout\"\nformat = \"avro\"\n"),
             "a `stdout` sink writes `format = \"value\"`, \"key-value\" or \"json\" (JSON lines), not \"avro\"",
         ),
+        (
+            "file-sink-codec-without-avro",
+            format!(
+                "name = \"x\"\n{kafka}{op}[sink]\ntype = \"file\"\npath = \"o\"\ncodec = \"deflate\"\n"
+            ),
+            "`codec` applies to a file sink with `format = \"avro\"` only",
+        ),
+        (
+            "file-sink-avro-codec-zstd",
+            format!(
+                "name = \"x\"\n{kafka}{op}[sink]\ntype = \"file\"\npath = \"o\"\nformat = \"avro\"\nschema = \"o.avsc\"\ncodec = \"zstd\"\n"
+            ),
+            "zstd is not offered: `codec = \"deflate\"` or `\"snappy\"`",
+        ),
     ] {
         malformed(name, &toml, &[expected]);
     }

@@ -163,7 +163,7 @@ fn a_file_sink_writes_an_avro_file_exactly_once_through_a_restart() {
     // The sink's schema: what the source's JSON holds, fields in another order.
     let out_schema = r#"{"type":"record","name":"Out","fields":[{"name":"n","type":"long"},{"name":"user","type":"string"}]}"#;
     std::fs::write(dir.join("out.avsc"), out_schema).unwrap();
-    let job = |name: &str, after: u32, schema: &str| {
+    let job = |name: &str, after: u32, schema: &str, codec: &str| {
         write_job(
             &dir,
             &format!(
@@ -182,6 +182,7 @@ type = "file"
 path = "{name}.avro"
 format = "avro"
 schema = "{schema}"
+codec = "{codec}"
 [checkpoint]
 interval_ms = 10
 [restart]
@@ -194,25 +195,28 @@ batch_size = 100
             ),
         )
     };
-    let report = run_job(&job("out", 60_000, "out.avsc")).unwrap();
-    assert_eq!(report.outcome, JobOutcome::Finished);
-    assert_eq!(report.restarts, 1);
-    let file = std::fs::File::open(dir.join("out.avro")).unwrap();
-    let reader = apache_avro::Reader::new(std::io::BufReader::new(file)).unwrap();
-    assert_eq!(
-        reader.writer_schema(),
-        &apache_avro::Schema::parse_str(out_schema).unwrap()
-    );
-    let mut n = 0i64;
-    for value in reader {
-        let expected = Value::Record(vec![
-            ("n".into(), Value::Long(n)),
-            ("user".into(), Value::String(format!("u{}", n % 7))),
-        ]);
-        assert_eq!(value.unwrap(), expected, "record {n}");
-        n += 1;
+    for codec in ["null", "deflate"] {
+        let name = format!("out-{codec}");
+        let report = run_job(&job(&name, 60_000, "out.avsc", codec)).unwrap();
+        assert_eq!(report.outcome, JobOutcome::Finished);
+        assert_eq!(report.restarts, 1);
+        let file = std::fs::File::open(dir.join(format!("{name}.avro"))).unwrap();
+        let reader = apache_avro::Reader::new(std::io::BufReader::new(file)).unwrap();
+        assert_eq!(
+            reader.writer_schema(),
+            &apache_avro::Schema::parse_str(out_schema).unwrap()
+        );
+        let mut n = 0i64;
+        for value in reader {
+            let expected = Value::Record(vec![
+                ("n".into(), Value::Long(n)),
+                ("user".into(), Value::String(format!("u{}", n % 7))),
+            ]);
+            assert_eq!(value.unwrap(), expected, "{codec}: record {n}");
+            n += 1;
+        }
+        assert_eq!(n, 100_000, "{codec}");
     }
-    assert_eq!(n, 100_000);
 
     // A schema the values do not fit: the job fails, naming the file and the value.
     std::fs::write(
@@ -222,7 +226,7 @@ batch_size = 100
     .unwrap();
     let why = format!(
         "{:#}",
-        run_job(&job("strict", 1_000_000, "strict.avsc")).unwrap_err()
+        run_job(&job("strict", 1_000_000, "strict.avsc", "snappy")).unwrap_err()
     );
     assert!(
         why.contains("strict.avro")

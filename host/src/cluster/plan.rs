@@ -394,7 +394,7 @@ impl Plan {
                     kind: SinkKind::Kafka,
                     path: None,
                     format: Default::default(),
-                    avro_schema: None,
+                    avro: None,
                     parallelism: 1,
                     kafka: Some(KafkaSinkConfig {
                         bootstrap: cluster.bootstrap.clone(),

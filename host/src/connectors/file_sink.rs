@@ -89,11 +89,11 @@ impl FileSink {
         }
     }
 
-    /// Writes an Avro object container file of `schema` (the .avsc text) instead of lines:
-    /// each record's value, JSON, encoded with it (keys are not written).
-    pub fn with_avro(mut self, schema: &str) -> Result<Self> {
+    /// Writes the Avro object container file `avro` describes instead of lines: each
+    /// record's value, JSON, encoded with its schema (keys are not written).
+    pub fn with_avro(mut self, avro: &crate::job::AvroFileOutput) -> Result<Self> {
         self.avro = Some(
-            AvroBlocks::new(schema, &self.output)
+            AvroBlocks::new(&avro.schema, avro.codec, &self.output)
                 .with_context(|| format!("the Avro schema of {}", self.output.display()))?,
         );
         Ok(self)
@@ -146,7 +146,8 @@ impl FileSink {
     fn finish_avro_block(&mut self) -> std::io::Result<()> {
         if let Some(avro) = &mut self.avro {
             self.line.clear();
-            avro.finish_block(&mut self.line);
+            avro.finish_block(&mut self.line)
+                .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
             self.write_line()?;
         }
         Ok(())

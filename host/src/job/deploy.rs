@@ -686,8 +686,8 @@ impl ChainBuilder {
                                 graph.checkpoint.is_some(),
                                 self.allow_rewind,
                             );
-                            Box::new(match &sink.avro_schema {
-                                Some(schema) => file.with_avro(schema)?,
+                            Box::new(match &sink.avro {
+                                Some(avro) => file.with_avro(avro)?,
                                 None => file,
                             })
                         }

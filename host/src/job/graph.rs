@@ -127,13 +127,22 @@ pub struct SinkVertex {
     pub path: Option<PathBuf>,
     /// Line format.
     pub format: LineFormat,
-    /// File sinks with `format = "avro"`: the schema (.avsc text) of the Avro object
-    /// container file they write instead of lines.
-    pub avro_schema: Option<String>,
+    /// File sinks with `format = "avro"`: the Avro object container file they write
+    /// instead of lines.
+    pub avro: Option<AvroFileOutput>,
     /// Parallelism.
     pub parallelism: u32,
     /// Kafka sinks: where and how.
     pub kafka: Option<KafkaSinkConfig>,
+}
+
+/// The Avro object container file a file sink with `format = "avro"` writes.
+#[derive(Debug, Clone)]
+pub struct AvroFileOutput {
+    /// Its schema (the .avsc text).
+    pub schema: String,
+    /// How its blocks are compressed.
+    pub codec: crate::spec::values::AvroCodecName,
 }
 
 /// One vertex of the job.

@@ -171,7 +171,7 @@ impl JobGraph {
                     LineFormat::KeyValue
                 }
                 (SinkKind::File | SinkKind::Stdout, Some(SinkFormatName::Json)) => LineFormat::Json,
-                // (An Avro file is written by `avro_schema` below.)
+                // (An Avro file is written by `avro` below.)
                 (SinkKind::File, Some(SinkFormatName::Avro)) => LineFormat::Value,
                 (SinkKind::File, Some(other)) => bail!(
                     "{job}: {what}: a `file` sink writes `format = \"value\"`, \"key-value\", \
@@ -208,7 +208,7 @@ impl JobGraph {
                     .and_then(|c| c.timeout_ms)
                     .map_or(limits::CHECKPOINT_TIMEOUT_MS.default, |m| m.0),
             });
-            let avro_schema = endpoints::file_sink_avro_schema(sink, &resolve)
+            let avro = endpoints::file_sink_avro(sink, &resolve)
                 .map_err(|e| anyhow!("{job}: {what}: {e:#}"))?;
             let kafka = kafka_sink(sink, &file.name, &id, checkpoints, &resolve)
                 .map_err(|e| anyhow!("{job}: {what}: {e}"))?;
@@ -231,7 +231,7 @@ impl JobGraph {
                 kind: sink.kind,
                 path: sink_path,
                 format,
-                avro_schema,
+                avro,
                 parallelism: sink.parallelism,
                 kafka,
             }));

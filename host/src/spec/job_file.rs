@@ -16,9 +16,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::values::{
-    ByteSize, CheckpointMode, ConfigValue, DeliveryName, GeneratorShapeName, InputEntry, KeyBy,
-    MiBSize, Millis, OnBadRecordName, OutOfRangeName, Partition, RecordFormatName,
-    RestartStrategyName, SinkFormatName, SinkPartitioner, StartSpec, Timestamp, TopicsSpec,
+    AvroCodecName, ByteSize, CheckpointMode, ConfigValue, DeliveryName, GeneratorShapeName,
+    InputEntry, KeyBy, MiBSize, Millis, OnBadRecordName, OutOfRangeName, Partition,
+    RecordFormatName, RestartStrategyName, SinkFormatName, SinkPartitioner, StartSpec, Timestamp,
+    TopicsSpec,
 };
 
 /// A job file.
@@ -321,6 +322,9 @@ pub struct SinkSpec {
     /// `kafka`, `protobuf`: the message written (its full name, `package.Message`;
     /// default: the schema's first).
     pub message: Option<String>,
+    /// `file`, `avro`: how the container file's blocks are compressed: `null` (default),
+    /// `deflate` or `snappy`.
+    pub codec: Option<AvroCodecName>,
     /// `kafka`: what the keys written are, as `format` says of the values (default
     /// `bytes`); with a registry their schema is registered under `TOPIC-key`.
     pub key_format: Option<RecordFormatName>,

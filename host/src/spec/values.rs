@@ -132,6 +132,21 @@ names! {
     }
 }
 
+names! {
+    /// How an Avro file sink compresses its blocks (`codec`).
+    pub enum AvroCodecName("codec") {
+        /// Not at all.
+        Null = "null",
+        /// Deflate (RFC 1951), as every Avro reader reads.
+        Deflate = "deflate",
+        /// Snappy, each block followed by the CRC-32 of its uncompressed bytes.
+        Snappy = "snappy",
+    }
+    hint "gzip" => "Avro's gzip-like codec is `codec = \"deflate\"`";
+    hint "zstd" => "zstd is not offered: `codec = \"deflate\"` or `\"snappy\"`";
+    hint "none" => "no compression is `codec = \"null\"`";
+}
+
 /// What a source does with a record its `format` cannot decode (`on_bad_record`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OnBadRecordName {

@@ -14,12 +14,12 @@ use crate::connectors::kafka::{
     self, Delivery, KafkaSinkConfig, KafkaSourceConfig, OutOfRange, StartFrom,
     TRANSACTION_TIMEOUT_MS, Topics,
 };
-use crate::job::graph::{GeneratorShape, SourceInput, SourceVertex};
+use crate::job::graph::{AvroFileOutput, GeneratorShape, SourceInput, SourceVertex};
 use crate::spec::job_file::SchemaRegistrySpec;
 use crate::spec::limits::{self, in_range};
 use crate::spec::values::{
-    DeliveryName, GeneratorShapeName, Millis, OnBadRecordName, OutOfRangeName, RecordFormatName,
-    SinkFormatName, SinkPartitioner, StartSpec, Timestamp, TopicsSpec,
+    AvroCodecName, DeliveryName, GeneratorShapeName, Millis, OnBadRecordName, OutOfRangeName,
+    RecordFormatName, SinkFormatName, SinkPartitioner, StartSpec, Timestamp, TopicsSpec,
 };
 use crate::spec::{SinkKind, SinkSpec, SourceKind, SourceSpec, secrets};
 
@@ -218,13 +218,20 @@ pub(super) struct Checkpoints<'a> {
     pub(super) timeout_ms: u64,
 }
 
-/// A file sink's `schema` with `format = "avro"` (required then): the .avsc text of the
-/// Avro object container file it writes. `None` for every other sink.
-pub(super) fn file_sink_avro_schema(
+/// The Avro object container file a file sink with `format = "avro"` writes: its
+/// `schema` (required) and `codec`. `None` for every other sink, which may not set
+/// `codec`.
+pub(super) fn file_sink_avro(
     sink: &SinkSpec,
     resolve: &dyn Fn(&Path) -> PathBuf,
-) -> Result<Option<String>> {
+) -> Result<Option<AvroFileOutput>> {
     if sink.kind != SinkKind::File || sink.format != Some(SinkFormatName::Avro) {
+        if sink.codec.is_some() {
+            bail!(
+                "`codec` applies to a file sink with `format = \"avro\"` only (the \
+                 compression of its Avro blocks)"
+            );
+        }
         return Ok(None);
     }
     let Some(schema) = sink.schema.as_deref() else {
@@ -233,7 +240,13 @@ pub(super) fn file_sink_avro_schema(
              writes (operators emit each as JSON)"
         );
     };
-    Ok(format_config(Format::Avro, None, Some(schema), None, None, resolve)?.schema)
+    let schema = format_config(Format::Avro, None, Some(schema), None, None, resolve)?
+        .schema
+        .expect("an Avro format has its schema");
+    Ok(Some(AvroFileOutput {
+        schema,
+        codec: sink.codec.unwrap_or(AvroCodecName::Null),
+    }))
 }
 
 /// The `kafka` fields of the `[sink]` table (`None` for other sinks, which may not set
@@ -263,7 +276,7 @@ pub(super) fn kafka_sink(
         ("key_schema", sink.key_schema.is_some()),
     ];
     if sink.kind != SinkKind::Kafka {
-        // (An Avro file sink's `schema` is read by `file_sink_avro_schema`.)
+        // (An Avro file sink's `schema` is read by `file_sink_avro`.)
         let avro_file = sink.kind == SinkKind::File && sink.format == Some(SinkFormatName::Avro);
         if let Some((field, _)) = fields
             .iter()
