@@ -696,6 +696,61 @@ mod tests {
     }
 
     #[test]
+    fn each_stage_checkpoints_half_an_interval_after_the_one_it_reads() {
+        let g = graph(&format!(
+            "{KAFKA_SOURCE}[[operator]]\nname = \"tokenize\"\nplugin = \"t.wasm\"\n\
+             {COUNT}[[operator]]\nname = \"upper\"\nplugin = \"u.wasm\"\nkey_by = \"key\"\n\
+             {KAFKA_SINK}{CLUSTER}"
+        ));
+        let settings = ClusterSettings::of(&g, Some("127.0.0.1:1"), None).unwrap();
+        let (source, order) = line_of(&g).unwrap();
+        // The plan `Plan::new` makes of a source topic of 2 partitions (without asking
+        // the brokers): 2 units reading it, then 2 of each exchange.
+        let exchange = |n: u32, first_unit: u32, operator: usize| Stage {
+            first_unit,
+            units: 2,
+            input: StageInput::Exchange {
+                topic: format!("x.exchange-{n}"),
+            },
+            operators: vec![order[operator]],
+        };
+        let plan = Plan {
+            graph: g.clone(),
+            stages: vec![
+                Stage {
+                    first_unit: 0,
+                    units: 2,
+                    input: StageInput::Source {
+                        partitions: vec![("in".into(), 0), ("in".into(), 1)],
+                    },
+                    operators: vec![order[1]],
+                },
+                exchange(1, 2, 2),
+                exchange(2, 4, 3),
+            ],
+            prefix: "x".into(),
+            control_topic: "x.units".into(),
+            group: "x".into(),
+            source,
+            sink: *order.last().unwrap(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let phase = |unit: u32| {
+            let g = plan
+                .unit_graph(unit, &settings, dir.path(), "attempt=a", None)
+                .unwrap();
+            g.checkpoint.unwrap().phase
+        };
+        let ms = Duration::from_millis;
+        // (`CLUSTER` checkpoints every 100 ms.)
+        assert_eq!(phase(0), Some(ms(0)));
+        assert_eq!(phase(1), Some(ms(0)));
+        assert_eq!(phase(2), Some(ms(50)), "the stage after the source's");
+        assert_eq!(phase(3), Some(ms(50)));
+        assert_eq!(phase(4), Some(ms(0)), "the stage after that");
+    }
+
+    #[test]
     fn cluster_settings_name_what_is_missing_or_out_of_range() {
         let g = graph(&format!(
             "{KAFKA_SOURCE}{COUNT}{KAFKA_SINK}[checkpoint]\ninterval_ms = 100\n"
