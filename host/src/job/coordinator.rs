@@ -166,8 +166,12 @@ pub fn next_trigger(
     // The first moment `started` + k intervals at or after `earliest`.
     let since = earliest.saturating_duration_since(started).as_nanos();
     let step = interval.as_nanos();
-    let intervals = since.div_ceil(step);
-    Some(started + interval * u32::try_from(intervals).unwrap_or(u32::MAX))
+    let offset = u64::try_from(since.div_ceil(step) * step).unwrap_or(u64::MAX);
+    Some(
+        started
+            .checked_add(Duration::from_nanos(offset))
+            .unwrap_or(earliest),
+    )
 }
 
 /// The latest moment at or before `now` on `settings`' phase: `now_ms`, the wall-clock
