@@ -934,3 +934,86 @@ fn a_failing_unit_on_a_server_shows_why_and_the_job_cancels() {
     assert_eq!(cancelled.state, JobState::Cancelled, "{cancelled:?}");
     assert!(read_committed(&broker, &output).is_empty());
 }
+
+#[test]
+fn validate_shows_the_stages_their_topics_and_units() {
+    let Some(broker) = broker() else { return };
+    let dir = test_dir("cluster-validate");
+    let input = unique_topic("cluster-validate-in");
+    create_topic(&broker, &input, 2);
+    let output = unique_topic("cluster-validate-out");
+    let shape = |repartition| Shape {
+        broker: Some(&broker),
+        bounded: true,
+        behavior: "slow-process",
+        repartition,
+        cluster: "checkpoints = \"store\"",
+    };
+    let job = word_count_job(&dir, "job.toml", &input, &output, shape(true));
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .arg("validate")
+        .arg(&job)
+        .args(["--cluster", &broker])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // 2 source partitions, then 4 partitions of each exchange topic; checkpoints every
+    // 100 ms, each stage 50 ms after the one it reads.
+    let prefix = format!("sluice-{output}");
+    for line in [
+        "over several hosts: 10 units in 3 stages".to_string(),
+        format!(
+            "stage 0: units 0-1, one each of {input}/0 .. {input}/1 -> misbehave -> \
+             {prefix}.exchange-1 (checkpoints at +0 ms)"
+        ),
+        format!(
+            "stage 1: units 2-5, one each of {prefix}.exchange-1/0 .. {prefix}.exchange-1/3 \
+             -> tokenize -> {prefix}.exchange-2 (checkpoints at +50 ms)"
+        ),
+        format!(
+            "stage 2: units 6-9, one each of {prefix}.exchange-2/0 .. {prefix}.exchange-2/3 \
+             -> count -> sink -> {output} (checkpoints at +0 ms)"
+        ),
+    ] {
+        assert!(stdout.contains(&line), "{line:?} not in:\n{stdout}");
+    }
+    let json = Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+        .arg("validate")
+        .arg(&job)
+        .args(["--json", "--cluster", &broker])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["cluster"][1]["units"], serde_json::json!([2, 5]));
+    assert_eq!(json["cluster"][1]["checkpoint_phase_ms"], 50);
+    assert_eq!(json["cluster"][2]["writes"], output.as_str());
+
+    // A job that cannot run over several hosts fails validation with --cluster only.
+    let file_sink = job.with_file_name("file-sink.toml");
+    let text = std::fs::read_to_string(&job).unwrap().replace(
+        &format!("type = \"kafka\"\nbootstrap = \"{broker}\"\ntopic = \"{output}\""),
+        "type = \"file\"\npath = \"out.txt\"",
+    );
+    std::fs::write(&file_sink, text).unwrap();
+    let validate = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_sluice-test-cli"))
+            .arg("validate")
+            .arg(&file_sink)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(validate(&[]).status.success());
+    let refused = validate(&["--cluster", &broker]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(65), "{stderr}");
+    assert!(
+        stderr.contains("file-sink.toml") && stderr.contains("must be an exactly-once Kafka sink"),
+        "{stderr}"
+    );
+}

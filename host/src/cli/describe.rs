@@ -25,6 +25,9 @@ struct Validated {
     operators: Vec<OperatorPlugin>,
     /// `None` when the job does not checkpoint.
     checkpoint: Option<CheckpointPlan>,
+    /// With `--cluster`: its stages over several hosts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster: Option<Vec<crate::cluster::plan::StageView>>,
 }
 
 /// A job file that did not pass `validate`, and why.
@@ -83,16 +86,28 @@ pub(super) fn validate(
     path: &Path,
     host_config_path: Option<&Path>,
     json: bool,
+    cluster: Option<&str>,
 ) -> Result<Exit> {
     let checked = host_config(host_config_path).and_then(|host| {
         let job = Job::load_with(path, &*engine(cli)?, &host).map_err(bad_input)?;
         job.check_open()
             .with_context(|| format!("{}", path.display()))
             .map_err(bad_input)?;
-        Ok(job)
+        let stages = match cluster {
+            Some(bootstrap) => {
+                let (graph, settings) =
+                    super::cluster_job(path, Some(bootstrap), host_config_path)?;
+                let plan = crate::cluster::Plan::new(&graph, &settings)
+                    .with_context(|| format!("{}", path.display()))
+                    .map_err(bad_input)?;
+                Some(plan.view())
+            }
+            None => None,
+        };
+        Ok((job, stages))
     });
-    let job = match checked {
-        Ok(job) => job,
+    let (job, stages) = match checked {
+        Ok(checked) => checked,
         Err(e) if json => {
             print_json(&Invalid {
                 file: path.display().to_string(),
@@ -103,7 +118,7 @@ pub(super) fn validate(
         }
         Err(e) => return Err(e),
     };
-    let validated = describe_job(path, &job);
+    let validated = describe_job(path, &job, stages);
     if json {
         print_json(&validated)?;
         return Ok(Exit::Success);
@@ -145,10 +160,39 @@ pub(super) fn validate(
         )?,
         None => writeln!(out, "  checkpoints: off")?,
     }
+    if let Some(stages) = &validated.cluster {
+        let units = stages.last().map_or(0, |s| s.units.1 + 1);
+        writeln!(
+            out,
+            "  over several hosts: {units} units in {} stages",
+            stages.len()
+        )?;
+        for s in stages {
+            let reads = match &s.reads[..] {
+                [one] => one.clone(),
+                [first, .., last] => format!("{first} .. {last}"),
+                [] => String::new(),
+            };
+            writeln!(
+                out,
+                "    stage {}: units {}-{}, one each of {reads} -> {} -> {} (checkpoints at +{} ms)",
+                s.stage,
+                s.units.0,
+                s.units.1,
+                s.runs.join(" -> "),
+                s.writes,
+                s.checkpoint_phase_ms
+            )?;
+        }
+    }
     Ok(Exit::Success)
 }
 
-fn describe_job(path: &Path, job: &Job) -> Validated {
+fn describe_job(
+    path: &Path,
+    job: &Job,
+    cluster: Option<Vec<crate::cluster::plan::StageView>>,
+) -> Validated {
     let graph: &JobGraph = job.graph();
     let tasks = graph
         .chains
@@ -213,6 +257,7 @@ fn describe_job(path: &Path, job: &Job) -> Validated {
             },
             dir: c.dir.display().to_string(),
         }),
+        cluster,
     }
 }
 

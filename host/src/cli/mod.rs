@@ -139,6 +139,11 @@ enum Command {
         /// when the job is not valid).
         #[arg(long)]
         json: bool,
+        /// Also show how the job runs over several hosts with these Kafka brokers (or
+        /// `[cluster] bootstrap` when none is given): its stages, the topics they read
+        /// and write, and its units (the brokers are asked for the source's partitions).
+        #[arg(long, value_name = "HOST:PORT", num_args = 0..=1, default_missing_value = "")]
+        cluster: Option<String>,
     },
     /// Create a plugin crate from a template: `cargo test` and `cargo build --release
     /// --target wasm32-wasip2` work at once, and its `job.toml` runs it.
@@ -600,7 +605,8 @@ fn run(cli: Cli) -> Result<Exit> {
             job,
             host_config,
             json,
-        } => describe::validate(&cli, job, host_config.as_deref(), *json),
+            cluster,
+        } => describe::validate(&cli, job, host_config.as_deref(), *json, cluster.as_deref()),
         Command::Inspect { plugin, json } => describe::inspect(&cli, plugin, *json),
         Command::New {
             name,

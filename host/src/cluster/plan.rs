@@ -175,6 +175,23 @@ pub struct Plan {
     sink: usize,
 }
 
+/// A stage as `sluice validate --cluster` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StageView {
+    /// Its number.
+    pub stage: usize,
+    /// Its units' numbers, first and last.
+    pub units: (u32, u32),
+    /// What each unit reads: `topic/partition` of the source, or of an exchange topic.
+    pub reads: Vec<String>,
+    /// Its operators, then the job's sink in the last stage.
+    pub runs: Vec<String>,
+    /// The topic its units write: the next stage's exchange topic, or the sink's.
+    pub writes: String,
+    /// How long after each multiple of the interval its units checkpoint.
+    pub checkpoint_phase_ms: u128,
+}
+
 /// A unit's place in the plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UnitPlace {
@@ -320,6 +337,54 @@ impl Plan {
             ops.push(self.graph.vertices[self.sink].name());
         }
         format!("stage {}: {input} -> {}", place.stage, ops.join(" -> "))
+    }
+
+    /// How long after each multiple of the checkpoint interval (in wall-clock time) the
+    /// units of stage `stage` checkpoint: each stage half an interval after the one it
+    /// reads, so what a unit commits reaches the next stage's units before their next
+    /// checkpoint (when the commit takes less than half an interval) and a hop holds a
+    /// record back about half an interval. With every unit in step it was a whole one.
+    pub fn checkpoint_phase(&self, stage: usize) -> Duration {
+        let interval = self
+            .graph
+            .checkpoint
+            .as_ref()
+            .map_or(Duration::ZERO, |c| c.interval);
+        interval / 2 * (stage % 2) as u32
+    }
+
+    /// Its stages, as `sluice validate --cluster` shows them.
+    pub fn view(&self) -> Vec<StageView> {
+        self.stages
+            .iter()
+            .enumerate()
+            .map(|(i, stage)| {
+                let reads = match &stage.input {
+                    StageInput::Source { partitions } => {
+                        partitions.iter().map(|(t, p)| format!("{t}/{p}")).collect()
+                    }
+                    StageInput::Exchange { topic } => {
+                        (0..stage.units).map(|p| format!("{topic}/{p}")).collect()
+                    }
+                };
+                let mut runs: Vec<String> = stage
+                    .operators
+                    .iter()
+                    .map(|&v| self.graph.vertices[v].name().to_string())
+                    .collect();
+                if i + 1 == self.stages.len() {
+                    runs.push(self.graph.vertices[self.sink].name().to_string());
+                }
+                StageView {
+                    stage: i,
+                    units: (stage.first_unit, stage.first_unit + stage.units - 1),
+                    reads,
+                    runs,
+                    writes: self.output_topic(stage.first_unit),
+                    checkpoint_phase_ms: self.checkpoint_phase(i).as_millis(),
+                }
+            })
+            .collect()
     }
 
     /// The transactional id prefix of unit `unit`'s sink (its producer is `PREFIX-0`).
@@ -540,12 +605,7 @@ impl Plan {
             chains: Vec::new(),
             checkpoint: g.checkpoint.clone().map(|mut c| {
                 c.dir = checkpoint_dir.to_path_buf();
-                // Each stage checkpoints half an interval after the stage it reads, on
-                // every host alike: what a unit commits reaches the next stage's units
-                // before their next checkpoint (when the commit takes less than half an
-                // interval), so a hop holds a record back about half an interval. With
-                // every unit in step it was a whole one.
-                c.phase = Some(c.interval / 2 * (place.stage % 2) as u32);
+                c.phase = Some(self.checkpoint_phase(place.stage));
                 c
             }),
             restart: RestartStrategy::None,
