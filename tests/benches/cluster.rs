@@ -13,14 +13,14 @@
 //! `cargo bench -p sluice-tests --bench cluster`
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sluice_tests::cluster::{owned_units, spawn_host, started_units};
+use sluice_tests::cluster::{owned_units, spawn_run, started_units};
 use sluice_tests::kafka::{BenchBroker, create_topic, produce, unique_topic};
 use sluice_tests::plugins::{COUNT, TEST_MISBEHAVE, TOKENIZE};
-use sluice_tests::{sample_text, scratch_root, test_dir};
+use sluice_tests::{sample_text, test_dir};
 
 const SESSION_TIMEOUT_MS: u64 = 6_000;
 
@@ -88,18 +88,7 @@ dir = "checkpoints-{name}"
 }
 
 fn sluice(job: &Path, cluster: Option<&str>, log: &Path) -> Child {
-    let bin = env!("CARGO_BIN_EXE_sluice-test-cli");
-    if let Some(broker) = cluster {
-        return spawn_host(bin, job, broker, log);
-    }
-    Command::new(bin)
-        .args(["--log", "info", "run", "--quiet"])
-        .arg(job)
-        .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .expect("spawning sluice")
+    spawn_run(env!("CARGO_BIN_EXE_sluice-test-cli"), job, cluster, log)
 }
 
 /// Runs `hosts` processes of `job` (one without `--cluster` when `hosts` is 0) to their

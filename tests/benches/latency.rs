@@ -26,7 +26,6 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
@@ -37,10 +36,10 @@ use rdkafka::Message;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use sluice_tests::bench::env_or;
-use sluice_tests::cluster::spawn_host;
+use sluice_tests::cluster::spawn_run;
 use sluice_tests::kafka::{BenchBroker, create_topic, unique_topic};
 use sluice_tests::plugins::{COUNT, TOKENIZE, UPPERCASE};
-use sluice_tests::{scratch_root, test_dir};
+use sluice_tests::test_dir;
 
 /// The word count from `input` to `output`: with `hops` exchange hops over several hosts,
 /// or on one host when `hops` is `None`.
@@ -95,21 +94,6 @@ dir = "checkpoints-{name}"
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, toml).unwrap();
     path
-}
-
-fn spawn(job: &Path, broker: &str, cluster: bool, log: &Path) -> Child {
-    let bin = env!("CARGO_BIN_EXE_sluice-test-cli");
-    if cluster {
-        return spawn_host(bin, job, broker, log);
-    }
-    Command::new(bin)
-        .args(["--log", "info", "run", "--quiet"])
-        .arg(job)
-        .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .expect("spawning sluice")
 }
 
 fn now_ms() -> i64 {
@@ -184,7 +168,12 @@ fn measure(broker: &str, dir: &Path, hops: Option<u32>, interval_ms: u64) -> Vec
         "{}.log",
         job.file_stem().unwrap().to_string_lossy()
     ));
-    let mut child = spawn(&job, broker, hops.is_some(), &log);
+    let mut child = spawn_run(
+        env!("CARGO_BIN_EXE_sluice-test-cli"),
+        &job,
+        hops.map(|_| broker),
+        &log,
+    );
 
     let warm = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));

@@ -65,6 +65,22 @@ fn host_command(bin: &str, job: &Path, broker: &str, log: &Path) -> Command {
     command
 }
 
+/// `sluice run` of `job`, logging (at `info`) into `log`: a host process meeting at
+/// `cluster`'s brokers, else the job on this host alone.
+pub fn spawn_run(bin: &str, job: &Path, cluster: Option<&str>, log: &Path) -> Child {
+    if let Some(broker) = cluster {
+        return spawn_host(bin, job, broker, log);
+    }
+    Command::new(bin)
+        .args(["--log", "info", "run", "--quiet"])
+        .arg(job)
+        .env("SLUICE_CACHE_DIR", scratch_root().join("cache"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("a job's log file"))
+        .spawn()
+        .expect("spawning sluice")
+}
+
 /// How many units a host's log last said it owns.
 pub fn owned_units(log: &str) -> Option<usize> {
     let line = log.lines().rev().find(|l| l.contains(" owns units "))?;
