@@ -113,16 +113,23 @@ impl KafkaSource {
     }
 
     /// The smallest watermark over the producers not idle, once every one has written
-    /// one.
+    /// one. While every producer is idle, the largest any of them reached, as Flink's
+    /// `StatusWatermarkValve` moves on when its last active channel goes idle: no
+    /// producer holds event time back any more. (A producer's last watermark often comes
+    /// in one record with its idleness, and producers checkpoint in step; without this,
+    /// last watermarks read before the record of a producer that never had one would
+    /// never count, and event time would stand at the start for good.)
     fn exchange_combined(&self, producers: u32) -> Option<i64> {
         let known = self.producer_watermarks.range(..producers);
         if known.clone().count() < producers as usize {
             return None;
         }
-        known
+        let active = known
+            .clone()
             .filter(|(p, _)| !self.idle_producers.contains(p))
             .map(|(_, w)| *w)
-            .min()
+            .min();
+        active.or_else(|| known.map(|(_, w)| *w).filter(|w| *w != i64::MIN).max())
     }
 
     /// An exchange topic's reader takes a producer's watermark record. As an input gate
@@ -187,9 +194,10 @@ mod tests {
         s.idle_producers.insert(1);
         assert_eq!(s.watermark(0, None), Some(5_000));
         assert!(!s.upstream_idle());
-        // Every producer idle: event time stands still, and the reader is idle too.
+        // Every producer idle: the reader is idle too, and event time moves to the
+        // largest watermark they reached.
         s.idle_producers.insert(0);
-        assert_eq!(s.watermark(0, None), None);
+        assert_eq!(s.watermark(0, None), Some(5_000));
         assert!(s.upstream_idle());
         // The input ends only when every producer ended, idle or not.
         s.producer_watermarks = BTreeMap::from([(0, i64::MAX), (1, i64::MAX), (2, i64::MIN)]);
@@ -221,6 +229,35 @@ mod tests {
     }
 
     #[test]
+    fn last_watermarks_count_whatever_order_idle_producers_are_read_in() {
+        let config = KafkaSourceConfig {
+            format: Box::new(crate::connectors::formats::FormatConfig::bytes()),
+            exchange_producers: Some(3),
+            ..config(false)
+        };
+        // Producers 0 and 1 each write their last watermark with their idleness, and
+        // producer 2, which never had a record, its idleness: every order in which a
+        // reader may take the three ends at the larger last watermark.
+        let records = [(0, 4_000), (1, 3_000), (2, i64::MIN)];
+        for order in [
+            [0, 1, 2],
+            [0, 2, 1],
+            [1, 0, 2],
+            [1, 2, 0],
+            [2, 0, 1],
+            [2, 1, 0],
+        ] {
+            let mut s = KafkaSource::new(config.clone(), 0, 1).unwrap();
+            for i in order {
+                let (producer, watermark) = records[i];
+                s.take_producer_watermark(3, producer, watermark, true);
+            }
+            assert_eq!(s.watermark(0, None), Some(4_000), "{order:?}");
+            assert!(s.upstream_idle(), "{order:?}");
+        }
+    }
+
+    #[test]
     fn a_producers_last_watermark_counts_though_its_idleness_comes_with_it() {
         let config = KafkaSourceConfig {
             format: Box::new(crate::connectors::formats::FormatConfig::bytes()),
@@ -239,22 +276,24 @@ mod tests {
         assert_eq!(s.watermark(0, None), Some(2_000));
         s.take_producer_watermark(3, 1, 3_000, false);
         assert_eq!(s.watermark(0, None), Some(3_000));
-        // The last active producer does the same: event time reaches the smaller of the
-        // two last watermarks, as an input gate taking them in that order would, and
-        // stands there while every producer is idle.
+        // The last active producer does the same: event time reaches its last watermark,
+        // as an input gate taking them in that order would, then, every producer idle,
+        // the largest they reached.
         s.take_producer_watermark(3, 1, 5_000, true);
-        assert_eq!(s.watermark(0, None), Some(5_000));
+        assert_eq!(s.watermark(0, None), Some(6_000));
         assert!(s.upstream_idle());
         // It survives a checkpoint.
         let mut b = KafkaSource::new(config.clone(), 0, 1).unwrap();
         b.seek(&s.position()).unwrap();
-        assert_eq!(b.watermark(0, None), Some(5_000));
+        assert_eq!(b.watermark(0, None), Some(6_000));
         // A producer active again holds event time back only from then on: it never
         // moves back.
-        s.take_producer_watermark(3, 0, 6_000, false);
-        assert_eq!(s.watermark(0, None), Some(6_000));
         s.take_producer_watermark(3, 1, 5_500, false);
         assert_eq!(s.watermark(0, None), Some(6_000));
+        s.take_producer_watermark(3, 0, 7_000, false);
+        assert_eq!(s.watermark(0, None), Some(6_000));
+        s.take_producer_watermark(3, 1, 6_500, false);
+        assert_eq!(s.watermark(0, None), Some(6_500));
         // A position from before the reached watermark was kept still restores.
         let old = postcard::to_allocvec(&(
             Position {
