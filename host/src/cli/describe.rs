@@ -95,9 +95,8 @@ pub(super) fn validate(
             .map_err(bad_input)?;
         let stages = match cluster {
             Some(bootstrap) => {
-                let (graph, settings) =
-                    super::cluster_job(path, Some(bootstrap), host_config_path)?;
-                let plan = crate::cluster::Plan::new(&graph, &settings)
+                let settings = super::cluster_settings(path, job.graph(), Some(bootstrap), &host)?;
+                let plan = crate::cluster::Plan::new(job.graph(), &settings)
                     .with_context(|| format!("{}", path.display()))
                     .map_err(bad_input)?;
                 Some(plan.view())

@@ -447,15 +447,25 @@ fn cluster_job(
     host_path: Option<&Path>,
 ) -> Result<(crate::job::JobGraph, crate::cluster::ClusterSettings)> {
     let graph = crate::job::load_graph(job).map_err(exit::bad_input)?;
-    let host = host_config(host_path)?;
-    let settings = crate::cluster::ClusterSettings::of(
-        &graph,
+    let settings = cluster_settings(job, &graph, cluster, &host_config(host_path)?)?;
+    Ok((graph, settings))
+}
+
+/// The `[cluster]` of the job file `job` (loaded as `graph`), with `--cluster` and
+/// `host`'s completing it.
+fn cluster_settings(
+    job: &Path,
+    graph: &crate::job::JobGraph,
+    cluster: Option<&str>,
+    host: &HostConfig,
+) -> Result<crate::cluster::ClusterSettings> {
+    crate::cluster::ClusterSettings::of(
+        graph,
         cluster.filter(|b| !b.is_empty()),
         host.cluster.as_ref(),
     )
     .with_context(|| job.display().to_string())
-    .map_err(exit::bad_input)?;
-    Ok((graph, settings))
+    .map_err(exit::bad_input)
 }
 
 /// Parses the arguments, runs the command, maps the result to an exit status

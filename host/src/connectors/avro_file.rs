@@ -144,7 +144,7 @@ pub struct AvroBlocks {
     schema: Arc<Compiled>,
     schema_text: String,
     sync: [u8; 16],
-    codec: AvroCodecName,
+    codec: apache_avro::Codec,
     block: Vec<u8>,
     count: u64,
 }
@@ -165,7 +165,11 @@ impl AvroBlocks {
             schema,
             schema_text: schema_text.to_string(),
             sync,
-            codec,
+            codec: match codec {
+                AvroCodecName::Null => apache_avro::Codec::Null,
+                AvroCodecName::Deflate => apache_avro::Codec::Deflate(Default::default()),
+                AvroCodecName::Snappy => apache_avro::Codec::Snappy,
+            },
             block: Vec::new(),
             count: 0,
         })
@@ -177,7 +181,7 @@ impl AvroBlocks {
         put_long(2, out); // (metadata entries)
         for (key, value) in [
             (&b"avro.schema"[..], self.schema_text.as_bytes()),
-            (b"avro.codec", self.codec.name().as_bytes()),
+            (b"avro.codec", <&str>::from(self.codec).as_bytes()),
         ] {
             put_long(key.len() as i64, out);
             out.extend_from_slice(key);
@@ -206,14 +210,12 @@ impl AvroBlocks {
         if self.count == 0 {
             return Ok(());
         }
-        let codec = match self.codec {
-            AvroCodecName::Null => apache_avro::Codec::Null,
-            AvroCodecName::Deflate => apache_avro::Codec::Deflate(Default::default()),
-            AvroCodecName::Snappy => apache_avro::Codec::Snappy,
-        };
-        codec
-            .compress(&mut self.block)
-            .map_err(|e| anyhow!("compressing an Avro block ({}): {e}", self.codec.name()))?;
+        self.codec.compress(&mut self.block).map_err(|e| {
+            anyhow!(
+                "compressing an Avro block ({}): {e}",
+                <&str>::from(self.codec)
+            )
+        })?;
         put_long(self.count as i64, out);
         put_long(self.block.len() as i64, out);
         out.extend_from_slice(&self.block);

@@ -156,10 +156,10 @@ pub fn next_trigger(
         return None;
     }
     let after_pause = last_completion.map(|c| c + settings.min_pause);
-    let Some(_) = settings.phase else {
+    if settings.phase.is_none() {
         let after_interval = last_trigger.unwrap_or(started) + settings.interval;
         return Some(after_pause.map_or(after_interval, |p| after_interval.max(p)));
-    };
+    }
     let interval = settings.interval;
     let earliest = last_trigger.map_or(started + interval, |t| t + interval / 2);
     let earliest = after_pause.map_or(earliest, |p| earliest.max(p));

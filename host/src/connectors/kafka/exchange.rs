@@ -105,9 +105,8 @@ pub(super) fn take_batch(
 }
 
 impl KafkaSource {
-    /// An exchange topic's reader: the largest watermark reached, or the smallest over
-    /// its producers not idle now, once every one has written one (while all are idle,
-    /// event time stands where it is).
+    /// An exchange topic's reader: the largest watermark reached, or the combined one of
+    /// its producers (see `exchange_combined`), whichever is larger.
     pub(super) fn exchange_watermark(&self, producers: u32) -> Option<i64> {
         self.exchange_reached.max(self.exchange_combined(producers))
     }
