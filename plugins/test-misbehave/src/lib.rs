@@ -11,7 +11,8 @@
 //! - `flood-bytes` (default 64 MiB): how many value bytes `emit-flood` emits.
 //! - `after-checkpoint` (default `false`): a record-triggered misbehaviour also waits
 //!   until a checkpoint taken after the operator saw a record has completed, so a restart
-//!   resumes from one (however slowly the machine runs).
+//!   resumes from one (however slowly the machine runs); until then each record past
+//!   `after` is held for a millisecond of the host's clock, so the input cannot end first.
 //!
 //! `error-in-open`, `invalid-config` and `panic-in-open` happen in `open`;
 //! `panic-in-snapshot`, `slow-snapshot`, `panic-in-finish`, `panic-in-close` and
@@ -139,6 +140,18 @@ impl Operator for Misbehave {
             }
         }
         let ready = !self.after_checkpoint || self.checkpointed;
+        if self.seen > self.after && !self.done && !ready {
+            // Past the trigger but no checkpoint has completed yet: hold each record for a
+            // millisecond of the host's clock so that a short input cannot end first.
+            // (At most 10⁶ iterations, in case that clock stands still, as in the harness.)
+            let until = ctx.processing_time() + 1;
+            for _ in 0..1000 {
+                if ctx.processing_time() >= until {
+                    break;
+                }
+                spin(1000);
+            }
+        }
         if self.seen > self.after && !self.done && ready {
             self.done = true;
             self.misbehave(ctx)?;
