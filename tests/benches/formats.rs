@@ -126,7 +126,7 @@ fn main() {
             url: registry.url.clone(),
             basic_auth: None,
         })
-        .register(&format!("{avro_in}-value"), "AVRO", SCHEMA)
+        .register(&format!("{avro_in}-value"), "AVRO", SCHEMA, &[])
         .expect("registering the schema");
     let schema = Schema::parse_str(SCHEMA).unwrap();
     let writer = apache_avro::writer::datum::GenericDatumWriter::builder(&schema)
@@ -173,7 +173,7 @@ fn main() {
             url: registry.url.clone(),
             basic_auth: None,
         })
-        .register(&format!("{proto_in}-value"), "PROTOBUF", PROTO)
+        .register(&format!("{proto_in}-value"), "PROTOBUF", PROTO, &[])
         .expect("registering the .proto schema");
     let proto_events: Vec<Event> = events
         .iter()

@@ -334,7 +334,10 @@ fn chain_ids(graph: &JobGraph, vertices: &[usize]) -> Vec<String> {
 fn make_source(source: &SourceVertex, subtask: u32) -> Result<Box<dyn Source>> {
     Ok(match &source.input {
         SourceInput::File { path, format } => match format.format {
-            Format::Avro => Box::new(AvroFileSource::open(path, format.schema.as_deref())?),
+            Format::Avro => Box::new(AvroFileSource::open(
+                path,
+                format.schema.as_ref().map(|s| s.text.as_str()),
+            )?),
             _ => Box::new(FileSource::open(path)?.with_format(format)?),
         },
         SourceInput::Generator {

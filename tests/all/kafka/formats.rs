@@ -32,7 +32,20 @@ fn register(registry: &str, subject: &str, schema: &str) -> u32 {
 /// registry just started can answer a first registration with 500 while another runs:
 /// asked again then.)
 fn register_kind(registry: &str, subject: &str, kind: &str, schema: &str) -> u32 {
-    let body = serde_json::json!({ "schema": schema, "schemaType": kind }).to_string();
+    register_referring(registry, subject, kind, schema, serde_json::json!([]))
+}
+
+/// Registers `schema` naming `references` (`[{name, subject, version}]`); its id.
+fn register_referring(
+    registry: &str,
+    subject: &str,
+    kind: &str,
+    schema: &str,
+    references: serde_json::Value,
+) -> u32 {
+    let body =
+        serde_json::json!({ "schema": schema, "schemaType": kind, "references": references })
+            .to_string();
     for attempt in 0.. {
         let sent = ureq::post(&format!("{registry}/subjects/{subject}/versions"))
             .header("Content-Type", "application/vnd.schemaregistry.v1+json")
@@ -495,6 +508,158 @@ interval_ms = 200
         let refund = <Refund as prost::Message>::decode(&value[7..]).unwrap();
         assert_eq!(refund.id, format!("r{i}"));
     }
+}
+
+/// Schema references. An Avro subject whose schema names a type another subject's schema
+/// defines is read through the registry, the reference resolved. A Protobuf sink whose
+/// schema imports a file beside it registers that file under its import path and its own
+/// schema with a reference to it, as Confluent's serializer does; a job reading that
+/// topic through the registry alone resolves the import.
+#[test]
+fn schemas_that_refer_to_other_subjects_are_read_and_written() {
+    let (Some(broker), Some(registry)) = (broker(), schema_registry()) else {
+        return;
+    };
+    // Avro: users whose home is an address, its type in a subject of its own.
+    let users = unique_topic("avro-users");
+    let users_json = unique_topic("json-users");
+    create_topic(&broker, &users, 1);
+    create_topic(&broker, &users_json, 1);
+    let address = r#"{"type":"record","name":"Address","namespace":"com.acme","fields":[{"name":"city","type":"string"}]}"#;
+    let user = r#"{"type":"record","name":"User","namespace":"com.acme","fields":[{"name":"name","type":"string"},{"name":"home","type":"Address"}]}"#;
+    let address_subject = format!("{users}-address");
+    register(&registry, &address_subject, address);
+    let id = register_referring(
+        &registry,
+        &format!("{users}-value"),
+        "AVRO",
+        user,
+        serde_json::json!([{ "name": "com.acme.Address", "subject": address_subject, "version": 1 }]),
+    );
+    // What a serializer writes: the datum of the user with the address in it.
+    let whole =
+        Schema::parse_str(&user.replace(r#""type":"Address""#, &format!(r#""type":{address}"#)))
+            .unwrap();
+    let values: Vec<Vec<u8>> = (0..3)
+        .map(|i| {
+            let home = Value::Record(vec![("city".into(), Value::String(format!("c{i}")))]);
+            framed(
+                id,
+                &whole,
+                vec![("name", format!("n{i}").into()), ("home", home)],
+            )
+        })
+        .collect();
+    produce_values(&broker, &users, &values);
+    let dir = test_dir("kafka-references");
+    let path = job(
+        &dir,
+        &users,
+        &registry,
+        "",
+        &format!("topic = \"{users_json}\"\nformat = \"json\""),
+    );
+    run_job(&path).unwrap();
+    let written: Vec<String> = read_committed_values(&broker, &users_json)
+        .into_iter()
+        .map(|v| String::from_utf8(v).unwrap())
+        .collect();
+    assert_eq!(
+        written,
+        (0..3)
+            .map(|i| format!(r#"{{"name":"n{i}","home":{{"city":"c{i}"}}}}"#))
+            .collect::<Vec<_>>()
+    );
+
+    // Protobuf: orders written by a sink whose schema imports `FOLDER/address.proto`.
+    let input = unique_topic("json-orders");
+    let orders = unique_topic("proto-orders");
+    let back = unique_topic("json-orders-back");
+    for topic in [&input, &orders, &back] {
+        create_topic(&broker, topic, 1);
+    }
+    let folder = unique_topic("common");
+    std::fs::create_dir_all(dir.join(&folder)).unwrap();
+    let imported = "syntax = \"proto3\";\npackage common;\nmessage Address { string city = 1; }\n";
+    std::fs::write(dir.join(&folder).join("address.proto"), imported).unwrap();
+    std::fs::write(
+        dir.join("order.proto"),
+        format!(
+            "syntax = \"proto3\";\npackage shop;\nimport \"{folder}/address.proto\";\n\
+             message Order {{ string id = 1; common.Address ship = 2; }}\n"
+        ),
+    )
+    .unwrap();
+    let values: Vec<Vec<u8>> = (0..4)
+        .map(|i| format!(r#"{{"id":"o{i}","ship":{{"city":"c{i}"}}}}"#).into_bytes())
+        .collect();
+    produce_values(&broker, &input, &values);
+    let pass = |name: &str, from: &str, source: &str, to: &str, sink: &str| {
+        write_job(
+            &dir,
+            &format!(
+                r#"
+name = "{name}"
+[source]
+type = "kafka"
+bootstrap = "{broker}"
+topics = "{from}"
+bounded = true
+{source}
+[[operator]]
+name = "pass"
+plugin = "{FILTER}"
+[sink]
+type = "kafka"
+bootstrap = "{broker}"
+topic = "{to}"
+{sink}
+[checkpoint]
+interval_ms = 200
+[restart]
+strategy = "none"
+"#
+            ),
+        )
+    };
+    let with_registry = format!("schema_registry = {{ url = \"{registry}\" }}");
+    let write = pass(
+        "proto-refs-out",
+        &input,
+        "format = \"json\"",
+        &orders,
+        &format!("format = \"protobuf\"\nschema = \"order.proto\"\n{with_registry}"),
+    );
+    run_job(&write).unwrap();
+    // The import, registered under its path; the schema, with a reference to it.
+    let written = read_committed_values(&broker, &orders);
+    assert_eq!(written.len(), 4);
+    let id = u32::from_be_bytes(written[0][1..5].try_into().unwrap());
+    let schema = registered(&registry, id);
+    assert_eq!(
+        schema["references"],
+        serde_json::json!([{ "name": format!("{folder}/address.proto"), "subject": format!("{folder}/address.proto"), "version": 1 }]),
+        "{schema}"
+    );
+    let mut answer = ureq::get(&format!(
+        "{registry}/subjects/{folder}%2Faddress.proto/versions/1"
+    ))
+    .call()
+    .expect("the import's subject");
+    let answer: serde_json::Value =
+        serde_json::from_str(&answer.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(answer["schema"], imported);
+    // Read back through the registry alone (no schema file): the import resolved.
+    let read = pass(
+        "proto-refs-in",
+        &orders,
+        &format!("format = \"protobuf\"\n{with_registry}"),
+        &back,
+        "format = \"json\"",
+    );
+    run_job(&read).unwrap();
+    let back: Vec<Vec<u8>> = read_committed_values(&broker, &back);
+    assert_eq!(back, values);
 }
 
 /// Keys in a format of their own (`key_format`): Avro keys through the registry (subject

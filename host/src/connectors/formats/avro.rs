@@ -24,7 +24,153 @@ use apache_avro::schema::{InnerDecimalSchema, Name, UuidSchema};
 use apache_avro::types::Value;
 use serde_json::Value as Json;
 
+use super::SchemaText;
 use super::json::J;
+
+/// Avro's primitive type names, which no reference can define.
+const PRIMITIVES: [&str; 8] = [
+    "null", "boolean", "int", "long", "float", "double", "bytes", "string",
+];
+
+/// `schema`'s text as one schema `apache-avro` reads alone: each named type its
+/// references define (Confluent's schema references: a type defined in another subject's
+/// schema, named here by its full name) written in where it is first used, under its
+/// full name, as if the schema had defined it there.
+pub fn with_references(schema: &SchemaText) -> Result<String> {
+    if schema.references.is_empty() {
+        return Ok(schema.text.clone());
+    }
+    let mut defined = HashMap::new();
+    for (name, text) in &schema.references {
+        let json: Json = serde_json::from_str(text)
+            .map_err(|e| anyhow!("the schema referred to as {name:?} is not JSON: {e}"))?;
+        if let Some(full) = full_name(&json, "") {
+            defined.insert(full, json.clone());
+        }
+        defined.insert(name.clone(), json);
+    }
+    let main: Json =
+        serde_json::from_str(&schema.text).map_err(|e| anyhow!("not an Avro schema: {e}"))?;
+    let mut inliner = Inliner {
+        references: defined,
+        seen: Default::default(),
+    };
+    Ok(inliner.inline(main, "", 0)?.to_string())
+}
+
+/// The full name of the named type `json` defines in namespace `namespace`, if it is one.
+fn full_name(json: &Json, namespace: &str) -> Option<String> {
+    let object = json.as_object()?;
+    if !matches!(
+        object.get("type")?.as_str()?,
+        "record" | "error" | "enum" | "fixed"
+    ) {
+        return None;
+    }
+    let name = object.get("name")?.as_str()?;
+    let namespace = object
+        .get("namespace")
+        .and_then(Json::as_str)
+        .unwrap_or(namespace);
+    Some(qualified(name, namespace))
+}
+
+fn qualified(name: &str, namespace: &str) -> String {
+    if name.contains('.') || namespace.is_empty() {
+        name.to_string()
+    } else {
+        format!("{namespace}.{name}")
+    }
+}
+
+/// Writes referenced types into a schema where they are first used.
+struct Inliner {
+    /// What the references define, by full name (and by the name they are referred to).
+    references: HashMap<String, Json>,
+    /// Named types defined so far, by full name.
+    seen: std::collections::HashSet<String>,
+}
+
+impl Inliner {
+    fn inline(&mut self, json: Json, namespace: &str, depth: usize) -> Result<Json> {
+        if depth > 64 {
+            bail!("the schema and those it refers to nest more than 64 deep");
+        }
+        let depth = depth + 1;
+        match json {
+            Json::String(name) if PRIMITIVES.contains(&name.as_str()) => Ok(Json::String(name)),
+            Json::String(name) => {
+                let full = qualified(&name, namespace);
+                if self.seen.contains(&full) {
+                    return Ok(Json::String(name));
+                }
+                let Some(mut definition) = self
+                    .references
+                    .get(&full)
+                    .or_else(|| self.references.get(&name))
+                    .cloned()
+                else {
+                    // Not defined anywhere: `apache-avro` names it in its error.
+                    return Ok(Json::String(name));
+                };
+                if let (Some(own), Json::Object(object)) =
+                    (full_name(&definition, ""), &mut definition)
+                {
+                    // Its full name, so that it keeps it wherever it is written in.
+                    object.insert("name".into(), own.into());
+                    object.remove("namespace");
+                }
+                self.inline(definition, namespace, depth)
+            }
+            Json::Array(branches) => branches
+                .into_iter()
+                .map(|b| self.inline(b, namespace, depth))
+                .collect::<Result<Vec<_>>>()
+                .map(Json::Array),
+            Json::Object(mut object) => {
+                let kind = object
+                    .get("type")
+                    .and_then(Json::as_str)
+                    .map(str::to_string);
+                let full = full_name(&Json::Object(object.clone()), namespace);
+                match kind.as_deref() {
+                    Some("record" | "error") => {
+                        let full = full.unwrap_or_default();
+                        let inner = full.rsplit_once('.').map_or("", |(ns, _)| ns).to_string();
+                        self.seen.insert(full);
+                        if let Some(Json::Array(fields)) = object.get_mut("fields") {
+                            for field in fields {
+                                if let Some(t) = field.get_mut("type") {
+                                    *t = self.inline(t.take(), &inner, depth)?;
+                                }
+                            }
+                        }
+                    }
+                    Some("enum" | "fixed") => {
+                        self.seen.extend(full);
+                    }
+                    Some("array") => {
+                        if let Some(items) = object.get_mut("items") {
+                            *items = self.inline(items.take(), namespace, depth)?;
+                        }
+                    }
+                    Some("map") => {
+                        if let Some(values) = object.get_mut("values") {
+                            *values = self.inline(values.take(), namespace, depth)?;
+                        }
+                    }
+                    _ => {
+                        if let Some(t) = object.get_mut("type") {
+                            *t = self.inline(t.take(), namespace, depth)?;
+                        }
+                    }
+                }
+                Ok(Json::Object(object))
+            }
+            other => Ok(other),
+        }
+    }
+}
 
 /// One node of a compiled schema; children are indices into [`Compiled::nodes`].
 #[derive(Debug, Clone)]
@@ -683,6 +829,62 @@ mod tests {
 
     fn json(text: &str) -> Json {
         serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn referenced_types_are_written_in_where_first_used() {
+        // A user (namespace com.acme) naming an address by its short name and an enum by
+        // its full name; the address's schema names the enum too (another reference).
+        let user = r#"{"type":"record","name":"User","namespace":"com.acme","fields":[
+            {"name":"home","type":"Address"},
+            {"name":"work","type":["null","com.acme.Address"],"default":null},
+            {"name":"kind","type":"com.acme.Kind"}]}"#;
+        let address = r#"{"type":"record","name":"Address","namespace":"com.acme","fields":[
+            {"name":"city","type":"string"},{"name":"kind","type":"Kind"}]}"#;
+        let kind = r#"{"type":"enum","name":"Kind","namespace":"com.acme","symbols":["A","B"]}"#;
+        let schema = SchemaText {
+            text: user.into(),
+            references: vec![
+                ("com.acme.Address".into(), address.into()),
+                ("com.acme.Kind".into(), kind.into()),
+            ],
+        };
+        let alone = with_references(&schema).unwrap();
+        let expected = r#"{"type":"record","name":"User","namespace":"com.acme","fields":[
+            {"name":"home","type":{"type":"record","name":"com.acme.Address","fields":[
+                {"name":"city","type":"string"},
+                {"name":"kind","type":{"type":"enum","name":"com.acme.Kind","symbols":["A","B"]}}]}},
+            {"name":"work","type":["null","com.acme.Address"],"default":null},
+            {"name":"kind","type":"com.acme.Kind"}]}"#;
+        assert_eq!(
+            Schema::parse_str(&alone).unwrap().canonical_form(),
+            Schema::parse_str(expected).unwrap().canonical_form()
+        );
+        let compiled = Compiled::parse(&alone).unwrap();
+        let value = br#"{"home":{"city":"Oslo","kind":"B"},"work":null,"kind":"A"}"#;
+        let mut datum = Vec::new();
+        compiled.json_to_datum(value, &mut datum).unwrap();
+        let mut back = Vec::new();
+        compiled.datum_to_json(&mut &datum[..], &mut back).unwrap();
+        assert_eq!(back, value);
+        // A schema naming nothing it references is left as it was; a reference that
+        // refers to itself does not loop.
+        assert_eq!(with_references(&SchemaText::plain(user)).unwrap(), user);
+        let looping = SchemaText {
+            text: r#""X""#.into(),
+            references: vec![("X".into(), r#"["null","X"]"#.into())],
+        };
+        let e = with_references(&looping).unwrap_err().to_string();
+        assert!(e.contains("nest more than 64 deep"), "{e}");
+        let not_json = SchemaText {
+            text: user.into(),
+            references: vec![("com.acme.Address".into(), "{".into())],
+        };
+        let e = with_references(&not_json).unwrap_err().to_string();
+        assert!(
+            e.contains("referred to as \"com.acme.Address\" is not JSON"),
+            "{e}"
+        );
     }
 
     #[test]

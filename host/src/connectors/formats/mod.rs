@@ -93,6 +93,26 @@ impl Part {
     }
 }
 
+/// A schema's text and the texts of the schemas it names: a `.proto` file's imports
+/// (other than Google's well-known types) under the paths they are imported as, an Avro
+/// schema's referenced types under their full names — read beside the job's schema file
+/// or from the registry's schema references.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SchemaText {
+    pub text: String,
+    pub references: Vec<(String, String)>,
+}
+
+impl SchemaText {
+    /// A schema that names no other.
+    pub fn plain(text: impl Into<String>) -> SchemaText {
+        SchemaText {
+            text: text.into(),
+            references: Vec::new(),
+        }
+    }
+}
+
 /// A source's or sink's format, as validated from the job file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FormatConfig {
@@ -102,9 +122,8 @@ pub struct FormatConfig {
     /// The keys' format (`key_format`), if they are not bytes.
     pub key: Option<Box<FormatConfig>>,
     pub registry: Option<RegistryConfig>,
-    /// The Avro or `.proto` schema the job reads with or writes (its text), from
-    /// `schema`.
-    pub schema: Option<String>,
+    /// The Avro or `.proto` schema the job reads with or writes, from `schema`.
+    pub schema: Option<SchemaText>,
     /// Protobuf: the message read or written (full name); default: the one each value's
     /// message indexes name (bare values and sinks: the schema's first).
     pub message: Option<String>,
@@ -155,12 +174,21 @@ impl Schema {
         }
     }
 
-    fn compile(kind: &str, text: &str) -> Result<Schema> {
+    fn compile(kind: &str, schema: &SchemaText) -> Result<Schema> {
         Ok(match kind {
-            "AVRO" => Schema::Avro(Arc::new(Compiled::parse(text)?)),
-            "PROTOBUF" => Schema::Proto(Arc::new(Proto::parse(text)?)),
+            "AVRO" => Schema::Avro(Arc::new(Compiled::parse(&avro::with_references(schema)?)?)),
+            "PROTOBUF" => Schema::Proto(Arc::new(Proto::parse_with(schema)?)),
             other => Schema::Other(other.to_string()),
         })
+    }
+
+    /// `schema` of the registry compiled, with the schemas it refers to.
+    fn of_registry(registry: &Registry, schema: &registry::Registered) -> Result<Schema> {
+        let text = SchemaText {
+            text: schema.text.clone(),
+            references: registry.references(schema)?,
+        };
+        Schema::compile(&schema.kind, &text)
     }
 }
 
@@ -272,8 +300,8 @@ impl Decoder {
         apache_avro::util::max_allocation_bytes(avro::MAX_JSON_BYTES);
         let fixed_reader = config
             .schema
-            .as_deref()
-            .map(|text| Schema::compile(config.format.registry_kind(), text))
+            .as_ref()
+            .map(|schema| Schema::compile(config.format.registry_kind(), schema))
             .transpose()?;
         if let (Some(Schema::Proto(proto)), Some(name)) = (&fixed_reader, &config.message) {
             proto.message(Some(name))?;
@@ -404,7 +432,7 @@ impl Decoder {
                 )))
             }
             Some(schema) => {
-                let compiled = Schema::compile(&schema.kind, &schema.text)
+                let compiled = Schema::of_registry(registry, &schema)
                     .with_context(|| format!("schema {id} in the registry"))?;
                 self.writers.insert(id, compiled);
                 Ok(None)
@@ -428,7 +456,7 @@ impl Decoder {
             self.format.registry_kind(),
             "register the topic's schema, or name one with `schema`",
         )?;
-        let compiled = Schema::compile(&latest.kind, &latest.text)
+        let compiled = Schema::of_registry(registry, &latest)
             .with_context(|| format!("the latest schema of subject {subject:?}"))?;
         if let (Schema::Proto(proto), Some(name)) = (&compiled, &self.message) {
             proto
@@ -501,6 +529,65 @@ impl Decoder {
     }
 }
 
+/// Registers the files a sink's `.proto` schema imports (read beside it), each under the
+/// path it is imported as, with the files it imports as its references — as Confluent's
+/// Protobuf serializer registers them — so that readers resolve the schema's imports;
+/// the references of the schema itself.
+fn register_imports(
+    registry: &Registry,
+    format: Format,
+    schema: &SchemaText,
+) -> Result<Vec<registry::Reference>> {
+    if format != Format::Protobuf || schema.references.is_empty() {
+        return Ok(Vec::new());
+    }
+    let proto = Proto::parse_with(schema)?;
+    let mut versions: HashMap<String, i64> = HashMap::new();
+    // Each file after the files it imports (`protox` has refused cycles).
+    fn register(
+        name: &str,
+        proto: &Proto,
+        schema: &SchemaText,
+        registry: &Registry,
+        versions: &mut HashMap<String, i64>,
+    ) -> Result<registry::Reference> {
+        if let Some(&version) = versions.get(name) {
+            return Ok(reference(name, version));
+        }
+        let references = proto
+            .imports(Some(name))
+            .iter()
+            .map(|import| register(import, proto, schema, registry, versions))
+            .collect::<Result<Vec<_>>>()?;
+        let text = &schema
+            .references
+            .iter()
+            .find(|(n, _)| n == name)
+            .expect("every file the schema imports was read")
+            .1;
+        registry
+            .register(name, "PROTOBUF", text, &references)
+            .with_context(|| format!("registering {name:?}, which the schema imports"))?;
+        let version = registry
+            .version_of(name, "PROTOBUF", text, &references)?
+            .ok_or_else(|| anyhow!("the registry does not find {name:?} just registered"))?;
+        versions.insert(name.to_string(), version);
+        Ok(reference(name, version))
+    }
+    fn reference(name: &str, version: i64) -> registry::Reference {
+        registry::Reference {
+            name: name.to_string(),
+            subject: name.to_string(),
+            version,
+        }
+    }
+    proto
+        .imports(None)
+        .iter()
+        .map(|import| register(import, &proto, schema, registry, &mut versions))
+        .collect()
+}
+
 /// Encodes what a sink's operators emit (JSON) into its format.
 pub struct Encoder {
     format: Format,
@@ -529,13 +616,17 @@ impl Encoder {
         let kind = config.format.registry_kind();
         let registry = config.registry.clone().map(Registry::new);
         let subject = config.part.subject(topic);
-        let text = match (&config.schema, &registry) {
-            (Some(text), Some(registry)) => {
-                let id = registry.register(&subject, kind, text).with_context(|| {
-                    format!("registering the sink's schema under subject {subject:?}")
-                })?;
+        let schema = match (&config.schema, &registry) {
+            (Some(schema), Some(registry)) => {
+                let registering =
+                    || format!("registering the sink's schema under subject {subject:?}");
+                let references =
+                    register_imports(registry, config.format, schema).with_context(registering)?;
+                let id = registry
+                    .register(&subject, kind, &schema.text, &references)
+                    .with_context(registering)?;
                 encoder.id = Some(id);
-                text.clone()
+                schema.clone()
             }
             (None, Some(registry)) => {
                 let latest = registry.latest_of(
@@ -544,18 +635,26 @@ impl Encoder {
                     "name the sink's schema with `schema`, and it is registered",
                 )?;
                 encoder.id = Some(latest.id);
-                latest.text
+                let references = registry
+                    .references(&latest)
+                    .with_context(|| format!("the latest schema of subject {subject:?}"))?;
+                SchemaText {
+                    text: latest.text,
+                    references,
+                }
             }
-            (Some(text), None) => text.clone(),
+            (Some(schema), None) => schema.clone(),
             (None, None) => bail!(
                 "a {} sink needs `schema` or `schema_registry`",
                 config.name()
             ),
         };
         match config.format {
-            Format::Avro => encoder.schema = Some(Compiled::parse(&text)?),
+            Format::Avro => {
+                encoder.schema = Some(Compiled::parse(&avro::with_references(&schema)?)?)
+            }
             _ => {
-                let message = Proto::parse(&text)?.message(config.message.as_deref())?;
+                let message = Proto::parse_with(&schema)?.message(config.message.as_deref())?;
                 let indexes = protobuf::indexes_of(&message);
                 encoder.message = Some((message, indexes));
             }
@@ -618,7 +717,7 @@ mod tests {
     fn config(format: Format, schema: Option<&str>) -> FormatConfig {
         FormatConfig {
             format,
-            schema: schema.map(str::to_string),
+            schema: schema.map(SchemaText::plain),
             ..FormatConfig::bytes()
         }
     }

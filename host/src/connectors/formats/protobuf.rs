@@ -1,10 +1,11 @@
 //! Protocol Buffers messages to and from the JSON text operators read and write.
 //!
 //! A schema is a `.proto` file's text (the job's `schema`, or the registry's), compiled
-//! at start with `protox` (Google's well-known types, such as
-//! `google/protobuf/timestamp.proto`, may be imported; other imports — the registry's
-//! schema references — are not resolved). A message is decoded with `prost-reflect`
-//! into a dynamic message and written as proto3's JSON mapping, with two choices made
+//! at start with `protox`. It may import Google's well-known types, such as
+//! `google/protobuf/timestamp.proto`, and other files: the job's schema those beside it
+//! (paths relative to its folder), the registry's those its schema references name.
+//!
+//! A message is decoded with `prost-reflect` into a dynamic message and written as proto3's JSON mapping, with two choices made
 //! for operators that read it typed: fields keep their `.proto` names (not lowerCamelCase),
 //! and every field is present, with its default when it was not set (as an Avro record
 //! has all its fields). 64-bit integers are JSON numbers, as Avro's longs are. Writing
@@ -19,7 +20,10 @@
 //! message of the schema's file the value is (a count, then the index at each level of
 //! nesting, as zigzag varints; `[0]`, the first message, written as a single 0 byte).
 
+use std::cell::RefCell;
 use std::io::Write;
+use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
 use anyhow::{Result, anyhow, bail};
 use prost::Message as _;
@@ -27,6 +31,7 @@ use prost_reflect::{
     DescriptorPool, DeserializeOptions, DynamicMessage, MessageDescriptor, SerializeOptions,
 };
 
+use super::SchemaText;
 use super::avro::MAX_JSON_BYTES;
 
 /// The name the schema's text is compiled under.
@@ -39,10 +44,22 @@ pub struct Proto {
 }
 
 impl Proto {
-    /// Compiles a `.proto` file's text.
+    /// Compiles a `.proto` file's text (importing only Google's well-known types).
     pub fn parse(text: &str) -> Result<Proto> {
+        Proto::parse_with(&SchemaText::plain(text))
+    }
+
+    /// Compiles a `.proto` file's text and the files it imports.
+    pub fn parse_with(schema: &SchemaText) -> Result<Proto> {
+        Proto::compile(Files {
+            main: schema.text.clone(),
+            imports: schema.references.clone(),
+        })
+    }
+
+    fn compile(files: impl protox::file::FileResolver + 'static) -> Result<Proto> {
         let mut resolver = protox::file::ChainFileResolver::new();
-        resolver.add(OneFile(text.to_string()));
+        resolver.add(files);
         resolver.add(protox::file::GoogleFileResolver::new());
         let mut compiler = protox::Compiler::with_file_resolver(resolver);
         compiler.include_imports(true);
@@ -57,6 +74,34 @@ impl Proto {
             bail!("the .proto schema defines no message");
         }
         Ok(proto)
+    }
+
+    /// The `.proto` file `text` of folder `folder` with the files it imports (other than
+    /// Google's well-known types), read relative to that folder as `protoc -I FOLDER`
+    /// finds them.
+    pub fn with_imports(text: String, folder: &Path) -> Result<SchemaText> {
+        let read = Rc::new(RefCell::new(Vec::new()));
+        Proto::compile(Folder {
+            main: text.clone(),
+            folder: folder.to_path_buf(),
+            read: read.clone(),
+        })?;
+        let references = read.take();
+        Ok(SchemaText { text, references })
+    }
+
+    /// The files `file` (the schema's own when `None`) imports, other than Google's
+    /// well-known types.
+    pub fn imports(&self, file: Option<&str>) -> Vec<String> {
+        self.pool
+            .get_file_by_name(file.unwrap_or(FILE))
+            .map(|f| {
+                f.dependencies()
+                    .map(|d| d.name().to_string())
+                    .filter(|name| !is_well_known(name))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     fn file(&self) -> prost_reflect::FileDescriptor {
@@ -245,16 +290,61 @@ impl Write for Bounded<'_> {
     }
 }
 
-/// The schema's own text, the only file besides Google's well-known types.
-struct OneFile(String);
+/// Whether `name` is one of Google's well-known types, which every compiler has.
+fn is_well_known(name: &str) -> bool {
+    name.starts_with("google/protobuf/")
+}
 
-impl protox::file::FileResolver for OneFile {
+/// The schema's text and the files it imports, by the names they are imported as.
+struct Files {
+    main: String,
+    imports: Vec<(String, String)>,
+}
+
+impl protox::file::FileResolver for Files {
     fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
         if name == FILE {
-            protox::file::File::from_source(name, &self.0)
-        } else {
-            Err(protox::Error::file_not_found(name))
+            return protox::file::File::from_source(name, &self.main);
         }
+        match self.imports.iter().find(|(n, _)| n == name) {
+            Some((_, text)) => protox::file::File::from_source(name, text),
+            None => Err(protox::Error::file_not_found(name)),
+        }
+    }
+}
+
+/// The job's schema file, the files it imports read from its folder (and noted).
+struct Folder {
+    main: String,
+    folder: PathBuf,
+    read: Rc<RefCell<Vec<(String, String)>>>,
+}
+
+impl protox::file::FileResolver for Folder {
+    fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
+        if name == FILE {
+            return protox::file::File::from_source(name, &self.main);
+        }
+        // Only paths inside the folder: `a/b.proto`, never `/etc/x` or `../x`.
+        let relative = Path::new(name);
+        if is_well_known(name)
+            || !relative
+                .components()
+                .all(|c| matches!(c, Component::Normal(_)))
+        {
+            return Err(protox::Error::file_not_found(name));
+        }
+        let path = self.folder.join(relative);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(protox::Error::file_not_found(name));
+            }
+            Err(e) => return Err(protox::Error::new(e)),
+        };
+        let file = protox::file::File::from_source(name, &text)?;
+        self.read.borrow_mut().push((name.to_string(), text));
+        Ok(file)
     }
 }
 
@@ -276,6 +366,59 @@ mod tests {
         }
         message Address { string city = 1; }
     "#;
+
+    #[test]
+    fn imports_come_from_the_schemas_folder_or_its_references() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("common")).unwrap();
+        std::fs::write(
+            dir.path().join("common/geo.proto"),
+            "syntax = \"proto3\"; package common; message Point { double lat = 1; }",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("common/address.proto"),
+            "syntax = \"proto3\"; package common; import \"common/geo.proto\";\n\
+             message Address { string city = 1; Point at = 2; }",
+        )
+        .unwrap();
+        let main = "syntax = \"proto3\"; package shop; import \"common/address.proto\";\n\
+                    import \"google/protobuf/timestamp.proto\";\n\
+                    message Order { string id = 1; common.Address ship = 2; \
+                    google.protobuf.Timestamp at = 3; }";
+        let schema = Proto::with_imports(main.into(), dir.path()).unwrap();
+        let mut names: Vec<&str> = schema.references.iter().map(|(n, _)| n.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["common/address.proto", "common/geo.proto"]);
+        let proto = Proto::parse_with(&schema).unwrap();
+        assert_eq!(proto.imports(None), ["common/address.proto"]);
+        assert_eq!(
+            proto.imports(Some("common/address.proto")),
+            ["common/geo.proto"]
+        );
+        let order = proto.message(None).unwrap();
+        let mut bytes = Vec::new();
+        json_to_message(
+            &order,
+            br#"{"id":"o","ship":{"city":"Oslo","at":{"lat":1.5}}}"#,
+            &mut bytes,
+        )
+        .unwrap();
+        assert_eq!(
+            json(&order, &bytes).unwrap(),
+            r#"{"id":"o","ship":{"city":"Oslo","at":{"lat":1.5}}}"#
+        );
+        // Without its imports the schema does not compile; an import outside the folder
+        // is not read.
+        let e = Proto::parse(main).unwrap_err().to_string();
+        assert!(e.contains("import 'common/address.proto' not found"), "{e}");
+        std::fs::write(dir.path().join("secret.proto"), "syntax = \"proto3\";").unwrap();
+        let inner = dir.path().join("common");
+        for outside in ["../secret.proto", "common/../../secret.proto"] {
+            let sneaky = format!("syntax = \"proto3\";\nimport \"{outside}\";\nmessage S {{}}");
+            assert!(Proto::with_imports(sneaky, &inner).is_err(), "{outside}");
+        }
+    }
 
     fn json(descriptor: &MessageDescriptor, bytes: &[u8]) -> Result<String, String> {
         let mut out = Vec::new();

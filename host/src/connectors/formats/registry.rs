@@ -24,7 +24,22 @@ pub struct Registered {
     /// `AVRO`, `JSON` or `PROTOBUF` (the registry leaves it out for Avro).
     pub kind: String,
     pub text: String,
+    /// The other subjects' schemas it names.
+    pub references: Vec<Reference>,
 }
+
+/// A schema reference: another subject's schema, named in the referring one as `name`
+/// (Protobuf: the path it is imported as; Avro: the full name of the type it defines).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub struct Reference {
+    pub name: String,
+    pub subject: String,
+    pub version: i64,
+}
+
+/// How many schemas one schema may refer to, directly or not: a registry's answers are
+/// not trusted to end.
+const MAX_REFERENCES: usize = 256;
 
 /// The byte Confluent's wire format starts with.
 pub const MAGIC: u8 = 0;
@@ -63,13 +78,18 @@ struct SchemaAnswer {
     #[serde(rename = "schemaType")]
     kind: Option<String>,
     #[serde(default)]
-    references: Vec<serde_json::Value>,
+    references: Vec<Reference>,
     id: Option<u32>,
 }
 
 #[derive(Deserialize)]
 struct IdAnswer {
     id: u32,
+}
+
+#[derive(Deserialize)]
+struct VersionAnswer {
+    version: i64,
 }
 
 const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
@@ -114,16 +134,81 @@ impl Registry {
         Ok(latest)
     }
 
-    /// Registers `text` (a schema of `kind`) under `subject`, or finds it there; its id.
-    pub fn register(&self, subject: &str, kind: &str, text: &str) -> Result<u32> {
-        let path = format!("/subjects/{}/versions", escape(subject));
-        let mut body = serde_json::json!({ "schema": text });
-        if kind != "AVRO" {
-            body["schemaType"] = kind.into();
+    /// Version `version` of `subject`, `None` if the registry has no such version.
+    pub fn version(&self, subject: &str, version: i64) -> Result<Option<Registered>> {
+        let path = format!("/subjects/{}/versions/{version}", escape(subject));
+        let answer: Option<SchemaAnswer> = self.send("GET", &path, None)?;
+        answer.map(|a| registered(a, None)).transpose()
+    }
+
+    /// The texts of the schemas `schema` refers to, directly or through others, each
+    /// under the name it is referred to by (what [`super::SchemaText`] holds).
+    pub fn references(&self, schema: &Registered) -> Result<Vec<(String, String)>> {
+        let mut found: Vec<(String, String)> = Vec::new();
+        let mut pending: Vec<Reference> = schema.references.iter().rev().cloned().collect();
+        while let Some(reference) = pending.pop() {
+            if found.iter().any(|(name, _)| *name == reference.name) {
+                continue;
+            }
+            if found.len() == MAX_REFERENCES {
+                bail!("the schema refers to more than {MAX_REFERENCES} other schemas");
+            }
+            let Reference {
+                name,
+                subject,
+                version,
+            } = &reference;
+            let referred = self
+                .version(subject, *version)
+                .with_context(|| format!("reading the schema it refers to as {name:?}"))?
+                .ok_or_else(|| {
+                    anyhow!(
+                        "it refers to {name:?} as version {version} of subject {subject:?}, \
+                         which the registry does not have"
+                    )
+                })?;
+            if referred.kind != schema.kind {
+                bail!(
+                    "it refers to {name:?} (subject {subject:?}, version {version}), a {} \
+                     schema, from a {} one",
+                    referred.kind,
+                    schema.kind
+                );
+            }
+            pending.extend(referred.references.iter().rev().cloned());
+            found.push((reference.name, referred.text));
         }
-        let answer: Option<IdAnswer> = self.send("POST", &path, Some(body.to_string()))?;
+        Ok(found)
+    }
+
+    /// Registers `text` (a schema of `kind` naming `references`) under `subject`, or
+    /// finds it there; its id.
+    pub fn register(
+        &self,
+        subject: &str,
+        kind: &str,
+        text: &str,
+        references: &[Reference],
+    ) -> Result<u32> {
+        let path = format!("/subjects/{}/versions", escape(subject));
+        let answer: Option<IdAnswer> =
+            self.send("POST", &path, Some(body(kind, text, references)))?;
         let answer = answer.ok_or_else(|| anyhow!("schema registry: POST {path}: 404"))?;
         Ok(answer.id)
+    }
+
+    /// The version of `subject` whose schema is `text` (registered), `None` if none is.
+    pub fn version_of(
+        &self,
+        subject: &str,
+        kind: &str,
+        text: &str,
+        references: &[Reference],
+    ) -> Result<Option<i64>> {
+        let path = format!("/subjects/{}", escape(subject));
+        let answer: Option<VersionAnswer> =
+            self.send("POST", &path, Some(body(kind, text, references)))?;
+        Ok(answer.map(|a| a.version))
     }
 
     fn send<T: for<'de> Deserialize<'de>>(
@@ -210,16 +295,26 @@ impl Registry {
 }
 
 fn registered(answer: SchemaAnswer, id: Option<u32>) -> Result<Registered> {
-    if !answer.references.is_empty() {
-        bail!("the schema refers to other subjects' schemas, which Sluice does not read yet");
-    }
     Ok(Registered {
         id: id
             .or(answer.id)
             .ok_or_else(|| anyhow!("the registry's answer names no schema id"))?,
         kind: answer.kind.unwrap_or_else(|| "AVRO".into()),
         text: answer.schema,
+        references: answer.references,
     })
+}
+
+/// A registration's body: the schema, its kind unless Avro, its references if any.
+fn body(kind: &str, text: &str, references: &[Reference]) -> String {
+    let mut body = serde_json::json!({ "schema": text });
+    if kind != "AVRO" {
+        body["schemaType"] = kind.into();
+    }
+    if !references.is_empty() {
+        body["references"] = serde_json::to_value(references).expect("plain fields");
+    }
+    body.to_string()
 }
 
 /// A subject as a path segment.

@@ -242,7 +242,8 @@ pub(super) fn file_sink_avro(
     };
     let schema = format_config(Format::Avro, None, Some(schema), None, None, resolve)?
         .schema
-        .expect("an Avro format has its schema");
+        .expect("an Avro format has its schema")
+        .text;
     Ok(Some(AvroFileOutput {
         schema,
         codec: sink.codec.unwrap_or(AvroCodecName::Null),
@@ -667,14 +668,17 @@ fn format_config(
             let path = resolve(path);
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| anyhow!("`schema`: reading {}: {e}", path.display()))?;
-            let checked = match format {
+            let schema = match format {
                 Format::Protobuf => {
-                    formats::Proto::parse(&text).and_then(|proto| proto.message(message).map(drop))
+                    let folder = path.parent().unwrap_or(Path::new("."));
+                    formats::Proto::with_imports(text, folder).and_then(|schema| {
+                        formats::Proto::parse_with(&schema)?.message(message)?;
+                        Ok(schema)
+                    })
                 }
-                _ => formats::Compiled::parse(&text).map(drop),
+                _ => formats::Compiled::parse(&text).map(|_| formats::SchemaText::plain(text)),
             };
-            checked.map_err(|e| anyhow!("`schema`: {}: {e:#}", path.display()))?;
-            Ok::<_, anyhow::Error>(text)
+            schema.map_err(|e| anyhow!("`schema`: {}: {e:#}", path.display()))
         })
         .transpose()?;
     if let Some(message) = message
