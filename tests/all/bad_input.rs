@@ -356,6 +356,20 @@ fn kafka_job_file_mistakes_are_named() {
             "the .proto schema has no message \"p.Nope\" (it has [\"p.A\"])",
         ),
         (
+            "kafka-schema-text-misspelt",
+            format!(
+                "name = \"x\"\n{kafka}format = \"avro\"\nschema = {{ txt = \"{{}}\" }}\n{op}{GOOD_SINK}"
+            ),
+            "a schema is the path of its file (a string) or { text = \"…\", imports = { \"PATH\" = \"…\" } }: it takes no `txt`",
+        ),
+        (
+            "kafka-proto-schema-text-import-missing",
+            format!(
+                "name = \"x\"\n{kafka}format = \"protobuf\"\nschema = {{ text = 'syntax = \"proto3\"; import \"a.proto\"; message M {{}}' }}\n{op}{GOOD_SINK}"
+            ),
+            "`schema`: its text: not a .proto schema protox can compile: import 'a.proto' not found",
+        ),
+        (
             "kafka-key-avro-without-schema",
             format!("name = \"x\"\n{kafka}key_format = \"avro\"\n{op}{GOOD_SINK}"),
             "`key_format = \"avro\"` needs `schema_registry` (keys in Confluent's wire format) or `key_schema`",

@@ -26,7 +26,7 @@ use crate::chain::{
 use crate::checkpoint::assign_operator_state;
 use crate::checkpoint::{AsyncPool, CheckpointLink, LoadedCheckpoint, TaskId};
 use crate::connectors::avro_file::AvroFileSource;
-use crate::connectors::formats::Format;
+use crate::connectors::formats::{self, Format};
 use crate::connectors::kafka::{self, Delivery, KafkaSink, KafkaSource};
 use crate::connectors::{
     FileSink, FileSource, Generated, GeneratorSource, Source, StdinSource, StdoutSink,
@@ -336,7 +336,12 @@ fn make_source(source: &SourceVertex, subtask: u32) -> Result<Box<dyn Source>> {
         SourceInput::File { path, format } => match format.format {
             Format::Avro => Box::new(AvroFileSource::open(
                 path,
-                format.schema.as_ref().map(|s| s.text.as_str()),
+                format
+                    .schema
+                    .as_ref()
+                    .map(formats::avro::with_references)
+                    .transpose()?
+                    .as_deref(),
             )?),
             _ => Box::new(FileSource::open(path)?.with_format(format)?),
         },

@@ -155,22 +155,24 @@ impl Client {
     /// place (every other byte as written, so that the server's errors name the lines of
     /// the file, which they name by its path).
     pub fn submit(&self, path: &Path) -> Result<JobSummary> {
-        let (text, not_files) = self.with_plugins_uploaded(path)?;
+        let (text, not_files) = self.for_server(path)?;
         let (status, answer) = self.request("POST", "/v1/jobs", Some(text.as_bytes()))?;
         job_file_answer(path, "submitting", status, &answer, &not_files)
     }
 
     /// The job file at `path` as the server takes it: each plugin named by a file here
-    /// (relative to the job file) uploaded and named by its hash. Also the plugin names
-    /// that are no file here (maybe plugins uploaded before: the server decides), with
-    /// where they were looked for.
-    fn with_plugins_uploaded(&self, path: &Path) -> Result<(String, Vec<(String, PathBuf)>)> {
+    /// (relative to the job file) uploaded and named by its hash, each schema file
+    /// written in (see [`schemas_written_in`]). Also the plugin names that are no file
+    /// here (maybe plugins uploaded before: the server decides), with where they were
+    /// looked for.
+    fn for_server(&self, path: &Path) -> Result<(String, Vec<(String, PathBuf)>)> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut job: toml_edit::DocumentMut = text
             .parse()
             .map_err(|e| anyhow!("{}: {e}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new(""));
+        schemas_written_in(&mut job, base).with_context(|| path.display().to_string())?;
         let mut not_files = Vec::new();
         let mut plugins: Vec<&mut toml_edit::Value> = Vec::new();
         match job.get_mut("operator") {
@@ -240,7 +242,7 @@ impl Client {
     /// `path` describes (an upgrade: its plugins named by path are uploaded first, as
     /// [`Client::submit`] does); that file replaces the one the job ran by.
     pub fn start_as(&self, id: &str, savepoint: Option<&str>, path: &Path) -> Result<JobSummary> {
-        let (text, not_files) = self.with_plugins_uploaded(path)?;
+        let (text, not_files) = self.for_server(path)?;
         let (status, answer) =
             self.request("POST", &start_path(id, savepoint), Some(text.as_bytes()))?;
         let doing = format!("starting job '{id}' as");
@@ -387,6 +389,65 @@ fn start_path(id: &str, savepoint: Option<&str>) -> String {
     format!("/v1/jobs/{}/start{query}", query_escape(id))
 }
 
+/// Writes each schema file a source or sink of `job` names (`schema`, `key_schema`: a
+/// path relative to `base`) into it as `{ text = "…", imports = { … } }`, with the files a
+/// `.proto` imports: a server job reads no file of the server's disk.
+fn schemas_written_in(job: &mut toml_edit::DocumentMut, base: &Path) -> Result<()> {
+    let mut endpoints: Vec<(&str, &mut dyn toml_edit::TableLike)> = Vec::new();
+    for (key, item) in job.as_table_mut().iter_mut() {
+        let what = match key.get() {
+            "source" => "source",
+            "sink" => "sink",
+            _ => continue,
+        };
+        match item {
+            toml_edit::Item::Table(t) => endpoints.push((what, t)),
+            toml_edit::Item::ArrayOfTables(ts) => endpoints.extend(
+                ts.iter_mut()
+                    .map(|t| (what, t as &mut dyn toml_edit::TableLike)),
+            ),
+            toml_edit::Item::Value(toml_edit::Value::InlineTable(t)) => endpoints.push((what, t)),
+            _ => {}
+        }
+    }
+    for (what, table) in endpoints {
+        for (key, format) in [("schema", "format"), ("key_schema", "key_format")] {
+            let protobuf = table.get(format).and_then(|f| f.as_str()) == Some("protobuf");
+            let Some(value) = table.get_mut(key).and_then(|v| v.as_value_mut()) else {
+                continue;
+            };
+            let Some(named) = value.as_str() else {
+                continue;
+            };
+            let file = base.join(named);
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("[{what}] {key}: reading {}", file.display()))?;
+            let schema = if protobuf {
+                crate::connectors::formats::Proto::with_imports(
+                    text,
+                    file.parent().unwrap_or(Path::new(".")),
+                )
+                .with_context(|| format!("[{what}] {key}: {}", file.display()))?
+            } else {
+                crate::connectors::formats::SchemaText::plain(text)
+            };
+            let mut written = toml_edit::InlineTable::new();
+            written.insert("text", schema.text.into());
+            if !schema.references.is_empty() {
+                let mut imports = toml_edit::InlineTable::new();
+                for (name, text) in schema.references {
+                    imports.insert(&name, text.into());
+                }
+                written.insert("imports", imports.into());
+            }
+            let decor = value.decor().clone();
+            *value = toml_edit::Value::InlineTable(written);
+            *value.decor_mut() = decor;
+        }
+    }
+    Ok(())
+}
+
 /// The job a request carrying the job file at `path` answered with, or the server's
 /// error naming that file (the server knows it as `job.toml`) and, for a plugin it did
 /// not find uploaded, where the file would have been.
@@ -414,5 +475,71 @@ fn job_file_answer(
     match message.starts_with(&path.display().to_string()) {
         true => bail!("{message} (the server answered {status})"),
         false => bail!("{doing} {}: {status}: {message}", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::job_file::JobFile;
+    use crate::spec::values::SchemaSpec;
+
+    #[test]
+    fn schema_files_are_written_into_the_job_file_with_their_imports() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        std::fs::create_dir(base.join("common")).unwrap();
+        let address =
+            "syntax = \"proto3\";\npackage common;\nmessage Address { string city = 1; }\n";
+        std::fs::write(base.join("common/address.proto"), address).unwrap();
+        let order = "syntax = \"proto3\";\npackage shop;\nimport \"common/address.proto\";\n\
+                     message Order { string id = 1; common.Address ship = 2; }\n";
+        std::fs::write(base.join("order.proto"), order).unwrap();
+        let key = r#"{"type":"string"}"#;
+        std::fs::write(base.join("key.avsc"), key).unwrap();
+        let text = r#"name = "j"
+[source]
+type = "kafka"
+bootstrap = "b:1"
+topics = "in"
+format = "protobuf"
+schema = "order.proto" # the orders
+[[operator]]
+name = "pass"
+plugin = "p.wasm"
+[[sink]]
+type = "kafka"
+bootstrap = "b:1"
+topic = "out"
+key_format = "avro"
+key_schema = "key.avsc"
+"#;
+        let mut job: toml_edit::DocumentMut = text.parse().unwrap();
+        schemas_written_in(&mut job, base).unwrap();
+        let written = job.to_string();
+        assert!(written.contains("# the orders"), "comments kept: {written}");
+        let file: JobFile = toml::from_str(&written).unwrap();
+        assert_eq!(
+            file.source[0].schema,
+            Some(SchemaSpec::Text {
+                text: order.into(),
+                imports: [("common/address.proto".to_string(), address.to_string())].into(),
+            })
+        );
+        assert_eq!(
+            file.sink[0].key_schema,
+            Some(SchemaSpec::Text {
+                text: key.into(),
+                imports: Default::default(),
+            })
+        );
+        // A file that is not there is an error naming it, not a job sent without it.
+        let mut job: toml_edit::DocumentMut =
+            text.replace("key.avsc", "nope.avsc").parse().unwrap();
+        let e = format!("{:#}", schemas_written_in(&mut job, base).unwrap_err());
+        assert!(
+            e.contains("[sink] key_schema: reading") && e.contains("nope.avsc"),
+            "{e}"
+        );
     }
 }

@@ -18,8 +18,8 @@ use serde::Deserialize;
 use super::values::{
     AvroCodecName, ByteSize, CheckpointMode, ConfigValue, DeliveryName, GeneratorShapeName,
     InputEntry, KeyBy, MiBSize, Millis, OnBadRecordName, OutOfRangeName, Partition,
-    RecordFormatName, RestartStrategyName, SinkFormatName, SinkPartitioner, StartSpec, Timestamp,
-    TopicsSpec,
+    RecordFormatName, RestartStrategyName, SchemaSpec, SinkFormatName, SinkPartitioner, StartSpec,
+    Timestamp, TopicsSpec,
 };
 
 /// A job file.
@@ -171,7 +171,7 @@ pub struct SourceSpec {
     /// relative to the job file): values written with an older compatible schema are
     /// read with it. Default with a registry: the latest schema of subject `TOPIC-value`
     /// when the source starts.
-    pub schema: Option<PathBuf>,
+    pub schema: Option<SchemaSpec>,
     /// `protobuf`: the message read (its full name, `package.Message`). Default: with a
     /// registry the one each value's message indexes name, without one the schema's
     /// first.
@@ -181,7 +181,7 @@ pub struct SourceSpec {
     pub key_format: Option<RecordFormatName>,
     /// `kafka`, `key_format` `avro` or `protobuf`: the keys' schema (a `.avsc` or
     /// `.proto` file; default with a registry: the latest of subject `TOPIC-key`).
-    pub key_schema: Option<PathBuf>,
+    pub key_schema: Option<SchemaSpec>,
     /// What the source does with a record its `format` cannot decode (not JSON, a wrong
     /// magic byte, a schema id the registry does not know, a malformed datum): `fail`
     /// (default: the job fails, naming the record) or `skip` (left out, counted in the
@@ -318,7 +318,7 @@ pub struct SinkSpec {
     /// `kafka`, `avro` or `protobuf`: the schema written (a `.avsc` or `.proto` file,
     /// relative to the job file). Default with a registry: the latest of subject
     /// `TOPIC-value`. `file`, `avro`: the `.avsc` file of the container file (required).
-    pub schema: Option<PathBuf>,
+    pub schema: Option<SchemaSpec>,
     /// `kafka`, `protobuf`: the message written (its full name, `package.Message`;
     /// default: the schema's first).
     pub message: Option<String>,
@@ -330,7 +330,7 @@ pub struct SinkSpec {
     pub key_format: Option<RecordFormatName>,
     /// `kafka`, `key_format` `avro` or `protobuf`: the keys' schema (a `.avsc` or
     /// `.proto` file; default with a registry: the latest of subject `TOPIC-key`).
-    pub key_schema: Option<PathBuf>,
+    pub key_schema: Option<SchemaSpec>,
     /// Parallel subtasks (default 1, at most 1024; a file sink then writes one file per
     /// subtask).
     #[serde(default = "one")]

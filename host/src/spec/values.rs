@@ -188,6 +188,90 @@ impl<'de> Deserialize<'de> for OnBadRecordName {
     }
 }
 
+/// A schema (`schema`, `key_schema`): the path of its file, relative to the job file, or
+/// its text in the job file, `{ text = "…", imports = { "common/address.proto" = "…" } }`
+/// (`imports`: the files a `.proto` imports, by the paths it imports them as; or the
+/// Avro types it names, by full name). `sluice submit` sends a job's schema files to a
+/// server this way, since a server job reads no file of the server's disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaSpec {
+    File(std::path::PathBuf),
+    Text {
+        text: String,
+        imports: std::collections::BTreeMap<String, String>,
+    },
+}
+
+impl<'de> Deserialize<'de> for SchemaSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let shape = "a schema is the path of its file (a string) or { text = \"…\", \
+                     imports = { \"PATH\" = \"…\" } }";
+        match toml::Value::deserialize(d)? {
+            toml::Value::String(path) => Ok(SchemaSpec::File(path.into())),
+            toml::Value::Table(mut t) => {
+                if let Some(other) = t.keys().find(|k| !matches!(k.as_str(), "text" | "imports")) {
+                    return Err(D::Error::custom(format!("{shape}: it takes no `{other}`")));
+                }
+                let text = match t.remove("text") {
+                    Some(toml::Value::String(text)) => text,
+                    Some(other) => {
+                        return Err(D::Error::custom(format!(
+                            "{shape}: `text` is the schema's text, not {other}"
+                        )));
+                    }
+                    None => return Err(D::Error::custom(format!("{shape}: `text` is missing"))),
+                };
+                let imports = match t.remove("imports") {
+                    None => Default::default(),
+                    Some(toml::Value::Table(imports)) => imports
+                        .into_iter()
+                        .map(|(name, text)| match text {
+                            toml::Value::String(text) => Ok((name, text)),
+                            other => Err(D::Error::custom(format!(
+                                "{shape}: `imports.{name}` is the text of the file imported \
+                                 as {name:?}, not {other}"
+                            ))),
+                        })
+                        .collect::<Result<_, _>>()?,
+                    Some(other) => {
+                        return Err(D::Error::custom(format!(
+                            "{shape}: `imports` is a table of texts, not {other}"
+                        )));
+                    }
+                };
+                Ok(SchemaSpec::Text { text, imports })
+            }
+            other => Err(D::Error::custom(format!("{shape}, not {other}"))),
+        }
+    }
+}
+
+impl JsonSchema for SchemaSpec {
+    fn schema_name() -> Cow<'static, str> {
+        "SchemaSpec".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "oneOf": [
+                { "type": "string", "minLength": 1 },
+                {
+                    "type": "object",
+                    "properties": {
+                        "text": { "type": "string" },
+                        "imports": {
+                            "type": "object",
+                            "additionalProperties": { "type": "string" }
+                        }
+                    },
+                    "required": ["text"],
+                    "additionalProperties": false
+                }
+            ]
+        })
+    }
+}
+
 impl JsonSchema for OnBadRecordName {
     fn schema_name() -> Cow<'static, str> {
         "OnBadRecordName".into()

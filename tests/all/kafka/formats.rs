@@ -899,18 +899,29 @@ interval_ms = 100
         let e = error_of(a.submit(&job));
         assert!(e.contains("403") && e.contains(reason), "{e}");
     }
-    // Nor a schema file, which the server would read from its own disk.
-    let text =
-        job_text(&granted).replace("bounded = true", "bounded = true\nschema = \"/etc/passwd\"");
-    let job = write_job(&dir, &text);
-    let e = error_of(a.submit(&job));
+    // Nor a schema file, which the server would read from its own disk (sent as it is,
+    // not by `sluice submit`, which writes schema files in).
+    let filter = a.upload_plugin(std::path::Path::new(FILTER)).unwrap();
+    let text = job_text(&granted)
+        .replace("bounded = true", "bounded = true\nschema = \"/etc/passwd\"")
+        .replace(FILTER, &format!("sha256:{}", filter.sha256));
+    let (status, refused) = a
+        .request("POST", "/v1/jobs", Some(text.as_bytes()))
+        .unwrap();
+    let refused = String::from_utf8_lossy(&refused);
     assert!(
-        e.contains("403") && e.contains("source clicks: a schema file"),
-        "{e}"
+        status == 403 && refused.contains("source clicks: a schema file"),
+        "{status} {refused}"
     );
-    // Within the grant: read through the registry, written as JSON.
-    let job = write_job(&dir, &job_text(&granted));
+    // Within the grant: read through the registry, written as JSON, with the job's own
+    // schema, which `sluice submit` writes into the job file it sends.
+    std::fs::write(dir.join("clicks.avsc"), V1).unwrap();
+    let text =
+        job_text(&granted).replace("bounded = true", "bounded = true\nschema = \"clicks.avsc\"");
+    let job = write_job(&dir, &text);
     let id = a.submit(&job).unwrap().id;
+    let shown = a.status(&id).unwrap().job_file.unwrap_or_default();
+    assert!(shown.contains("schema = { text = "), "{shown}");
     wait_for("the job to finish", Duration::from_secs(120), || {
         let s = a.status(&id).unwrap();
         assert_ne!(s.job.state, JobState::Failed, "{s:?}");

@@ -19,7 +19,8 @@ use crate::spec::job_file::SchemaRegistrySpec;
 use crate::spec::limits::{self, in_range};
 use crate::spec::values::{
     AvroCodecName, DeliveryName, GeneratorShapeName, Millis, OnBadRecordName, OutOfRangeName,
-    RecordFormatName, SinkFormatName, SinkPartitioner, StartSpec, Timestamp, TopicsSpec,
+    RecordFormatName, SchemaSpec, SinkFormatName, SinkPartitioner, StartSpec, Timestamp,
+    TopicsSpec,
 };
 use crate::spec::{SinkKind, SinkSpec, SourceKind, SourceSpec, secrets};
 
@@ -234,7 +235,7 @@ pub(super) fn file_sink_avro(
         }
         return Ok(None);
     }
-    let Some(schema) = sink.schema.as_deref() else {
+    let Some(schema) = sink.schema.as_ref() else {
         bail!(
             "`format = \"avro\"` needs `schema`: the .avsc file of the records the sink \
              writes (operators emit each as JSON)"
@@ -242,8 +243,8 @@ pub(super) fn file_sink_avro(
     };
     let schema = format_config(Format::Avro, None, Some(schema), None, None, resolve)?
         .schema
-        .expect("an Avro format has its schema")
-        .text;
+        .expect("an Avro format has its schema");
+    let schema = formats::avro::with_references(&schema)?;
     Ok(Some(AvroFileOutput {
         schema,
         codec: sink.codec.unwrap_or(AvroCodecName::Null),
@@ -304,7 +305,7 @@ pub(super) fn kafka_sink(
     let mut format = format_config(
         format,
         sink.schema_registry.as_ref(),
-        sink.schema.as_deref(),
+        sink.schema.as_ref(),
         sink.message.as_deref(),
         None,
         resolve,
@@ -312,7 +313,7 @@ pub(super) fn kafka_sink(
     format.key = key_format(
         sink.key_format,
         sink.schema_registry.as_ref(),
-        sink.key_schema.as_deref(),
+        sink.key_schema.as_ref(),
         None,
         resolve,
     )?;
@@ -464,7 +465,7 @@ fn kafka_source(
     let mut format = format_config(
         format,
         spec.schema_registry.as_ref(),
-        spec.schema.as_deref(),
+        spec.schema.as_ref(),
         spec.message.as_deref(),
         spec.on_bad_record.clone(),
         resolve,
@@ -472,7 +473,7 @@ fn kafka_source(
     format.key = key_format(
         spec.key_format,
         spec.schema_registry.as_ref(),
-        spec.key_schema.as_deref(),
+        spec.key_schema.as_ref(),
         spec.on_bad_record.clone(),
         resolve,
     )?;
@@ -568,7 +569,7 @@ fn file_format(spec: &SourceSpec, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<
     format_config(
         format,
         None,
-        spec.schema.as_deref(),
+        spec.schema.as_ref(),
         None,
         spec.on_bad_record.clone(),
         resolve,
@@ -580,7 +581,7 @@ fn file_format(spec: &SourceSpec, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<
 fn key_format(
     format: Option<RecordFormatName>,
     registry: Option<&SchemaRegistrySpec>,
-    schema: Option<&Path>,
+    schema: Option<&SchemaSpec>,
     on_bad_record: Option<OnBadRecordName>,
     resolve: &dyn Fn(&Path) -> PathBuf,
 ) -> Result<Option<Box<FormatConfig>>> {
@@ -622,7 +623,7 @@ fn key_format(
 fn format_config(
     format: Format,
     registry: Option<&SchemaRegistrySpec>,
-    schema: Option<&Path>,
+    schema: Option<&SchemaSpec>,
     message: Option<&str>,
     on_bad_record: Option<OnBadRecordName>,
     resolve: &dyn Fn(&Path) -> PathBuf,
@@ -664,21 +665,42 @@ fn format_config(
         }
     }
     let schema = schema
-        .map(|path| {
-            let path = resolve(path);
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| anyhow!("`schema`: reading {}: {e}", path.display()))?;
-            let schema = match format {
-                Format::Protobuf => {
-                    let folder = path.parent().unwrap_or(Path::new("."));
-                    formats::Proto::with_imports(text, folder).and_then(|schema| {
-                        formats::Proto::parse_with(&schema)?.message(message)?;
-                        Ok(schema)
-                    })
+        .map(|spec| {
+            let (schema, path) = match spec {
+                SchemaSpec::File(path) => {
+                    let path = resolve(path);
+                    let text = std::fs::read_to_string(&path)
+                        .map_err(|e| anyhow!("`schema`: reading {}: {e}", path.display()))?;
+                    let schema = match format {
+                        Format::Protobuf => {
+                            let folder = path.parent().unwrap_or(Path::new("."));
+                            formats::Proto::with_imports(text, folder)
+                        }
+                        _ => Ok(formats::SchemaText::plain(text)),
+                    };
+                    (schema, path.display().to_string())
                 }
-                _ => formats::Compiled::parse(&text).map(|_| formats::SchemaText::plain(text)),
+                SchemaSpec::Text { text, imports } => {
+                    let schema = formats::SchemaText {
+                        text: text.clone(),
+                        references: imports.clone().into_iter().collect(),
+                    };
+                    (Ok(schema), "its text".to_string())
+                }
             };
-            schema.map_err(|e| anyhow!("`schema`: {}: {e:#}", path.display()))
+            schema
+                .and_then(|schema| {
+                    match format {
+                        Format::Protobuf => {
+                            formats::Proto::parse_with(&schema)?.message(message)?;
+                        }
+                        _ => {
+                            formats::Compiled::parse(&formats::avro::with_references(&schema)?)?;
+                        }
+                    }
+                    Ok(schema)
+                })
+                .map_err(|e| anyhow!("`schema`: {path}: {e:#}"))
         })
         .transpose()?;
     if let Some(message) = message

@@ -20,6 +20,7 @@ use crate::cluster::{ClusterHost, ClusterSettings, HostEnd, Plan};
 use crate::job::{
     Job, JobControl, JobFile, JobGraph, JobMonitor, JobOutcome, SinkKind, SourceKind,
 };
+use crate::spec::values::SchemaSpec;
 use crate::tenant::TenantConfig;
 
 /// A job ready to run: on this server alone, or as this server's share of a job over
@@ -127,13 +128,15 @@ fn refuse_secret_references(file: &JobFile) -> Result<(), ApiError> {
 /// A server job may name only the schema registry of its tenant's Kafka grant (checked
 /// with the grant: the server would otherwise make HTTP requests to any address a tenant
 /// wrote, inside its own network), without credentials (the grant's are used: a job's
-/// `${env:…}` would read the server's environment), and no schema file (it would be read
-/// from the server's own disk: a job brings only its job file and plugins).
+/// `${env:…}` would read the server's environment), and no schema *file* (it would be read
+/// from the server's own disk: a job brings its schemas' text in its job file, as
+/// `sluice submit` writes them in).
 fn refuse_schema_registries(file: &JobFile) -> Result<(), ApiError> {
     let credentials = |r: &Option<crate::spec::job_file::SchemaRegistrySpec>| {
         r.as_ref()
             .is_some_and(|r| r.username.is_some() || r.password.is_some())
     };
+    let is_file = |s: &Option<SchemaSpec>| matches!(s, Some(SchemaSpec::File(_)));
     let endpoints = file
         .source
         .iter()
@@ -142,8 +145,8 @@ fn refuse_schema_registries(file: &JobFile) -> Result<(), ApiError> {
                 &s.name,
                 "source",
                 credentials(&s.schema_registry),
-                s.schema.is_some(),
-                s.key_schema.is_some(),
+                is_file(&s.schema),
+                is_file(&s.key_schema),
             )
         })
         .chain(file.sink.iter().map(|s| {
@@ -151,8 +154,8 @@ fn refuse_schema_registries(file: &JobFile) -> Result<(), ApiError> {
                 &s.name,
                 "sink",
                 credentials(&s.schema_registry),
-                s.schema.is_some(),
-                s.key_schema.is_some(),
+                is_file(&s.schema),
+                is_file(&s.key_schema),
             )
         }));
     for (name, what, credentials, schema, key_schema) in endpoints {
@@ -165,9 +168,10 @@ fn refuse_schema_registries(file: &JobFile) -> Result<(), ApiError> {
             }
             (false, true, _) | (false, false, true) => {
                 "a schema file (`schema`, `key_schema`) is \
-                 not available to server jobs (the server would read a file of its own disk; a \
-                 job brings only its job file and plugins): leave it out, and the registry's \
-                 latest schema of the topic is read with"
+                 not available to server jobs (the server would read a file of its own disk): \
+                 `sluice submit` writes each schema file a job names into the job file it sends \
+                 (`schema = { text = \"…\" }`); or leave it out, and the registry's latest \
+                 schema of the topic is read with"
             }
             (false, false, false) => continue,
         };
