@@ -450,7 +450,21 @@ fn kafka_job_file_mistakes_are_named() {
             format!(
                 "name = \"x\"\n[source]\ntype = \"file\"\npath = \"in.txt\"\nformat = \"protobuf\"\n{op}{GOOD_SINK}"
             ),
-            "not \"protobuf\": Protobuf messages have no standard file layout",
+            "a file of Protobuf messages needs `schema`: the .proto file of its messages",
+        ),
+        (
+            "protobuf-file-sink",
+            format!(
+                "name = \"x\"\n[source]\ntype = \"file\"\npath = \"in.txt\"\n{op}[sink]\ntype = \"file\"\npath = \"o.pb\"\nformat = \"protobuf\"\n"
+            ),
+            "`format = \"protobuf\"` needs `schema`: the .proto file of the messages the sink writes",
+        ),
+        (
+            "message-on-a-json-file-source",
+            format!(
+                "name = \"x\"\n[source]\ntype = \"file\"\npath = \"in.txt\"\nformat = \"json\"\nmessage = \"a.B\"\n{op}{GOOD_SINK}"
+            ),
+            "`message` (a Protobuf message) needs `format = \"protobuf\"`",
         ),
         (
             "avro-file-source-bad-record",
@@ -500,11 +514,11 @@ fn kafka_job_file_mistakes_are_named() {
             "`schema`: reading",
         ),
         (
-            "file-sink-protobuf",
+            "file-sink-bytes",
             format!(
-                "name = \"x\"\n{kafka}{op}[sink]\ntype = \"file\"\npath = \"o\"\nformat = \"protobuf\"\n"
+                "name = \"x\"\n{kafka}{op}[sink]\ntype = \"file\"\npath = \"o\"\nformat = \"bytes\"\n"
             ),
-            "a `file` sink writes `format = \"value\"`, \"key-value\", \"json\" (JSON lines) or \"avro\" (an Avro object container file), not \"protobuf\"",
+            "a `file` sink writes `format = \"value\"`, \"key-value\", \"json\" (JSON lines), \"avro\" (an Avro object container file) or \"protobuf\" (length-delimited messages), not \"bytes\"",
         ),
         (
             "stdout-sink-avro",

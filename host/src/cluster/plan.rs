@@ -459,7 +459,7 @@ impl Plan {
                     kind: SinkKind::Kafka,
                     path: None,
                     format: Default::default(),
-                    avro: None,
+                    file_format: None,
                     parallelism: 1,
                     kafka: Some(KafkaSinkConfig {
                         bootstrap: cluster.bootstrap.clone(),

@@ -32,7 +32,9 @@ use sluice_codec::BatchReader;
 
 use super::LineFormat;
 use super::avro_file::AvroBlocks;
+use super::formats::{self, Proto, protobuf};
 use crate::chain::{CallError, CallOutput, OpenInfo, Operator, OperatorIdentity, OperatorState};
+use crate::job::FileOutput;
 
 /// The file sink's checkpointed state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +60,10 @@ pub struct FileSink {
     line: Vec<u8>,
     /// `format = "avro"`: the values go into an Avro object container file, not lines.
     avro: Option<AvroBlocks>,
+    /// `format = "protobuf"`: each value is written as a length-delimited message.
+    protobuf: Option<prost_reflect::MessageDescriptor>,
+    /// A message being encoded.
+    message: Vec<u8>,
 }
 
 impl FileSink {
@@ -86,16 +92,30 @@ impl FileSink {
             sink: SinkState::default(),
             line: Vec::new(),
             avro: None,
+            protobuf: None,
+            message: Vec::new(),
         }
     }
 
-    /// Writes the Avro object container file `avro` describes instead of lines: each
-    /// record's value, JSON, encoded with its schema (keys are not written).
-    pub fn with_avro(mut self, avro: &crate::job::AvroFileOutput) -> Result<Self> {
-        self.avro = Some(
-            AvroBlocks::new(&avro.schema, avro.codec, &self.output)
-                .with_context(|| format!("the Avro schema of {}", self.output.display()))?,
-        );
+    /// Writes what `output` says instead of lines, each record's value (JSON) encoded
+    /// with its schema (keys are not written): an Avro object container file, or
+    /// length-delimited Protobuf messages (each a varint of its length, then the message,
+    /// as Java's `writeDelimitedTo` writes them).
+    pub fn with_output(mut self, output: &FileOutput) -> Result<Self> {
+        match output {
+            FileOutput::Avro { schema, codec } => {
+                self.avro = Some(
+                    AvroBlocks::new(schema, *codec, &self.output)
+                        .with_context(|| format!("the Avro schema of {}", self.output.display()))?,
+                );
+            }
+            FileOutput::Protobuf { schema, message } => {
+                let proto = Proto::parse_with(schema)
+                    .and_then(|proto| proto.message(message.as_deref()))
+                    .with_context(|| format!("the .proto schema of {}", self.output.display()))?;
+                self.protobuf = Some(proto);
+            }
+        }
         Ok(self)
     }
 
@@ -346,7 +366,7 @@ impl FileSink {
                 CallError::Failed(format!(
                     "{}: the value {} does not fit the sink's Avro schema: {e:#}",
                     self.output.display(),
-                    super::formats::quoted(record.value)
+                    formats::quoted(record.value)
                 ))
             })?;
             if full {
@@ -546,9 +566,25 @@ impl Operator for FileSink {
         self.line.clear();
         for record in BatchReader::new(records) {
             let record = record.map_err(|e| CallError::Contract(e.to_string()))?;
-            self.format
-                .write(&record, &mut self.line)
-                .map_err(|why| CallError::Failed(format!("{}: {why}", self.output.display())))?;
+            match &self.protobuf {
+                Some(descriptor) => {
+                    self.message.clear();
+                    protobuf::json_to_message(descriptor, record.value, &mut self.message)
+                        .map_err(|e| {
+                            CallError::Failed(format!(
+                                "{}: the value {} does not fit message {}: {e:#}",
+                                self.output.display(),
+                                formats::quoted(record.value),
+                                descriptor.full_name()
+                            ))
+                        })?;
+                    prost::encoding::encode_varint(self.message.len() as u64, &mut self.line);
+                    self.line.extend_from_slice(&self.message);
+                }
+                None => self.format.write(&record, &mut self.line).map_err(|why| {
+                    CallError::Failed(format!("{}: {why}", self.output.display()))
+                })?,
+            }
         }
         crate::failpoint!("sink::write");
         self.write_line().map_err(|e| self.write_failed(e))?;

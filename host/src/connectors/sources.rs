@@ -23,15 +23,20 @@ fn position_u64(position: &[u8], what: &str) -> Result<u64> {
     Ok(u64::from_le_bytes(bytes))
 }
 
-/// Reads a text file, one record per line (without the line break). Its position is
-/// the byte offset of the next line, so a restore continues exactly after the last line
-/// that was read before the checkpoint.
+/// Reads a text file, one record per line (without the line break), or with `format =
+/// "protobuf"` a file of length-delimited messages (each a varint of its length, then the
+/// message: what Java's `writeDelimitedTo` and C++'s `SerializeDelimitedToOstream`
+/// write). Its position is the byte offset of the next line or message, so a restore
+/// continues exactly after the last one read before the checkpoint.
 pub struct FileSource {
     path: PathBuf,
     reader: BufReader<File>,
     offset: u64,
     line: Vec<u8>,
-    /// `format = "json"`: each line is checked to be a JSON value.
+    /// Whether records are length-delimited messages, not lines.
+    delimited: bool,
+    /// `format = "json"`: each line is checked to be a JSON value; `"protobuf"`: each
+    /// message is decoded into JSON.
     json: Option<JsonLines>,
     /// Where it reports how far it read (counter `bytes-read`: its offset).
     metrics: Option<Arc<OperatorMetrics>>,
@@ -56,16 +61,19 @@ impl FileSource {
             reader: BufReader::with_capacity(256 << 10, file),
             offset: 0,
             line: Vec::new(),
+            delimited: false,
             json: None,
             metrics: None,
         })
     }
 
-    /// Reads the lines as `format` says: as they are (`bytes`) or as JSON lines.
+    /// Reads the file as `format` says: lines as they are (`bytes`), JSON lines, or
+    /// length-delimited Protobuf messages of its `schema`.
     pub fn with_format(mut self, format: &FormatConfig) -> Result<Self> {
         match format.format {
             Format::Bytes => {}
-            Format::Json => {
+            Format::Json | Format::Protobuf => {
+                self.delimited = format.format == Format::Protobuf;
                 self.json = Some(JsonLines {
                     decoder: Decoder::new(format)?,
                     on_bad_record: format.on_bad_record.clone(),
@@ -78,28 +86,98 @@ impl FileSource {
     }
 }
 
+/// The largest length-delimited message a file source reads: a length past it is a
+/// damaged file, not a message to allocate for.
+const MAX_MESSAGE_BYTES: u64 = 64 << 20;
+
 impl FileSource {
-    fn read_lines(&mut self, out: &mut BatchWriter, max: usize) -> Result<SourceStatus> {
-        for _ in 0..max {
-            self.line.clear();
-            let n = self
+    /// The next line (without its line break) into `self.line`; how many bytes it took
+    /// of the file, 0 at its end.
+    fn next_line(&mut self) -> Result<usize> {
+        self.line.clear();
+        let n = self
+            .reader
+            .read_until(b'\n', &mut self.line)
+            .with_context(|| format!("reading {}", self.path.display()))?;
+        if self.line.ends_with(b"\n") {
+            self.line.pop();
+            if self.line.ends_with(b"\r") {
+                self.line.pop();
+            }
+        }
+        Ok(n)
+    }
+
+    /// The next length-delimited message into `self.line`; how many bytes it took of
+    /// the file (its length's varint and itself), 0 at the file's end.
+    fn next_message(&mut self) -> Result<usize> {
+        self.line.clear();
+        let at = self.offset;
+        let damaged = |why: String| {
+            anyhow::anyhow!(
+                "{}: the message at byte {at}: {why} (`format = \"protobuf\"` reads \
+                 length-delimited messages: each a varint of its length, then the message)",
+                self.path.display()
+            )
+        };
+        let mut len = 0u64;
+        let mut took = 0;
+        loop {
+            let buf = self
                 .reader
-                .read_until(b'\n', &mut self.line)
+                .fill_buf()
                 .with_context(|| format!("reading {}", self.path.display()))?;
+            let Some(&byte) = buf.first() else {
+                if took == 0 {
+                    return Ok(0);
+                }
+                return Err(damaged("the file ends inside its length".into()));
+            };
+            self.reader.consume(1);
+            len |= u64::from(byte & 0x7f) << (7 * took);
+            took += 1;
+            if byte & 0x80 == 0 {
+                break;
+            }
+            if took == 10 {
+                return Err(damaged("its length is not a varint".into()));
+            }
+        }
+        if len > MAX_MESSAGE_BYTES {
+            return Err(damaged(format!(
+                "its length, {len} bytes, is past the {MAX_MESSAGE_BYTES} a message may have"
+            )));
+        }
+        self.line.resize(len as usize, 0);
+        std::io::Read::read_exact(&mut self.reader, &mut self.line).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                damaged(format!("the file ends inside it ({len} bytes long)"))
+            } else {
+                anyhow::Error::new(e).context(format!("reading {}", self.path.display()))
+            }
+        })?;
+        Ok(took + len as usize)
+    }
+
+    fn read_lines(&mut self, out: &mut BatchWriter, max: usize) -> Result<SourceStatus> {
+        let what = if self.delimited { "message" } else { "line" };
+        for _ in 0..max {
+            let n = if self.delimited {
+                self.next_message()?
+            } else {
+                self.next_line()?
+            };
             if n == 0 {
                 return Ok(SourceStatus::End);
             }
             let at = self.offset;
             self.offset += n as u64;
-            let mut line = &self.line[..];
-            if let Some(rest) = line.strip_suffix(b"\n") {
-                line = rest.strip_suffix(b"\r").unwrap_or(rest);
-            }
+            let line = &self.line[..];
             let Some(json) = &mut self.json else {
                 out.push(None, line, None);
                 continue;
             };
-            if line.iter().all(u8::is_ascii_whitespace) {
+            if !self.delimited && line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
             let why = match json.decoder.decode("", line)? {
@@ -110,16 +188,17 @@ impl FileSource {
                 Decoded::Bad(why) => why,
             };
             if json.on_bad_record == OnBadRecord::Fail {
+                let format = if self.delimited { "protobuf" } else { "json" };
                 bail!(
-                    "{}: the line at byte {at}: {why} (`format = \"json\"`; `on_bad_record = \
-                     \"skip\"` leaves such lines out, counted)",
+                    "{}: the {what} at byte {at}: {why} (`format = \"{format}\"`; \
+                     `on_bad_record = \"skip\"` leaves such {what}s out, counted)",
                     self.path.display()
                 );
             }
-            // The first bad lines, then every thousandth.
+            // The first bad ones, then every thousandth.
             if json.bad < 10 || json.bad.is_multiple_of(1000) {
                 tracing::warn!(
-                    "file source {}: skipping the line at byte {at} ({} skipped so far): {why}",
+                    "file source {}: skipping the {what} at byte {at} ({} skipped so far): {why}",
                     self.path.display(),
                     json.bad + 1
                 );

@@ -694,8 +694,8 @@ impl ChainBuilder {
                                 graph.checkpoint.is_some(),
                                 self.allow_rewind,
                             );
-                            Box::new(match &sink.avro {
-                                Some(avro) => file.with_avro(avro)?,
+                            Box::new(match &sink.file_format {
+                                Some(output) => file.with_output(output)?,
                                 None => file,
                             })
                         }

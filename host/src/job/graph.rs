@@ -127,22 +127,32 @@ pub struct SinkVertex {
     pub path: Option<PathBuf>,
     /// Line format.
     pub format: LineFormat,
-    /// File sinks with `format = "avro"`: the Avro object container file they write
-    /// instead of lines.
-    pub avro: Option<AvroFileOutput>,
+    /// File sinks with `format = "avro"` or `"protobuf"`: what they write instead of
+    /// lines.
+    pub file_format: Option<FileOutput>,
     /// Parallelism.
     pub parallelism: u32,
     /// Kafka sinks: where and how.
     pub kafka: Option<KafkaSinkConfig>,
 }
 
-/// The Avro object container file a file sink with `format = "avro"` writes.
+/// What a file sink writes instead of lines.
 #[derive(Debug, Clone)]
-pub struct AvroFileOutput {
-    /// Its schema (the .avsc text).
-    pub schema: String,
-    /// How its blocks are compressed.
-    pub codec: crate::spec::values::AvroCodecName,
+pub enum FileOutput {
+    /// An Avro object container file (`format = "avro"`).
+    Avro {
+        /// Its schema (the .avsc text).
+        schema: String,
+        /// How its blocks are compressed.
+        codec: crate::spec::values::AvroCodecName,
+    },
+    /// Length-delimited Protobuf messages (`format = "protobuf"`).
+    Protobuf {
+        /// The `.proto` schema, with its imports.
+        schema: crate::connectors::formats::SchemaText,
+        /// The message written (default: the schema's first).
+        message: Option<String>,
+    },
 }
 
 /// One vertex of the job.

@@ -30,8 +30,8 @@ pub use coordinator::{
     Coordinator, CoordinatorSetup, PendingCheckpoint, next_trigger,
 };
 pub use graph::{
-    AvroFileOutput, ChainSpec, Edge, GeneratorShape, JobGraph, OperatorVertex, SinkVertex,
-    SourceInput, SourceVertex, Vertex,
+    ChainSpec, Edge, FileOutput, GeneratorShape, JobGraph, OperatorVertex, SinkVertex, SourceInput,
+    SourceVertex, Vertex,
 };
 pub use monitor::{FAILURE_HISTORY, FailureRecord, JobMonitor, MonitorSnapshot, UnitMonitors};
 pub use ownership::{InUse, RunLocks, lock_path, lock_run};

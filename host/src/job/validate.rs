@@ -171,13 +171,14 @@ impl JobGraph {
                     LineFormat::KeyValue
                 }
                 (SinkKind::File | SinkKind::Stdout, Some(SinkFormatName::Json)) => LineFormat::Json,
-                // (An Avro file is written by `avro` below.)
-                (SinkKind::File, Some(SinkFormatName::Avro)) => LineFormat::Value,
+                // (Avro and Protobuf files are written as `file_format` below says.)
+                (SinkKind::File, Some(SinkFormatName::Avro | SinkFormatName::Protobuf)) => {
+                    LineFormat::Value
+                }
                 (SinkKind::File, Some(other)) => bail!(
                     "{job}: {what}: a `file` sink writes `format = \"value\"`, \"key-value\", \
-                     \"json\" (JSON lines) or \"avro\" (an Avro object container file), not \
-                     {:?} (Protobuf messages have no standard file layout: a kafka sink writes \
-                     them)",
+                     \"json\" (JSON lines), \"avro\" (an Avro object container file) or \
+                     \"protobuf\" (length-delimited messages), not {:?}",
                     other.name()
                 ),
                 (SinkKind::Stdout, Some(other)) => bail!(
@@ -208,7 +209,7 @@ impl JobGraph {
                     .and_then(|c| c.timeout_ms)
                     .map_or(limits::CHECKPOINT_TIMEOUT_MS.default, |m| m.0),
             });
-            let avro = endpoints::file_sink_avro(sink, &resolve)
+            let file_format = endpoints::file_sink_format(sink, &resolve)
                 .map_err(|e| anyhow!("{job}: {what}: {e:#}"))?;
             let kafka = kafka_sink(sink, &file.name, &id, checkpoints, &resolve)
                 .map_err(|e| anyhow!("{job}: {what}: {e}"))?;
@@ -231,7 +232,7 @@ impl JobGraph {
                 kind: sink.kind,
                 path: sink_path,
                 format,
-                avro,
+                file_format,
                 parallelism: sink.parallelism,
                 kafka,
             }));

@@ -162,7 +162,9 @@ pub struct SourceSpec {
     /// `kafka`: what the records' values are: `bytes` (default: operators get them as
     /// they are), `json` (checked to be JSON), `avro` or `protobuf` (decoded into JSON
     /// for the operators: with `schema_registry`, in Confluent's wire format; without,
-    /// bare datums or messages of `schema`).
+    /// bare datums or messages of `schema`). `file`: `bytes` (lines), `json` (JSON
+    /// lines), `avro` (an Avro object container file) or `protobuf` (length-delimited
+    /// messages of `schema`).
     pub format: Option<RecordFormatName>,
     /// `kafka`, `json`, `avro` or `protobuf`: the schema registry (Confluent's REST API)
     /// the values' schema ids are looked up in.
@@ -306,7 +308,8 @@ pub struct SinkSpec {
     pub path: Option<PathBuf>,
     /// `file` and `stdout`: `value` (default), `key-value` (key, tab, value) or `json`
     /// (values checked to be JSON, one a line); `file` also `avro` (an Avro object
-    /// container file of `schema`, encoded from the JSON operators emit). `kafka`:
+    /// container file of `schema`) or `protobuf` (length-delimited messages of
+    /// `schema`), encoded from the JSON operators emit. `kafka`:
     /// `bytes` (default: values as operators emit them), `json` (checked to be JSON),
     /// `avro` or `protobuf` (encoded from the JSON operators emit, with `schema` or the
     /// registry's).
@@ -317,10 +320,11 @@ pub struct SinkSpec {
     pub schema_registry: Option<SchemaRegistrySpec>,
     /// `kafka`, `avro` or `protobuf`: the schema written (a `.avsc` or `.proto` file,
     /// relative to the job file). Default with a registry: the latest of subject
-    /// `TOPIC-value`. `file`, `avro`: the `.avsc` file of the container file (required).
+    /// `TOPIC-value`. `file`, `avro` or `protobuf`: the `.avsc` or `.proto` file of what
+    /// it writes (required).
     pub schema: Option<SchemaSpec>,
-    /// `kafka`, `protobuf`: the message written (its full name, `package.Message`;
-    /// default: the schema's first).
+    /// `kafka` and `file`, `protobuf`: the message written (its full name,
+    /// `package.Message`; default: the schema's first).
     pub message: Option<String>,
     /// `file`, `avro`: how the container file's blocks are compressed: `null` (default),
     /// `deflate` or `snappy`.

@@ -14,7 +14,7 @@ use crate::connectors::kafka::{
     self, Delivery, KafkaSinkConfig, KafkaSourceConfig, OutOfRange, StartFrom,
     TRANSACTION_TIMEOUT_MS, Topics,
 };
-use crate::job::graph::{AvroFileOutput, GeneratorShape, SourceInput, SourceVertex};
+use crate::job::graph::{FileOutput, GeneratorShape, SourceInput, SourceVertex};
 use crate::spec::job_file::SchemaRegistrySpec;
 use crate::spec::limits::{self, in_range};
 use crate::spec::values::{
@@ -74,7 +74,7 @@ pub(super) fn source_vertex(
     ];
     if spec.kind != SourceKind::Kafka {
         // A file's records may be in a format too.
-        let file_fields = ["format", "schema", "on_bad_record"];
+        let file_fields = ["format", "schema", "message", "on_bad_record"];
         for (field, set) in kafka_fields {
             if !(spec.kind == SourceKind::File && file_fields.contains(&field)) {
                 not_for(field, set)?;
@@ -82,14 +82,14 @@ pub(super) fn source_vertex(
         }
         let json_values = matches!(
             spec.format,
-            Some(RecordFormatName::Json | RecordFormatName::Avro)
+            Some(RecordFormatName::Json | RecordFormatName::Avro | RecordFormatName::Protobuf)
         );
         if let Some(Timestamp::Named(name)) = &spec.timestamp
             && !json_values
         {
             bail!(
                 "`timestamp = {{ field = {name:?} }}` names a field of JSON values: a kafka \
-                 or file source with `format = \"json\"` or \"avro\" (a field of text lines \
+                 or file source with `format = \"json\"`, \"avro\" or \"protobuf\" (a field of text lines \
                  is `{{ field = N, separator = \",\" }}`)"
             );
         }
@@ -219,35 +219,55 @@ pub(super) struct Checkpoints<'a> {
     pub(super) timeout_ms: u64,
 }
 
-/// The Avro object container file a file sink with `format = "avro"` writes: its
-/// `schema` (required) and `codec`. `None` for every other sink, which may not set
-/// `codec`.
-pub(super) fn file_sink_avro(
+/// What a file sink writes other than lines: with `format = "avro"` an Avro object
+/// container file (its `schema`, required, and `codec`), with `"protobuf"` length-delimited
+/// messages (its `schema`, required, and `message`). `None` for every other sink, which
+/// may not set `codec`.
+pub(super) fn file_sink_format(
     sink: &SinkSpec,
     resolve: &dyn Fn(&Path) -> PathBuf,
-) -> Result<Option<AvroFileOutput>> {
-    if sink.kind != SinkKind::File || sink.format != Some(SinkFormatName::Avro) {
-        if sink.codec.is_some() {
-            bail!(
-                "`codec` applies to a file sink with `format = \"avro\"` only (the \
-                 compression of its Avro blocks)"
-            );
-        }
-        return Ok(None);
+) -> Result<Option<FileOutput>> {
+    let format = match (sink.kind, sink.format) {
+        (SinkKind::File, Some(SinkFormatName::Avro)) => Format::Avro,
+        (SinkKind::File, Some(SinkFormatName::Protobuf)) => Format::Protobuf,
+        _ => Format::Bytes,
+    };
+    if format != Format::Avro && sink.codec.is_some() {
+        bail!(
+            "`codec` applies to a file sink with `format = \"avro\"` only (the \
+             compression of its Avro blocks)"
+        );
     }
     let Some(schema) = sink.schema.as_ref() else {
-        bail!(
-            "`format = \"avro\"` needs `schema`: the .avsc file of the records the sink \
-             writes (operators emit each as JSON)"
-        );
+        return match format {
+            Format::Avro => bail!(
+                "`format = \"avro\"` needs `schema`: the .avsc file of the records the sink \
+                 writes (operators emit each as JSON)"
+            ),
+            Format::Protobuf => bail!(
+                "`format = \"protobuf\"` needs `schema`: the .proto file of the messages the \
+                 sink writes (operators emit each as JSON; `message` names the one written, \
+                 default the file's first)"
+            ),
+            _ => Ok(None),
+        };
     };
-    let schema = format_config(Format::Avro, None, Some(schema), None, None, resolve)?
+    if format == Format::Bytes {
+        return Ok(None);
+    }
+    let message = sink.message.as_deref();
+    let schema = format_config(format, None, Some(schema), message, None, resolve)?
         .schema
-        .expect("an Avro format has its schema");
-    let schema = formats::avro::with_references(&schema)?;
-    Ok(Some(AvroFileOutput {
-        schema,
-        codec: sink.codec.unwrap_or(AvroCodecName::Null),
+        .expect("an Avro or Protobuf format has its schema");
+    Ok(Some(match format {
+        Format::Avro => FileOutput::Avro {
+            schema: formats::avro::with_references(&schema)?,
+            codec: sink.codec.unwrap_or(AvroCodecName::Null),
+        },
+        _ => FileOutput::Protobuf {
+            schema,
+            message: message.map(str::to_string),
+        },
     }))
 }
 
@@ -278,11 +298,16 @@ pub(super) fn kafka_sink(
         ("key_schema", sink.key_schema.is_some()),
     ];
     if sink.kind != SinkKind::Kafka {
-        // (An Avro file sink's `schema` is read by `file_sink_avro`.)
-        let avro_file = sink.kind == SinkKind::File && sink.format == Some(SinkFormatName::Avro);
+        // (An Avro or Protobuf file sink's `schema` and `message` are read by
+        // `file_sink_format`.)
+        let encoded_file = sink.kind == SinkKind::File
+            && matches!(
+                sink.format,
+                Some(SinkFormatName::Avro | SinkFormatName::Protobuf)
+            );
         if let Some((field, _)) = fields
             .iter()
-            .find(|(field, set)| *set && !(avro_file && *field == "schema"))
+            .find(|(field, set)| *set && !(encoded_file && matches!(*field, "schema" | "message")))
         {
             bail!(
                 "`{field}` does not apply to a {} sink",
@@ -534,20 +559,25 @@ fn kafka_source(
     })
 }
 
-/// The `format`, `schema` and `on_bad_record` of a file source: lines as they are
-/// (`bytes`), JSON lines, or an Avro object container file (its schema in it; `schema`
-/// the job's to read it with).
+/// The `format`, `schema`, `message` and `on_bad_record` of a file source: lines as
+/// they are (`bytes`), JSON lines, an Avro object container file (its schema in it;
+/// `schema` the job's to read it with), or length-delimited Protobuf messages.
 fn file_format(spec: &SourceSpec, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<FormatConfig> {
     let format = match spec.format {
         None | Some(RecordFormatName::Bytes) => Format::Bytes,
         Some(RecordFormatName::Json) => Format::Json,
         Some(RecordFormatName::Avro) => Format::Avro,
-        Some(RecordFormatName::Protobuf) => bail!(
-            "a file source reads `format = \"bytes\"` (lines), \"json\" (JSON lines) or \
-             \"avro\" (an Avro object container file), not \"protobuf\": Protobuf messages \
-             have no standard file layout (read them from Kafka)"
-        ),
+        Some(RecordFormatName::Protobuf) => Format::Protobuf,
     };
+    if format != Format::Protobuf && spec.message.is_some() {
+        bail!("`message` (a Protobuf message) needs `format = \"protobuf\"`");
+    }
+    if format == Format::Protobuf && spec.schema.is_none() {
+        bail!(
+            "a file of Protobuf messages needs `schema`: the .proto file of its messages \
+             (`message` names the one read; default the file's first)"
+        );
+    }
     match &spec.on_bad_record {
         Some(OnBadRecordName::DeadLetter(_)) => bail!(
             "`on_bad_record = {{ dead_letter = … }}` writes to a Kafka topic of a kafka \
@@ -570,7 +600,7 @@ fn file_format(spec: &SourceSpec, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<
         format,
         None,
         spec.schema.as_ref(),
-        None,
+        spec.message.as_deref(),
         spec.on_bad_record.clone(),
         resolve,
     )
