@@ -3,7 +3,10 @@
 //! against the same chain from a file to a file, and exactly-once against at-least-once,
 //! as ratios of records/s in the same run; the exactly-once job with checkpoints every
 //! 100 ms against every second; and the exactly-once job again over TLS with SCRAM (the
-//! broker's `SASL_SSL` listener) against plaintext.
+//! broker's `SASL_SSL` listener) against plaintext. And the floor the broker and
+//! librdkafka's per-message API set on this machine, in the same run: a plain consumer
+//! reading the input topic, and a plain idempotent producer (the sinks' settings)
+//! writing as many records as the job writes, each alone.
 //!
 //! Uses the broker in `SLUICE_KAFKA`, or starts one with `scripts/kafka/broker.sh` (and
 //! stops it after). `LINES` sets the input (default 100,000 lines of 8 words).
@@ -60,6 +63,63 @@ fn time(runs: usize, dir: &Path, job: &Path) -> Duration {
         }
         run_job(job).expect("the job runs");
     })
+}
+
+/// How long a plain consumer (no job) takes to read `records` records of `topic`, from
+/// the start.
+fn consume_floor(broker: &str, topic: &str, records: usize) -> Duration {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("group.id", unique_topic("bench-floor"))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.queue.backoff.ms", "20")
+        .create()
+        .unwrap();
+    let start = std::time::Instant::now();
+    consumer.subscribe(&[topic]).unwrap();
+    let mut read = 0;
+    let mut bytes = 0;
+    while read < records {
+        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+            bytes += rdkafka::Message::payload(&message.unwrap()).map_or(0, <[u8]>::len);
+            read += 1;
+        }
+    }
+    std::hint::black_box(bytes);
+    start.elapsed()
+}
+
+/// How long a plain idempotent producer with the sinks' settings takes to write each of
+/// `records` (key, value) to `topic` and flush.
+fn produce_floor(broker: &str, topic: &str, records: &[(String, String)]) -> Duration {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("partitioner", "murmur2_random")
+        .set("enable.idempotence", "true")
+        .set("delivery.report.only.error", "true")
+        .set("linger.ms", "50")
+        .create()
+        .unwrap();
+    let start = std::time::Instant::now();
+    for (key, value) in records {
+        let mut record = BaseRecord::to(topic)
+            .key(key.as_str())
+            .payload(value.as_str());
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    record = back;
+                    producer.poll(Duration::from_millis(1));
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+    start.elapsed()
 }
 
 fn main() {
@@ -137,6 +197,27 @@ fn main() {
         time(runs, &dir, &job(&dir, "topic-eos-tls", &source, &sink))
     });
 
+    // The floor: what the job reads, read by a plain consumer; what it writes (every
+    // running count, a record per word), written by a plain producer.
+    let mut counts = std::collections::HashMap::<&str, u64>::new();
+    let output: Vec<(String, String)> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let n = counts.entry(w).or_default();
+            *n += 1;
+            (w.to_lowercase(), n.to_string())
+        })
+        .collect();
+    let consume = median_time(runs, || {
+        consume_floor(b, &input, lines);
+    });
+    let floor_out = unique_topic("bench-floor-out");
+    create_topic(b, &floor_out, 1);
+    let produce = median_time(runs, || {
+        produce_floor(b, &floor_out, &output);
+    });
+
     let rate = |d: Duration| lines as f64 / d.as_secs_f64();
     println!(
         "word count (tokenize -> count, every running count out), {lines} lines ({words} words), \
@@ -166,6 +247,14 @@ fn main() {
     println!(
         "  exactly once, checkpoints every 100 ms / every second: {:.2} of the time",
         topic_eos_100ms.as_secs_f64() / topic_eos.as_secs_f64()
+    );
+    println!(
+        "  floor, plain librdkafka: reading the {lines} lines {:.2} s, writing {} records \
+         {:.2} s; together {:.2} of file -> file",
+        consume.as_secs_f64(),
+        output.len(),
+        produce.as_secs_f64(),
+        file_to_file.as_secs_f64() / (consume + produce).as_secs_f64()
     );
     if let Some(secure) = secure {
         println!(
