@@ -104,20 +104,33 @@ fn job(
     source: &str,
     sink: &str,
 ) -> std::path::PathBuf {
+    let source = format!(
+        "name = \"clicks\"\nformat = \"avro\"\nschema_registry = {{ url = \"{registry}\" }}\n{source}"
+    );
+    pass_job(dir, "formats", input, &source, sink)
+}
+
+/// Job `name`: topic `input` (bounded, with the source's further fields `source`) → an
+/// operator passing everything → a Kafka sink with fields `sink`, checkpoints every
+/// 200 ms, no restarts.
+fn pass_job(
+    dir: &std::path::Path,
+    name: &str,
+    input: &str,
+    source: &str,
+    sink: &str,
+) -> std::path::PathBuf {
     let broker = broker().unwrap();
     write_job(
         dir,
         &format!(
             r#"
-name = "formats"
+name = "{name}"
 [source]
 type = "kafka"
-name = "clicks"
 bootstrap = "{broker}"
 topics = "{input}"
 bounded = true
-format = "avro"
-schema_registry = {{ url = "{registry}" }}
 {source}
 [[operator]]
 name = "pass"
@@ -377,33 +390,15 @@ fn protobuf_is_read_through_the_registry_and_bad_records_go_to_a_dead_letter_top
     produce_values(&broker, &input, &values);
 
     let dir = test_dir("kafka-proto-in");
-    let path = write_job(
+    let path = pass_job(
         &dir,
+        "proto",
+        &input,
         &format!(
-            r#"
-name = "proto"
-[source]
-type = "kafka"
-bootstrap = "{broker}"
-topics = "{input}"
-bounded = true
-format = "protobuf"
-schema_registry = {{ url = "{registry}" }}
-on_bad_record = {{ dead_letter = "{dead}" }}
-[[operator]]
-name = "pass"
-plugin = "{FILTER}"
-[sink]
-type = "kafka"
-bootstrap = "{broker}"
-topic = "{output}"
-format = "json"
-[checkpoint]
-interval_ms = 200
-[restart]
-strategy = "none"
-"#
+            "format = \"protobuf\"\nschema_registry = {{ url = \"{registry}\" }}\n\
+             on_bad_record = {{ dead_letter = \"{dead}\" }}"
         ),
+        &format!("topic = \"{output}\"\nformat = \"json\""),
     );
     let report = run_job(&path).unwrap();
     let written: Vec<String> = read_committed_values(&broker, &output)
@@ -468,31 +463,14 @@ fn json_is_written_as_protobuf_in_the_registrys_wire_format() {
     produce_values(&broker, &input, &values);
     let dir = test_dir("kafka-proto-out");
     std::fs::write(dir.join("shop.proto"), P2).unwrap();
-    let path = write_job(
+    let path = pass_job(
         &dir,
+        "proto-out",
+        &input,
+        "format = \"json\"",
         &format!(
-            r#"
-name = "proto-out"
-[source]
-type = "kafka"
-bootstrap = "{broker}"
-topics = "{input}"
-bounded = true
-format = "json"
-[[operator]]
-name = "pass"
-plugin = "{FILTER}"
-[sink]
-type = "kafka"
-bootstrap = "{broker}"
-topic = "{output}"
-format = "protobuf"
-schema = "shop.proto"
-message = "shop.Refund"
-schema_registry = {{ url = "{registry}" }}
-[checkpoint]
-interval_ms = 200
-"#
+            "topic = \"{output}\"\nformat = \"protobuf\"\nschema = \"shop.proto\"\n\
+             message = \"shop.Refund\"\nschema_registry = {{ url = \"{registry}\" }}"
         ),
     );
     run_job(&path).unwrap();
@@ -594,41 +572,16 @@ fn schemas_that_refer_to_other_subjects_are_read_and_written() {
         .map(|i| format!(r#"{{"id":"o{i}","ship":{{"city":"c{i}"}}}}"#).into_bytes())
         .collect();
     produce_values(&broker, &input, &values);
-    let pass = |name: &str, from: &str, source: &str, to: &str, sink: &str| {
-        write_job(
-            &dir,
-            &format!(
-                r#"
-name = "{name}"
-[source]
-type = "kafka"
-bootstrap = "{broker}"
-topics = "{from}"
-bounded = true
-{source}
-[[operator]]
-name = "pass"
-plugin = "{FILTER}"
-[sink]
-type = "kafka"
-bootstrap = "{broker}"
-topic = "{to}"
-{sink}
-[checkpoint]
-interval_ms = 200
-[restart]
-strategy = "none"
-"#
-            ),
-        )
-    };
     let with_registry = format!("schema_registry = {{ url = \"{registry}\" }}");
-    let write = pass(
+    let write = pass_job(
+        &dir,
         "proto-refs-out",
         &input,
         "format = \"json\"",
-        &orders,
-        &format!("format = \"protobuf\"\nschema = \"order.proto\"\n{with_registry}"),
+        &format!(
+            "topic = \"{orders}\"\nformat = \"protobuf\"\nschema = \"order.proto\"\n\
+             {with_registry}"
+        ),
     );
     run_job(&write).unwrap();
     // The import, registered under its path; the schema, with a reference to it.
@@ -650,12 +603,12 @@ strategy = "none"
         serde_json::from_str(&answer.body_mut().read_to_string().unwrap()).unwrap();
     assert_eq!(answer["schema"], imported);
     // Read back through the registry alone (no schema file): the import resolved.
-    let read = pass(
+    let read = pass_job(
+        &dir,
         "proto-refs-in",
         &orders,
         &format!("format = \"protobuf\"\n{with_registry}"),
-        &back,
-        "format = \"json\"",
+        &format!("topic = \"{back}\"\nformat = \"json\""),
     );
     run_job(&read).unwrap();
     let back: Vec<Vec<u8>> = read_committed_values(&broker, &back);
