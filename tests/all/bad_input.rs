@@ -367,7 +367,7 @@ fn kafka_job_file_mistakes_are_named() {
             format!(
                 "name = \"x\"\n{kafka}format = \"protobuf\"\nschema = {{ text = 'syntax = \"proto3\"; import \"a.proto\"; message M {{}}' }}\n{op}{GOOD_SINK}"
             ),
-            "`schema`: its text: not a .proto schema protox can compile: import 'a.proto' not found",
+            "`schema`: the text in the job file: not a .proto schema protox can compile: import 'a.proto' not found",
         ),
         (
             "kafka-key-avro-without-schema",

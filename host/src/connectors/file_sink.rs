@@ -572,10 +572,9 @@ impl Operator for FileSink {
                     protobuf::json_to_message(descriptor, record.value, &mut self.message)
                         .map_err(|e| {
                             CallError::Failed(format!(
-                                "{}: the value {} does not fit message {}: {e:#}",
+                                "{}: the value {}: {e}",
                                 self.output.display(),
                                 formats::quoted(record.value),
-                                descriptor.full_name()
                             ))
                         })?;
                     prost::encoding::encode_varint(self.message.len() as u64, &mut self.line);

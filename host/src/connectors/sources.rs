@@ -134,13 +134,13 @@ impl FileSource {
                 return Err(damaged("the file ends inside its length".into()));
             };
             self.reader.consume(1);
+            if took == 9 && byte > 1 {
+                return Err(damaged("its length is past 64 bits".into()));
+            }
             len |= u64::from(byte & 0x7f) << (7 * took);
             took += 1;
             if byte & 0x80 == 0 {
                 break;
-            }
-            if took == 10 {
-                return Err(damaged("its length is not a varint".into()));
             }
         }
         if len > MAX_MESSAGE_BYTES {
@@ -553,6 +553,44 @@ mod tests {
         assert_eq!(values(&again), ["three", "last-without-newline"]);
         assert!(resumed.seek(&10_000u64.to_le_bytes()).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_of_messages_with_a_damaged_length_is_named_not_misread() {
+        let dir = tempfile::tempdir().unwrap();
+        let format = FormatConfig {
+            format: Format::Protobuf,
+            schema: Some(crate::connectors::formats::SchemaText::plain(
+                "syntax = \"proto3\"; message M { string s = 1; }",
+            )),
+            ..FormatConfig::bytes()
+        };
+        let read = |bytes: &[u8]| {
+            let path = dir.path().join("in.pb");
+            std::fs::write(&path, bytes).unwrap();
+            let mut src = FileSource::open(&path)
+                .unwrap()
+                .with_format(&format)
+                .unwrap();
+            let mut out = BatchWriter::new();
+            src.poll(&mut out, 10).map(|_| values(&out))
+        };
+        // "a" as a message: field 1, length 1, "a"; its length 3 as one varint byte, then
+        // as a padded varint of two.
+        assert_eq!(read(&[3, 0x0a, 1, b'a']).unwrap(), [r#"{"s":"a"}"#]);
+        assert_eq!(read(&[0x83, 0, 0x0a, 1, b'a']).unwrap(), [r#"{"s":"a"}"#]);
+        // Ten bytes whose last carries bits past 64: an error, not a length of 0.
+        let mut past = vec![0x80; 9];
+        past.push(0x02);
+        let e = format!("{:#}", read(&past).unwrap_err());
+        assert!(
+            e.contains("the message at byte 0: its length is past 64 bits"),
+            "{e}"
+        );
+        let e = format!("{:#}", read(&[0x80; 11]).unwrap_err());
+        assert!(e.contains("its length is past 64 bits"), "{e}");
+        let e = format!("{:#}", read(&[3, 0x0a]).unwrap_err());
+        assert!(e.contains("the file ends inside it (3 bytes long)"), "{e}");
     }
 
     #[test]

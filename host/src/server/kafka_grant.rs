@@ -204,6 +204,12 @@ pub(super) fn within_kafka_grant(
                 let what = format!("sink '{}'", sink.name);
                 check_common(&what, &config.bootstrap, &mut config.properties)?;
                 within_registry_grant(&what, &mut config.format, grant, &forbidden)?;
+                // Its subjects are its topic's; those of files its schema imports (named by
+                // their paths, anyone's) it only finds, registered already.
+                config.format.register_imports = false;
+                if let Some(key) = &mut config.format.key {
+                    key.register_imports = false;
+                }
                 if !grant.may_write(&config.topic) {
                     return Err(forbidden(format!(
                         "{what}: topic {:?} may not be written (writable: {:?})",

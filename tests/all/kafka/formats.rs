@@ -888,4 +888,66 @@ interval_ms = 100
         .map(|i| format!(r#"{{"user":"u","n":{i}}}"#))
         .collect();
     assert_eq!(written, want);
+
+    // A Protobuf sink whose schema imports a file: a server job registers no subject but
+    // its topic's (an import's subject is its path, anyone's), so the import must be in
+    // the registry already.
+    let proto_out = unique_topic("a.out-proto");
+    create_topic(&broker, &proto_out, 1);
+    let folder = unique_topic("common");
+    let import = format!("{folder}/address.proto");
+    std::fs::create_dir_all(dir.join(&folder)).unwrap();
+    let imported = "syntax = \"proto3\";\npackage common;\nmessage Address { string city = 1; }\n";
+    std::fs::write(dir.join(&import), imported).unwrap();
+    std::fs::write(
+        dir.join("click.proto"),
+        format!(
+            "syntax = \"proto3\";\npackage shop;\nimport \"{import}\";\n\
+             message Click {{ string user = 1; int32 n = 2; common.Address at = 3; }}\n"
+        ),
+    )
+    .unwrap();
+    let text = job_text(&granted).replace(
+        &format!("topic = \"{output}\"\nformat = \"json\""),
+        &format!(
+            "topic = \"{proto_out}\"\nformat = \"protobuf\"\nschema = \"click.proto\"\n\
+             schema_registry = {{ {granted} }}"
+        ),
+    );
+    assert!(text.contains("click.proto"), "{text}");
+    let job = write_job(
+        &dir,
+        &text.replace("registry-on-a-server", "proto-on-a-server"),
+    );
+    let id = a.submit(&job).unwrap().id;
+    wait_for("the job to fail", Duration::from_secs(120), || {
+        let s = a.status(&id).unwrap();
+        assert_ne!(s.job.state, JobState::Finished, "{s:?}");
+        s.last_failure
+            .as_deref()
+            .is_some_and(|why| why.contains("a server job registers no subject but its topics'"))
+    });
+    a.cancel(&id).unwrap();
+    register_kind(&registry, &import.replace('/', "%2F"), "PROTOBUF", imported);
+    let job = write_job(
+        &dir,
+        &text.replace("registry-on-a-server", "proto-on-a-server-again"),
+    );
+    let id = a.submit(&job).unwrap().id;
+    wait_for("the job to finish", Duration::from_secs(120), || {
+        let s = a.status(&id).unwrap();
+        assert_ne!(s.job.state, JobState::Failed, "{s:?}");
+        s.job.state == JobState::Finished
+    });
+    let written = read_committed_values(&broker, &proto_out);
+    assert_eq!(written.len(), 5);
+    let schema = registered(
+        &registry,
+        u32::from_be_bytes(written[0][1..5].try_into().unwrap()),
+    );
+    assert_eq!(
+        schema["references"][0]["subject"],
+        import.as_str(),
+        "{schema}"
+    );
 }

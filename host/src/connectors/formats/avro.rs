@@ -44,10 +44,17 @@ pub fn with_references(schema: &SchemaText) -> Result<String> {
     for (name, text) in &schema.references {
         let json: Json = serde_json::from_str(text)
             .map_err(|e| anyhow!("the schema referred to as {name:?} is not JSON: {e}"))?;
-        if let Some(full) = full_name(&json, "") {
-            defined.insert(full, json.clone());
-        }
-        defined.insert(name.clone(), json);
+        // Only a named type can be referred to: it is written in once, where first used,
+        // and named after that (anything else would be copied at every use, and a chain
+        // of unions naming each other twice would grow exponentially).
+        let Some(full) = full_name(&json, "") else {
+            bail!(
+                "the schema referred to as {name:?} is not a named type (a record, enum or \
+                 fixed), which is all another schema can refer to"
+            );
+        };
+        defined.insert(name.clone(), json.clone());
+        defined.insert(full, json);
     }
     let main: Json =
         serde_json::from_str(&schema.text).map_err(|e| anyhow!("not an Avro schema: {e}"))?;
@@ -113,12 +120,17 @@ impl Inliner {
                     // Not defined anywhere: `apache-avro` names it in its error.
                     return Ok(Json::String(name));
                 };
-                if let (Some(own), Json::Object(object)) =
-                    (full_name(&definition, ""), &mut definition)
-                {
-                    // Its full name, so that it keeps it wherever it is written in.
+                let own = full_name(&definition, "").expect("references are named types");
+                if self.seen.contains(&own) {
+                    // Written in already (referred to by another name): by its own.
+                    return Ok(Json::String(own));
+                }
+                if let Json::Object(object) = &mut definition {
+                    // Its full name, and its namespace as it was (none is the null
+                    // namespace, `""`), so that it keeps both wherever it is written in.
+                    let namespace = own.rsplit_once('.').map_or("", |(ns, _)| ns).to_string();
                     object.insert("name".into(), own.into());
-                    object.remove("namespace");
+                    object.insert("namespace".into(), namespace.into());
                 }
                 self.inline(definition, namespace, depth)
             }
@@ -870,12 +882,32 @@ mod tests {
         // A schema naming nothing it references is left as it was; a reference that
         // refers to itself does not loop.
         assert_eq!(with_references(&SchemaText::plain(user)).unwrap(), user);
-        let looping = SchemaText {
-            text: r#""X""#.into(),
-            references: vec![("X".into(), r#"["null","X"]"#.into())],
+        // Only named types are referred to: a union naming others twice at each level
+        // would grow exponentially if written in at every use.
+        let doubling = SchemaText {
+            text: r#""A""#.into(),
+            references: vec![
+                ("A".into(), r#"["B","B"]"#.into()),
+                ("B".into(), r#"["null","A"]"#.into()),
+            ],
         };
-        let e = with_references(&looping).unwrap_err().to_string();
-        assert!(e.contains("nest more than 64 deep"), "{e}");
+        let e = with_references(&doubling).unwrap_err().to_string();
+        assert!(e.contains("\"A\" is not a named type"), "{e}");
+        // A type in the null namespace keeps it where it is written in: inside a record
+        // of namespace com.acme, `Plain` stays `Plain`, not `com.acme.Plain`.
+        let plain = r#"{"type":"enum","name":"Plain","symbols":["X"]}"#;
+        let schema = SchemaText {
+            text: r#"{"type":"record","name":"R","namespace":"com.acme","fields":[{"name":"p","type":"Plain"}]}"#.into(),
+            references: vec![("Plain".into(), plain.into())],
+        };
+        let alone = Schema::parse_str(&with_references(&schema).unwrap()).unwrap();
+        let Schema::Record(record) = &alone else {
+            panic!("{alone:?}")
+        };
+        let Schema::Enum(e) = &record.fields[0].schema else {
+            panic!("{alone:?}")
+        };
+        assert_eq!(e.name.fullname(None), "Plain");
         let not_json = SchemaText {
             text: user.into(),
             references: vec![("com.acme.Address".into(), "{".into())],

@@ -128,6 +128,10 @@ pub struct FormatConfig {
     /// message indexes name (bare values and sinks: the schema's first).
     pub message: Option<String>,
     pub on_bad_record: OnBadRecord,
+    /// A sink with a registry: whether it registers the files its `.proto` schema imports
+    /// (else they must be registered already, as on a server, whose jobs register no
+    /// subject but their topics').
+    pub register_imports: bool,
 }
 
 impl FormatConfig {
@@ -141,6 +145,7 @@ impl FormatConfig {
             schema: None,
             message: None,
             on_bad_record: OnBadRecord::Fail,
+            register_imports: true,
         }
     }
 
@@ -532,11 +537,12 @@ impl Decoder {
 /// Registers the files a sink's `.proto` schema imports (read beside it), each under the
 /// path it is imported as, with the files it imports as its references — as Confluent's
 /// Protobuf serializer registers them — so that readers resolve the schema's imports;
-/// the references of the schema itself.
+/// the references of the schema itself. Unless `write`: only finds them registered.
 fn register_imports(
     registry: &Registry,
     format: Format,
     schema: &SchemaText,
+    write: bool,
 ) -> Result<Vec<registry::Reference>> {
     if format != Format::Protobuf || schema.references.is_empty() {
         return Ok(Vec::new());
@@ -546,9 +552,7 @@ fn register_imports(
     // Each file after the files it imports (`protox` has refused cycles).
     fn register(
         name: &str,
-        proto: &Proto,
-        schema: &SchemaText,
-        registry: &Registry,
+        (proto, schema, registry, write): (&Proto, &SchemaText, &Registry, bool),
         versions: &mut HashMap<String, i64>,
     ) -> Result<registry::Reference> {
         if let Some(&version) = versions.get(name) {
@@ -557,7 +561,7 @@ fn register_imports(
         let references = proto
             .imports(Some(name))
             .iter()
-            .map(|import| register(import, proto, schema, registry, versions))
+            .map(|import| register(import, (proto, schema, registry, write), versions))
             .collect::<Result<Vec<_>>>()?;
         let text = &schema
             .references
@@ -565,12 +569,21 @@ fn register_imports(
             .find(|(n, _)| n == name)
             .expect("every file the schema imports was read")
             .1;
-        registry
-            .register(name, "PROTOBUF", text, &references)
-            .with_context(|| format!("registering {name:?}, which the schema imports"))?;
+        if write {
+            registry
+                .register(name, "PROTOBUF", text, &references)
+                .with_context(|| format!("registering {name:?}, which the schema imports"))?;
+        }
         let version = registry
             .version_of(name, "PROTOBUF", text, &references)?
-            .ok_or_else(|| anyhow!("the registry does not find {name:?} just registered"))?;
+            .ok_or_else(|| match write {
+                true => anyhow!("the registry does not find {name:?} just registered"),
+                false => anyhow!(
+                    "the schema imports {name:?}, which the registry does not hold under \
+                     subject {name:?} with that text: a server job registers no subject but \
+                     its topics', so register it there first"
+                ),
+            })?;
         versions.insert(name.to_string(), version);
         Ok(reference(name, version))
     }
@@ -584,7 +597,7 @@ fn register_imports(
     proto
         .imports(None)
         .iter()
-        .map(|import| register(import, &proto, schema, registry, &mut versions))
+        .map(|import| register(import, (&proto, schema, registry, write), &mut versions))
         .collect()
 }
 
@@ -621,7 +634,8 @@ impl Encoder {
                 let registering =
                     || format!("registering the sink's schema under subject {subject:?}");
                 let references =
-                    register_imports(registry, config.format, schema).with_context(registering)?;
+                    register_imports(registry, config.format, schema, config.register_imports)
+                        .with_context(registering)?;
                 let id = registry
                     .register(&subject, kind, &schema.text, &references)
                     .with_context(registering)?;

@@ -34,8 +34,9 @@ use prost_reflect::{
 use super::SchemaText;
 use super::avro::MAX_JSON_BYTES;
 
-/// The name the schema's text is compiled under.
-const FILE: &str = "schema.proto";
+/// The name the schema's text is compiled under: none an import would name (registries
+/// hold files named `schema.proto`).
+const FILE: &str = "<the job's schema>.proto";
 
 /// A compiled `.proto` schema.
 #[derive(Debug, Clone)]
@@ -118,14 +119,25 @@ impl Proto {
                 .messages()
                 .next()
                 .expect("checked at parse: a message")),
-            Some(name) => self.pool.get_message_by_name(name).ok_or_else(|| {
-                let names: Vec<String> = self
-                    .file()
-                    .messages()
-                    .map(|m| m.full_name().to_string())
-                    .collect();
-                anyhow!("the .proto schema has no message {name:?} (it has {names:?})")
-            }),
+            // Only the schema's own messages (nested ones too): a message of a file it
+            // imports has no message indexes in it.
+            Some(name) => match self.pool.get_message_by_name(name) {
+                Some(message) if message.parent_file().name() == FILE => Ok(message),
+                found => {
+                    let names: Vec<String> = self
+                        .file()
+                        .messages()
+                        .map(|m| m.full_name().to_string())
+                        .collect();
+                    let imported = match found {
+                        Some(m) => format!(", only a file it imports: {}", m.parent_file().name()),
+                        None => String::new(),
+                    };
+                    Err(anyhow!(
+                        "the .proto schema has no message {name:?} (it has {names:?}){imported}"
+                    ))
+                }
+            },
         }
     }
 
@@ -395,6 +407,15 @@ mod tests {
         assert_eq!(
             proto.imports(Some("common/address.proto")),
             ["common/geo.proto"]
+        );
+        // A message of a file it imports is not one of the schema's own.
+        let e = proto
+            .message(Some("common.Address"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("only a file it imports: common/address.proto"),
+            "{e}"
         );
         let order = proto.message(None).unwrap();
         let mut bytes = Vec::new();

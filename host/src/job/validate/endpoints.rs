@@ -715,7 +715,7 @@ fn format_config(
                         text: text.clone(),
                         references: imports.clone().into_iter().collect(),
                     };
-                    (Ok(schema), "its text".to_string())
+                    (Ok(schema), "the text in the job file".to_string())
                 }
             };
             schema
@@ -751,6 +751,7 @@ fn format_config(
             Some(OnBadRecordName::Skip) => OnBadRecord::Skip,
             Some(OnBadRecordName::DeadLetter(topic)) => OnBadRecord::DeadLetter(topic),
         },
+        register_imports: true,
     })
 }
 
