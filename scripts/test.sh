@@ -25,6 +25,13 @@ export SLUICE_BROWSER_REQUIRED=1
 state=$(mktemp -d "${TMPDIR:-/tmp}/sluice-kafka.XXXXXX")
 registry=$(mktemp -d "${TMPDIR:-/tmp}/sluice-registry.XXXXXX")
 stop_services() {
+  local status=$?
+  # A failed run shows what the broker complained of (a broker starved of the CPU for its
+  # session is fenced, and tests then fail with timeouts or InvalidReplicationFactor).
+  if [ "$status" -ne 0 ] && [ -f "$state/broker.log" ]; then
+    echo "test.sh: the broker's warnings and errors (of $state/broker.log):" >&2
+    grep -E '\] (WARN|ERROR) ' "$state/broker.log" | tail -n 40 >&2 || true
+  fi
   scripts/kafka/broker.sh stop "$state" >&2 || true
   scripts/registry/registry.sh stop "$registry" >&2 || true
   rm -rf -- "$state" "$registry"

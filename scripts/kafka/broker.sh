@@ -249,6 +249,10 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# The test machine is shared (2 cores, tests spinning busy operators beside the broker):
+# a broker whose heartbeat waits past 9 s (the default) for the CPU is fenced, and every
+# test then fails with timeouts or InvalidReplicationFactor. A minute rides that out.
+broker.session.timeout.ms=60000
 EOF
   if [[ -n ${SLUICE_KAFKA_PROPS:-} ]]; then
     printf '# From SLUICE_KAFKA_PROPS:\n%s\n' "$SLUICE_KAFKA_PROPS" >>"$STATE/server.properties"
