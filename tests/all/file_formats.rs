@@ -7,6 +7,20 @@ use sluice::job::JobOutcome;
 use sluice_tests::plugins::{FILTER, TEST_MISBEHAVE};
 use sluice_tests::{run_job, test_dir, write_job};
 
+/// An operator passing records on that fails once, at record `after` of the first
+/// attempt, after a checkpoint taken since it saw a record has completed.
+fn flaky_operator(after: u32) -> String {
+    format!(
+        "[[operator]]\nname = \"flaky\"\nplugin = \"{TEST_MISBEHAVE}\"\nconfig = {{ behavior = \
+         \"error-in-process\", after = {after}, attempts = \"0\", after-checkpoint = true }}"
+    )
+}
+
+/// Checkpoints every 10 ms, two restarts 50 ms apart, batches of 100: a job that fails
+/// once resumes from a checkpoint inside its input.
+const RESTARTING: &str = "[checkpoint]\ninterval_ms = 10\n[restart]\nstrategy = \"fixed-delay\"\n\
+                          attempts = 2\ndelay_ms = 50\n[runtime]\nbatch_size = 100\n";
+
 const SCHEMA: &str = r#"{"type":"record","name":"Click","fields":[{"name":"user","type":"string"},{"name":"n","type":"long"}]}"#;
 
 /// `n` clicks in an Avro file compressed with deflate, in blocks of about 1 KiB.
@@ -50,22 +64,12 @@ type = "file"
 path = "clicks.avro"
 format = "avro"
 schema = "job.avsc"
-[[operator]]
-name = "flaky"
-plugin = "{TEST_MISBEHAVE}"
-config = {{ behavior = "error-in-process", after = 120000, attempts = "0", after-checkpoint = true }}
+{}
 [sink]
 type = "file"
 path = "out.txt"
-[checkpoint]
-interval_ms = 10
-[restart]
-strategy = "fixed-delay"
-attempts = 2
-delay_ms = 50
-[runtime]
-batch_size = 100
-"#
+{RESTARTING}"#,
+            flaky_operator(120000)
         ),
     );
     let report = run_job(&job).unwrap();
@@ -173,25 +177,15 @@ name = "{name}"
 type = "file"
 path = "clicks.avro"
 format = "avro"
-[[operator]]
-name = "flaky"
-plugin = "{TEST_MISBEHAVE}"
-config = {{ behavior = "error-in-process", after = {after}, attempts = "0", after-checkpoint = true }}
+{}
 [sink]
 type = "file"
 path = "{name}.avro"
 format = "avro"
 schema = "{schema}"
 codec = "{codec}"
-[checkpoint]
-interval_ms = 10
-[restart]
-strategy = "fixed-delay"
-attempts = 2
-delay_ms = 50
-[runtime]
-batch_size = 100
-"#
+{RESTARTING}"#,
+                flaky_operator(after)
             ),
         )
     };
@@ -299,25 +293,15 @@ path = "{input}"
 format = "protobuf"
 schema = "shop/click.proto"
 {extra}
-[[operator]]
-name = "flaky"
-plugin = "{TEST_MISBEHAVE}"
-config = {{ behavior = "error-in-process", after = 60000, attempts = "0", after-checkpoint = true }}
+{}
 [sink]
 type = "file"
 path = "{name}.pb"
 format = "protobuf"
 schema = "out.proto"
 message = "out.Out"
-[checkpoint]
-interval_ms = 10
-[restart]
-strategy = "fixed-delay"
-attempts = 2
-delay_ms = 50
-[runtime]
-batch_size = 100
-"#
+{RESTARTING}"#,
+                flaky_operator(60000)
             ),
         )
     };
