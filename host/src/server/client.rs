@@ -423,11 +423,10 @@ fn schemas_written_in(job: &mut toml_edit::DocumentMut, base: &Path) -> Result<(
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("[{what}] {key}: reading {}", file.display()))?;
             let schema = if protobuf {
-                crate::connectors::formats::Proto::with_imports(
-                    text,
-                    file.parent().unwrap_or(Path::new(".")),
-                )
-                .with_context(|| format!("[{what}] {key}: {}", file.display()))?
+                let folder = file.parent().unwrap_or(Path::new("."));
+                crate::connectors::formats::Proto::with_imports(text, folder)
+                    .with_context(|| format!("[{what}] {key}: {}", file.display()))?
+                    .0
             } else {
                 crate::connectors::formats::SchemaText::plain(text)
             };

@@ -5,12 +5,13 @@
 //! `google/protobuf/timestamp.proto`, and other files: the job's schema those beside it
 //! (paths relative to its folder), the registry's those its schema references name.
 //!
-//! A message is decoded with `prost-reflect` into a dynamic message and written as proto3's JSON mapping, with two choices made
-//! for operators that read it typed: fields keep their `.proto` names (not lowerCamelCase),
-//! and every field is present, with its default when it was not set (as an Avro record
-//! has all its fields). 64-bit integers are JSON numbers, as Avro's longs are. Writing
-//! takes that JSON back (either field name, numbers or strings for 64-bit integers); a
-//! field the message does not have is an error, not dropped.
+//! A message is decoded with `prost-reflect` into a dynamic message and written as
+//! proto3's JSON mapping, with two choices made for operators that read it typed: fields
+//! keep their `.proto` names (not lowerCamelCase), and every field is present, with its
+//! default when it was not set (as an Avro record has all its fields). 64-bit integers
+//! are JSON numbers, as Avro's longs are. Writing takes that JSON back (either field
+//! name, numbers or strings for 64-bit integers); a field the message does not have is
+//! an error, not dropped.
 //!
 //! Protobuf readers are tolerant by design: a message written with an older or newer
 //! version of the schema is read with the job's (unknown fields left out, missing ones
@@ -79,16 +80,16 @@ impl Proto {
 
     /// The `.proto` file `text` of folder `folder` with the files it imports (other than
     /// Google's well-known types), read relative to that folder as `protoc -I FOLDER`
-    /// finds them.
-    pub fn with_imports(text: String, folder: &Path) -> Result<SchemaText> {
+    /// finds them; and the schema compiled.
+    pub fn with_imports(text: String, folder: &Path) -> Result<(SchemaText, Proto)> {
         let read = Rc::new(RefCell::new(Vec::new()));
-        Proto::compile(Folder {
+        let proto = Proto::compile(Folder {
             main: text.clone(),
             folder: folder.to_path_buf(),
             read: read.clone(),
         })?;
         let references = read.take();
-        Ok(SchemaText { text, references })
+        Ok((SchemaText { text, references }, proto))
     }
 
     /// The files `file` (the schema's own when `None`) imports, other than Google's
@@ -398,7 +399,7 @@ mod tests {
                     import \"google/protobuf/timestamp.proto\";\n\
                     message Order { string id = 1; common.Address ship = 2; \
                     google.protobuf.Timestamp at = 3; }";
-        let schema = Proto::with_imports(main.into(), dir.path()).unwrap();
+        let (schema, _) = Proto::with_imports(main.into(), dir.path()).unwrap();
         let mut names: Vec<&str> = schema.references.iter().map(|(n, _)| n.as_str()).collect();
         names.sort();
         assert_eq!(names, ["common/address.proto", "common/geo.proto"]);

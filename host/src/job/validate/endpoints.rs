@@ -696,6 +696,7 @@ fn format_config(
     }
     let schema = schema
         .map(|spec| {
+            // The schema, with a `.proto` file's imports, and where it is, for errors.
             let (schema, path) = match spec {
                 SchemaSpec::File(path) => {
                     let path = resolve(path);
@@ -705,8 +706,9 @@ fn format_config(
                         Format::Protobuf => {
                             let folder = path.parent().unwrap_or(Path::new("."));
                             formats::Proto::with_imports(text, folder)
+                                .map(|(schema, proto)| (schema, Some(proto)))
                         }
-                        _ => Ok(formats::SchemaText::plain(text)),
+                        _ => Ok((formats::SchemaText::plain(text), None)),
                     };
                     (schema, path.display().to_string())
                 }
@@ -715,13 +717,14 @@ fn format_config(
                         text: text.clone(),
                         references: imports.clone().into_iter().collect(),
                     };
-                    (Ok(schema), "the text in the job file".to_string())
+                    (Ok((schema, None)), "the text in the job file".to_string())
                 }
             };
             schema
-                .and_then(|schema| {
-                    match format {
-                        Format::Protobuf => {
+                .and_then(|(schema, compiled)| {
+                    match (format, compiled) {
+                        (Format::Protobuf, Some(proto)) => drop(proto.message(message)?),
+                        (Format::Protobuf, None) => {
                             formats::Proto::parse_with(&schema)?.message(message)?;
                         }
                         _ => {
