@@ -17,6 +17,7 @@ use crate::kafka::{as_count_lines, assert_counts, topic_of_lines};
 
 mod event_time;
 mod faults;
+mod graphs;
 
 /// What a word count job over several hosts is like.
 struct Shape<'a> {

@@ -130,32 +130,80 @@ impl ClusterSettings {
     }
 }
 
-/// A stage: operators between two keyed edges, run as `units` units.
+/// A stage: a line of operators from where records enter it (a source, or exchange
+/// topics) to where they leave it (an exchange topic, or a sink), run as `units` units.
 #[derive(Debug, Clone)]
 pub struct Stage {
     /// The global number of its first unit.
     pub first_unit: u32,
     /// Its units.
     pub units: u32,
-    /// What its units read: a source partition each, or an exchange partition each.
-    pub input: StageInput,
-    /// Its operators (vertex indices of the job's graph).
+    /// What its units read: a source (one partition each), or exchange topics.
+    pub inputs: Vec<StageInput>,
+    /// Its operators (vertex indices of the job's graph), in order.
     pub operators: Vec<usize>,
+    /// Where its units write.
+    pub output: StageOutput,
+    /// Stages on the longest way from a source stage to it (0 for a source stage).
+    pub depth: usize,
 }
 
 /// What the units of a stage read.
 #[derive(Debug, Clone)]
 pub enum StageInput {
-    /// The job's source, one partition per unit.
+    /// One of the job's sources, one partition per unit.
     Source {
+        /// The source (a vertex of the job's graph).
+        source: usize,
         /// The partitions, unit by unit.
         partitions: Vec<(String, i32)>,
     },
-    /// An exchange topic, one partition per unit, written by the previous stage.
+    /// An exchange topic written by another stage's units: for a keyed or rebalanced
+    /// edge one partition per unit, unit `i` reading partition `i` (the key groups of
+    /// every keyed input of a stage are partitioned alike, so a join's two sides of a
+    /// key meet in one unit); for a broadcast edge one partition, read whole by every
+    /// unit.
     Exchange {
         /// The topic.
         topic: String,
+        /// The edge of the job's graph it carries (into the stage's first operator).
+        edge: Edge,
+        /// The stage whose units write it.
+        from_stage: usize,
     },
+}
+
+impl StageInput {
+    /// Whether every unit reads all of it (a broadcast edge's topic).
+    pub fn broadcast(&self) -> bool {
+        matches!(self, StageInput::Exchange { edge, .. } if edge.partitioner == Partitioner::Broadcast)
+    }
+
+    /// What unit `index` of its stage reads: `topic/partition`.
+    fn read_by(&self, index: u32) -> String {
+        match self {
+            StageInput::Source { partitions, .. } => {
+                let (t, p) = &partitions[index as usize];
+                format!("{t}/{p}")
+            }
+            StageInput::Exchange { topic, .. } if self.broadcast() => format!("{topic}/0"),
+            StageInput::Exchange { topic, .. } => format!("{topic}/{index}"),
+        }
+    }
+}
+
+/// Where the units of a stage write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StageOutput {
+    /// Input `input` of stage `stage` (an exchange topic).
+    Exchange {
+        /// The stage.
+        stage: usize,
+        /// Its input.
+        input: usize,
+    },
+    /// A sink of the job (a vertex of its graph).
+    Sink(usize),
 }
 
 /// A job cut into stages for running over several hosts.
@@ -163,7 +211,7 @@ pub enum StageInput {
 pub struct Plan {
     /// The job.
     pub graph: JobGraph,
-    /// Its stages, in order.
+    /// Its stages, each after those it reads.
     pub stages: Vec<Stage>,
     /// Names the job's topics, groups and transactional ids begin with.
     pub prefix: String,
@@ -171,8 +219,6 @@ pub struct Plan {
     pub control_topic: String,
     /// The hosts' consumer group.
     pub group: String,
-    source: usize,
-    sink: usize,
 }
 
 /// A stage as `sluice validate --cluster` shows it.
@@ -182,11 +228,12 @@ pub struct StageView {
     pub stage: usize,
     /// Its units' numbers, first and last.
     pub units: (u32, u32),
-    /// What each unit reads: `topic/partition` of the source, or of an exchange topic.
+    /// What each unit reads: `topic/partition` of the source, or of each exchange topic
+    /// (joined by ` + `).
     pub reads: Vec<String>,
-    /// Its operators, then the job's sink in the last stage.
+    /// Its operators, then the job's sink when it writes one.
     pub runs: Vec<String>,
-    /// The topic its units write: the next stage's exchange topic, or the sink's.
+    /// The topic its units write: an exchange topic, or the sink's.
     pub writes: String,
     /// How long after each multiple of the interval its units checkpoint.
     pub checkpoint_phase_ms: u128,
@@ -213,81 +260,147 @@ fn kafka_name(s: &str) -> String {
         .collect()
 }
 
+/// A stage as [`Plan::new`] first finds it: its vertices, head first.
+struct Line {
+    /// A source, or the operator its exchange topics go into; then the operators
+    /// chained after it.
+    vertices: Vec<usize>,
+    /// The edges into its head from other stages (none for a source).
+    inputs: Vec<Edge>,
+    /// The edge out of its last vertex.
+    out: Edge,
+    /// Its sink, when `out` reaches one within the stage.
+    sink: Option<usize>,
+}
+
 impl Plan {
-    /// Cuts `graph` into stages, asking the brokers for the source's partitions.
+    /// Cuts `graph` into stages, asking the brokers for the sources' partitions.
+    ///
+    /// A stage begins at each source and at each operator reached by a keyed or
+    /// broadcast edge, by several edges, or marked `repartition`; it runs the operators
+    /// chained after its first up to the next such edge, and writes one exchange topic
+    /// (or a sink). A vertex whose output several vertices read (a fan-out, a side
+    /// output) would write several: that is refused.
     pub fn new(graph: &JobGraph, settings: &ClusterSettings) -> Result<Plan> {
+        Self::cut(graph, settings, source_partitions)
+    }
+
+    /// [`Plan::new`], with the partitions of each Kafka source from `partitions`.
+    fn cut(
+        graph: &JobGraph,
+        settings: &ClusterSettings,
+        partitions_of: impl Fn(&SourceVertex) -> Result<Vec<(String, i32)>>,
+    ) -> Result<Plan> {
         let job = &graph.name;
         let context = || format!("job '{job}' over several hosts");
-        let (source, order) = line_of(graph).with_context(context)?;
-        let Vertex::Source(src) = &graph.vertices[source] else {
-            unreachable!("a line starts at its source")
-        };
-        let SourceInput::Kafka(kafka) = &src.input else {
-            bail!(
-                "{}: its source '{}' must be a Kafka source: each unit reads one partition",
-                context(),
-                src.name
-            );
-        };
-        let Topics::Names(topics) = &kafka.topics else {
-            bail!(
-                "{}: its source '{}' must name its topics (a pattern could match other \
-                 partitions on each host)",
-                context(),
-                src.name
-            );
-        };
-        let sink = *order.last().expect("a line ends at its sink");
-        match &graph.vertices[sink] {
-            Vertex::Sink(SinkVertex {
-                kind: SinkKind::Kafka,
-                kafka: Some(k),
-                ..
-            }) if k.delivery == Delivery::ExactlyOnce => {}
-            other => bail!(
-                "{}: its {} must be an exactly-once Kafka sink (each unit commits its output \
-                 with its checkpoints)",
-                context(),
-                other.describe()
-            ),
-        }
         if graph.checkpoint.is_none() {
             bail!("{}: it needs `[checkpoint]`", context());
         }
-        let partitions = source_partitions(kafka, topics)
-            .with_context(|| format!("{}: reading the source's partitions", context()))?;
-        let prefix = format!("{}sluice-{}", settings.name_prefix, kafka_name(job));
-        let mut stages = vec![Stage {
-            first_unit: 0,
-            units: partitions.len() as u32,
-            input: StageInput::Source { partitions },
-            operators: Vec::new(),
-        }];
-        for &v in &order[1..order.len() - 1] {
-            let edge = graph
-                .edges
-                .iter()
-                .find(|e| e.to == v)
-                .expect("a line's edge");
-            let marked = matches!(
-                &graph.vertices[v],
-                Vertex::Operator(OperatorVertex {
-                    repartition: true,
+        let lines = lines_of(graph).with_context(context)?;
+        for line in &lines {
+            let Some(sink) = line.sink else { continue };
+            match &graph.vertices[sink] {
+                Vertex::Sink(SinkVertex {
+                    kind: SinkKind::Kafka,
+                    kafka: Some(k),
                     ..
-                })
-            );
-            if marked || matches!(edge.partitioner, Partitioner::Hash { .. }) {
-                let last = stages.last().expect("a first stage");
-                stages.push(Stage {
-                    first_unit: last.first_unit + last.units,
-                    units: settings.exchange_partitions,
-                    input: StageInput::Exchange {
-                        topic: format!("{prefix}.exchange-{}", stages.len()),
-                    },
-                    operators: Vec::new(),
-                });
+                }) if k.delivery == Delivery::ExactlyOnce => {}
+                other => bail!(
+                    "{}: its {} must be an exactly-once Kafka sink (each unit commits its \
+                     output with its checkpoints)",
+                    context(),
+                    other.describe()
+                ),
             }
-            stages.last_mut().expect("a stage").operators.push(v);
+        }
+        // The units of each line: a source's partitions, or the exchange's.
+        let mut partitions: BTreeMap<usize, Vec<(String, i32)>> = BTreeMap::new();
+        for line in &lines {
+            let head = line.vertices[0];
+            if let Vertex::Source(src) = &graph.vertices[head] {
+                partitions.insert(head, partitions_of(src).with_context(context)?);
+            }
+        }
+        // Each line's depth: one more than the deepest line writing into it.
+        let line_of = |v: usize| {
+            lines
+                .iter()
+                .position(|l| l.vertices.contains(&v))
+                .expect("every vertex but a sink is in a line")
+        };
+        let mut depth = vec![0usize; lines.len()];
+        // (The graph has no cycles: a depth settles within as many rounds as lines.)
+        for _ in 0..lines.len() {
+            for (i, line) in lines.iter().enumerate() {
+                for e in &line.inputs {
+                    depth[i] = depth[i].max(depth[line_of(e.from)] + 1);
+                }
+            }
+        }
+        let mut order: Vec<usize> = (0..lines.len()).collect();
+        order.sort_by_key(|&i| (depth[i], lines[i].vertices[0]));
+        let stage_of_line = |line: usize| order.iter().position(|&i| i == line).expect("a line");
+        let prefix = format!("{}sluice-{}", settings.name_prefix, kafka_name(job));
+        let mut stages: Vec<Stage> = Vec::new();
+        for (s, &i) in order.iter().enumerate() {
+            let line = &lines[i];
+            let head = line.vertices[0];
+            let (units, inputs) = match partitions.remove(&head) {
+                Some(partitions) => (
+                    partitions.len() as u32,
+                    vec![StageInput::Source {
+                        source: head,
+                        partitions,
+                    }],
+                ),
+                None => {
+                    let several = line.inputs.len() > 1;
+                    let inputs = line
+                        .inputs
+                        .iter()
+                        .enumerate()
+                        .map(|(k, edge)| StageInput::Exchange {
+                            // (A stage of one input keeps the name it always had.)
+                            topic: if several {
+                                format!("{prefix}.exchange-{s}-{k}")
+                            } else {
+                                format!("{prefix}.exchange-{s}")
+                            },
+                            edge: edge.clone(),
+                            from_stage: stage_of_line(line_of(edge.from)),
+                        })
+                        .collect();
+                    (settings.exchange_partitions, inputs)
+                }
+            };
+            let first_unit = stages.last().map_or(0, |l| l.first_unit + l.units);
+            stages.push(Stage {
+                first_unit,
+                units,
+                inputs,
+                operators: line.vertices[1..].to_vec(),
+                // (Set below, once every stage is numbered.)
+                output: StageOutput::Sink(usize::MAX),
+                depth: depth[i],
+            });
+            if matches!(graph.vertices[head], Vertex::Operator(_)) {
+                stages[s].operators.insert(0, head);
+            }
+        }
+        for (s, &i) in order.iter().enumerate() {
+            let line = &lines[i];
+            stages[s].output = match line.sink {
+                Some(sink) => StageOutput::Sink(sink),
+                None => {
+                    let stage = stage_of_line(line_of(line.out.to));
+                    let input = lines[order[stage]]
+                        .inputs
+                        .iter()
+                        .position(|e| *e == line.out)
+                        .expect("an edge between lines is an input of the second");
+                    StageOutput::Exchange { stage, input }
+                }
+            };
         }
         Ok(Plan {
             graph: graph.clone(),
@@ -295,8 +408,6 @@ impl Plan {
             control_topic: format!("{prefix}.units"),
             group: prefix.clone(),
             prefix,
-            source,
-            sink,
         })
     }
 
@@ -315,42 +426,59 @@ impl Plan {
         })
     }
 
+    /// What unit `index` of stage `stage` reads, for people: `in/0`, or `x-0/3 + x-1/0`.
+    fn reads(&self, stage: usize, index: u32) -> String {
+        let inputs = self.stages[stage].inputs.iter();
+        let reads: Vec<String> = inputs.map(|i| i.read_by(index)).collect();
+        reads.join(" + ")
+    }
+
+    /// The names of what stage `stage` runs: its operators, then its sink.
+    fn runs(&self, stage: usize) -> Vec<&str> {
+        let s = &self.stages[stage];
+        let mut runs: Vec<&str> = s
+            .operators
+            .iter()
+            .map(|&v| self.graph.vertices[v].name())
+            .collect();
+        if let StageOutput::Sink(sink) = s.output {
+            runs.push(self.graph.vertices[sink].name());
+        }
+        runs
+    }
+
     /// What unit `unit` runs, for people: `stage 1: exchange partition 3 -> count`.
     pub fn describe(&self, unit: u32) -> String {
         let Some(place) = self.place(unit) else {
             return format!("unit {unit} (not in this job)");
         };
-        let stage = &self.stages[place.stage];
-        let input = match &stage.input {
-            StageInput::Source { partitions } => {
-                let (t, p) = &partitions[place.index as usize];
-                format!("{t}/{p}")
+        let runs = self.runs(place.stage);
+        format!(
+            "stage {}: {} -> {}",
+            place.stage,
+            self.reads(place.stage, place.index),
+            // (A stage of a source alone only hands its records on.)
+            if runs.is_empty() {
+                self.output_topic(unit)
+            } else {
+                runs.join(" -> ")
             }
-            StageInput::Exchange { topic } => format!("{topic}/{}", place.index),
-        };
-        let mut ops: Vec<&str> = stage
-            .operators
-            .iter()
-            .map(|&v| self.graph.vertices[v].name())
-            .collect();
-        if place.stage + 1 == self.stages.len() {
-            ops.push(self.graph.vertices[self.sink].name());
-        }
-        format!("stage {}: {input} -> {}", place.stage, ops.join(" -> "))
+        )
     }
 
     /// How long after each multiple of the checkpoint interval (in wall-clock time) the
-    /// units of stage `stage` checkpoint: each stage half an interval after the one it
-    /// reads, so what a unit commits reaches the next stage's units before their next
-    /// checkpoint (when the commit takes less than half an interval) and a hop holds a
-    /// record back about half an interval. With every unit in step it was a whole one.
+    /// units of stage `stage` checkpoint: each stage half an interval after the ones it
+    /// reads (by depth: a stage's inputs are all one level less deep, or less), so what
+    /// a unit commits reaches the next stage's units before their next checkpoint (when
+    /// the commit takes less than half an interval) and a hop holds a record back about
+    /// half an interval. With every unit in step it was a whole one.
     pub fn checkpoint_phase(&self, stage: usize) -> Duration {
         let interval = self
             .graph
             .checkpoint
             .as_ref()
             .map_or(Duration::ZERO, |c| c.interval);
-        interval / 2 * (stage % 2) as u32
+        interval / 2 * (self.stages[stage].depth % 2) as u32
     }
 
     /// Its stages, as `sluice validate --cluster` shows them.
@@ -358,31 +486,13 @@ impl Plan {
         self.stages
             .iter()
             .enumerate()
-            .map(|(i, stage)| {
-                let reads = match &stage.input {
-                    StageInput::Source { partitions } => {
-                        partitions.iter().map(|(t, p)| format!("{t}/{p}")).collect()
-                    }
-                    StageInput::Exchange { topic } => {
-                        (0..stage.units).map(|p| format!("{topic}/{p}")).collect()
-                    }
-                };
-                let mut runs: Vec<String> = stage
-                    .operators
-                    .iter()
-                    .map(|&v| self.graph.vertices[v].name().to_string())
-                    .collect();
-                if i + 1 == self.stages.len() {
-                    runs.push(self.graph.vertices[self.sink].name().to_string());
-                }
-                StageView {
-                    stage: i,
-                    units: (stage.first_unit, stage.first_unit + stage.units - 1),
-                    reads,
-                    runs,
-                    writes: self.output_topic(stage.first_unit),
-                    checkpoint_phase_ms: self.checkpoint_phase(i).as_millis(),
-                }
+            .map(|(i, stage)| StageView {
+                stage: i,
+                units: (stage.first_unit, stage.first_unit + stage.units - 1),
+                reads: (0..stage.units).map(|u| self.reads(i, u)).collect(),
+                runs: self.runs(i).into_iter().map(str::to_string).collect(),
+                writes: self.output_topic(stage.first_unit),
+                checkpoint_phase_ms: self.checkpoint_phase(i).as_millis(),
             })
             .collect()
     }
@@ -395,12 +505,12 @@ impl Plan {
     /// The topic unit `unit` writes.
     pub fn output_topic(&self, unit: u32) -> String {
         let place = self.place(unit).expect("a unit of the plan");
-        match self.stages.get(place.stage + 1) {
-            Some(Stage {
-                input: StageInput::Exchange { topic },
-                ..
-            }) => topic.clone(),
-            _ => match &self.graph.vertices[self.sink] {
+        match self.stages[place.stage].output {
+            StageOutput::Exchange { stage, input } => match &self.stages[stage].inputs[input] {
+                StageInput::Exchange { topic, .. } => topic.clone(),
+                StageInput::Source { .. } => unreachable!("a stage's output is an exchange"),
+            },
+            StageOutput::Sink(sink) => match &self.graph.vertices[sink] {
                 Vertex::Sink(SinkVertex { kafka: Some(k), .. }) => k.topic.clone(),
                 _ => unreachable!("checked in Plan::new"),
             },
@@ -411,9 +521,13 @@ impl Plan {
     pub fn exchange_topics(&self) -> Vec<(String, u32)> {
         self.stages
             .iter()
-            .filter_map(|s| match &s.input {
-                StageInput::Exchange { topic } => Some((topic.clone(), s.units)),
-                StageInput::Source { .. } => None,
+            .flat_map(|s| {
+                s.inputs.iter().filter_map(|i| match i {
+                    StageInput::Exchange { topic, .. } => {
+                        Some((topic.clone(), if i.broadcast() { 1 } else { s.units }))
+                    }
+                    StageInput::Source { .. } => None,
+                })
             })
             .collect()
     }
@@ -421,11 +535,12 @@ impl Plan {
     /// A client of the brokers unit `unit` writes to (its sink's, with their
     /// properties): where its producer is fenced and its marker read.
     pub fn sink_client(&self, unit: u32, cluster: &ClusterSettings) -> ClientConfig {
-        let last = self
-            .place(unit)
-            .is_some_and(|p| p.stage + 1 == self.stages.len());
-        match &self.graph.vertices[self.sink] {
-            Vertex::Sink(SinkVertex { kafka: Some(k), .. }) if last => {
+        let output = self.place(unit).map(|p| self.stages[p.stage].output);
+        match output.map(|o| (o, &self.graph.vertices)) {
+            Some((StageOutput::Sink(sink), vertices)) => {
+                let Vertex::Sink(SinkVertex { kafka: Some(k), .. }) = &vertices[sink] else {
+                    unreachable!("checked in Plan::new")
+                };
                 let mut client = ClientConfig::new();
                 for (key, value) in &k.properties {
                     client.set(key, value);
@@ -437,21 +552,24 @@ impl Plan {
         }
     }
 
-    /// The exactly-once Kafka sink of unit `unit`: into the next stage's exchange topic,
-    /// or the job's sink, with the unit's transactional ids (its markers' note and the
-    /// marker it expects unset).
+    /// The exactly-once Kafka sink of unit `unit`: into the exchange topic its stage
+    /// writes, or the job's sink, with the unit's transactional ids (its markers' note
+    /// and the marker it expects unset).
     pub fn unit_sink(&self, unit: u32, cluster: &ClusterSettings) -> Result<SinkVertex> {
         let place = self
             .place(unit)
             .ok_or_else(|| anyhow!("unit {unit}: the job has {} units", self.units()))?;
-        let g = &self.graph;
         let prefix = self.transactional_prefix(unit);
-        Ok(match self.stages.get(place.stage + 1) {
-            Some(next) => {
-                let Vertex::Operator(OperatorVertex { key_by, .. }) =
-                    &g.vertices[next.operators[0]]
-                else {
-                    unreachable!("a stage after the first begins at an operator")
+        Ok(match self.stages[place.stage].output {
+            StageOutput::Exchange { stage, input } => {
+                let next = &self.stages[stage].inputs[input];
+                let StageInput::Exchange { edge, .. } = next else {
+                    unreachable!("a stage's output is an exchange")
+                };
+                let (key, partitions) = match &edge.partitioner {
+                    Partitioner::Hash { key, .. } => (Some(key.clone()), self.stages[stage].units),
+                    Partitioner::Broadcast => (None, 1),
+                    _ => (None, self.stages[stage].units),
                 };
                 SinkVertex {
                     name: "exchange".into(),
@@ -472,8 +590,8 @@ impl Plan {
                         properties: exchange_producer_properties(&cluster.properties),
                         format: FormatConfig::bytes(),
                         exchange: Some(ExchangeOutput {
-                            key: key_by.clone(),
-                            partitions: next.units,
+                            key,
+                            partitions,
                             producer: place.index,
                         }),
                         marker_note: None,
@@ -481,8 +599,8 @@ impl Plan {
                     }),
                 }
             }
-            None => {
-                let Vertex::Sink(s) = &g.vertices[self.sink] else {
+            StageOutput::Sink(sink) => {
+                let Vertex::Sink(s) = &self.graph.vertices[sink] else {
                     unreachable!("checked in Plan::new")
                 };
                 let k = s.kafka.as_ref().expect("checked in Plan::new");
@@ -500,11 +618,84 @@ impl Plan {
         })
     }
 
+    /// The reader of `input` in unit `index` of a stage: the source itself for its
+    /// partition, or an exchange topic's reader.
+    fn unit_source(
+        &self,
+        input: &StageInput,
+        index: u32,
+        name: &str,
+        cluster: &ClusterSettings,
+    ) -> SourceVertex {
+        let g = &self.graph;
+        match input {
+            StageInput::Source { source, partitions } => {
+                let Vertex::Source(original) = &g.vertices[*source] else {
+                    unreachable!("a source stage reads a source")
+                };
+                let SourceInput::Kafka(kafka) = &original.input else {
+                    unreachable!("checked in Plan::new")
+                };
+                SourceVertex {
+                    input: SourceInput::Kafka(KafkaSourceConfig {
+                        split: Some(partitions[index as usize].clone()),
+                        ..kafka.clone()
+                    }),
+                    parallelism: 1,
+                    ..original.clone()
+                }
+            }
+            StageInput::Exchange {
+                topic,
+                edge,
+                from_stage,
+            } => {
+                let broadcast = input.broadcast();
+                let (partition, group) = if broadcast {
+                    (0, format!("{topic}.unit-{index}.readers"))
+                } else {
+                    (index as i32, format!("{topic}.readers"))
+                };
+                SourceVertex {
+                    name: name.into(),
+                    id: name.into(),
+                    input: SourceInput::Kafka(KafkaSourceConfig {
+                        bootstrap: cluster.bootstrap.clone(),
+                        topics: Topics::Names(vec![topic.clone()]),
+                        allowed: None,
+                        start: StartFrom::Earliest,
+                        // An offset no longer in the log is an error, never a silent
+                        // skip.
+                        on_out_of_range: OutOfRange::Fail,
+                        group,
+                        discovery: Duration::from_secs(3600),
+                        properties: cluster.properties.clone(),
+                        bounded: false,
+                        split: Some((topic.clone(), partition)),
+                        format: Box::new(FormatConfig::bytes()),
+                        exchange_producers: Some(self.stages[*from_stage].units),
+                    }),
+                    parallelism: 1,
+                    // Records keep the timestamps they had; watermarks come from the
+                    // producers.
+                    event_time: upstream_event_time(g, edge.from).map(|e| {
+                        crate::connectors::EventTime {
+                            field: None,
+                            json_field: None,
+                            ..e
+                        }
+                    }),
+                    idle_timeout: None,
+                }
+            }
+        }
+    }
+
     /// The job unit `unit` runs at parallelism 1: its stage's operators between its
-    /// partition and the next stage's exchange topic (or the job's sink), checkpointing
-    /// into `checkpoint_dir`, its sink's markers noting `note`; its sink checks at open
-    /// that the marker is still `restored` (the note and checkpoint the unit restored,
-    /// or none).
+    /// inputs (its source's partition, or its exchange partitions) and the exchange
+    /// topic it writes (or the job's sink), checkpointing into `checkpoint_dir`, its
+    /// sink's markers noting `note`; its sink checks at open that the marker is still
+    /// `restored` (the note and checkpoint the unit restored, or none).
     pub fn unit_graph(
         &self,
         unit: u32,
@@ -518,54 +709,41 @@ impl Plan {
             .ok_or_else(|| anyhow!("unit {unit}: the job has {} units", self.units()))?;
         let stage = &self.stages[place.stage];
         let g = &self.graph;
-        let Vertex::Source(original) = &g.vertices[self.source] else {
-            unreachable!("checked in Plan::new")
-        };
-        let SourceInput::Kafka(kafka) = &original.input else {
-            unreachable!("checked in Plan::new")
-        };
-        let source = match &stage.input {
-            StageInput::Source { partitions } => SourceVertex {
-                input: SourceInput::Kafka(KafkaSourceConfig {
-                    split: Some(partitions[place.index as usize].clone()),
-                    ..kafka.clone()
-                }),
-                parallelism: 1,
-                ..original.clone()
-            },
-            StageInput::Exchange { topic } => SourceVertex {
-                name: "exchange".into(),
-                id: "exchange".into(),
-                input: SourceInput::Kafka(KafkaSourceConfig {
-                    bootstrap: cluster.bootstrap.clone(),
-                    topics: Topics::Names(vec![topic.clone()]),
-                    allowed: None,
-                    start: StartFrom::Earliest,
-                    // An offset no longer in the log is an error, never a silent skip.
-                    on_out_of_range: OutOfRange::Fail,
-                    group: format!("{topic}.readers"),
-                    discovery: Duration::from_secs(3600),
-                    properties: cluster.properties.clone(),
-                    bounded: false,
-                    split: Some((topic.clone(), place.index as i32)),
-                    format: Box::new(FormatConfig::bytes()),
-                    exchange_producers: Some(self.stages[place.stage - 1].units),
-                }),
-                parallelism: 1,
-                // Records keep the timestamps they had; watermarks come from the
-                // producers.
-                event_time: original
-                    .event_time
-                    .clone()
-                    .map(|e| crate::connectors::EventTime {
-                        field: None,
-                        json_field: None,
-                        ..e
-                    }),
-                idle_timeout: None,
-            },
-        };
-        let mut vertices = vec![Vertex::Source(source)];
+        let mut vertices = Vec::new();
+        let mut edges = Vec::new();
+        let inputs = stage.inputs.len();
+        // Inputs first, then the line they feed: its head is vertex `inputs`.
+        for (k, input) in stage.inputs.iter().enumerate() {
+            // (A stage of one input keeps the name its checkpoints always had.)
+            let name = if inputs == 1 {
+                "exchange".to_string()
+            } else {
+                format!("exchange-{k}")
+            };
+            vertices.push(Vertex::Source(self.unit_source(
+                input,
+                place.index,
+                &name,
+                cluster,
+            )));
+            let (input, partitioner) = match input {
+                StageInput::Source { .. } => (0, Partitioner::Forward),
+                StageInput::Exchange { edge, .. } => (
+                    edge.input,
+                    match &edge.partitioner {
+                        p @ (Partitioner::Hash { .. } | Partitioner::Broadcast) => p.clone(),
+                        _ => Partitioner::Forward,
+                    },
+                ),
+            };
+            edges.push(Edge {
+                from: k,
+                side: None,
+                to: inputs,
+                input,
+                partitioner,
+            });
+        }
         for &v in &stage.operators {
             let Vertex::Operator(op) = &g.vertices[v] else {
                 unreachable!("a stage's operators")
@@ -581,23 +759,14 @@ impl Plan {
             k.expect_marker = Some(restored);
         }
         vertices.push(Vertex::Sink(sink));
-        let edges = (1..vertices.len())
-            .map(|to| Edge {
-                from: to - 1,
-                side: None,
-                to,
-                input: 0,
-                partitioner: match &vertices[to] {
-                    Vertex::Operator(OperatorVertex {
-                        key_by: Some(key), ..
-                    }) => Partitioner::Hash {
-                        key: key.clone(),
-                        max_parallelism: g.max_parallelism,
-                    },
-                    _ => Partitioner::Forward,
-                },
-            })
-            .collect();
+        // The line after its head: forward edges (a keyed one would begin a stage).
+        edges.extend((inputs + 1..vertices.len()).map(|to| Edge {
+            from: to - 1,
+            side: None,
+            to,
+            input: 0,
+            partitioner: Partitioner::Forward,
+        }));
         let mut graph = JobGraph {
             name: format!("{}.unit-{unit}", g.name),
             vertices,
@@ -632,54 +801,127 @@ fn exchange_producer_properties(cluster: &BTreeMap<String, String>) -> BTreeMap<
     properties
 }
 
-/// The job's vertices as a line from its source to its sink, or why it is not one.
-fn line_of(graph: &JobGraph) -> Result<(usize, Vec<usize>)> {
-    let sources: Vec<usize> = (0..graph.vertices.len())
-        .filter(|&v| matches!(graph.vertices[v], Vertex::Source(_)))
-        .collect();
-    let sinks = graph
-        .vertices
-        .iter()
-        .filter(|v| matches!(v, Vertex::Sink(_)))
-        .count();
-    let [source] = sources[..] else {
-        bail!("it must have one source (it has {})", sources.len());
-    };
-    if sinks != 1 {
-        bail!("it must have one sink (it has {sinks})");
-    }
-    let mut order = vec![source];
-    let mut at = source;
-    loop {
-        let out: Vec<&Edge> = graph.edges.iter().filter(|e| e.from == at).collect();
+/// Whether `e` begins a stage: it is keyed or broadcast, its vertex reads several edges,
+/// or is marked `repartition`.
+fn is_cut(graph: &JobGraph, e: &Edge) -> bool {
+    matches!(
+        e.partitioner,
+        Partitioner::Hash { .. } | Partitioner::Broadcast
+    ) || graph.edges.iter().filter(|x| x.to == e.to).count() > 1
+        || matches!(
+            &graph.vertices[e.to],
+            Vertex::Operator(OperatorVertex {
+                repartition: true,
+                ..
+            })
+        )
+}
+
+/// The job's vertices cut into lines, one per stage, or why they cannot be.
+fn lines_of(graph: &JobGraph) -> Result<Vec<Line>> {
+    let out_of = |v: usize| -> Result<Edge> {
+        let out: Vec<&Edge> = graph.edges.iter().filter(|e| e.from == v).collect();
         match out[..] {
-            [] => break,
-            [e] if e.side.is_none() && e.partitioner != Partitioner::Broadcast => {
-                if graph.edges.iter().filter(|x| x.to == e.to).count() != 1 {
-                    bail!(
-                        "{} reads several inputs: only a line of operators runs over \
-                         several hosts",
-                        graph.vertices[e.to].describe()
-                    );
-                }
-                at = e.to;
-                order.push(at);
-            }
+            [e] if e.side.is_none() => Ok(e.clone()),
+            [] => bail!("{} writes nowhere", graph.vertices[v].describe()),
             _ => bail!(
-                "{} feeds several vertices, a side output or a broadcast: only a line of \
-                 operators runs over several hosts",
-                graph.vertices[at].describe()
+                "{} feeds several vertices or a side output: over several hosts each stage \
+                 writes one exchange topic or sink",
+                graph.vertices[v].describe()
             ),
         }
+    };
+    let mut lines = Vec::new();
+    for (head, vertex) in graph.vertices.iter().enumerate() {
+        let inputs: Vec<Edge> = graph
+            .edges
+            .iter()
+            .filter(|e| e.to == head)
+            .cloned()
+            .collect();
+        match vertex {
+            Vertex::Source(src) => {
+                let SourceInput::Kafka(kafka) = &src.input else {
+                    bail!(
+                        "its source '{}' must be a Kafka source: each unit reads one partition",
+                        src.name
+                    );
+                };
+                if !matches!(kafka.topics, Topics::Names(_)) {
+                    bail!(
+                        "its source '{}' must name its topics (a pattern could match other \
+                         partitions on each host)",
+                        src.name
+                    );
+                }
+            }
+            Vertex::Operator(_) if inputs.iter().any(|e| is_cut(graph, e)) => {}
+            Vertex::Operator(_) => continue,
+            Vertex::Sink(_) => {
+                if inputs.len() > 1 || inputs.iter().any(|e| is_cut(graph, e)) {
+                    bail!(
+                        "{} reads several inputs: over several hosts a sink is written by \
+                         one stage",
+                        vertex.describe()
+                    );
+                }
+                continue;
+            }
+        }
+        let mut vertices = vec![head];
+        let mut out = out_of(head)?;
+        while !is_cut(graph, &out) && matches!(graph.vertices[out.to], Vertex::Operator(_)) {
+            vertices.push(out.to);
+            out = out_of(out.to)?;
+        }
+        let sink = (matches!(graph.vertices[out.to], Vertex::Sink(_))).then_some(out.to);
+        lines.push(Line {
+            vertices,
+            inputs: if matches!(vertex, Vertex::Source(_)) {
+                Vec::new()
+            } else {
+                inputs
+            },
+            out,
+            sink,
+        });
     }
-    if order.len() != graph.vertices.len() || !matches!(graph.vertices[at], Vertex::Sink(_)) {
-        bail!("only a line of operators from the source to the sink runs over several hosts");
+    Ok(lines)
+}
+
+/// The event time of the records reaching vertex `v`: that of the first source upstream
+/// with one.
+fn upstream_event_time(graph: &JobGraph, v: usize) -> Option<crate::connectors::EventTime> {
+    let mut todo = vec![v];
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(v) = todo.pop() {
+        if !seen.insert(v) {
+            continue;
+        }
+        if let Vertex::Source(s) = &graph.vertices[v]
+            && s.event_time.is_some()
+        {
+            return s.event_time.clone();
+        }
+        todo.extend(graph.edges.iter().filter(|e| e.to == v).map(|e| e.from));
     }
-    Ok((source, order))
+    None
+}
+
+/// The partitions of a Kafka source's topics, topic by topic in the order given.
+fn source_partitions(src: &SourceVertex) -> Result<Vec<(String, i32)>> {
+    let SourceInput::Kafka(kafka) = &src.input else {
+        unreachable!("checked in lines_of")
+    };
+    let Topics::Names(topics) = &kafka.topics else {
+        unreachable!("checked in lines_of")
+    };
+    partitions_of(kafka, topics)
+        .with_context(|| format!("reading the partitions of source '{}'", src.name))
 }
 
 /// The partitions of `topics`, topic by topic in the order given.
-fn source_partitions(kafka: &KafkaSourceConfig, topics: &[String]) -> Result<Vec<(String, i32)>> {
+fn partitions_of(kafka: &KafkaSourceConfig, topics: &[String]) -> Result<Vec<(String, i32)>> {
     let mut client = ClientConfig::new();
     for (k, v) in &kafka.properties {
         client.set(k, v);
@@ -745,14 +987,33 @@ mod tests {
         let pattern = KAFKA_SOURCE.replace("topics = \"in\"", "topics = { pattern = \"i.*\" }");
         let e = plan_error(&format!("{pattern}{COUNT}{KAFKA_SINK}{CLUSTER}"));
         assert!(e.contains("must name its topics"), "{e}");
+        // Two sinks of one operator: a fan-out, which would write two topics.
         let two_sinks = "[[sink]]\nname = \"a\"\ntype = \"kafka\"\nbootstrap = \"b:1\"\ntopic = \"x\"\n\
              [[sink]]\nname = \"b\"\ntype = \"kafka\"\nbootstrap = \"b:1\"\ntopic = \"y\"\n\
              inputs = [\"count\"]";
         let e = plan_error(&format!("{KAFKA_SOURCE}{COUNT}{two_sinks}\n{CLUSTER}"));
-        assert!(e.contains("one sink"), "{e}");
-        // A line that fits gets as far as asking the (unreachable) brokers.
+        assert!(e.contains("operator 'count' feeds several vertices"), "{e}");
+        // A graph that fits gets as far as asking the (unreachable) brokers.
         let e = plan_error(&format!("{KAFKA_SOURCE}{COUNT}{KAFKA_SINK}{CLUSTER}"));
-        assert!(e.contains("reading the source's partitions"), "{e}");
+        assert!(
+            e.contains("reading the partitions of source 'source'"),
+            "{e}"
+        );
+    }
+
+    /// The plan of `graph` as [`Plan::new`] makes it when every source topic has 2
+    /// partitions (without asking the brokers).
+    fn plan_of(g: &JobGraph, settings: &ClusterSettings) -> Plan {
+        Plan::cut(g, settings, |src| {
+            let SourceInput::Kafka(k) = &src.input else {
+                unreachable!()
+            };
+            let Topics::Names(topics) = &k.topics else {
+                unreachable!()
+            };
+            Ok(vec![(topics[0].clone(), 0), (topics[0].clone(), 1)])
+        })
+        .unwrap()
     }
 
     #[test]
@@ -762,38 +1023,18 @@ mod tests {
              {COUNT}[[operator]]\nname = \"upper\"\nplugin = \"u.wasm\"\nkey_by = \"key\"\n\
              {KAFKA_SINK}{CLUSTER}"
         ));
-        let settings = ClusterSettings::of(&g, Some("127.0.0.1:1"), None).unwrap();
-        let (source, order) = line_of(&g).unwrap();
-        // The plan `Plan::new` makes of a source topic of 2 partitions (without asking
-        // the brokers): 2 units reading it, then 2 of each exchange.
-        let exchange = |n: u32, first_unit: u32, operator: usize| Stage {
-            first_unit,
-            units: 2,
-            input: StageInput::Exchange {
-                topic: format!("x.exchange-{n}"),
-            },
-            operators: vec![order[operator]],
+        let settings = ClusterSettings {
+            exchange_partitions: 2,
+            ..ClusterSettings::of(&g, Some("127.0.0.1:1"), None).unwrap()
         };
-        let plan = Plan {
-            graph: g.clone(),
-            stages: vec![
-                Stage {
-                    first_unit: 0,
-                    units: 2,
-                    input: StageInput::Source {
-                        partitions: vec![("in".into(), 0), ("in".into(), 1)],
-                    },
-                    operators: vec![order[1]],
-                },
-                exchange(1, 2, 2),
-                exchange(2, 4, 3),
-            ],
-            prefix: "x".into(),
-            control_topic: "x.units".into(),
-            group: "x".into(),
-            source,
-            sink: *order.last().unwrap(),
-        };
+        let plan = plan_of(&g, &settings);
+        assert_eq!(plan.stages.len(), 3);
+        assert_eq!(plan.units(), 6);
+        assert_eq!(plan.describe(3), "stage 1: sluice-j.exchange-1/1 -> count");
+        assert_eq!(
+            plan.describe(5),
+            "stage 2: sluice-j.exchange-2/1 -> upper -> sink"
+        );
         let dir = tempfile::tempdir().unwrap();
         let phase = |unit: u32| {
             let g = plan
@@ -808,6 +1049,128 @@ mod tests {
         assert_eq!(phase(2), Some(ms(50)), "the stage after the source's");
         assert_eq!(phase(3), Some(ms(50)));
         assert_eq!(phase(4), Some(ms(0)), "the stage after that");
+    }
+
+    /// Two Kafka sources `a` and `b`, events of `time,key,value`.
+    const TWO_SOURCES: &str = "[[source]]\nname = \"a\"\ntype = \"kafka\"\n\
+        bootstrap = \"127.0.0.1:1\"\ntopics = \"in-a\"\ntimestamp = { field = 0 }\n\
+        [[source]]\nname = \"b\"\ntype = \"kafka\"\nbootstrap = \"127.0.0.1:1\"\n\
+        topics = \"in-b\"\ntimestamp = { field = 0 }\n";
+
+    #[test]
+    fn a_join_reads_two_exchange_topics_partitioned_alike() {
+        let g = graph(&format!(
+            "{TWO_SOURCES}[[operator]]\nname = \"join\"\nplugin = \"j.wasm\"\n\
+             inputs = [\"a\", \"b\"]\nkey_by = {{ field = 1 }}\n{KAFKA_SINK}{CLUSTER}"
+        ));
+        let settings = ClusterSettings {
+            exchange_partitions: 3,
+            ..ClusterSettings::of(&g, Some("127.0.0.1:1"), None).unwrap()
+        };
+        let plan = plan_of(&g, &settings);
+        // A stage for each source (2 units each), then 3 units of the join.
+        assert_eq!(plan.stages.len(), 3);
+        assert_eq!(plan.units(), 7);
+        assert_eq!(
+            plan.exchange_topics(),
+            [
+                ("sluice-j.exchange-2-0".to_string(), 3),
+                ("sluice-j.exchange-2-1".to_string(), 3)
+            ]
+        );
+        assert_eq!(plan.output_topic(0), "sluice-j.exchange-2-0");
+        assert_eq!(plan.output_topic(2), "sluice-j.exchange-2-1");
+        assert_eq!(plan.output_topic(6), "out");
+        assert_eq!(
+            plan.describe(5),
+            "stage 2: sluice-j.exchange-2-0/1 + sluice-j.exchange-2-1/1 -> join -> sink"
+        );
+        // Both sides keyed into 3 partitions by the join's key.
+        for unit in [0, 3] {
+            let sink = plan.unit_sink(unit, &settings).unwrap();
+            let exchange = sink.kafka.unwrap().exchange.unwrap();
+            assert_eq!((exchange.partitions, exchange.key.is_some()), (3, true));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let unit = plan
+            .unit_graph(5, &settings, dir.path(), "attempt=a", None)
+            .unwrap();
+        // Each source: its name, the partition it reads, its producers.
+        let reads: Vec<String> = unit
+            .sources()
+            .map(|s| match &s.input {
+                SourceInput::Kafka(k) => {
+                    format!("{} {:?} {:?}", s.name, k.split, k.exchange_producers)
+                }
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(
+            reads,
+            [
+                "exchange-0 Some((\"sluice-j.exchange-2-0\", 1)) Some(2)",
+                "exchange-1 Some((\"sluice-j.exchange-2-1\", 1)) Some(2)",
+            ]
+        );
+        let inputs: Vec<u32> = unit
+            .edges
+            .iter()
+            .filter(|e| e.to == 2)
+            .map(|e| e.input)
+            .collect();
+        assert_eq!(inputs, [0, 1], "each side its own input of the join");
+        assert!(unit.sources().all(|s| s.event_time.is_some()));
+    }
+
+    #[test]
+    fn a_broadcast_input_is_one_partition_every_unit_reads() {
+        let g = graph(&format!(
+            "{TWO_SOURCES}[[operator]]\nname = \"enrich\"\nplugin = \"e.wasm\"\n\
+             inputs = [{{ from = \"a\", key_by = {{ field = 1 }} }}, \
+             {{ from = \"b\", broadcast = true }}]\n{KAFKA_SINK}{CLUSTER}"
+        ));
+        let settings = ClusterSettings {
+            exchange_partitions: 3,
+            ..ClusterSettings::of(&g, Some("127.0.0.1:1"), None).unwrap()
+        };
+        let plan = plan_of(&g, &settings);
+        assert_eq!(
+            plan.exchange_topics(),
+            [
+                ("sluice-j.exchange-2-0".to_string(), 3),
+                ("sluice-j.exchange-2-1".to_string(), 1)
+            ]
+        );
+        let rules = plan.unit_sink(2, &settings).unwrap().kafka.unwrap();
+        let exchange = rules.exchange.unwrap();
+        assert_eq!((exchange.partitions, exchange.key), (1, None));
+        assert_eq!(
+            plan.view()[2].reads,
+            [
+                "sluice-j.exchange-2-0/0 + sluice-j.exchange-2-1/0",
+                "sluice-j.exchange-2-0/1 + sluice-j.exchange-2-1/0",
+                "sluice-j.exchange-2-0/2 + sluice-j.exchange-2-1/0",
+            ]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let unit = plan
+            .unit_graph(6, &settings, dir.path(), "attempt=a", None)
+            .unwrap();
+        assert!(unit.has_broadcast_state(2), "the rules are broadcast state");
+        let groups: Vec<String> = unit
+            .sources()
+            .map(|s| match &s.input {
+                SourceInput::Kafka(k) => k.group.clone(),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                "sluice-j.exchange-2-0.readers",
+                "sluice-j.exchange-2-1.unit-2.readers"
+            ]
+        );
     }
 
     #[test]

@@ -204,6 +204,11 @@ fn a_new_owner_crashes_at(point: &str, name: &str, seed: u64) {
         &wc.output,
         100,
     );
+    // Every unit committed once, so that each has a checkpoint to restore (on a busy
+    // machine a unit can start late and commit after the output passed 100 records).
+    wait_until("every unit committed", Duration::from_secs(60), || {
+        wc.markers().iter().all(Option::is_some)
+    });
     wc.stop(&mut first, 0);
     let mut crashing = wc.spawn_failing(1, &format!("{point}=return(abort)"));
     wc.wait_crash(&mut crashing, 1, point);
