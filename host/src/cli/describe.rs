@@ -172,14 +172,22 @@ pub(super) fn validate(
                 [first, .., last] => format!("{first} .. {last}"),
                 [] => String::new(),
             };
+            let units = match s.units {
+                (first, last) if first == last => format!("unit {first}"),
+                (first, last) => format!("units {first}-{last}"),
+            };
+            // (A stage of a source alone runs nothing: it hands its records on.)
+            let path: Vec<&str> = s
+                .runs
+                .iter()
+                .map(String::as_str)
+                .chain([s.writes.as_str()])
+                .collect();
             writeln!(
                 out,
-                "    stage {}: units {}-{}, one each of {reads} -> {} -> {} (checkpoints at +{} ms)",
+                "    stage {}: {units}, one each of {reads} -> {} (checkpoints at +{} ms)",
                 s.stage,
-                s.units.0,
-                s.units.1,
-                s.runs.join(" -> "),
-                s.writes,
+                path.join(" -> "),
                 s.checkpoint_phase_ms
             )?;
         }
