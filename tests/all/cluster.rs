@@ -240,9 +240,7 @@ impl WordCount {
             committed().is_ok_and(|counts| counts == expected)
         });
         for host in hosts.iter().flatten() {
-            let pid = host.id().to_string();
-            let term = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-            assert!(term.success());
+            signal(host, "-TERM");
         }
         for (n, host) in hosts.iter_mut().enumerate() {
             if let Some(host) = host {
@@ -310,6 +308,18 @@ fn rocksdb_state_moves_with_its_units_between_hosts() {
     );
 }
 
+/// Sends `signal` (`-KILL`, `-STOP`, `-TERM`, …) to `host`.
+fn signal(host: &Child, signal: &str) {
+    let pid = host.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
 /// Whether host `n`'s log says it owns `units` units.
 fn owns(dir: &Path, n: usize, units: usize) -> bool {
     owned_units(&log_of(dir, n)) == Some(units)
@@ -336,22 +346,12 @@ fn a_stopped_host_is_fenced_when_it_wakes() {
         owns(dir, 0, 4) && owns(dir, 1, 4)
     });
     wait_for_output(dir, &mut hosts, &wc.broker, &wc.output, 200);
-    let pid = hosts[0].id().to_string();
-    let signal = |s: &str| {
-        assert!(
-            Command::new("kill")
-                .args([s, &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-    };
-    signal("-STOP");
+    signal(&hosts[0], "-STOP");
     // Past the session timeout, the other host runs every unit.
     wait_until("host 1 took every unit", Duration::from_secs(60), || {
         owns(dir, 1, 8)
     });
-    signal("-CONT");
+    signal(&hosts[0], "-CONT");
     wc.write_rest();
     wc.complete(&mut hosts.into_iter().map(Some).collect::<Vec<_>>());
 }

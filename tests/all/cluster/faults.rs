@@ -15,7 +15,7 @@ use sluice_tests::cluster::{fence_unit, is_stopped, spawn_failing_host, unit_mar
 use sluice_tests::expected_word_counts;
 use sluice_tests::kafka::read_committed;
 
-use super::{WordCount, log_of, owns, wait_for_output, wait_success, wait_until};
+use super::{WordCount, log_of, owns, signal, wait_for_output, wait_success, wait_until};
 
 /// Units of [`WordCount`]'s job: four reading the source, four counting.
 const UNITS: u32 = 8;
@@ -138,17 +138,6 @@ impl WordCount {
             .output()
             .unwrap()
     }
-}
-
-fn signal(host: &Child, signal: &str) {
-    let pid = host.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args([signal, &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
 }
 
 /// A host crashes between copying a checkpoint to the store and committing the

@@ -3,7 +3,7 @@
 //! mid-run, one SIGKILLed and one SIGSTOPped past its session timeout. The committed
 //! output is compared with the independent models of `sluice_tests::graphs`.
 
-use std::process::{Child, Command};
+use std::process::Child;
 use std::time::Duration;
 
 use sluice_tests::graphs::{enrich, interval_join};
@@ -12,7 +12,7 @@ use sluice_tests::plugins::{ENRICH, JOIN};
 use sluice_tests::windows::{Event, mixed_events};
 use sluice_tests::{test_dir, write_job};
 
-use super::{log_of, owns, spawn_host, wait_for_output, wait_success, wait_until};
+use super::{log_of, owns, signal, spawn_host, wait_for_output, wait_success, wait_until};
 
 /// Bounded out-of-orderness of every input.
 const BOUND: i64 = 1000;
@@ -232,17 +232,6 @@ checkpoints = "store"
 /// Units host `n`'s log last said it owns.
 fn owned_units(dir: &std::path::Path, n: usize) -> usize {
     sluice_tests::cluster::owned_units(&log_of(dir, n)).unwrap_or(0)
-}
-
-fn signal(host: &Child, signal: &str) {
-    let pid = host.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args([signal, &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
 }
 
 /// An interval join over three hosts: both inputs keyed into one exchange topic each,
