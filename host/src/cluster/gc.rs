@@ -19,8 +19,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
 use serde::{Deserialize, Serialize};
 
-use super::plan::{ClusterSettings, Plan};
 use super::store::CheckpointStore;
+use super::{ClusterSettings, Plan};
 use super::{REQUEST_TIMEOUT, block_on};
 
 /// The topics, group and store folder of one job over several hosts.

@@ -24,6 +24,7 @@
 pub mod gc;
 pub mod plan;
 pub mod reset;
+pub mod settings;
 pub mod store;
 pub mod unit;
 
@@ -41,8 +42,9 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
 
-pub use plan::{ClusterSettings, Plan};
+pub use plan::Plan;
 pub use reset::{ResetTo, reset_unit};
+pub use settings::ClusterSettings;
 use store::CheckpointStore;
 pub use unit::LostCheckpoint;
 use unit::{UnitContext, UnitEnd};

@@ -1,6 +1,7 @@
-//! How a job spreads over hosts: stages cut at every keyed edge, exchange topics between
-//! them, and the units of work (one source partition, or one exchange partition, with its
-//! chain of operators), each run by some host as a job of its own at parallelism 1.
+//! How a job spreads over hosts: stages cut at every keyed, broadcast and multi-input
+//! edge, exchange topics between them, and the units of work (one source partition, or
+//! one exchange partition of each input, with its chain of operators), each run by some
+//! host as a job of its own at parallelism 1.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,125 +11,19 @@ use anyhow::{Context, Result, anyhow, bail};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
+use super::ClusterSettings;
 use crate::connectors::formats::FormatConfig;
 use crate::connectors::kafka::{
     Delivery, ExchangeOutput, KafkaSinkConfig, KafkaSourceConfig, OutOfRange, StartFrom, Topics,
 };
 use crate::job::{
-    ClusterSpec, Edge, JobGraph, OperatorVertex, RestartStrategy, SinkKind, SinkVertex,
-    SourceInput, SourceVertex, Vertex,
+    Edge, JobGraph, OperatorVertex, RestartStrategy, SinkKind, SinkVertex, SourceInput,
+    SourceVertex, Vertex,
 };
 use crate::network::Partitioner;
-use crate::spec::limits;
 
 /// How long a metadata request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// `[cluster]` resolved, with `--cluster` applied.
-#[derive(Debug, Clone)]
-pub struct ClusterSettings {
-    /// The brokers the hosts meet at.
-    pub bootstrap: String,
-    /// The checkpoint store (a directory or URL).
-    pub checkpoints: String,
-    /// Partitions of each exchange topic.
-    pub exchange_partitions: u32,
-    /// Kafka's `session.timeout.ms` of the hosts' membership.
-    pub session_timeout: Duration,
-    /// This host's local checkpoint folders.
-    pub work_dir: std::path::PathBuf,
-    /// Further librdkafka properties.
-    pub properties: BTreeMap<String, String>,
-    /// What the names of the job's topics, groups and transactional ids begin with
-    /// before `sluice-JOB` (on a server, the tenant's `id_prefix`; else nothing).
-    pub name_prefix: String,
-}
-
-impl ClusterSettings {
-    /// The job's `[cluster]`, with `bootstrap` from the command line when given, and
-    /// what the job leaves out from `machine` (the host file's `[cluster]`; its
-    /// `properties` under the job's).
-    pub fn of(
-        graph: &JobGraph,
-        bootstrap: Option<&str>,
-        machine: Option<&ClusterSpec>,
-    ) -> Result<Self> {
-        let mut job = graph.cluster.clone().unwrap_or_default();
-        // (The host file's were resolved when it was read.)
-        job.properties = job
-            .properties
-            .map(|p| crate::spec::secrets::resolved(&p, &|path| graph.base_dir.join(path)))
-            .transpose()
-            .context("[cluster]")?;
-        let machine = machine.cloned().unwrap_or_default();
-        let properties = match (machine.properties, job.properties) {
-            (Some(mut m), Some(j)) => {
-                m.extend(j);
-                Some(m)
-            }
-            (m, j) => j.or(m),
-        };
-        let spec = ClusterSpec {
-            bootstrap: job.bootstrap.or(machine.bootstrap),
-            checkpoints: job.checkpoints.or(machine.checkpoints),
-            exchange_partitions: job.exchange_partitions.or(machine.exchange_partitions),
-            session_timeout_ms: job.session_timeout_ms.or(machine.session_timeout_ms),
-            work_dir: job.work_dir.or(machine.work_dir),
-            properties,
-        };
-        let bootstrap = bootstrap
-            .map(str::to_string)
-            .or(spec.bootstrap)
-            .filter(|b| !b.trim().is_empty())
-            .ok_or_else(|| {
-                anyhow!(
-                    "no Kafka brokers to meet at: pass --cluster HOST:PORT or set `[cluster] \
-                     bootstrap` (in the job file, or the host file's)"
-                )
-            })?;
-        let checkpoints = spec
-            .checkpoints
-            .filter(|c| !c.trim().is_empty())
-            .ok_or_else(|| {
-                anyhow!(
-                    "`[cluster] checkpoints` is missing (in the job file, or the host file's): \
-                     the storage every host reads the units' checkpoints from (a shared \
-                     directory, or s3://, gs://, az://)"
-                )
-            })?;
-        let exchange_partitions = limits::EXCHANGE_PARTITIONS
-            .resolve(spec.exchange_partitions)
-            .map_err(|e| anyhow!("[cluster]: {e}"))?;
-        let session_ms = limits::SESSION_TIMEOUT_MS
-            .resolve(
-                spec.session_timeout_ms
-                    .map(|m| u32::try_from(m.0).unwrap_or(u32::MAX)),
-            )
-            .map_err(|e| anyhow!("[cluster]: {e}"))?;
-        Ok(ClusterSettings {
-            bootstrap,
-            checkpoints,
-            exchange_partitions,
-            session_timeout: Duration::from_millis(u64::from(session_ms)),
-            work_dir: graph.base_dir.join(
-                spec.work_dir
-                    .unwrap_or_else(|| format!("{}.cluster-work", graph.name).into()),
-            ),
-            properties: spec.properties.unwrap_or_default(),
-            name_prefix: String::new(),
-        })
-    }
-
-    /// A librdkafka client configuration for the cluster's brokers.
-    pub fn client(&self) -> ClientConfig {
-        let mut client = ClientConfig::new();
-        for (k, v) in &self.properties {
-            client.set(k, v);
-        }
-        client.set("bootstrap.servers", &self.bootstrap);
-        client
-    }
-}
 
 /// A stage: a line of operators from where records enter it (a source, or exchange
 /// topics) to where they leave it (an exchange topic, or a sink), run as `units` units.
@@ -313,47 +208,37 @@ impl Plan {
                 ),
             }
         }
-        // The units of each line: a source's partitions, or the exchange's.
-        let mut partitions: BTreeMap<usize, Vec<(String, i32)>> = BTreeMap::new();
-        for line in &lines {
-            let head = line.vertices[0];
-            if let Vertex::Source(src) = &graph.vertices[head] {
-                partitions.insert(head, partitions_of(src).with_context(context)?);
-            }
-        }
         // Each line's depth: one more than the deepest line writing into it.
-        let line_of = |v: usize| {
-            lines
-                .iter()
-                .position(|l| l.vertices.contains(&v))
-                .expect("every vertex but a sink is in a line")
-        };
         let mut depth = vec![0usize; lines.len()];
         // (The graph has no cycles: a depth settles within as many rounds as lines.)
         for _ in 0..lines.len() {
             for (i, line) in lines.iter().enumerate() {
                 for e in &line.inputs {
-                    depth[i] = depth[i].max(depth[line_of(e.from)] + 1);
+                    depth[i] = depth[i].max(depth[line_of(&lines, e.from)] + 1);
                 }
             }
         }
-        let mut order: Vec<usize> = (0..lines.len()).collect();
-        order.sort_by_key(|&i| (depth[i], lines[i].vertices[0]));
-        let stage_of_line = |line: usize| order.iter().position(|&i| i == line).expect("a line");
+        // Stages by depth (each after those it reads), then by their first vertex.
+        let mut by_depth: Vec<(usize, Line)> = depth.into_iter().zip(lines).collect();
+        by_depth.sort_by_key(|(depth, line)| (*depth, line.vertices[0]));
+        let (depths, lines): (Vec<usize>, Vec<Line>) = by_depth.into_iter().unzip();
         let prefix = format!("{}sluice-{}", settings.name_prefix, kafka_name(job));
         let mut stages: Vec<Stage> = Vec::new();
-        for (s, &i) in order.iter().enumerate() {
-            let line = &lines[i];
+        for (s, (line, depth)) in lines.iter().zip(depths).enumerate() {
             let head = line.vertices[0];
-            let (units, inputs) = match partitions.remove(&head) {
-                Some(partitions) => (
-                    partitions.len() as u32,
-                    vec![StageInput::Source {
-                        source: head,
-                        partitions,
-                    }],
-                ),
-                None => {
+            let (units, inputs) = match &graph.vertices[head] {
+                Vertex::Source(src) => {
+                    let partitions = partitions_of(src).with_context(context)?;
+                    let units = partitions.len() as u32;
+                    (
+                        units,
+                        vec![StageInput::Source {
+                            source: head,
+                            partitions,
+                        }],
+                    )
+                }
+                _ => {
                     let several = line.inputs.len() > 1;
                     let inputs = line
                         .inputs
@@ -367,33 +252,17 @@ impl Plan {
                                 format!("{prefix}.exchange-{s}")
                             },
                             edge: edge.clone(),
-                            from_stage: stage_of_line(line_of(edge.from)),
+                            from_stage: line_of(&lines, edge.from),
                         })
                         .collect();
                     (settings.exchange_partitions, inputs)
                 }
             };
-            let first_unit = stages.last().map_or(0, |l| l.first_unit + l.units);
-            stages.push(Stage {
-                first_unit,
-                units,
-                inputs,
-                operators: line.vertices[1..].to_vec(),
-                // (Set below, once every stage is numbered.)
-                output: StageOutput::Sink(usize::MAX),
-                depth: depth[i],
-            });
-            if matches!(graph.vertices[head], Vertex::Operator(_)) {
-                stages[s].operators.insert(0, head);
-            }
-        }
-        for (s, &i) in order.iter().enumerate() {
-            let line = &lines[i];
-            stages[s].output = match line.sink {
+            let output = match line.sink {
                 Some(sink) => StageOutput::Sink(sink),
                 None => {
-                    let stage = stage_of_line(line_of(line.out.to));
-                    let input = lines[order[stage]]
+                    let stage = line_of(&lines, line.out.to);
+                    let input = lines[stage]
                         .inputs
                         .iter()
                         .position(|e| *e == line.out)
@@ -401,6 +270,16 @@ impl Plan {
                     StageOutput::Exchange { stage, input }
                 }
             };
+            stages.push(Stage {
+                first_unit: stages.last().map_or(0, |l| l.first_unit + l.units),
+                units,
+                inputs,
+                operators: (line.vertices.iter().copied())
+                    .filter(|&v| matches!(graph.vertices[v], Vertex::Operator(_)))
+                    .collect(),
+                output,
+                depth,
+            });
         }
         Ok(Plan {
             graph: graph.clone(),
@@ -536,20 +415,18 @@ impl Plan {
     /// properties): where its producer is fenced and its marker read.
     pub fn sink_client(&self, unit: u32, cluster: &ClusterSettings) -> ClientConfig {
         let output = self.place(unit).map(|p| self.stages[p.stage].output);
-        match output.map(|o| (o, &self.graph.vertices)) {
-            Some((StageOutput::Sink(sink), vertices)) => {
-                let Vertex::Sink(SinkVertex { kafka: Some(k), .. }) = &vertices[sink] else {
-                    unreachable!("checked in Plan::new")
-                };
-                let mut client = ClientConfig::new();
-                for (key, value) in &k.properties {
-                    client.set(key, value);
-                }
-                client.set("bootstrap.servers", &k.bootstrap);
-                client
-            }
-            _ => cluster.client(),
+        let Some(StageOutput::Sink(sink)) = output else {
+            return cluster.client();
+        };
+        let Vertex::Sink(SinkVertex { kafka: Some(k), .. }) = &self.graph.vertices[sink] else {
+            unreachable!("checked in Plan::new")
+        };
+        let mut client = ClientConfig::new();
+        for (key, value) in &k.properties {
+            client.set(key, value);
         }
+        client.set("bootstrap.servers", &k.bootstrap);
+        client
     }
 
     /// The exactly-once Kafka sink of unit `unit`: into the exchange topic its stage
@@ -801,6 +678,14 @@ fn exchange_producer_properties(cluster: &BTreeMap<String, String>) -> BTreeMap<
     properties
 }
 
+/// The line (of `lines`) vertex `v` is in.
+fn line_of(lines: &[Line], v: usize) -> usize {
+    lines
+        .iter()
+        .position(|l| l.vertices.contains(&v))
+        .expect("every vertex but a sink is in a line")
+}
+
 /// Whether `e` begins a stage: it is keyed or broadcast, its vertex reads several edges,
 /// or is marked `repartition`.
 fn is_cut(graph: &JobGraph, e: &Edge) -> bool {
@@ -949,295 +834,4 @@ fn partitions_of(kafka: &KafkaSourceConfig, topics: &[String]) -> Result<Vec<(St
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The graph of a job file whose `[source]`, operators and `[sink]` are `body`.
-    fn graph(body: &str) -> JobGraph {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("job.toml");
-        std::fs::write(&path, format!("name = \"j\"\n{body}")).unwrap();
-        crate::job::load_graph(&path).unwrap()
-    }
-
-    const KAFKA_SOURCE: &str =
-        "[source]\ntype = \"kafka\"\nbootstrap = \"127.0.0.1:1\"\ntopics = \"in\"\n";
-    const KAFKA_SINK: &str =
-        "[sink]\ntype = \"kafka\"\nbootstrap = \"127.0.0.1:1\"\ntopic = \"out\"\n";
-    const COUNT: &str = "[[operator]]\nname = \"count\"\nplugin = \"c.wasm\"\nkey_by = \"key\"\n";
-    const CLUSTER: &str = "[checkpoint]\ninterval_ms = 100\n[cluster]\ncheckpoints = \"s\"\n";
-
-    fn plan_error(body: &str) -> String {
-        let g = graph(body);
-        let settings = ClusterSettings::of(&g, Some("127.0.0.1:1"), None).unwrap();
-        format!("{:#}", Plan::new(&g, &settings).unwrap_err())
-    }
-
-    #[test]
-    fn only_a_line_from_a_kafka_source_to_an_exactly_once_kafka_sink_is_planned() {
-        let file_source = "[source]\ntype = \"file\"\npath = \"in.txt\"\n";
-        let e = plan_error(&format!("{file_source}{COUNT}{KAFKA_SINK}{CLUSTER}"));
-        assert!(e.contains("must be a Kafka source"), "{e}");
-        let file_sink = "[sink]\ntype = \"file\"\npath = \"out.txt\"\n";
-        let e = plan_error(&format!("{KAFKA_SOURCE}{COUNT}{file_sink}{CLUSTER}"));
-        assert!(e.contains("must be an exactly-once Kafka sink"), "{e}");
-        let at_least_once = KAFKA_SINK.to_string() + "delivery = \"at-least-once\"\n";
-        let e = plan_error(&format!("{KAFKA_SOURCE}{COUNT}{at_least_once}{CLUSTER}"));
-        assert!(e.contains("must be an exactly-once Kafka sink"), "{e}");
-        let pattern = KAFKA_SOURCE.replace("topics = \"in\"", "topics = { pattern = \"i.*\" }");
-        let e = plan_error(&format!("{pattern}{COUNT}{KAFKA_SINK}{CLUSTER}"));
-        assert!(e.contains("must name its topics"), "{e}");
-        // Two sinks of one operator: a fan-out, which would write two topics.
-        let two_sinks = "[[sink]]\nname = \"a\"\ntype = \"kafka\"\nbootstrap = \"b:1\"\ntopic = \"x\"\n\
-             [[sink]]\nname = \"b\"\ntype = \"kafka\"\nbootstrap = \"b:1\"\ntopic = \"y\"\n\
-             inputs = [\"count\"]";
-        let e = plan_error(&format!("{KAFKA_SOURCE}{COUNT}{two_sinks}\n{CLUSTER}"));
-        assert!(e.contains("operator 'count' feeds several vertices"), "{e}");
-        // A graph that fits gets as far as asking the (unreachable) brokers.
-        let e = plan_error(&format!("{KAFKA_SOURCE}{COUNT}{KAFKA_SINK}{CLUSTER}"));
-        assert!(
-            e.contains("reading the partitions of source 'source'"),
-            "{e}"
-        );
-    }
-
-    /// The plan of `graph` as [`Plan::new`] makes it when every source topic has 2
-    /// partitions (without asking the brokers).
-    fn plan_of(g: &JobGraph, settings: &ClusterSettings) -> Plan {
-        Plan::cut(g, settings, |src| {
-            let SourceInput::Kafka(k) = &src.input else {
-                unreachable!()
-            };
-            let Topics::Names(topics) = &k.topics else {
-                unreachable!()
-            };
-            Ok(vec![(topics[0].clone(), 0), (topics[0].clone(), 1)])
-        })
-        .unwrap()
-    }
-
-    #[test]
-    fn each_stage_checkpoints_half_an_interval_after_the_one_it_reads() {
-        let g = graph(&format!(
-            "{KAFKA_SOURCE}[[operator]]\nname = \"tokenize\"\nplugin = \"t.wasm\"\n\
-             {COUNT}[[operator]]\nname = \"upper\"\nplugin = \"u.wasm\"\nkey_by = \"key\"\n\
-             {KAFKA_SINK}{CLUSTER}"
-        ));
-        let settings = ClusterSettings {
-            exchange_partitions: 2,
-            ..ClusterSettings::of(&g, Some("127.0.0.1:1"), None).unwrap()
-        };
-        let plan = plan_of(&g, &settings);
-        assert_eq!(plan.stages.len(), 3);
-        assert_eq!(plan.units(), 6);
-        assert_eq!(plan.describe(3), "stage 1: sluice-j.exchange-1/1 -> count");
-        assert_eq!(
-            plan.describe(5),
-            "stage 2: sluice-j.exchange-2/1 -> upper -> sink"
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let phase = |unit: u32| {
-            let g = plan
-                .unit_graph(unit, &settings, dir.path(), "attempt=a", None)
-                .unwrap();
-            g.checkpoint.unwrap().phase
-        };
-        let ms = Duration::from_millis;
-        // (`CLUSTER` checkpoints every 100 ms.)
-        assert_eq!(phase(0), Some(ms(0)));
-        assert_eq!(phase(1), Some(ms(0)));
-        assert_eq!(phase(2), Some(ms(50)), "the stage after the source's");
-        assert_eq!(phase(3), Some(ms(50)));
-        assert_eq!(phase(4), Some(ms(0)), "the stage after that");
-    }
-
-    /// Two Kafka sources `a` and `b`, events of `time,key,value`.
-    const TWO_SOURCES: &str = "[[source]]\nname = \"a\"\ntype = \"kafka\"\n\
-        bootstrap = \"127.0.0.1:1\"\ntopics = \"in-a\"\ntimestamp = { field = 0 }\n\
-        [[source]]\nname = \"b\"\ntype = \"kafka\"\nbootstrap = \"127.0.0.1:1\"\n\
-        topics = \"in-b\"\ntimestamp = { field = 0 }\n";
-
-    #[test]
-    fn a_join_reads_two_exchange_topics_partitioned_alike() {
-        let g = graph(&format!(
-            "{TWO_SOURCES}[[operator]]\nname = \"join\"\nplugin = \"j.wasm\"\n\
-             inputs = [\"a\", \"b\"]\nkey_by = {{ field = 1 }}\n{KAFKA_SINK}{CLUSTER}"
-        ));
-        let settings = ClusterSettings {
-            exchange_partitions: 3,
-            ..ClusterSettings::of(&g, Some("127.0.0.1:1"), None).unwrap()
-        };
-        let plan = plan_of(&g, &settings);
-        // A stage for each source (2 units each), then 3 units of the join.
-        assert_eq!(plan.stages.len(), 3);
-        assert_eq!(plan.units(), 7);
-        assert_eq!(
-            plan.exchange_topics(),
-            [
-                ("sluice-j.exchange-2-0".to_string(), 3),
-                ("sluice-j.exchange-2-1".to_string(), 3)
-            ]
-        );
-        assert_eq!(plan.output_topic(0), "sluice-j.exchange-2-0");
-        assert_eq!(plan.output_topic(2), "sluice-j.exchange-2-1");
-        assert_eq!(plan.output_topic(6), "out");
-        assert_eq!(
-            plan.describe(5),
-            "stage 2: sluice-j.exchange-2-0/1 + sluice-j.exchange-2-1/1 -> join -> sink"
-        );
-        // Both sides keyed into 3 partitions by the join's key.
-        for unit in [0, 3] {
-            let sink = plan.unit_sink(unit, &settings).unwrap();
-            let exchange = sink.kafka.unwrap().exchange.unwrap();
-            assert_eq!((exchange.partitions, exchange.key.is_some()), (3, true));
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let unit = plan
-            .unit_graph(5, &settings, dir.path(), "attempt=a", None)
-            .unwrap();
-        // Each source: its name, the partition it reads, its producers.
-        let reads: Vec<String> = unit
-            .sources()
-            .map(|s| match &s.input {
-                SourceInput::Kafka(k) => {
-                    format!("{} {:?} {:?}", s.name, k.split, k.exchange_producers)
-                }
-                _ => unreachable!(),
-            })
-            .collect();
-        assert_eq!(
-            reads,
-            [
-                "exchange-0 Some((\"sluice-j.exchange-2-0\", 1)) Some(2)",
-                "exchange-1 Some((\"sluice-j.exchange-2-1\", 1)) Some(2)",
-            ]
-        );
-        let inputs: Vec<u32> = unit
-            .edges
-            .iter()
-            .filter(|e| e.to == 2)
-            .map(|e| e.input)
-            .collect();
-        assert_eq!(inputs, [0, 1], "each side its own input of the join");
-        assert!(unit.sources().all(|s| s.event_time.is_some()));
-    }
-
-    #[test]
-    fn a_broadcast_input_is_one_partition_every_unit_reads() {
-        let g = graph(&format!(
-            "{TWO_SOURCES}[[operator]]\nname = \"enrich\"\nplugin = \"e.wasm\"\n\
-             inputs = [{{ from = \"a\", key_by = {{ field = 1 }} }}, \
-             {{ from = \"b\", broadcast = true }}]\n{KAFKA_SINK}{CLUSTER}"
-        ));
-        let settings = ClusterSettings {
-            exchange_partitions: 3,
-            ..ClusterSettings::of(&g, Some("127.0.0.1:1"), None).unwrap()
-        };
-        let plan = plan_of(&g, &settings);
-        assert_eq!(
-            plan.exchange_topics(),
-            [
-                ("sluice-j.exchange-2-0".to_string(), 3),
-                ("sluice-j.exchange-2-1".to_string(), 1)
-            ]
-        );
-        let rules = plan.unit_sink(2, &settings).unwrap().kafka.unwrap();
-        let exchange = rules.exchange.unwrap();
-        assert_eq!((exchange.partitions, exchange.key), (1, None));
-        assert_eq!(
-            plan.view()[2].reads,
-            [
-                "sluice-j.exchange-2-0/0 + sluice-j.exchange-2-1/0",
-                "sluice-j.exchange-2-0/1 + sluice-j.exchange-2-1/0",
-                "sluice-j.exchange-2-0/2 + sluice-j.exchange-2-1/0",
-            ]
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let unit = plan
-            .unit_graph(6, &settings, dir.path(), "attempt=a", None)
-            .unwrap();
-        assert!(unit.has_broadcast_state(2), "the rules are broadcast state");
-        let groups: Vec<String> = unit
-            .sources()
-            .map(|s| match &s.input {
-                SourceInput::Kafka(k) => k.group.clone(),
-                _ => unreachable!(),
-            })
-            .collect();
-        assert_eq!(
-            groups,
-            [
-                "sluice-j.exchange-2-0.readers",
-                "sluice-j.exchange-2-1.unit-2.readers"
-            ]
-        );
-    }
-
-    #[test]
-    fn cluster_settings_name_what_is_missing_or_out_of_range() {
-        let g = graph(&format!(
-            "{KAFKA_SOURCE}{COUNT}{KAFKA_SINK}[checkpoint]\ninterval_ms = 100\n"
-        ));
-        let e = ClusterSettings::of(&g, None, None).unwrap_err().to_string();
-        assert!(e.contains("--cluster"), "{e}");
-        let e = ClusterSettings::of(&g, Some("b:1"), None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("`[cluster] checkpoints` is missing"), "{e}");
-        let g = graph(&format!(
-            "{KAFKA_SOURCE}{COUNT}{KAFKA_SINK}{CLUSTER}exchange_partitions = 0\n"
-        ));
-        let e = ClusterSettings::of(&g, Some("b:1"), None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("exchange_partitions"), "{e}");
-        let g = graph(&format!(
-            "{KAFKA_SOURCE}{COUNT}{KAFKA_SINK}{CLUSTER}bootstrap = \"k:9\"\n"
-        ));
-        let s = ClusterSettings::of(&g, None, None).unwrap();
-        assert_eq!(s.bootstrap, "k:9");
-        assert_eq!(
-            ClusterSettings::of(&g, Some("o:1"), None)
-                .unwrap()
-                .bootstrap,
-            "o:1"
-        );
-        assert_eq!(s.exchange_partitions, 8);
-        assert!(s.work_dir.ends_with("j.cluster-work"));
-    }
-
-    #[test]
-    fn the_host_files_cluster_fills_in_what_the_job_leaves_out() {
-        let machine = ClusterSpec {
-            bootstrap: Some("m:1".into()),
-            checkpoints: Some("/mnt/shared".into()),
-            session_timeout_ms: Some(crate::spec::values::Millis(20_000)),
-            work_dir: Some("/var/sluice".into()),
-            properties: Some(BTreeMap::from([
-                ("security.protocol".into(), "SASL_SSL".into()),
-                ("linger.ms".into(), "1".into()),
-            ])),
-            ..ClusterSpec::default()
-        };
-        let g = graph(&format!(
-            "{KAFKA_SOURCE}{COUNT}{KAFKA_SINK}[checkpoint]\ninterval_ms = 100\n\
-             [cluster]\nsession_timeout_ms = 5000\nproperties = {{ \"linger.ms\" = \"9\" }}\n"
-        ));
-        let s = ClusterSettings::of(&g, None, Some(&machine)).unwrap();
-        assert_eq!(s.bootstrap, "m:1");
-        assert_eq!(s.checkpoints, "/mnt/shared");
-        assert_eq!(
-            s.session_timeout,
-            Duration::from_secs(5),
-            "the job's own win"
-        );
-        assert_eq!(s.work_dir, Path::new("/var/sluice"));
-        assert_eq!(s.properties["security.protocol"], "SASL_SSL");
-        assert_eq!(
-            s.properties["linger.ms"], "9",
-            "the job's properties go over"
-        );
-        let s = ClusterSettings::of(&g, Some("c:1"), Some(&machine)).unwrap();
-        assert_eq!(s.bootstrap, "c:1", "the command line goes over both");
-    }
-}
+pub(super) mod tests;

@@ -13,8 +13,8 @@ use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::plan::{ClusterSettings, Plan};
 use super::store::{CheckpointStore, finished_key, unit_key};
+use super::{ClusterSettings, Plan};
 use crate::connectors::kafka::{parse_marker_metadata, read_marker};
 use crate::job::JobGraph;
 

@@ -11,8 +11,8 @@ use crossbeam_channel::Receiver;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
 
-use super::plan::{ClusterSettings, Plan};
 use super::store::{AttemptTables, CheckpointStore, finished_key, unit_key};
+use super::{ClusterSettings, Plan};
 use crate::connectors::kafka::{fence_ahead, parse_marker_metadata, read_marker};
 use crate::job::{Job, JobControl, JobMonitor, JobOutcome, RestorePoint, RunOptions, UnitMonitors};
 use crate::tenant::{HostConfig, InstanceBudget};

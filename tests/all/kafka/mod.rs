@@ -26,6 +26,7 @@ mod committer;
 mod crashes;
 mod event_time;
 mod formats;
+mod protobuf;
 mod restores;
 mod secure;
 mod sink;
